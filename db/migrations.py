@@ -1,0 +1,59 @@
+"""Schema versions and the path from each older version to the current one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import Connection, inspect, select
+
+from db.models import Base, Meta
+
+#: The schema this code writes. Bump it together with a new entry in MIGRATIONS.
+SCHEMA_VERSION = 1
+
+#: MIGRATIONS[v] upgrades a version-v database to version v + 1, in one transaction.
+#: Steps only add (tables, nullable columns, indexes): stored names are forever.
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+
+
+class SchemaError(ValueError):
+    """The database's schema cannot be used by this version of convtune."""
+
+
+def stored_version(conn: Connection) -> int | None:
+    """The schema version recorded in the database, or None for an empty database."""
+    if not inspect(conn).has_table(Meta.__tablename__):
+        return None
+    value = conn.execute(select(Meta.value).where(Meta.key == "schema_version")).scalar()
+    return int(value) if value is not None else None
+
+
+def _set_version(conn: Connection, version: int) -> None:
+    table = Meta.__table__
+    updated = conn.execute(
+        table.update().where(table.c.key == "schema_version").values(value=str(version))
+    )
+    if not updated.rowcount:
+        conn.execute(table.insert().values(key="schema_version", value=str(version)))
+
+
+def upgrade(conn: Connection, target: int = SCHEMA_VERSION) -> int:
+    """Create or upgrade the schema to `target`; returns the version found before."""
+    found = stored_version(conn)
+    if found is None:
+        Base.metadata.create_all(conn)
+        _set_version(conn, target)
+        return 0
+    if found > target:
+        raise SchemaError(
+            f"database schema version {found} is newer than this convtune's ({target});"
+            " upgrade convtune to open it"
+        )
+    for version in range(found, target):
+        if version not in MIGRATIONS:
+            raise SchemaError(f"no migration from schema version {version} to {version + 1}")
+        MIGRATIONS[version](conn)
+    # New tables of later versions are created here too; existing ones are left as they are.
+    Base.metadata.create_all(conn)
+    _set_version(conn, target)
+    return found

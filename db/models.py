@@ -1,0 +1,102 @@
+"""SQLAlchemy 2.0 models. Table and column names are stored forever: add, never rename."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: Problem columns, in KEY_FIELDS order (algorithms.problem); one INT column per parameter,
+#: as MIOpen's perf-db does, so results can be filtered by any field in SQL.
+PROBLEM_INT_FIELDS = (
+    "n", "c", "h", "w", "k", "r", "s",
+    "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups",
+)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every convtune table."""
+
+
+class Meta(Base):
+    """Key/value facts about the database itself (schema_version)."""
+
+    __tablename__ = "convtune_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Device(Base):
+    """One device identity: the hardware and software a timing is valid for."""
+
+    __tablename__ = "devices"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(256))
+    arch: Mapped[str] = mapped_column(String(64))
+    units: Mapped[int] = mapped_column(Integer)
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    info: Mapped[str] = mapped_column(Text)  # canonical JSON of every fingerprint field
+    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Problem(Base):
+    """One convolution problem (forward, NCHW, KCRS)."""
+
+    __tablename__ = "problems"
+    __table_args__ = (UniqueConstraint(*PROBLEM_INT_FIELDS, "dtype", "layout", "direction"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)
+    c: Mapped[int] = mapped_column(Integer)
+    h: Mapped[int] = mapped_column(Integer)
+    w: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    r: Mapped[int] = mapped_column(Integer)
+    s: Mapped[int] = mapped_column(Integer)
+    pad_h: Mapped[int] = mapped_column(Integer)
+    pad_w: Mapped[int] = mapped_column(Integer)
+    stride_h: Mapped[int] = mapped_column(Integer)
+    stride_w: Mapped[int] = mapped_column(Integer)
+    dilation_h: Mapped[int] = mapped_column(Integer)
+    dilation_w: Mapped[int] = mapped_column(Integer)
+    groups: Mapped[int] = mapped_column(Integer)
+    dtype: Mapped[str] = mapped_column(String(16))
+    layout: Mapped[str] = mapped_column(String(16), default="NCHW")
+    direction: Mapped[str] = mapped_column(String(16), default="forward")
+
+
+class Measurement(Base):
+    """One candidate (algorithm + config) measured for one problem on one device."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (
+        UniqueConstraint("device_id", "problem_id", "algorithm", "config", "impl_hash"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"), index=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), index=True)
+    algorithm: Mapped[str] = mapped_column(String(64))
+    config: Mapped[str] = mapped_column(String(128))
+    impl_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(32))
+    time_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    spread_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    min_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reps: Mapped[int] = mapped_column(Integer, default=0)
+    workspace_bytes: Mapped[int] = mapped_column(BigInteger)
+    max_error: Mapped[float | None] = mapped_column(Float, nullable=True)
+    rel_error: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    tuner_version: Mapped[str] = mapped_column(String(32))

@@ -1,0 +1,264 @@
+"""Keyword-only queries over the store. Plain values in and out: db knows nothing of tuner."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import Session
+
+from db.models import PROBLEM_INT_FIELDS, Device, Measurement, Problem
+
+PROBLEM_FIELDS = (*PROBLEM_INT_FIELDS, "dtype")
+
+
+@dataclass(frozen=True)
+class MeasurementRow:
+    """One stored measurement, as plain values."""
+
+    algorithm: str
+    config: str
+    impl_hash: str
+    status: str
+    time_ms: float | None
+    spread_ms: float | None
+    min_ms: float | None
+    reps: int
+    workspace_bytes: int
+    max_error: float | None
+    rel_error: float | None
+    error: str | None
+    measured_at: datetime
+    tuner_version: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly fields."""
+        data = asdict(self)
+        data["measured_at"] = self.measured_at.isoformat()
+        return data
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(timezone.utc)
+
+
+def canonical_json(data: Mapping[str, Any]) -> str:
+    """Sorted, compact JSON: the same mapping always gives the same text."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+# --- devices -----------------------------------------------------------------------------
+def ensure_device(*, session: Session, fingerprint: str, info: Mapping[str, Any]) -> int:
+    """The id of the device row for `fingerprint`, inserting it on first sight."""
+    found = session.execute(
+        select(Device.id).where(Device.fingerprint == fingerprint)
+    ).scalar()
+    if found is not None:
+        return int(found)
+    device = Device(
+        fingerprint=fingerprint,
+        kind=str(info.get("kind", "")),
+        name=str(info.get("name", "")),
+        arch=str(info.get("arch", "")),
+        units=int(info.get("units") or 0),
+        memory_bytes=info.get("memory_bytes"),
+        info=canonical_json(info),
+        first_seen=utcnow(),
+    )
+    with session.begin_nested():
+        session.add(device)
+    return device.id
+
+
+def find_device_id(*, session: Session, fingerprint: str) -> int | None:
+    """The id of a known device, or None."""
+    found = session.execute(select(Device.id).where(Device.fingerprint == fingerprint)).scalar()
+    return None if found is None else int(found)
+
+
+def list_devices(*, session: Session) -> list[dict[str, Any]]:
+    """Every known device with its fingerprint fields and how many measurements it holds."""
+    counts = (
+        select(Measurement.device_id, func.count().label("count"))
+        .group_by(Measurement.device_id)
+        .subquery()
+    )
+    rows = session.execute(
+        select(Device, func.coalesce(counts.c.count, 0))
+        .outerjoin(counts, counts.c.device_id == Device.id)
+        .order_by(Device.id)
+    ).all()
+    return [
+        {
+            "fingerprint": d.fingerprint,
+            "kind": d.kind,
+            "name": d.name,
+            "arch": d.arch,
+            "units": d.units,
+            "memory_bytes": d.memory_bytes,
+            "info": json.loads(d.info),
+            "first_seen": d.first_seen.isoformat(),
+            "measurements": int(count),
+        }
+        for d, count in rows
+    ]
+
+
+# --- problems ----------------------------------------------------------------------------
+def _problem_filter(key: Mapping[str, Any]) -> Any:
+    return and_(*(getattr(Problem, f) == key[f] for f in PROBLEM_FIELDS))
+
+
+def ensure_problem(*, session: Session, key: Mapping[str, Any]) -> int:
+    """The id of the problem row for `key` (see ConvProblem.key), inserting it if new."""
+    found = session.execute(select(Problem.id).where(_problem_filter(key))).scalar()
+    if found is not None:
+        return int(found)
+    problem = Problem(**{f: key[f] for f in PROBLEM_FIELDS}, layout="NCHW", direction="forward")
+    with session.begin_nested():
+        session.add(problem)
+    return problem.id
+
+
+def find_problem_id(*, session: Session, key: Mapping[str, Any]) -> int | None:
+    """The id of a known problem, or None."""
+    found = session.execute(select(Problem.id).where(_problem_filter(key))).scalar()
+    return None if found is None else int(found)
+
+
+# --- measurements --------------------------------------------------------------------------
+def _row(m: Measurement) -> MeasurementRow:
+    measured_at = m.measured_at
+    if measured_at.tzinfo is None:  # SQLite drops the zone; we only ever store UTC
+        measured_at = measured_at.replace(tzinfo=timezone.utc)
+    return MeasurementRow(
+        algorithm=m.algorithm, config=m.config, impl_hash=m.impl_hash, status=m.status,
+        time_ms=m.time_ms, spread_ms=m.spread_ms, min_ms=m.min_ms, reps=m.reps,
+        workspace_bytes=m.workspace_bytes, max_error=m.max_error, rel_error=m.rel_error,
+        error=m.error, measured_at=measured_at, tuner_version=m.tuner_version,
+    )
+
+
+def load_measurements(
+    *, session: Session, fingerprint: str, key: Mapping[str, Any], impl_hashes: Mapping[str, str]
+) -> list[MeasurementRow]:
+    """Stored measurements of one problem on one device made by the current implementations.
+
+    `impl_hashes` maps algorithm name to its current implementation hash: rows made by
+    other (older) code are not returned, so they are never served as current.
+    """
+    device_id = find_device_id(session=session, fingerprint=fingerprint)
+    problem_id = find_problem_id(session=session, key=key)
+    if device_id is None or problem_id is None or not impl_hashes:
+        return []
+    current = [
+        and_(Measurement.algorithm == name, Measurement.impl_hash == digest)
+        for name, digest in impl_hashes.items()
+    ]
+    rows = session.execute(
+        select(Measurement).where(
+            Measurement.device_id == device_id,
+            Measurement.problem_id == problem_id,
+            or_(*current),
+        )
+    ).scalars()
+    return [_row(m) for m in rows]
+
+
+def save_measurements(
+    *,
+    session: Session,
+    fingerprint: str,
+    device_info: Mapping[str, Any],
+    key: Mapping[str, Any],
+    rows: Sequence[MeasurementRow],
+) -> None:
+    """Insert or replace measurements (unique per device, problem, algorithm, config, hash)."""
+    if not rows:
+        return
+    device_id = ensure_device(session=session, fingerprint=fingerprint, info=device_info)
+    problem_id = ensure_problem(session=session, key=key)
+    for row in rows:
+        existing = session.execute(
+            select(Measurement).where(
+                Measurement.device_id == device_id,
+                Measurement.problem_id == problem_id,
+                Measurement.algorithm == row.algorithm,
+                Measurement.config == row.config,
+                Measurement.impl_hash == row.impl_hash,
+            )
+        ).scalar()
+        values = asdict(row)
+        if existing is None:
+            session.add(Measurement(device_id=device_id, problem_id=problem_id, **values))
+        else:
+            for name, value in values.items():
+                setattr(existing, name, value)
+    session.flush()
+
+
+def list_results(
+    *,
+    session: Session,
+    filters: Mapping[str, Any] | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Stored measurements joined with their problem and device, newest first, paginated.
+
+    `filters` may name any problem field, `algorithm`, `status`, `config`, or `device`
+    (a fingerprint, or a prefix of one of at least 8 characters). Returns (total, page).
+    """
+    filters = dict(filters or {})
+    query = select(Measurement, Problem, Device).join(
+        Problem, Measurement.problem_id == Problem.id
+    ).join(Device, Measurement.device_id == Device.id)
+    conditions = []
+    for name, value in filters.items():
+        if value is None:
+            continue
+        if name in PROBLEM_FIELDS:
+            conditions.append(getattr(Problem, name) == value)
+        elif name in ("algorithm", "status", "config"):
+            conditions.append(getattr(Measurement, name) == value)
+        elif name == "device":
+            conditions.append(Device.fingerprint.startswith(str(value)))
+        else:
+            raise ValueError(f"unknown results filter {name!r}")
+    if conditions:
+        query = query.where(and_(*conditions))
+    total = session.execute(
+        select(func.count()).select_from(query.subquery())
+    ).scalar_one()
+    page = session.execute(
+        query.order_by(Measurement.measured_at.desc(), Measurement.id.desc())
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    return int(total), [
+        {
+            "device": d.fingerprint,
+            "device_name": d.name,
+            "problem": {f: getattr(p, f) for f in PROBLEM_FIELDS},
+            **_row(m).as_dict(),
+        }
+        for m, p, d in page
+    ]
+
+
+def iter_problem_keys(*, session: Session, fingerprint: str) -> Iterable[dict[str, Any]]:
+    """The keys of every problem measured on one device."""
+    rows = session.execute(
+        select(Problem)
+        .join(Measurement, Measurement.problem_id == Problem.id)
+        .join(Device, Measurement.device_id == Device.id)
+        .where(Device.fingerprint == fingerprint)
+        .distinct()
+    ).scalars()
+    for p in rows:
+        yield {f: getattr(p, f) for f in PROBLEM_FIELDS}

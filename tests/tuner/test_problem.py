@@ -1,0 +1,67 @@
+"""ConvProblem: validation that names the field, derived sizes, identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from algorithms.problem import ConvProblem
+
+
+def test_output_shape_and_pairs() -> None:
+    p = ConvProblem(n=8, c=64, h=56, w=56, k=64, r=3, s=3, pad=1, stride=1, dilation=1)  # type: ignore[arg-type]
+    assert p.output_shape == (8, 64, 56, 56)
+    assert p.pad == (1, 1) and p.stride == (1, 1) and p.dilation == (1, 1)
+    q = ConvProblem(n=1, c=3, h=224, w=200, k=64, r=7, s=5, pad=(3, 2), stride=(2, 3), dilation=(1, 2))
+    # out = (h + 2p - ((r-1)d + 1)) // stride + 1
+    assert q.output_shape == (1, 64, (224 + 6 - 7) // 2 + 1, (200 + 4 - 9) // 3 + 1)
+
+
+def test_hashable_and_equal_for_int_or_pair() -> None:
+    a = ConvProblem(n=1, c=2, h=5, w=5, k=2, r=3, s=3, pad=1)  # type: ignore[arg-type]
+    b = ConvProblem(n=1, c=2, h=5, w=5, k=2, r=3, s=3, pad=(1, 1))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    with pytest.raises(AttributeError):
+        a.n = 3  # type: ignore[misc]
+
+
+def test_key_round_trip() -> None:
+    p = ConvProblem(n=2, c=8, h=9, w=11, k=4, r=3, s=1, pad=(1, 0), stride=(2, 1),
+                    dilation=(1, 1), groups=2, dtype="float64")
+    assert ConvProblem.from_key(p.key()) == p
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        (dict(n=0), "n"),
+        (dict(c=-1), "c"),
+        (dict(h=0), "h"),
+        (dict(k=0), "k"),
+        (dict(r=0), "r"),
+        (dict(groups=0), "groups"),
+        (dict(groups=3), "groups"),
+        (dict(c=4, k=6, groups=4), "groups"),
+        (dict(dtype="int8"), "dtype"),
+        (dict(stride=0), "stride"),
+        (dict(dilation=(1, 0)), "dilation"),
+        (dict(pad=-1), "pad"),
+        (dict(pad=(1, 2, 3)), "pad"),
+        (dict(r=9, h=5), "empty output"),
+        (dict(n=1.5), "n"),
+    ],
+)
+def test_invalid_problems_name_the_field(kwargs: dict, field: str) -> None:
+    args = dict(n=1, c=4, h=6, w=6, k=4, r=3, s=3)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=field):
+        ConvProblem(**args)  # type: ignore[arg-type]
+
+
+def test_filter_as_large_as_padded_input_is_valid() -> None:
+    p = ConvProblem(n=1, c=1, h=5, w=4, k=1, r=7, s=6, pad=1)  # type: ignore[arg-type]
+    assert p.out_hw == (1, 1)
+
+
+def test_flops_counts_multiply_adds_twice() -> None:
+    p = ConvProblem(n=2, c=4, h=5, w=5, k=6, r=3, s=3, pad=1, groups=2)  # type: ignore[arg-type]
+    assert p.flops == 2 * 2 * 6 * 5 * 5 * 2 * 3 * 3

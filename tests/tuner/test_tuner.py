@@ -1,0 +1,131 @@
+"""The tuner's selection, workspace semantics, failure recording and database answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from db.engine import open_store
+from tuner import results as R
+from tuner.runtime import TimingPolicy
+from tuner.tuning import NotInDatabase, NoUsableAlgorithm, Tuner
+
+from tests.tuner.fakes import Fake, Lazy, Raises, Refuses, Wrong, small_problem
+
+QUICK = TimingPolicy(warmup=1, budget_s=0.0, min_reps=2, max_reps=2)
+
+
+def make(db_url: str, *algos: Fake) -> Tuner:
+    return Tuner(open_store(db_url), policy=QUICK, algorithms=algos)
+
+
+def test_every_algorithm_once_usable_first(db_url: str) -> None:
+    algos = (Fake("a"), Raises("b"), Wrong("c"), Refuses("d"), Lazy("e"), Fake("f", ws=64))
+    results = make(db_url, *algos).find(small_problem(), "cpu")
+    assert sorted(r.algorithm for r in results) == list("abcdef")
+    assert [r.status for r in results[:2]] == [R.OK, R.OK]
+    assert results[0].time_ms is not None and results[0].time_ms <= results[1].time_ms  # type: ignore[operator]
+    by = {r.algorithm: r for r in results}
+    assert by["b"].status == R.FAILED and "too many resources" in (by["b"].error or "")
+    assert by["c"].status == R.WRONG_RESULT and by["c"].rel_error == pytest.approx(0.01, rel=1e-3)
+    assert by["d"].status == R.UNSUPPORTED and by["d"].error == "only 1x1 filters"
+    assert by["e"].status == R.WRONG_RESULT  # unwritten (NaN-poisoned) outputs are caught
+    assert all(r.source == R.FRESH for r in results if r.status != R.UNSUPPORTED)
+
+
+def test_wrong_or_failing_candidate_is_never_best(db_url: str) -> None:
+    tuner = make(db_url, Wrong("fast_but_wrong"), Raises("broken"), Fake("slow_but_right"))
+    assert tuner.best(small_problem(), "cpu").algorithm == "slow_but_right"
+    with pytest.raises(NoUsableAlgorithm, match="fast_but_wrong/default: wrong_result"):
+        make(db_url, Wrong("fast_but_wrong")).best(small_problem(n=1), "cpu")
+
+
+def test_workspace_limit_zero_never_returns_workspace(db_url: str) -> None:
+    tuner = make(db_url, Fake("needs_ws", ws=1024), Fake("none", ws=0))
+    for _ in range(3):
+        best = tuner.best(small_problem(), "cpu", workspace_limit=0)
+        assert best.algorithm == "none" and best.workspace_bytes == 0
+    results = tuner.find(small_problem(), "cpu", workspace_limit=1023)
+    by = {r.algorithm: r for r in results}
+    assert by["needs_ws"].status == R.OVER_WORKSPACE_LIMIT
+    assert "1024" in (by["needs_ws"].error or "")
+    with pytest.raises(NoUsableAlgorithm):
+        make(db_url, Fake("needs_ws", ws=1024)).best(small_problem(), "cpu", workspace_limit=0)
+
+
+def test_bad_workspace_limit_and_mode(db_url: str) -> None:
+    tuner = make(db_url, Fake("a"))
+    for bad in (-1, 1.5, "10", True):
+        with pytest.raises(ValueError, match="workspace_limit"):
+            tuner.find(small_problem(), "cpu", workspace_limit=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mode"):
+        tuner.find(small_problem(), "cpu", mode="fast")
+
+
+def test_second_find_answers_from_database(db_url: str) -> None:
+    a, b = Fake("a"), Fake("b", ws=4096)
+    tuner = make(db_url, a, b)
+    first = tuner.find(small_problem(), "cpu")
+    runs = (a.runs, b.runs)
+    second = make(db_url, a, b).find(small_problem(), "cpu")
+    assert (a.runs, b.runs) == runs  # nothing measured again
+    assert all(r.source == R.MEASURED_HERE for r in second)
+    assert [(r.algorithm, r.time_ms) for r in first] == [(r.algorithm, r.time_ms) for r in second]
+
+
+def test_new_workspace_limit_answered_from_table(db_url: str) -> None:
+    a, b = Fake("a", ws=0), Fake("b", ws=4096)
+    make(db_url, a, b).find(small_problem(), "cpu")  # no limit: both measured
+    runs = (a.runs, b.runs)
+    best = make(db_url, a, b).best(small_problem(), "cpu", workspace_limit=0)
+    assert best.algorithm == "a" and best.source == R.MEASURED_HERE
+    assert (a.runs, b.runs) == runs
+
+
+def test_limit_first_then_wider_measures_only_what_is_missing(db_url: str) -> None:
+    a, b = Fake("a", ws=0), Fake("b", ws=4096)
+    make(db_url, a, b).find(small_problem(), "cpu", workspace_limit=0)
+    assert b.runs == 0
+    a_runs = a.runs
+    results = make(db_url, a, b).find(small_problem(), "cpu")
+    by = {r.algorithm: r for r in results}
+    assert a.runs == a_runs and b.runs > 0
+    assert by["a"].source == R.MEASURED_HERE and by["b"].source == R.FRESH
+
+
+def test_cached_mode_and_tune_mode(db_url: str) -> None:
+    a = Fake("a")
+    with pytest.raises(NotInDatabase, match="has not been measured"):
+        make(db_url, a).find(small_problem(), "cpu", mode="cached")
+    assert a.runs == 0
+    make(db_url, a).find(small_problem(), "cpu")
+    assert make(db_url, a).find(small_problem(), "cpu", mode="cached")[0].source == R.MEASURED_HERE
+    runs = a.runs
+    assert make(db_url, a).find(small_problem(), "cpu", mode="tune")[0].source == R.FRESH
+    assert a.runs > runs
+
+
+def test_results_from_older_code_are_not_served(db_url: str) -> None:
+    old = Fake("a")
+    make(db_url, old).find(small_problem(), "cpu")
+    new = Fake("a")
+    new.impl_hash = "fake-v2"
+    result = make(db_url, new).find(small_problem(), "cpu")[0]
+    assert result.source == R.FRESH and new.runs > 0
+
+
+def test_failures_are_stored_and_served(db_url: str) -> None:
+    broken = Raises("broken")
+    make(db_url, broken, Fake("ok")).find(small_problem(), "cpu")
+    runs = broken.runs
+    again = {r.algorithm: r for r in make(db_url, broken, Fake("ok")).find(small_problem(), "cpu")}
+    assert broken.runs == runs
+    assert again["broken"].status == R.FAILED and again["broken"].source == R.MEASURED_HERE
+
+
+def test_configs_are_candidates_and_find_reports_the_best_per_algorithm(db_url: str) -> None:
+    tuner = make(db_url, Fake("tiles", ws=16, configs=("t1", "t2", "t3")))
+    per_config = tuner.find_candidates(small_problem(), "cpu")
+    assert sorted(r.config for r in per_config) == ["t1", "t2", "t3"]
+    per_algorithm = tuner.find(small_problem(), "cpu")
+    assert len(per_algorithm) == 1
+    assert per_algorithm[0].time_ms == min(r.time_ms for r in per_config)  # type: ignore[type-var]

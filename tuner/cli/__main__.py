@@ -1,0 +1,7 @@
+"""`python -m tuner.cli`."""
+
+import sys
+
+from tuner.cli import main
+
+sys.exit(main())

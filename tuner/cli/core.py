@@ -1,0 +1,352 @@
+"""Core commands: find, tune, results, devices, algorithms."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from algorithms.problem import ConvProblem
+from algorithms.registry import ALGORITHM_NAMES, BACKEND_MODULES, algorithms_for
+from db import queries
+from db.engine import open_store
+from tuner.cli import app
+from tuner.devices import cuda_available, identify, parse_device
+from tuner.networks import NETWORKS, network_problems
+from tuner.results import AlgorithmResult
+from tuner.tuning import Tuner
+
+console = Console()
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option("--db", help="SQLAlchemy URL (default: $CONVTUNE_DB_URL or the user cache)."),
+]
+DeviceOpt = Annotated[
+    str | None, typer.Option("--device", help="cpu, cuda or cuda:N (default: first GPU, else cpu).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+LimitOpt = Annotated[
+    int | None,
+    typer.Option("--workspace-limit", help="Workspace limit in bytes (0: none allowed)."),
+]
+
+
+def parse_pair(text: str, name: str) -> tuple[int, int]:
+    """'1' -> (1, 1); '1,2' or '1x2' -> (1, 2); ValueError names the option."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"--{name} must be an int or H,W, got {text!r}") from None
+    if len(values) == 1:
+        return (values[0], values[0])
+    if len(values) == 2:
+        return (values[0], values[1])
+    raise ValueError(f"--{name} must be an int or H,W, got {text!r}")
+
+
+def parse_batches(text: str) -> list[int]:
+    """'1,8,32' -> [1, 8, 32]; ValueError for anything that is not positive ints."""
+    try:
+        batches = [int(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise ValueError(
+            f"--batch must be positive ints separated by commas, got {text!r}"
+        ) from None
+    if not batches or min(batches) < 1:
+        raise ValueError(f"--batch must be positive ints separated by commas, got {text!r}")
+    return batches
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def results_table(results: list[AlgorithmResult], title: str) -> Table:
+    """A ranked table of find results."""
+    table = Table(title=title)
+    for column in (
+        "#",
+        "algorithm",
+        "config",
+        "status",
+        "time ms",
+        "workspace",
+        "rel error",
+        "source",
+        "note",
+    ):
+        table.add_column(column, overflow="fold")
+    for i, r in enumerate(results, 1):
+        table.add_row(
+            str(i),
+            r.algorithm,
+            r.config,
+            r.status,
+            _ms(r.time_ms),
+            f"{r.workspace_bytes:,}",
+            "-" if r.rel_error is None else f"{r.rel_error:.1e}",
+            r.source,
+            r.error or "",
+        )
+    return table
+
+
+@app.command()
+def find(
+    n: Annotated[int, typer.Option("--n", help="Batch size.")],
+    c: Annotated[int, typer.Option("--c", help="Input channels.")],
+    h: Annotated[int, typer.Option("--h", help="Input height.")],
+    w: Annotated[int, typer.Option("--w", help="Input width.")],
+    k: Annotated[int, typer.Option("--k", help="Output channels.")],
+    r: Annotated[int, typer.Option("--r", help="Filter height.")],
+    s: Annotated[int, typer.Option("--s", help="Filter width.")],
+    pad: Annotated[str, typer.Option("--pad", help="Padding: P or PH,PW.")] = "0",
+    stride: Annotated[str, typer.Option("--stride", help="Stride: S or SH,SW.")] = "1",
+    dilation: Annotated[str, typer.Option("--dilation", help="Dilation: D or DH,DW.")] = "1",
+    groups: Annotated[int, typer.Option("--groups")] = 1,
+    dtype: Annotated[str, typer.Option("--dtype")] = "float32",
+    workspace_limit: LimitOpt = None,
+    device: DeviceOpt = None,
+    db: DbOpt = None,
+    mode: Annotated[str, typer.Option("--mode", help="auto, cached or tune.")] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Rank every algorithm for one convolution (measuring what the database lacks)."""
+    problem = ConvProblem(
+        n=n,
+        c=c,
+        h=h,
+        w=w,
+        k=k,
+        r=r,
+        s=s,
+        pad=parse_pair(pad, "pad"),
+        stride=parse_pair(stride, "stride"),
+        dilation=parse_pair(dilation, "dilation"),
+        groups=groups,
+        dtype=dtype,
+    )
+    dev = parse_device(device)
+    results = Tuner(open_store(db)).find(problem, dev, workspace_limit, mode=mode)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "problem": problem.key(),
+                    "device": dev,
+                    "results": [r.as_dict() for r in results],
+                },
+                indent=2,
+            )
+        )
+        return
+    console.print(results_table(results, f"{problem.describe()} on {dev}"))
+
+
+@app.command()
+def tune(
+    model: Annotated[
+        str, typer.Option("--model", help=f"Built-in network: {', '.join(NETWORKS)}.")
+    ],
+    batch: Annotated[str, typer.Option("--batch", help="Batch size(s), e.g. 8 or 1,8,32.")] = "1",
+    dtype: Annotated[str, typer.Option("--dtype")] = "float32",
+    workspace_limit: LimitOpt = None,
+    device: DeviceOpt = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tune every distinct convolution of a network, then print the winners."""
+    batches = parse_batches(batch)
+    work = [(b, layer, p) for b in batches for layer, p in network_problems(model, b, dtype)]
+    dev = parse_device(device)
+    tuner = Tuner(open_store(db))
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=as_json,
+    ) as progress:
+        task = progress.add_task(f"tuning {model} on {dev}", total=len(work))
+        for b, layer, problem in work:
+            progress.update(task, description=f"{model} n={b} {layer.name}")
+            best = tuner.best(problem, dev, workspace_limit)
+            rows.append(
+                {
+                    "batch": b,
+                    "layer": layer.name,
+                    "problem": problem.key(),
+                    "describe": problem.describe(),
+                    **best.as_dict(),
+                }
+            )
+            progress.advance(task)
+    elapsed = time.perf_counter() - started
+    if as_json:
+        print(json.dumps({"model": model, "device": dev, "results": rows}, indent=2))
+        return
+    table = Table(title=f"{model} on {dev}: best algorithm per convolution")
+    for column in ("batch", "layer", "problem", "best", "config", "time ms", "workspace", "source"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(
+            str(row["batch"]),
+            row["layer"],
+            row["describe"],
+            row["algorithm"],
+            row["config"],
+            _ms(row["time_ms"]),
+            f"{row['workspace_bytes']:,}",
+            row["source"],
+        )
+    console.print(table)
+    fresh = sum(row["source"] == "fresh" for row in rows)
+    wins: dict[str, int] = {}
+    for row in rows:
+        wins[row["algorithm"]] = wins.get(row["algorithm"], 0) + 1
+    console.print(
+        f"{len(rows)} convolutions ({fresh} measured now, {len(rows) - fresh} from the database) "
+        f"in {elapsed:.1f} s; wins: "
+        + ", ".join(
+            f"{name} {count}" for name, count in sorted(wins.items(), key=lambda kv: -kv[1])
+        )
+    )
+
+
+@app.command()
+def results(
+    device: Annotated[
+        str | None, typer.Option("--device", help="Device fingerprint (or 8+ char prefix).")
+    ] = None,
+    algorithm: Annotated[str | None, typer.Option("--algorithm")] = None,
+    status: Annotated[str | None, typer.Option("--status")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
+    offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the measurements the database holds, newest first."""
+    filters = {"device": device, "algorithm": algorithm, "status": status}
+    with open_store(db).session() as session:
+        total, page = queries.list_results(
+            session=session, filters=filters, limit=limit, offset=offset
+        )
+    if as_json:
+        print(json.dumps({"total": total, "offset": offset, "results": page}, indent=2))
+        return
+    table = Table(
+        title=f"{total} measurements (showing {offset + 1 if page else 0}-{offset + len(page)})"
+    )
+    for column in (
+        "device",
+        "problem",
+        "algorithm",
+        "config",
+        "status",
+        "time ms",
+        "workspace",
+        "measured",
+    ):
+        table.add_column(column, overflow="fold")
+    for row in page:
+        problem = ConvProblem.from_key(row["problem"])
+        table.add_row(
+            row["device_name"][:28],
+            problem.describe(),
+            row["algorithm"],
+            row["config"],
+            row["status"],
+            _ms(row["time_ms"]),
+            f"{row['workspace_bytes']:,}",
+            row["measured_at"][:19],
+        )
+    console.print(table)
+
+
+@app.command()
+def devices(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Show the devices here and the devices the database holds measurements for."""
+    here = [identify("cpu")]
+    ok, why = cuda_available()
+    if ok:
+        here.append(identify(parse_device("cuda")))
+    with open_store(db).session() as session:
+        stored = queries.list_devices(session=session)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "here": [
+                        {"device": d.device, "fingerprint": d.fingerprint, "info": d.info}
+                        for d in here
+                    ],
+                    "cuda": {"available": ok, "reason": why},
+                    "database": stored,
+                },
+                indent=2,
+            )
+        )
+        return
+    table = Table(title="devices")
+    for column in ("where", "fingerprint", "kind", "name", "arch", "units", "measurements"):
+        table.add_column(column, overflow="fold")
+    counts = {d["fingerprint"]: d["measurements"] for d in stored}
+    for d in here:
+        table.add_row(
+            d.device,
+            d.fingerprint,
+            d.info["kind"],
+            d.info["name"],
+            str(d.info["arch"]),
+            str(d.info["units"]),
+            str(counts.get(d.fingerprint, 0)),
+        )
+    local = {d.fingerprint for d in here}
+    for d in stored:
+        if d["fingerprint"] not in local:
+            table.add_row(
+                "database",
+                d["fingerprint"],
+                d["kind"],
+                d["name"],
+                d["arch"],
+                str(d["units"]),
+                str(d["measurements"]),
+            )
+    console.print(table)
+    if not ok:
+        console.print(f"no GPU: {why}")
+
+
+@app.command()
+def algorithms(as_json: JsonOpt = False) -> None:
+    """List the registered algorithms and the backends that implement them."""
+    available: dict[str, list[str]] = {name: [] for name in ALGORITHM_NAMES}
+    problems: dict[str, str] = {}
+    for backend in BACKEND_MODULES:
+        try:
+            for algorithm in algorithms_for(backend):
+                available[algorithm.name].append(backend)
+        except Exception as exc:
+            problems[backend] = f"{type(exc).__name__}: {exc}"
+    if as_json:
+        print(json.dumps({"algorithms": available, "backend_errors": problems}, indent=2))
+        return
+    table = Table(title="algorithms")
+    table.add_column("name")
+    table.add_column("backends")
+    for name, backends in available.items():
+        table.add_row(name, ", ".join(backends) or "-")
+    console.print(table)
+    for backend, error in problems.items():
+        console.print(f"backend {backend} unavailable: {error}")

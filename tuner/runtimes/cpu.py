@@ -1,0 +1,110 @@
+"""The CPU runtime: NumPy buffers, wall-clock timing, a processor/BLAS fingerprint."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tuner.runtime import Timing, TimingPolicy
+
+
+def _processor_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _blas_name() -> str:
+    try:
+        config = np.show_config(mode="dicts")  # type: ignore[call-arg]
+        blas = config["Build Dependencies"]["blas"]
+        return f"{blas.get('name', '?')} {blas.get('version', '?')}"
+    except Exception:
+        return "unknown"
+
+
+class CpuRuntime:
+    """The host processor as a tuning device."""
+
+    backend = "cpu"
+    device = "cpu"
+
+    def empty(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """An uninitialised C-contiguous array."""
+        return np.empty(shape, dtype=dtype)
+
+    def workspace(self, nbytes: int) -> np.ndarray | None:
+        """A 1-D uint8 workspace of `nbytes` (None for 0)."""
+        return np.empty(nbytes, dtype=np.uint8) if nbytes else None
+
+    def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+        """Fresh standard-normal values (never zeros: zeros time and verify optimistically)."""
+        return rng.standard_normal(shape, dtype=np.float64).astype(dtype)
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        """The array as NumPy (no copy when it already is)."""
+        return np.asarray(array)
+
+    def adopt(self, array: Any) -> np.ndarray | None:
+        """The caller's array as NumPy when it lives on the host, else None."""
+        if isinstance(array, np.ndarray):
+            return array
+        if hasattr(array, "__cuda_array_interface__"):
+            return None
+        try:
+            return np.asarray(array)
+        except (TypeError, ValueError):
+            return None
+
+    def contiguous(self, array: Any, dtype: str) -> np.ndarray:
+        """C-contiguous in `dtype`; a no-op when it already is."""
+        return np.ascontiguousarray(array, dtype=dtype)
+
+    def synchronize(self) -> None:
+        """Nothing to wait for on the host."""
+
+    def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
+        """Warm up, then time runs until the budget or max_reps is reached."""
+        for _ in range(policy.warmup):
+            fn()
+        times: list[float] = []
+        spent = 0.0
+        while len(times) < policy.min_reps or (
+            spent < policy.budget_s and len(times) < policy.max_reps
+        ):
+            start = time.perf_counter()
+            fn()
+            elapsed = time.perf_counter() - start
+            times.append(elapsed * 1e3)
+            spent += elapsed
+        return Timing(tuple(times))
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the timings are valid for: processor, cores, NumPy and BLAS versions."""
+        return {
+            "kind": "cpu",
+            "name": _processor_model(),
+            "arch": platform.machine(),
+            "units": os.cpu_count() or 1,
+            "memory_bytes": self.memory_bytes(),
+            "numpy": np.__version__,
+            "blas": _blas_name(),
+            "python": platform.python_version(),
+        }
+
+    def memory_bytes(self) -> int | None:
+        """Physical memory, where the OS says."""
+        try:
+            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError, AttributeError):
+            return None
