@@ -32,7 +32,9 @@ class Fake:
     def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
         return self.ws
 
-    def run(self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str) -> None:
+    def run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
         self.runs += 1
         if self.ws:
             assert workspace is not None and workspace.size >= self.ws
@@ -42,7 +44,9 @@ class Fake:
 class Raises(Fake):
     """A candidate whose kernel fails."""
 
-    def run(self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str) -> None:
+    def run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
         self.runs += 1
         raise RuntimeError("kernel launch failed: too many resources requested")
 
@@ -50,7 +54,9 @@ class Raises(Fake):
 class Wrong(Fake):
     """A candidate that computes the wrong answer (and would otherwise look fastest)."""
 
-    def run(self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str) -> None:
+    def run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
         self.runs += 1
         y[...] = reference_conv(x, w, problem) * 1.01
 
@@ -58,7 +64,9 @@ class Wrong(Fake):
 class Lazy(Fake):
     """A candidate that leaves part of the output unwritten."""
 
-    def run(self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str) -> None:
+    def run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
         self.runs += 1
         ref = reference_conv(x, w, problem)
         y[:, :, :-1] = ref[:, :, :-1]

@@ -11,7 +11,9 @@ def test_output_shape_and_pairs() -> None:
     p = ConvProblem(n=8, c=64, h=56, w=56, k=64, r=3, s=3, pad=1, stride=1, dilation=1)  # type: ignore[arg-type]
     assert p.output_shape == (8, 64, 56, 56)
     assert p.pad == (1, 1) and p.stride == (1, 1) and p.dilation == (1, 1)
-    q = ConvProblem(n=1, c=3, h=224, w=200, k=64, r=7, s=5, pad=(3, 2), stride=(2, 3), dilation=(1, 2))
+    q = ConvProblem(
+        n=1, c=3, h=224, w=200, k=64, r=7, s=5, pad=(3, 2), stride=(2, 3), dilation=(1, 2)
+    )
     # out = (h + 2p - ((r-1)d + 1)) // stride + 1
     assert q.output_shape == (1, 64, (224 + 6 - 7) // 2 + 1, (200 + 4 - 9) // 3 + 1)
 
@@ -25,8 +27,20 @@ def test_hashable_and_equal_for_int_or_pair() -> None:
 
 
 def test_key_round_trip() -> None:
-    p = ConvProblem(n=2, c=8, h=9, w=11, k=4, r=3, s=1, pad=(1, 0), stride=(2, 1),
-                    dilation=(1, 1), groups=2, dtype="float64")
+    p = ConvProblem(
+        n=2,
+        c=8,
+        h=9,
+        w=11,
+        k=4,
+        r=3,
+        s=1,
+        pad=(1, 0),
+        stride=(2, 1),
+        dilation=(1, 1),
+        groups=2,
+        dtype="float64",
+    )
     assert ConvProblem.from_key(p.key()) == p
 
 

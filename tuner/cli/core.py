@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Annotated, Any
 
@@ -21,7 +22,10 @@ from tuner.networks import NETWORKS, network_problems
 from tuner.results import AlgorithmResult
 from tuner.tuning import Tuner
 
-console = Console()
+
+def stdout() -> Console:
+    """A console on stdout; wide when piped, so tables stay greppable instead of folded."""
+    return Console(width=None if sys.stdout.isatty() else 200)
 
 DbOpt = Annotated[
     str | None,
@@ -147,7 +151,7 @@ def find(
             )
         )
         return
-    console.print(results_table(results, f"{problem.describe()} on {dev}"))
+    stdout().print(results_table(results, f"{problem.describe()} on {dev}"))
 
 
 @app.command()
@@ -209,12 +213,12 @@ def tune(
             f"{row['workspace_bytes']:,}",
             row["source"],
         )
-    console.print(table)
+    stdout().print(table)
     fresh = sum(row["source"] == "fresh" for row in rows)
     wins: dict[str, int] = {}
     for row in rows:
         wins[row["algorithm"]] = wins.get(row["algorithm"], 0) + 1
-    console.print(
+    stdout().print(
         f"{len(rows)} convolutions ({fresh} measured now, {len(rows) - fresh} from the database) "
         f"in {elapsed:.1f} s; wins: "
         + ", ".join(
@@ -270,7 +274,7 @@ def results(
             f"{row['workspace_bytes']:,}",
             row["measured_at"][:19],
         )
-    console.print(table)
+    stdout().print(table)
 
 
 @app.command()
@@ -312,20 +316,20 @@ def devices(db: DbOpt = None, as_json: JsonOpt = False) -> None:
             str(counts.get(d.fingerprint, 0)),
         )
     local = {d.fingerprint for d in here}
-    for d in stored:
-        if d["fingerprint"] not in local:
+    for row in stored:
+        if row["fingerprint"] not in local:
             table.add_row(
                 "database",
-                d["fingerprint"],
-                d["kind"],
-                d["name"],
-                d["arch"],
-                str(d["units"]),
-                str(d["measurements"]),
+                row["fingerprint"],
+                row["kind"],
+                row["name"],
+                row["arch"],
+                str(row["units"]),
+                str(row["measurements"]),
             )
-    console.print(table)
+    stdout().print(table)
     if not ok:
-        console.print(f"no GPU: {why}")
+        stdout().print(f"no GPU: {why}")
 
 
 @app.command()
@@ -347,6 +351,6 @@ def algorithms(as_json: JsonOpt = False) -> None:
     table.add_column("backends")
     for name, backends in available.items():
         table.add_row(name, ", ".join(backends) or "-")
-    console.print(table)
+    stdout().print(table)
     for backend, error in problems.items():
-        console.print(f"backend {backend} unavailable: {error}")
+        stdout().print(f"backend {backend} unavailable: {error}")

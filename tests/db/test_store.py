@@ -1,0 +1,99 @@
+"""The store: schema versions and migration, reopening, listing, bad URLs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Connection, create_engine, text
+
+from db import migrations, queries
+from db.engine import close_stores, open_store
+from db.migrations import SCHEMA_VERSION, SchemaError, stored_version, upgrade
+from tests.tuner.fakes import small_problem
+from tuner import find_algorithms
+
+
+def test_new_database_records_current_version(db_url: str) -> None:
+    store = open_store(db_url)
+    with store.engine.connect() as conn:
+        assert stored_version(conn) == SCHEMA_VERSION
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert int(conn.execute(text("PRAGMA busy_timeout")).scalar()) >= 10_000
+
+
+def test_reopened_database_keeps_results(db_url: str) -> None:
+    before = find_algorithms(small_problem(), device="cpu")
+    close_stores()
+    after = find_algorithms(small_problem(), device="cpu", mode="cached")
+    assert {(r.algorithm, r.time_ms) for r in before} == {(r.algorithm, r.time_ms) for r in after}
+
+
+def test_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'future.db'}"
+    open_store(url)
+    close_stores()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE convtune_meta SET value = :v WHERE key = 'schema_version'"),
+            {"v": str(SCHEMA_VERSION + 1)},
+        )
+    engine.dispose()
+    with pytest.raises(SchemaError, match="newer"):
+        open_store(url)
+
+
+def test_migration_path_upgrades_and_keeps_rows(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    find_algorithms(small_problem(), device="cpu")
+    close_stores()
+    ran: list[int] = []
+
+    def add_note_column(conn: Connection) -> None:
+        ran.append(SCHEMA_VERSION)
+        conn.execute(text("ALTER TABLE measurements ADD COLUMN note TEXT"))
+
+    monkeypatch.setitem(migrations.MIGRATIONS, SCHEMA_VERSION, add_note_column)
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        assert upgrade(conn, target=SCHEMA_VERSION + 1) == SCHEMA_VERSION
+        assert stored_version(conn) == SCHEMA_VERSION + 1
+        assert conn.execute(text("SELECT count(*) FROM measurements")).scalar() >= 4
+    engine.dispose()
+    assert ran == [SCHEMA_VERSION]
+
+
+def test_missing_migration_step_is_an_error(db_url: str) -> None:
+    open_store(db_url)
+    close_stores()
+    engine = create_engine(db_url)
+    with engine.begin() as conn, pytest.raises(SchemaError, match="no migration"):
+        upgrade(conn, target=SCHEMA_VERSION + 1)
+    engine.dispose()
+
+
+def test_list_results_filters_and_pages(db_url: str) -> None:
+    find_algorithms(small_problem(), device="cpu")
+    find_algorithms(small_problem(n=1), device="cpu")
+    with open_store(db_url).session() as session:
+        total, page = queries.list_results(session=session, limit=3)
+        assert total >= 8 and len(page) == 3
+        n1_total, n1 = queries.list_results(session=session, filters={"n": 1}, limit=100)
+        assert n1_total == len(n1) and all(row["problem"]["n"] == 1 for row in n1)
+        _, fft = queries.list_results(session=session, filters={"algorithm": "fft"})
+        assert {row["algorithm"] for row in fft} == {"fft"}
+        device = page[0]["device"]
+        by_prefix, _ = queries.list_results(session=session, filters={"device": device[:8]})
+        assert by_prefix == total
+        with pytest.raises(ValueError, match="unknown results filter"):
+            queries.list_results(session=session, filters={"colour": "red"})
+        devices = queries.list_devices(session=session)
+        assert devices[0]["measurements"] == total and devices[0]["kind"] == "cpu"
+
+
+@pytest.mark.parametrize("url", ["not a url", "nosuchdialect://x/y"])
+def test_bad_database_url_is_a_value_error(url: str) -> None:
+    with pytest.raises(ValueError, match="database URL"):
+        open_store(url)

@@ -1,0 +1,148 @@
+"""The public API on the CPU backend: find, best, convolve, bad input stores nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select
+
+from algorithms.reference import reference_conv, relative_error
+from db.engine import open_store
+from db.models import Measurement
+from tests.tuner.fakes import random_inputs, small_problem
+from tuner import (
+    ConvProblem,
+    convolve,
+    find_algorithms,
+    find_best_algorithm,
+    results,
+    run_convolution,
+)
+
+
+def stored_rows(db_url: str) -> int:
+    with open_store(db_url).session() as session:
+        return int(session.execute(select(func.count()).select_from(Measurement)).scalar_one())
+
+
+def test_find_algorithms_lists_all_four_fastest_first(db_url: str) -> None:
+    found = find_algorithms(small_problem(), device="cpu")
+    assert sorted(r.algorithm for r in found) == ["direct", "fft", "im2col_gemm", "implicit_gemm"]
+    usable = [r for r in found if r.usable]
+    assert len(usable) == 4
+    assert [r.time_ms for r in usable] == sorted(r.time_ms for r in usable)  # type: ignore[misc]
+    assert all(r.rel_error is not None and r.rel_error < 1e-4 for r in usable)
+    assert stored_rows(db_url) >= 4  # every candidate stored, not only the winner
+
+
+def test_workspace_limit_zero_picks_direct(db_url: str) -> None:
+    best = find_best_algorithm(small_problem(), device="cpu", workspace_limit=0)
+    assert best.algorithm == "direct" and best.workspace_bytes == 0
+
+
+def test_best_is_answered_from_database_second_time(db_url: str) -> None:
+    first = find_best_algorithm(small_problem(), device="cpu")
+    again = find_best_algorithm(small_problem(), device="cpu")
+    assert first.source == results.FRESH and again.source == results.MEASURED_HERE
+    assert (again.algorithm, again.time_ms) == (first.algorithm, first.time_ms)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(stride=1, padding=1, dilation=1, groups=1),
+        dict(stride=(2, 1), padding=(0, 2), dilation=(1, 2), groups=2),
+        dict(stride=1, padding=0, dilation=1, groups=4),
+    ],
+)
+def test_convolve_matches_reference(dtype: str, kw: dict, rng: np.random.Generator) -> None:
+    x = rng.standard_normal((2, 4, 9, 8)).astype(dtype)
+    w = rng.standard_normal((8, 4 // kw["groups"], 3, 3)).astype(dtype)
+    y = convolve(x, w, device="cpu", **kw)
+    p = ConvProblem(
+        n=2,
+        c=4,
+        h=9,
+        w=8,
+        k=8,
+        r=3,
+        s=3,
+        pad=kw["padding"],
+        stride=kw["stride"],
+        dilation=kw["dilation"],
+        groups=kw["groups"],
+        dtype=dtype,
+    )
+    assert isinstance(y, np.ndarray) and y.dtype == np.dtype(dtype) and y.shape == p.output_shape
+    assert relative_error(y, reference_conv(x, w, p)) < (1e-4 if dtype == "float32" else 1e-9)
+
+
+@pytest.mark.parametrize("name", ["direct", "im2col_gemm", "implicit_gemm", "fft"])
+def test_convolve_named_algorithm_with_strided_inputs(name: str, rng: np.random.Generator) -> None:
+    # Non-contiguous views: a transposed-back copy and a sliced batch.
+    base = rng.standard_normal((4, 3, 10, 11)).astype(np.float32)
+    x = np.ascontiguousarray(base.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)[::2]
+    w = rng.standard_normal((5, 3, 3, 2)).astype(np.float32)[:, :, :, ::-1]
+    assert not x.flags.c_contiguous and not w.flags.c_contiguous
+    out = run_convolution(x, w, padding=1, algorithm=name, device="cpu")
+    assert out.algorithm == name
+    p = ConvProblem(n=2, c=3, h=10, w=11, k=5, r=3, s=2, pad=(1, 1))
+    assert relative_error(out.y, reference_conv(x, w, p)) < 1e-4
+
+
+def test_float16_keeps_dtype(rng: np.random.Generator) -> None:
+    p = small_problem(dtype="float16")
+    x, w = random_inputs(p, rng)
+    y = convolve(x, w, padding=1, device="cpu")
+    assert y.dtype == np.float16
+    assert relative_error(y, reference_conv(x, w, p)) < 5e-3
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "kw", "message"),
+    [
+        ((2, 4, 8, 8), (6, 3, 3, 3), {}, "shape mismatch"),
+        ((2, 4, 8, 8), (6, 4, 3, 3), {"groups": 2}, "shape mismatch"),
+        ((4, 8, 8), (6, 4, 3, 3), {}, "4-D"),
+        ((2, 4, 8, 8), (6, 4, 3), {}, "4-D"),
+        ((2, 4, 2, 2), (6, 4, 3, 3), {}, "empty output"),
+        ((2, 4, 8, 8), (6, 4, 3, 3), {"stride": 0}, "stride"),
+        ((2, 4, 8, 8), (6, 4, 3, 3), {"padding": -1}, "pad"),
+        ((2, 4, 8, 8), (6, 4, 3, 3), {"workspace_limit": -5}, "workspace_limit"),
+        ((2, 4, 8, 8), (6, 4, 3, 3), {"algorithm": "winograd"}, "unknown algorithm"),
+        ((2, 4, 8, 8), (6, 4, 3, 3), {"device": "tpu"}, "unknown device"),
+    ],
+)
+def test_bad_input_is_a_value_error_and_stores_nothing(
+    x_shape: tuple, w_shape: tuple, kw: dict, message: str, db_url: str, rng: np.random.Generator
+) -> None:
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    with pytest.raises(ValueError, match=message):
+        convolve(x, w, **kw)
+    assert stored_rows(db_url) == 0
+
+
+def test_bad_dtypes_are_value_errors(db_url: str, rng: np.random.Generator) -> None:
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match="dtype"):
+        convolve(rng.integers(0, 5, (1, 4, 6, 6)), w, device="cpu")
+    with pytest.raises(ValueError, match="float64"):
+        convolve(rng.standard_normal((1, 4, 6, 6)), w, device="cpu")
+    with pytest.raises(ValueError, match="ConvProblem"):
+        find_algorithms((1, 2, 3), device="cpu")  # type: ignore[arg-type]
+    assert stored_rows(db_url) == 0
+
+
+def test_named_algorithm_over_workspace_limit_is_refused(rng: np.random.Generator) -> None:
+    x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match="workspace"):
+        convolve(x, w, algorithm="im2col_gemm", workspace_limit=0, device="cpu")
+    assert convolve(x, w, algorithm="direct", workspace_limit=0, device="cpu").shape == (1, 4, 6, 6)
+
+
+def test_default_database_comes_from_environment(db_url: str) -> None:
+    find_best_algorithm(small_problem(), device="cpu")  # db=None: CONVTUNE_DB_URL (conftest)
+    assert stored_rows(db_url) > 0
