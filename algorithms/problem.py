@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: Data types a problem may name, with their size in bytes.
@@ -10,20 +10,34 @@ DTYPES: dict[str, int] = {"float16": 2, "float32": 4, "float64": 8}
 
 #: The fields that identify a problem, in the order the database stores them.
 KEY_FIELDS: tuple[str, ...] = (
-    "n", "c", "h", "w", "k", "r", "s",
-    "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w",
-    "groups", "dtype",
+    "n",
+    "c",
+    "h",
+    "w",
+    "k",
+    "r",
+    "s",
+    "pad_h",
+    "pad_w",
+    "stride_h",
+    "stride_w",
+    "dilation_h",
+    "dilation_w",
+    "groups",
+    "dtype",
 )
 
 
-def pair(value: int | tuple[int, int] | list[int], name: str) -> tuple[int, int]:
+def pair(value: object, name: str) -> tuple[int, int]:
     """Normalise an int or an (h, w) pair to a pair of ints; ValueError names `name`."""
     if isinstance(value, bool):
         raise ValueError(f"{name} must be an int or an (h, w) pair of ints, got {value!r}")
     if isinstance(value, int):
         return (value, value)
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
+    if (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     ):
         return (int(value[0]), int(value[1]))
     raise ValueError(f"{name} must be an int or an (h, w) pair of ints, got {value!r}")
@@ -36,7 +50,10 @@ def _positive(name: str, value: object) -> None:
         raise ValueError(f"{name} must be positive, got {value}")
 
 
-@dataclass(frozen=True)
+IntOrPair = int | tuple[int, int]
+
+
+@dataclass(frozen=True, init=False)
 class ConvProblem:
     """A forward convolution (cross-correlation) problem; immutable, hashable, the cache key.
 
@@ -51,39 +68,66 @@ class ConvProblem:
     k: int
     r: int
     s: int
-    pad: tuple[int, int] = field(default=(0, 0))
-    stride: tuple[int, int] = field(default=(1, 1))
-    dilation: tuple[int, int] = field(default=(1, 1))
-    groups: int = 1
-    dtype: str = "float32"
+    pad: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+    dtype: str
 
-    def __post_init__(self) -> None:
-        for name in ("n", "c", "h", "w", "k", "r", "s", "groups"):
-            _positive(name, getattr(self, name))
-        pad = pair(self.pad, "pad")  # type: ignore[arg-type]
-        stride = pair(self.stride, "stride")  # type: ignore[arg-type]
-        dilation = pair(self.dilation, "dilation")  # type: ignore[arg-type]
-        if min(pad) < 0:
-            raise ValueError(f"pad must be non-negative, got {pad}")
-        if min(stride) < 1:
-            raise ValueError(f"stride must be at least 1, got {stride}")
-        if min(dilation) < 1:
-            raise ValueError(f"dilation must be at least 1, got {dilation}")
-        object.__setattr__(self, "pad", pad)
-        object.__setattr__(self, "stride", stride)
-        object.__setattr__(self, "dilation", dilation)
-        if self.c % self.groups:
-            raise ValueError(f"groups={self.groups} does not divide c={self.c}")
-        if self.k % self.groups:
-            raise ValueError(f"groups={self.groups} does not divide k={self.k}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+    def __init__(
+        self,
+        n: int,
+        c: int,
+        h: int,
+        w: int,
+        k: int,
+        r: int,
+        s: int,
+        pad: IntOrPair = 0,
+        stride: IntOrPair = 1,
+        dilation: IntOrPair = 1,
+        groups: int = 1,
+        dtype: str = "float32",
+    ) -> None:
+        for name, value in (
+            ("n", n),
+            ("c", c),
+            ("h", h),
+            ("w", w),
+            ("k", k),
+            ("r", r),
+            ("s", s),
+            ("groups", groups),
+        ):
+            _positive(name, value)
+            object.__setattr__(self, name, value)
+        pads, strides, dilations = (
+            pair(pad, "pad"),
+            pair(stride, "stride"),
+            pair(dilation, "dilation"),
+        )
+        if min(pads) < 0:
+            raise ValueError(f"pad must be non-negative, got {pads}")
+        if min(strides) < 1:
+            raise ValueError(f"stride must be at least 1, got {strides}")
+        if min(dilations) < 1:
+            raise ValueError(f"dilation must be at least 1, got {dilations}")
+        object.__setattr__(self, "pad", pads)
+        object.__setattr__(self, "stride", strides)
+        object.__setattr__(self, "dilation", dilations)
+        if c % groups:
+            raise ValueError(f"groups={groups} does not divide c={c}")
+        if k % groups:
+            raise ValueError(f"groups={groups} does not divide k={k}")
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        object.__setattr__(self, "dtype", dtype)
         out_h, out_w = self.out_hw
         if out_h < 1 or out_w < 1:
             raise ValueError(
                 f"empty output ({out_h}x{out_w}): the dilated filter "
                 f"({self.dilated_r}x{self.dilated_s}) is larger than the padded input "
-                f"({self.h + 2 * pad[0]}x{self.w + 2 * pad[1]})"
+                f"({h + 2 * pads[0]}x{w + 2 * pads[1]})"
             )
 
     # --- derived sizes -------------------------------------------------------------------
@@ -140,28 +184,44 @@ class ConvProblem:
     def key(self) -> dict[str, Any]:
         """The canonical field mapping stored in the database (see KEY_FIELDS)."""
         return {
-            "n": self.n, "c": self.c, "h": self.h, "w": self.w,
-            "k": self.k, "r": self.r, "s": self.s,
-            "pad_h": self.pad[0], "pad_w": self.pad[1],
-            "stride_h": self.stride[0], "stride_w": self.stride[1],
-            "dilation_h": self.dilation[0], "dilation_w": self.dilation[1],
-            "groups": self.groups, "dtype": self.dtype,
+            "n": self.n,
+            "c": self.c,
+            "h": self.h,
+            "w": self.w,
+            "k": self.k,
+            "r": self.r,
+            "s": self.s,
+            "pad_h": self.pad[0],
+            "pad_w": self.pad[1],
+            "stride_h": self.stride[0],
+            "stride_w": self.stride[1],
+            "dilation_h": self.dilation[0],
+            "dilation_w": self.dilation[1],
+            "groups": self.groups,
+            "dtype": self.dtype,
         }
 
     @classmethod
     def from_key(cls, key: dict[str, Any]) -> ConvProblem:
         """Rebuild a problem from `key()` output (validated again)."""
         return cls(
-            n=key["n"], c=key["c"], h=key["h"], w=key["w"],
-            k=key["k"], r=key["r"], s=key["s"],
+            n=key["n"],
+            c=key["c"],
+            h=key["h"],
+            w=key["w"],
+            k=key["k"],
+            r=key["r"],
+            s=key["s"],
             pad=(key["pad_h"], key["pad_w"]),
             stride=(key["stride_h"], key["stride_w"]),
             dilation=(key["dilation_h"], key["dilation_w"]),
-            groups=key["groups"], dtype=key["dtype"],
+            groups=key["groups"],
+            dtype=key["dtype"],
         )
 
     def describe(self) -> str:
         """A short human-readable summary, e.g. for tables."""
+
         def fmt(p: tuple[int, int]) -> str:
             return str(p[0]) if p[0] == p[1] else f"{p[0]}x{p[1]}"
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from algorithms.problem import ConvProblem
 
 
 def test_output_shape_and_pairs() -> None:
-    p = ConvProblem(n=8, c=64, h=56, w=56, k=64, r=3, s=3, pad=1, stride=1, dilation=1)  # type: ignore[arg-type]
+    p = ConvProblem(n=8, c=64, h=56, w=56, k=64, r=3, s=3, pad=1, stride=1, dilation=1)
     assert p.output_shape == (8, 64, 56, 56)
     assert p.pad == (1, 1) and p.stride == (1, 1) and p.dilation == (1, 1)
     q = ConvProblem(
@@ -19,7 +21,7 @@ def test_output_shape_and_pairs() -> None:
 
 
 def test_hashable_and_equal_for_int_or_pair() -> None:
-    a = ConvProblem(n=1, c=2, h=5, w=5, k=2, r=3, s=3, pad=1)  # type: ignore[arg-type]
+    a = ConvProblem(n=1, c=2, h=5, w=5, k=2, r=3, s=3, pad=1)
     b = ConvProblem(n=1, c=2, h=5, w=5, k=2, r=3, s=3, pad=(1, 1))
     assert a == b and hash(a) == hash(b) and len({a, b}) == 1
     with pytest.raises(AttributeError):
@@ -65,17 +67,17 @@ def test_key_round_trip() -> None:
     ],
 )
 def test_invalid_problems_name_the_field(kwargs: dict, field: str) -> None:
-    args = dict(n=1, c=4, h=6, w=6, k=4, r=3, s=3)
+    args: dict[str, Any] = dict(n=1, c=4, h=6, w=6, k=4, r=3, s=3)
     args.update(kwargs)
     with pytest.raises(ValueError, match=field):
-        ConvProblem(**args)  # type: ignore[arg-type]
+        ConvProblem(**args)
 
 
 def test_filter_as_large_as_padded_input_is_valid() -> None:
-    p = ConvProblem(n=1, c=1, h=5, w=4, k=1, r=7, s=6, pad=1)  # type: ignore[arg-type]
+    p = ConvProblem(n=1, c=1, h=5, w=4, k=1, r=7, s=6, pad=1)
     assert p.out_hw == (1, 1)
 
 
 def test_flops_counts_multiply_adds_twice() -> None:
-    p = ConvProblem(n=2, c=4, h=5, w=5, k=6, r=3, s=3, pad=1, groups=2)  # type: ignore[arg-type]
+    p = ConvProblem(n=2, c=4, h=5, w=5, k=6, r=3, s=3, pad=1, groups=2)
     assert p.flops == 2 * 2 * 6 * 5 * 5 * 2 * 3 * 3
