@@ -1,0 +1,72 @@
+"""One cuBLAS entry point: strided-batched GEMM on the current stream, no allocations.
+
+Called with raw device pointers so that operands can be views into the caller's workspace
+(cupy.matmul may copy or allocate). Strict arithmetic: the handle's math mode is set to
+CUBLAS_DEFAULT_MATH for the call (no TF32 even if CUPY_TF32 is set) and restored after.
+cuBLAS keeps its own per-handle workspace, allocated once by cuBLAS, not per call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from algorithms.cuda._loader import require_cupy
+
+OP_N = 0
+OP_T = 1
+OP_C = 2
+
+_POINTER_MODE_HOST = 0
+_DEFAULT_MATH = 0
+_CUDA_R_16F = 2
+_COMPUTE_32F = 68
+_GEMM_DEFAULT = -1
+
+# Host scalars must outlive the call; cuBLAS reads them while enqueueing.
+_ALPHA: dict[str, np.ndarray] = {
+    "float16": np.ones(1, np.float32),  # float32 compute for half storage
+    "float32": np.ones(1, np.float32),
+    "float64": np.ones(1, np.float64),
+    "complex64": np.ones(1, np.complex64),
+    "complex128": np.ones(1, np.complex128),
+}
+_BETA: dict[str, np.ndarray] = {name: np.zeros_like(one) for name, one in _ALPHA.items()}
+
+
+def gemm_strided_batched(
+    dtype: str, transa: int, transb: int, m: int, n: int, k: int,
+    a: int, lda: int, stride_a: int,
+    b: int, ldb: int, stride_b: int,
+    c: int, ldc: int, stride_c: int, batch: int,
+) -> None:
+    """C_i = op(A_i) @ op(B_i) for i < batch, column-major, on the current CuPy stream."""
+    cupy = require_cupy()
+    from cupy_backends.cuda.libs import cublas
+
+    handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
+    old_mode = cublas.getPointerMode(handle)
+    old_math = cublas.getMathMode(handle)
+    cublas.setPointerMode(handle, _POINTER_MODE_HOST)
+    cublas.setMathMode(handle, _DEFAULT_MATH)
+    alpha = _ALPHA[dtype].ctypes.data
+    beta = _BETA[dtype].ctypes.data
+    try:
+        if dtype == "float16":
+            cublas.gemmStridedBatchedEx(
+                handle, transa, transb, m, n, k, alpha,
+                a, _CUDA_R_16F, lda, stride_a, b, _CUDA_R_16F, ldb, stride_b, beta,
+                c, _CUDA_R_16F, ldc, stride_c, batch, _COMPUTE_32F, _GEMM_DEFAULT,
+            )
+        else:
+            fn = {
+                "float32": cublas.sgemmStridedBatched,
+                "float64": cublas.dgemmStridedBatched,
+                "complex64": cublas.cgemmStridedBatched,
+                "complex128": cublas.zgemmStridedBatched,
+            }[dtype]
+            fn(handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+               beta, c, ldc, stride_c, batch)
+    finally:
+        cublas.setPointerMode(handle, old_mode)
+        cublas.setMathMode(handle, old_math)

@@ -1,0 +1,138 @@
+"""CUDA kernel plumbing: kernel sources, NVRTC compilation through CuPy, launch arguments.
+
+Nothing here imports CuPy at module import: `require_cupy()` does, when a kernel is first
+needed, and raises a RuntimeError that says why when it cannot. Kernels are compiled with
+`cupy.RawModule(code=..., options=COMPILE_OPTIONS, name_expressions=[name])` for the current
+device (CuPy picks the architecture), once per (device, file, name expression) and process;
+CuPy's own disk cache, keyed by the source text, makes later processes skip NVRTC.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algorithms.problem import ConvProblem
+
+#: Where the CUDA sources live (the repository's top-level kernels/ folder).
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+
+#: NVRTC options; CuPy adds the architecture of the current device itself.
+COMPILE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
+
+#: The C++ storage type of each problem dtype (half_t is defined in kernels/common.cuh).
+CTYPES: dict[str, str] = {"float16": "half_t", "float32": "float", "float64": "double"}
+
+#: Kernels index with 32-bit ints: every tensor and scratch buffer must stay below this.
+INT32_LIMIT = 2**31 - 1
+
+#: Most dynamic shared memory a block may take without an opt-in attribute.
+DEFAULT_SMEM_LIMIT = 48 * 1024
+
+_INCLUDE_LINE = '#include "common.cuh"'
+_lock = threading.Lock()
+_kernels: dict[tuple[int, str, str], Any] = {}
+
+
+def require_cupy() -> Any:
+    """The cupy module, or a RuntimeError saying why the CUDA backend cannot run."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CUDA install CuPy cannot load
+        raise RuntimeError(
+            f"the CUDA backend needs CuPy (pip install 'convtune[cuda]'): {exc}"
+        ) from exc
+    return cupy
+
+
+def kernel_source(filename: str) -> str:
+    """The text of kernels/`filename` with kernels/common.cuh pasted over its #include.
+
+    Pasting (rather than `-I`) makes the header part of the text CuPy hashes for its
+    on-disk compile cache, so editing the header recompiles every kernel.
+    """
+    text = (KERNELS_DIR / filename).read_text(encoding="utf-8")
+    header = (KERNELS_DIR / "common.cuh").read_text(encoding="utf-8")
+    return text.replace(_INCLUDE_LINE, header.replace("#pragma once", ""), 1)
+
+
+@functools.cache
+def _cached_source(filename: str) -> str:
+    # Read once per process: `run` sits inside timed regions, so no file I/O per call.
+    return kernel_source(filename)
+
+
+def get_kernel(filename: str, name_expression: str) -> Any:
+    """The compiled kernel `name_expression` of kernels/`filename` on the current device.
+
+    Compiled on first use per device and cached for the process; later calls are a dict
+    lookup (they sit inside timed regions).
+    """
+    cupy = require_cupy()
+    key = (cupy.cuda.runtime.getDevice(), filename, name_expression)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                module = cupy.RawModule(
+                    code=_cached_source(filename), options=COMPILE_OPTIONS,
+                    name_expressions=[name_expression],
+                )
+                kernel = module.get_function(name_expression)
+                _kernels[key] = kernel
+    return kernel
+
+
+def fastdiv(d: int) -> tuple[int, int]:
+    """(mul, shift) with n // d == (umulhi(n, mul) + n) >> shift for 0 <= n, d < 2**31.
+
+    The device side is `fast_div` in kernels/common.cuh.
+    """
+    if not 1 <= d <= INT32_LIMIT:
+        raise ValueError(f"fastdiv divisor must be in [1, 2**31), got {d}")
+    shift = 0
+    while (1 << shift) < d:
+        shift += 1
+    mul = ((1 << 32) * ((1 << shift) - d)) // d + 1
+    return mul, shift
+
+
+def fastdiv_args(*divisors: int) -> tuple[np.uint32, ...]:
+    """Kernel arguments (mul, shift) per divisor, flattened, as uint32 scalars."""
+    out: list[np.uint32] = []
+    for d in divisors:
+        mul, shift = fastdiv(d)
+        out += [np.uint32(mul), np.uint32(shift)]
+    return tuple(out)
+
+
+def shape_args(problem: ConvProblem) -> tuple[np.int32, ...]:
+    """The CONV_SHAPE_PARAMS kernel arguments of kernels/common.cuh, in its order."""
+    out_h, out_w = problem.out_hw
+    values = (
+        problem.n, problem.c, problem.h, problem.w, problem.k, problem.r, problem.s,
+        out_h, out_w, *problem.pad, *problem.stride, *problem.dilation, problem.groups,
+    )
+    return tuple(np.int32(v) for v in values)
+
+
+def tensors_fit_int32(problem: ConvProblem, *extra_elements: int) -> bool:
+    """Whether x, w, y and any scratch buffers all have fewer than 2**31 elements."""
+    sizes = [int(np.prod(s)) for s in (problem.input_shape, problem.filter_shape,
+                                        problem.output_shape)]
+    return max([*sizes, *extra_elements]) <= INT32_LIMIT
+
+
+def grid_stride_blocks(total: int, threads: int = 256, cap: int = 65536) -> int:
+    """Blocks for a grid-stride loop over `total` elements."""
+    return max(1, min(cap, -(-total // threads)))
+
+
+def ceil_div(a: int, b: int) -> int:
+    """⌈a / b⌉ for positive ints."""
+    return -(-a // b)

@@ -1,0 +1,265 @@
+"""GPU FFT convolution: cuFFT transforms, per-frequency channel reduction by cuBLAS.
+
+Steps, all enqueued on the current stream (kernels in kernels/fft_helpers.cu):
+1. fft_pad writes x zero-padded into (FH, FW) planes at offset (pad_h, pad_w); R2C cuFFT.
+2. fft_pad writes the filter dilated (taps at (r*dil_h, s*dil_w)) into (FH, FW) planes; R2C.
+3. fft_transpose turns both spectra from [plane][f] into [f][plane].
+4. Per group, one strided-batched complex GEMM over the F = FH*(FW/2+1) frequencies:
+   Y[f] (n x kg) = X[f] (n x cg) @ conj(W[f])^T, conj(W) by CUBLAS_OP_C (cross-correlation).
+5. fft_transpose back to [n*k][f]; C2R cuFFT; fft_crop takes every stride-th pixel of the
+   valid part and divides by FH*FW (cuFFT's inverse is unnormalised).
+FH >= H + 2*pad_h (rounded up to a 2,3,5,7-smooth size), so the circular correlation equals
+the linear one on every output pixel.
+
+Supports float16 (computed in float32: padded planes and spectra are float32/complex64),
+float32 and float64 (complex128); any stride, padding, dilation and groups (one GEMM call
+per group, so many groups are slow, not wrong). Every buffer must have < 2**31 elements.
+
+Workspace (each region aligned to 256 bytes), rs = 8 for float64 else 4, cs = 2 * rs,
+F = FH * (FW // 2 + 1):
+    planes:    max(n*c, k*cg, n*k) * FH * FW * rs   padded input, then filter, then inverse
+    spectra1:  max(n*c, n*k) * F * cs               input spectrum, then output spectrum
+    spectra2:  max(k*cg, n*k) * F * cs              filter spectrum, then GEMM output
+    xt:        F * n * c * cs                       input spectrum, frequency-major
+    wt:        F * k * cg * cs                      filter spectrum, frequency-major
+Allocated elsewhere: each cuFFT plan (three per problem) owns a work area that CuPy
+allocates from its memory pool when the plan is created (on the first run of a problem,
+inside the tuner's warm-up) and keeps while the plan stays in this module's small plan
+cache; cuBLAS uses its per-handle workspace. Neither is allocated per call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, ClassVar
+
+import numpy as np
+
+from algorithms.base import DEFAULT_CONFIG, SUPPORTED, Support, align, unsupported, workspace_view
+from algorithms.cuda._cublas import OP_C, OP_N, gemm_strided_batched
+from algorithms.cuda._loader import (
+    CTYPES,
+    ceil_div,
+    get_kernel,
+    grid_stride_blocks,
+    require_cupy,
+    tensors_fit_int32,
+)
+from algorithms.problem import ConvProblem
+
+KERNEL_FILE = "fft_helpers.cu"
+
+# cuFFT's transform types and directions (cufft.h), fixed by its API.
+CUFFT_R2C, CUFFT_C2R, CUFFT_D2Z, CUFFT_Z2D = 0x2A, 0x2C, 0x6A, 0x6C
+CUFFT_FORWARD, CUFFT_INVERSE = -1, 1
+_THREADS = 256
+_GRID_Y_LIMIT = 65535
+_PLAN_CACHE_SIZE = 24
+
+
+def next_fast_len(n: int) -> int:
+    """The smallest 2,3,5,7-smooth integer >= n (sizes cuFFT handles fastest)."""
+    m = n
+    while True:
+        r = m
+        for p in (2, 3, 5, 7):
+            while r % p == 0:
+                r //= p
+        if r == 1:
+            return m
+        m += 1
+
+
+def fft_size(problem: ConvProblem) -> tuple[int, int]:
+    """(FH, FW): transform size covering the padded input, no wrap-around on valid pixels."""
+    return (next_fast_len(problem.h + 2 * problem.pad[0]),
+            next_fast_len(problem.w + 2 * problem.pad[1]))
+
+
+def _real_dtype(problem: ConvProblem) -> str:
+    return "float64" if problem.dtype == "float64" else "float32"
+
+
+def _complex_dtype(problem: ConvProblem) -> str:
+    return "complex128" if problem.dtype == "float64" else "complex64"
+
+
+def name_expressions(dtype: str) -> dict[str, str]:
+    """The kernel template instances (pad, transpose, crop) for a problem dtype."""
+    real = "double" if dtype == "float64" else "float"
+    return {
+        "pad": f"fft_pad<{CTYPES[dtype]}, {real}>",
+        "transpose": f"fft_transpose<{real}2>",
+        "crop": f"fft_crop<{real}, {CTYPES[dtype]}>",
+    }
+
+
+def shipped_kernels() -> tuple[str, ...]:
+    """Every name expression this module can ask for."""
+    names: list[str] = []
+    for dtype in CTYPES:
+        for name in name_expressions(dtype).values():
+            if name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+def _counts(problem: ConvProblem) -> dict[str, int]:
+    """Element counts of each workspace region (real elements for planes, complex else)."""
+    fh, fw = fft_size(problem)
+    f = fh * (fw // 2 + 1)
+    n, c, k, cg = problem.n, problem.c, problem.k, problem.c // problem.groups
+    return {
+        "planes": max(n * c, k * cg, n * k) * fh * fw,
+        "spectra1": max(n * c, n * k) * f,
+        "spectra2": max(k * cg, n * k) * f,
+        "xt": f * n * c,
+        "wt": f * k * cg,
+    }
+
+
+def workspace_layout(problem: ConvProblem) -> dict[str, tuple[int, int]]:
+    """Region name -> (byte offset, bytes) inside the workspace."""
+    rs = np.dtype(_real_dtype(problem)).itemsize
+    offset = 0
+    layout: dict[str, tuple[int, int]] = {}
+    for name, count in _counts(problem).items():
+        nbytes = count * (rs if name == "planes" else 2 * rs)
+        layout[name] = (offset, nbytes)
+        offset += align(nbytes)
+    return layout
+
+
+_plan_lock = threading.Lock()
+_plans: OrderedDict[tuple[int, int, int, int, int], Any] = OrderedDict()
+
+
+def _plan(fft_type: int, batch: int, fh: int, fw: int) -> Any:
+    """A cached cuFFT plan for `batch` 2-D (fh, fw) real<->complex transforms."""
+    cupy = require_cupy()
+    from cupy.cuda import cufft
+
+    key = (cupy.cuda.Device().id, fft_type, batch, fh, fw)
+    with _plan_lock:
+        plan = _plans.get(key)
+        if plan is not None:
+            _plans.move_to_end(key)
+            return plan
+    half = fh * (fw // 2 + 1)
+    forward = fft_type in (CUFFT_R2C, CUFFT_D2Z)
+    plan = cufft.PlanNd(
+        [fh, fw], None, 1, fh * fw if forward else half, None, 1, half if forward else fh * fw,
+        fft_type, batch, "C", -1, fw // 2 + 1 if forward else fw,
+    )
+    with _plan_lock:
+        _plans[key] = plan
+        while len(_plans) > _PLAN_CACHE_SIZE:
+            _plans.popitem(last=False)
+    return plan
+
+
+class FftCuda:
+    """cuFFT + batched complex GEMM convolution."""
+
+    name: ClassVar[str] = "fft"
+    backend: ClassVar[str] = "cuda"
+
+    def supports(self, problem: ConvProblem) -> Support:
+        """Every dtype and geometry whose buffers fit 32-bit indexing."""
+        if problem.dtype not in CTYPES:
+            return unsupported(f"dtype {problem.dtype} is not supported")
+        counts = _counts(problem)
+        if not tensors_fit_int32(problem, *counts.values()):
+            return unsupported("an FFT buffer would have 2**31 elements or more")
+        fh, fw = fft_size(problem)
+        f = fh * (fw // 2 + 1)
+        rows = max(problem.n * problem.c, problem.k * (problem.c // problem.groups), f)
+        if ceil_div(rows, 32) > _GRID_Y_LIMIT:
+            return unsupported("too many planes or frequencies for the transpose grid")
+        return SUPPORTED
+
+    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
+        """No tunable variants."""
+        return (DEFAULT_CONFIG,)
+
+    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+        """Padded planes and spectra (see the module docstring for the layout)."""
+        offset, nbytes = list(workspace_layout(problem).values())[-1]
+        return align(offset + nbytes)
+
+    def run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
+        """Enqueue the transforms, GEMMs and data movement on the current stream."""
+        if config != DEFAULT_CONFIG:
+            raise ValueError(f"fft: unknown config {config!r}")
+        n, c, k = problem.n, problem.c, problem.k
+        g, cg, kg = problem.groups, c // problem.groups, k // problem.groups
+        fh, fw = fft_size(problem)
+        f = fh * (fw // 2 + 1)
+        out_h, out_w = problem.out_hw
+        real, cplx = _real_dtype(problem), _complex_dtype(problem)
+        cs = np.dtype(cplx).itemsize
+        rnp = np.dtype(real).type
+        layout = workspace_layout(problem)
+
+        def region(name: str, shape: tuple[int, ...], dtype: str) -> Any:
+            count = int(np.prod(shape))
+            return workspace_view(workspace, layout[name][0], (count,), dtype).reshape(shape)
+
+        names = name_expressions(problem.dtype)
+        pad = get_kernel(KERNEL_FILE, names["pad"])
+        transpose = get_kernel(KERNEL_FILE, names["transpose"])
+        crop = get_kernel(KERNEL_FILE, names["crop"])
+        r2c = CUFFT_D2Z if real == "float64" else CUFFT_R2C
+        c2r = CUFFT_Z2D if real == "float64" else CUFFT_C2R
+
+        def pad_into(src: Any, planes: int, h: int, wd: int, off: tuple[int, int],
+                     dil: tuple[int, int]) -> Any:
+            dst = region("planes", (planes, fh, fw), real)
+            pad((grid_stride_blocks(planes * fh * fw, _THREADS),), (_THREADS,),
+                (src, dst, np.int32(planes), np.int32(h), np.int32(wd), np.int32(fh),
+                 np.int32(fw), np.int32(off[0]), np.int32(off[1]), np.int32(dil[0]),
+                 np.int32(dil[1])))
+            return dst
+
+        def transpose_into(src: Any, dst: Any, rows: int, cols: int) -> None:
+            transpose((ceil_div(cols, 32), ceil_div(rows, 32)), (32, 8),
+                      (src, dst, np.int32(rows), np.int32(cols)))
+
+        # 1-3: input and filter spectra, frequency-major.
+        planes = pad_into(x, n * c, problem.h, problem.w, problem.pad, (1, 1))
+        spec1 = region("spectra1", (n * c, fh, fw // 2 + 1), cplx)
+        _plan(r2c, n * c, fh, fw).fft(planes, spec1, CUFFT_FORWARD)
+        xt = region("xt", (f, n * c), cplx)
+        transpose_into(spec1, xt, n * c, f)
+
+        planes = pad_into(w, k * cg, problem.r, problem.s, (0, 0), problem.dilation)
+        spec2 = region("spectra2", (k * cg, fh, fw // 2 + 1), cplx)
+        _plan(r2c, k * cg, fh, fw).fft(planes, spec2, CUFFT_FORWARD)
+        wt = region("wt", (f, k * cg), cplx)
+        transpose_into(spec2, wt, k * cg, f)
+
+        # 4: per frequency, column-major (kg x n) = (cg x kg)^H @ (cg x n) for each group.
+        yt = region("spectra2", (f, n * k), cplx)
+        for gi in range(g):
+            gemm_strided_batched(
+                cplx, OP_C, OP_N, kg, n, cg,
+                wt.data.ptr + gi * kg * cg * cs, cg, k * cg,
+                xt.data.ptr + gi * cg * cs, c, n * c,
+                yt.data.ptr + gi * kg * cs, k, n * k,
+                f,
+            )
+
+        # 5: back to planes, inverse transform, crop + stride + scale into y.
+        spec_y = region("spectra1", (n * k, fh, fw // 2 + 1), cplx)
+        transpose_into(yt, spec_y, f, n * k)
+        z = region("planes", (n * k, fh, fw), real)
+        _plan(c2r, n * k, fh, fw).fft(spec_y, z, CUFFT_INVERSE)
+        total = n * k * out_h * out_w
+        crop((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+             (z, y, np.int32(n * k), np.int32(out_h), np.int32(out_w), np.int32(fh),
+              np.int32(fw), np.int32(problem.stride[0]), np.int32(problem.stride[1]),
+              rnp(1.0 / (fh * fw))))
+

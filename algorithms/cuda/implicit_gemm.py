@@ -1,0 +1,141 @@
+"""GPU implicit GEMM (kernels/implicit_gemm.cu): our own tiled FP32 GEMM that gathers input
+patches from the NCHW tensor while it loads shared-memory tiles; no column matrix.
+
+Per group, Y (kg x N*P*Q) = W (kg x cg*R*S) @ X, X gathered on the fly. Register tiling
+(8x8 or 4x4 outputs per thread), float4 shared-memory reads, two shared-memory stages with
+the next tile's global loads in flight during the multiply, float4 output stores when P*Q is
+a multiple of 4 and y is aligned. Index divisions use multiply-shift constants computed on
+the host per call (plain ints, nothing allocated).
+
+Supports float32 and float16 (float32 accumulation; float16 configs compile without the
+occupancy register cap); any stride, padding, dilation and groups. Not supported: float64;
+tensors of 2**31 elements or more; a padded input of 16384 pixels or more in height or
+width (the kernel packs a pixel's (h, w) into two 16-bit halves); more than 65535
+groups x channel tiles.
+
+Workspace: 0 bytes.
+
+Configurations "BMxBNxBK": block tile of BM output channels by BN output pixels, K-step BK;
+the thread tile and the occupancy cap are fixed per configuration in CONFIGS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from algorithms.base import SUPPORTED, Support, unsupported
+from algorithms.cuda._loader import (
+    CTYPES,
+    ceil_div,
+    fastdiv_args,
+    get_kernel,
+    shape_args,
+    tensors_fit_int32,
+)
+from algorithms.problem import ConvProblem
+
+KERNEL_FILE = "implicit_gemm.cu"
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One template configuration of implicit_gemm_conv."""
+
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+    min_blocks: int  # __launch_bounds__ minimum blocks per SM for float32 (1 for float16)
+
+    @property
+    def threads(self) -> int:
+        """Threads per block."""
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+
+#: Shipped configurations; tests/test_kernels_compile.py checks each compiles spill-free.
+CONFIGS: dict[str, Tile] = {
+    "128x128x8": Tile(128, 128, 8, 8, 8, 2),
+    "128x64x8": Tile(128, 64, 8, 8, 8, 2),
+    "64x128x8": Tile(64, 128, 8, 8, 8, 2),
+    "64x64x8": Tile(64, 64, 8, 4, 4, 2),
+    "128x128x16": Tile(128, 128, 16, 8, 8, 1),
+}
+
+DTYPES = ("float32", "float16")
+_PACKED_LIMIT = 1 << 14  # signed 16-bit (h, w) halves, with room for the sentinel
+_GRID_Y_LIMIT = 65535
+
+
+def name_expression(dtype: str, config: str) -> str:
+    """The kernel template instance for a dtype and configuration."""
+    t = CONFIGS[config]
+    min_blocks = t.min_blocks if dtype == "float32" else 1
+    return (
+        f"implicit_gemm_conv<{CTYPES[dtype]}, {t.bm}, {t.bn}, {t.bk}, {t.tm}, {t.tn}, "
+        f"{min_blocks}>"
+    )
+
+
+def shipped_kernels() -> tuple[str, ...]:
+    """Every name expression this module can ask for."""
+    return tuple(name_expression(d, c) for d in DTYPES for c in CONFIGS)
+
+
+def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
+    """(pixel tiles over the whole batch, groups x channel tiles, 1)."""
+    t = CONFIGS[config]
+    out_h, out_w = problem.out_hw
+    kg = problem.k // problem.groups
+    return (ceil_div(problem.n * out_h * out_w, t.bn), problem.groups * ceil_div(kg, t.bm), 1)
+
+
+class ImplicitGemmCuda:
+    """Implicit-GEMM convolution with our own register-tiled kernel."""
+
+    name: ClassVar[str] = "implicit_gemm"
+    backend: ClassVar[str] = "cuda"
+
+    def supports(self, problem: ConvProblem) -> Support:
+        """float32/float16, any geometry within the packing and indexing limits."""
+        if problem.dtype not in DTYPES:
+            return unsupported(f"dtype {problem.dtype} is not supported (float32, float16 only)")
+        if not tensors_fit_int32(problem):
+            return unsupported("a tensor has 2**31 elements or more (32-bit indexing)")
+        if max(problem.h + 2 * problem.pad[0], problem.w + 2 * problem.pad[1]) >= _PACKED_LIMIT:
+            return unsupported(f"padded input of {_PACKED_LIMIT} pixels or more per side")
+        if not self.configs(problem):
+            return unsupported("too many groups x channel tiles for the grid")
+        return SUPPORTED
+
+    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
+        """The tile configurations whose grid fits this problem."""
+        return tuple(c for c in CONFIGS if launch_grid(problem, c)[1] <= _GRID_Y_LIMIT)
+
+    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+        """None: the patches are gathered in the GEMM's tile loads."""
+        return 0
+
+    def run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
+        """Enqueue the kernel on the current stream."""
+        if config not in self.configs(problem):
+            raise ValueError(
+                f"implicit_gemm: config {config!r} is not valid for {problem.describe()}"
+            )
+        out_h, out_w = problem.out_hw
+        pq = out_h * out_w
+        # Whole-vector stores need 4 pixels of one image together and an aligned y.
+        vec_bytes = 4 * problem.itemsize
+        vec_out = int(pq % 4 == 0 and y.data.ptr % vec_bytes == 0)
+        kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config))
+        kernel(
+            launch_grid(problem, config), (CONFIGS[config].threads,),
+            (x, w, y, *shape_args(problem), np.int32(vec_out),
+             *fastdiv_args(problem.r * problem.s, problem.s, pq, out_w)),
+        )

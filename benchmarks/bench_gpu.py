@@ -1,0 +1,376 @@
+"""GPU benchmark: our four CUDA algorithms, our tuned choice and cuDNN, per network layer.
+
+Run on a GPU machine, from the repository root:
+
+    python benchmarks/bench_gpu.py --out bench_gpu.json
+
+For ResNet-50 (batch 32) and VGG-16 (batch 16) layers it compiles every kernel (first run of
+each configuration), checks every configuration against a float64 convolution on the GPU
+(PyTorch's float64 conv2d, or our im2col_gemm in float64 without PyTorch), then times, with
+CUDA events and L2 flushed before each run (CudaRuntime.time):
+- each algorithm at its best configuration,
+- our tuned choice: the fastest correct (algorithm, config) measured here, or, with --tuner,
+  the pick of the real tuner (tuner.api.find_best_algorithm, a throw-away database),
+- PyTorch conv2d with cudnn.benchmark on and TF32 off (strict FP32, like ours),
+- for 3x3 layers, cupy.matmul FP32 on a GEMM of the same M (out channels), N (n*P*Q) and K
+  (c*R*S) next to implicit_gemm.
+Per layer: ms, TFLOP/s (direct-convolution FLOPs, problem.flops), ours/cuDNN speed ratio;
+geometric means at the end. JSON goes to --out after every layer (a cut-off run keeps what it
+measured); a Markdown table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from algorithms.problem import ConvProblem  # noqa: E402
+from algorithms.reference import tolerance  # noqa: E402
+from algorithms.registry import algorithms_for, get_algorithm  # noqa: E402
+from tuner.runtime import TimingPolicy  # noqa: E402
+from tuner.runtimes.cuda import CudaRuntime, cuda_available, kernel_sources_hash  # noqa: E402
+
+# (name, h=w, c, k, filter, pad, stride) from shared/ANCHORS.md; used only when
+# tuner.networks (the project's own layer lists) cannot be imported.
+_FALLBACK_LAYERS: dict[str, list[tuple[str, int, int, int, int, int, int]]] = {
+    "resnet50": [
+        ("conv1", 224, 3, 64, 7, 3, 2), ("res2.1x1a", 56, 64, 64, 1, 0, 1),
+        ("res2.3x3", 56, 64, 64, 3, 1, 1), ("res2.1x1b", 56, 64, 256, 1, 0, 1),
+        ("res2.1x1a.rest", 56, 256, 64, 1, 0, 1), ("res3.1x1a.s2", 56, 256, 128, 1, 0, 2),
+        ("res3.proj", 56, 256, 512, 1, 0, 2), ("res3.3x3", 28, 128, 128, 3, 1, 1),
+        ("res3.1x1b", 28, 128, 512, 1, 0, 1), ("res3.1x1a.rest", 28, 512, 128, 1, 0, 1),
+        ("res4.1x1a.s2", 28, 512, 256, 1, 0, 2), ("res4.proj", 28, 512, 1024, 1, 0, 2),
+        ("res4.3x3", 14, 256, 256, 3, 1, 1), ("res4.1x1b", 14, 256, 1024, 1, 0, 1),
+        ("res4.1x1a.rest", 14, 1024, 256, 1, 0, 1), ("res5.1x1a.s2", 14, 1024, 512, 1, 0, 2),
+        ("res5.proj", 14, 1024, 2048, 1, 0, 2), ("res5.3x3", 7, 512, 512, 3, 1, 1),
+        ("res5.1x1b", 7, 512, 2048, 1, 0, 1), ("res5.1x1a.rest", 7, 2048, 512, 1, 0, 1),
+    ],
+    "vgg16": [
+        ("conv1_1", 224, 3, 64, 3, 1, 1), ("conv1_2", 224, 64, 64, 3, 1, 1),
+        ("conv2_1", 112, 64, 128, 3, 1, 1), ("conv2_2", 112, 128, 128, 3, 1, 1),
+        ("conv3_1", 56, 128, 256, 3, 1, 1), ("conv3_2", 56, 256, 256, 3, 1, 1),
+        ("conv4_1", 28, 256, 512, 3, 1, 1), ("conv4_2", 28, 512, 512, 3, 1, 1),
+        ("conv5_1", 14, 512, 512, 3, 1, 1),
+    ],
+}
+
+
+def layer_problems(network: str, batch: int, dtype: str) -> list[tuple[str, ConvProblem]]:
+    """(layer name, problem) for each distinct convolution of a network."""
+    try:
+        from tuner.networks import network_problems
+    except ImportError:
+        return [
+            (name, ConvProblem(n=batch, c=c, h=hw, w=hw, k=k, r=f, s=f, pad=p, stride=s,
+                               dtype=dtype))
+            for name, hw, c, k, f, p, s in _FALLBACK_LAYERS[network]
+        ]
+    return [(layer.name, problem) for layer, problem in network_problems(network, batch, dtype)]
+
+
+def _tflops(problem: ConvProblem, ms: float | None) -> float | None:
+    return problem.flops / (ms * 1e-3) / 1e12 if ms else None
+
+
+def _runner(algorithm: Any, x: Any, w: Any, y: Any, ws: Any, problem: ConvProblem,
+            config: str) -> Callable[[], None]:
+    """A no-argument call of one configuration (binds the loop variables)."""
+    return lambda: algorithm.run(x, w, y, ws, problem, config)
+
+
+def _geomean(values: list[float]) -> float | None:
+    good = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else None
+
+
+class Bench:
+    """Everything one layer needs: runtime, policy, optional torch, the oracle."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import cupy
+
+        self.cupy = cupy
+        self.args = args
+        self.rt = CudaRuntime(0)
+        self.policy = TimingPolicy(warmup=args.warmup, budget_s=args.budget,
+                                   min_reps=args.min_reps, max_reps=args.max_reps)
+        self.rng = np.random.default_rng(args.seed)
+        self.torch: Any = None
+        if not args.no_torch:
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    torch.backends.cudnn.benchmark = True
+                    torch.backends.cudnn.allow_tf32 = False
+                    torch.backends.cuda.matmul.allow_tf32 = False
+                    self.torch = torch
+            except ImportError:
+                pass
+
+    def time(self, fn: Callable[[], Any]) -> tuple[float, float]:
+        """(median ms, spread ms) under the benchmark's policy."""
+        timing = self.rt.time(fn, self.policy)
+        return timing.median_ms, timing.spread_ms
+
+    def reference(self, x: Any, w: Any, problem: ConvProblem) -> Any:
+        """A float64 convolution on the GPU (cuDNN's through torch, else our im2col_gemm)."""
+        cupy = self.cupy
+        if self.torch is not None:
+            torch = self.torch
+            xt = torch.from_dlpack(x.astype(cupy.float64))
+            wt = torch.from_dlpack(w.astype(cupy.float64))
+            yt = torch.nn.functional.conv2d(xt, wt, None, problem.stride, problem.pad,
+                                            problem.dilation, problem.groups)
+            return cupy.from_dlpack(yt.contiguous())
+        p64 = ConvProblem.from_key({**problem.key(), "dtype": "float64"})
+        algorithm = get_algorithm("cuda", "im2col_gemm")
+        config = algorithm.configs(p64)[0]
+        y = cupy.empty(p64.output_shape, cupy.float64)
+        ws = self.rt.workspace(algorithm.workspace_bytes(p64, config))
+        algorithm.run(x.astype(cupy.float64), w.astype(cupy.float64), y, ws, p64, config)
+        return y
+
+    def rel_error(self, y: Any, ref: Any) -> float:
+        """Relative error ||y - ref|| / ||ref|| in float64, on the GPU."""
+        cupy = self.cupy
+        diff = cupy.linalg.norm((y.astype(cupy.float64) - ref).ravel())
+        return float(diff / cupy.linalg.norm(ref.ravel()))
+
+    def layer(self, network: str, name: str, problem: ConvProblem) -> dict[str, Any]:
+        """Check and time everything on one layer."""
+        cupy = self.cupy
+        rt = self.rt
+        x = rt.random(problem.input_shape, problem.dtype, self.rng)
+        w = rt.random(problem.filter_shape, problem.dtype, self.rng)
+        y = rt.empty(problem.output_shape, problem.dtype)
+        ref = self.reference(x, w, problem)
+        row: dict[str, Any] = {
+            "network": network, "layer": name, "problem": problem.key(),
+            "describe": problem.describe(), "flops": problem.flops, "algorithms": {},
+        }
+        candidates: list[tuple[float, str, str]] = []
+        for algorithm in algorithms_for("cuda"):
+            entry: dict[str, Any] = {"configs": {}}
+            support = algorithm.supports(problem)
+            if not support:
+                entry["unsupported"] = support.reason
+                row["algorithms"][algorithm.name] = entry
+                continue
+            for config in algorithm.configs(problem):
+                result: dict[str, Any] = {
+                    "workspace_bytes": algorithm.workspace_bytes(problem, config)}
+                try:
+                    ws = rt.workspace(result["workspace_bytes"])
+                    y.fill(np.nan)
+                    t0 = time.perf_counter()
+                    algorithm.run(x, w, y, ws, problem, config)  # compiles on first use
+                    rt.synchronize()
+                    result["first_run_s"] = time.perf_counter() - t0
+                    err = self.rel_error(y, ref)
+                    result["rel_error"] = err
+                    if not err <= tolerance(problem.dtype, algorithm.name):
+                        result["status"] = "wrong"
+                    else:
+                        ms, spread = self.time(
+                            _runner(algorithm, x, w, y, ws, problem, config))
+                        result.update(status="ok", ms=ms, spread_ms=spread,
+                                      tflops=_tflops(problem, ms))
+                        candidates.append((ms, algorithm.name, config))
+                    del ws
+                except Exception as exc:  # out of memory, launch failure: record, go on
+                    result.update(status="error", error=f"{type(exc).__name__}: {exc}")
+                entry["configs"][config] = result
+            timed = [(r["ms"], c) for c, r in entry["configs"].items() if r.get("ms")]
+            if timed:
+                ms, config = min(timed)
+                entry.update(best_config=config, ms=ms, tflops=_tflops(problem, ms))
+            row["algorithms"][algorithm.name] = entry
+            cupy.get_default_memory_pool().free_all_blocks()
+
+        row["tuned"] = self.tuned(problem, candidates, x, w, y)
+        row["cudnn"] = self.cudnn(problem, x, w, ref)
+        if row["tuned"].get("ms") and row["cudnn"].get("ms"):
+            row["speed_vs_cudnn"] = row["cudnn"]["ms"] / row["tuned"]["ms"]
+        if problem.r == 3 and problem.s == 3 and problem.groups == 1:
+            row["gemm"] = self.gemm(problem, row["algorithms"].get("implicit_gemm", {}))
+        return row  # the layer's buffers go back to the pool; the caller frees them
+
+    def tuned(self, problem: ConvProblem, candidates: list[tuple[float, str, str]],
+              x: Any, w: Any, y: Any) -> dict[str, Any]:
+        """Our pick: the real tuner's (with --tuner) or the fastest correct one measured."""
+        if self.args.tuner:
+            try:
+                from tuner.api import find_best_algorithm
+
+                with tempfile.TemporaryDirectory() as tmp:
+                    pick = find_best_algorithm(problem, "cuda:0", db=f"sqlite:///{tmp}/t.db",
+                                               mode="tune")
+                algorithm = get_algorithm("cuda", pick.algorithm)
+                ws = self.rt.workspace(algorithm.workspace_bytes(problem, pick.config))
+                ms, spread = self.time(
+                    lambda: algorithm.run(x, w, y, ws, problem, pick.config))
+                return {"source": "tuner", "algorithm": pick.algorithm, "config": pick.config,
+                        "ms": ms, "spread_ms": spread, "tflops": _tflops(problem, ms),
+                        "tuner_ms": pick.time_ms}
+            except Exception as exc:  # the tuner is not required for the numbers below
+                print(f"  tuner failed ({type(exc).__name__}: {exc}); using the measured best",
+                      file=sys.stderr)
+        if not candidates:
+            return {"source": "none"}
+        ms, name, config = min(candidates)
+        return {"source": "measured", "algorithm": name, "config": config, "ms": ms,
+                "tflops": _tflops(problem, ms)}
+
+    def cudnn(self, problem: ConvProblem, x: Any, w: Any, ref: Any) -> dict[str, Any]:
+        """PyTorch conv2d (cuDNN, benchmark mode, TF32 off) on the same buffers."""
+        if self.torch is None:
+            return {"skipped": "PyTorch with CUDA is not available"}
+        torch = self.torch
+        xt, wt = torch.from_dlpack(x), torch.from_dlpack(w)
+
+        def conv() -> Any:
+            return torch.nn.functional.conv2d(xt, wt, None, problem.stride, problem.pad,
+                                              problem.dilation, problem.groups)
+
+        try:
+            out = conv()
+            torch.cuda.synchronize()
+            err = self.rel_error(self.cupy.from_dlpack(out.contiguous()), ref)
+            ms, spread = self.time(conv)
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        return {"ms": ms, "spread_ms": spread, "tflops": _tflops(problem, ms), "rel_error": err}
+
+    def gemm(self, problem: ConvProblem, implicit: dict[str, Any]) -> dict[str, Any]:
+        """cupy.matmul FP32 on the layer's GEMM shape, next to implicit_gemm's rate."""
+        cupy = self.cupy
+        out_h, out_w = problem.out_hw
+        m, n, k = problem.k, problem.n * out_h * out_w, problem.c * problem.r * problem.s
+        a = self.rt.random((m, k), "float32", self.rng)
+        b = self.rt.random((k, n), "float32", self.rng)
+        c = cupy.empty((m, n), cupy.float32)
+        ms, _spread = self.time(lambda: cupy.matmul(a, b, out=c))
+        rate = 2 * m * n * k / (ms * 1e-3) / 1e12
+        ours = implicit.get("tflops")
+        return {"m": m, "n": n, "k": k, "matmul_ms": ms, "matmul_tflops": rate,
+                "implicit_gemm_tflops": ours,
+                "implicit_vs_matmul": ours / rate if ours else None}
+
+
+def _fmt(v: float | None, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The per-layer table, the GEMM table and the geometric means."""
+    names = [a.name for a in algorithms_for("cuda")]
+    head = ["network", "layer", "problem", *[f"{n} ms" for n in names], "tuned",
+            "tuned ms", "tuned TFLOP/s", "cuDNN ms", "cuDNN TFLOP/s", "ours/cuDNN"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in report["rows"]:
+        algs = row["algorithms"]
+        tuned, cudnn = row["tuned"], row["cudnn"]
+        cells = [row["network"], row["layer"], row["describe"],
+                 *[_fmt(algs.get(n, {}).get("ms")) for n in names],
+                 f"{tuned.get('algorithm', '-')}/{tuned.get('config', '-')}",
+                 _fmt(tuned.get("ms")), _fmt(tuned.get("tflops"), ".1f"),
+                 _fmt(cudnn.get("ms")), _fmt(cudnn.get("tflops"), ".1f"),
+                 _fmt(row.get("speed_vs_cudnn"), ".2f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    gemm_rows = [r for r in report["rows"] if "gemm" in r]
+    if gemm_rows:
+        lines += ["", "| layer | M x N x K | cupy.matmul TFLOP/s | implicit_gemm TFLOP/s | ratio |",
+                  "|---|---|---|---|---|"]
+        for r in gemm_rows:
+            g = r["gemm"]
+            lines.append(f"| {r['network']}/{r['layer']} | {g['m']} x {g['n']} x {g['k']} | "
+                         f"{_fmt(g['matmul_tflops'], '.1f')} | "
+                         f"{_fmt(g['implicit_gemm_tflops'], '.1f')} | "
+                         f"{_fmt(g['implicit_vs_matmul'], '.2f')} |")
+    lines += ["", "| summary | geometric mean |", "|---|---|"]
+    for key, value in report["summary"].items():
+        lines.append(f"| {key} | {_fmt(value, '.3f')} |")
+    return "\n".join(lines)
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Geometric means of ours/cuDNN speed (per network and overall) and of GEMM ratios."""
+    out: dict[str, float | None] = {}
+    for network in sorted({r["network"] for r in rows}):
+        out[f"ours/cuDNN speed, {network}"] = _geomean(
+            [r.get("speed_vs_cudnn", 0.0) for r in rows if r["network"] == network])
+    out["ours/cuDNN speed, all"] = _geomean([r.get("speed_vs_cudnn", 0.0) for r in rows])
+    out["implicit_gemm/cupy.matmul, 3x3"] = _geomean(
+        [r["gemm"].get("implicit_vs_matmul") or 0.0 for r in rows if "gemm" in r])
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, default=Path("bench_gpu.json"))
+    p.add_argument("--networks", default="resnet50:32,vgg16:16",
+                   help="comma-separated network:batch pairs")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--layers", type=int, default=0, help="only the first N layers of each")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--budget", type=float, default=0.1, help="seconds of timing per candidate")
+    p.add_argument("--min-reps", type=int, default=5)
+    p.add_argument("--max-reps", type=int, default=30)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-torch", action="store_true", help="skip cuDNN (PyTorch)")
+    p.add_argument("--tuner", action="store_true",
+                   help="ask the real tuner for our pick (slower: it verifies on the host)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 2 when no GPU is usable."""
+    args = parse_args(argv)
+    ok, why = cuda_available()
+    if not ok:
+        print(f"no usable GPU: {why}", file=sys.stderr)
+        return 2
+    bench = Bench(args)
+    report: dict[str, Any] = {
+        "device": bench.rt.fingerprint(), "kernel_sources_sha256": kernel_sources_hash(),
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "torch": getattr(bench.torch, "__version__", None), "rows": [], "summary": {},
+    }
+    started = time.perf_counter()
+    for spec in args.networks.split(","):
+        network, batch = spec.split(":")
+        layers = layer_problems(network, int(batch), args.dtype)
+        if args.layers:
+            layers = layers[: args.layers]
+        for name, problem in layers:
+            t0 = time.perf_counter()
+            row = bench.layer(network, name, problem)
+            bench.cupy.get_default_memory_pool().free_all_blocks()
+            report["rows"].append(row)
+            report["summary"] = summarize(report["rows"])
+            report["elapsed_s"] = time.perf_counter() - started
+            args.out.write_text(json.dumps(report, indent=1, default=str))
+            print(f"{network}/{name}: tuned {_fmt(row['tuned'].get('ms'))} ms "
+                  f"({row['tuned'].get('algorithm')}), cuDNN {_fmt(row['cudnn'].get('ms'))} ms "
+                  f"[{time.perf_counter() - t0:.1f} s]", file=sys.stderr, flush=True)
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

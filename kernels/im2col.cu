@@ -1,0 +1,38 @@
+// im2col for a chunk of `nb` images starting at image n0: writes the column matrix
+//   col[img][c][r][s][p][q]   (img < nb, c over all C channels)
+// which, for each image and group g, holds the (cg*R*S) x (P*Q) row-major matrix that the
+// group's (kg x cg*R*S) filter multiplies; algorithms/cuda/im2col_gemm.py runs those GEMMs
+// with cuBLAS. Element i of col decomposes as i = (row, pq) with row = (img*C + c)*RS + rs,
+// so consecutive threads write consecutive addresses and read consecutive (strided) pixels.
+// Every element is written (zeros for padding). Total elements must be < 2^31.
+#include "common.cuh"
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    im2col(const T* __restrict__ x, T* __restrict__ col, CONV_SHAPE_PARAMS, int n0, int total,
+           unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,
+           unsigned int rs_mul, unsigned int rs_shr, unsigned int s_mul, unsigned int s_shr) {
+    const int RS = R * S;
+    const int PQ = P * Q;
+    const T* xn = x + static_cast<long long>(n0) * C * H * W;
+    // Unsigned counter: total < 2^31, so i + stride cannot wrap (a signed one could overflow).
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
+         u += gridDim.x * blockDim.x) {
+        const int i = static_cast<int>(u);
+        const int row = fast_div(i, pq_mul, pq_shr);
+        const int pq = i - row * PQ;
+        const int plane = fast_div(row, rs_mul, rs_shr);  // img * C + c
+        const int rs = row - plane * RS;
+        const int p = fast_div(pq, q_mul, q_shr);
+        const int q = pq - p * Q;
+        const int r = fast_div(rs, s_mul, s_shr);
+        const int s = rs - r * S;
+        const int ih = p * str_h - pad_h + r * dil_h;
+        const int iw = q * str_w - pad_w + s * dil_w;
+        typename AccOf<T>::type v = 0;
+        if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
+            v = load_acc(xn + (static_cast<long long>(plane) * H + ih) * W + iw);
+        }
+        store_acc(col + i, v);
+    }
+}

@@ -1,0 +1,209 @@
+"""The CUDA runtime: CuPy buffers on one GPU, CUDA-event timing with L2 flushes, identity.
+
+CuPy is imported lazily (inside `cuda_available` and `CudaRuntime`), so importing this module
+works on a machine without CuPy or a GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tuner.runtime import Timing, TimingPolicy
+
+_KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+_DLPACK_CUDA = 2  # kDLCUDA in DLPack's device-type enum
+
+
+def cuda_available() -> tuple[bool, str]:
+    """Whether CuPy imports and sees at least one GPU, and why not."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CUDA install CuPy cannot load
+        return False, f"CuPy is not importable: {exc}"
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # CUDARuntimeError: no driver, no device
+        return False, f"CuPy sees no CUDA device: {exc}"
+    if count < 1:
+        return False, "CuPy sees no CUDA device"
+    return True, f"{count} CUDA device(s), CuPy {cupy.__version__}"
+
+
+def kernel_sources_hash() -> str:
+    """sha256 of every kernels/*.cu and *.cuh (names and text), in name order."""
+    digest = hashlib.sha256()
+    for path in sorted([*_KERNELS_DIR.glob("*.cu"), *_KERNELS_DIR.glob("*.cuh")]):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class CudaRuntime:
+    """One GPU as a tuning device (all work on CuPy's current stream of that device)."""
+
+    backend = "cuda"
+
+    def __init__(self, index: int) -> None:
+        import cupy
+
+        count = int(cupy.cuda.runtime.getDeviceCount())
+        if not 0 <= index < count:
+            raise ValueError(f"cuda:{index} does not exist ({count} device(s))")
+        self.index = index
+        self.device = f"cuda:{index}"
+        self._cupy = cupy
+        self._dev = cupy.cuda.Device(index)
+        self._props: dict[str, Any] = cupy.cuda.runtime.getDeviceProperties(index)
+        self._flush: Any = None  # allocated on the first timing
+
+    # --- buffers ---------------------------------------------------------------------------
+    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
+        """An uninitialised C-contiguous device array."""
+        with self._dev:
+            return self._cupy.empty(shape, dtype=dtype)
+
+    def workspace(self, nbytes: int) -> Any:
+        """A 1-D uint8 device workspace of `nbytes` (None for 0)."""
+        if not nbytes:
+            return None
+        with self._dev:
+            return self._cupy.empty(nbytes, dtype=np.uint8)
+
+    def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> Any:
+        """Standard-normal values generated on the device, seeded from `rng` (never zeros)."""
+        seed = int(rng.integers(0, 2**63 - 1))
+        with self._dev:
+            # RandomState draws through the cuRAND library (no run-time compilation).
+            gen = self._cupy.random.RandomState(seed)
+            if dtype == "float64":
+                return gen.standard_normal(shape, dtype=np.float64)
+            # float16 has no generator of its own: draw float32 and round.
+            return gen.standard_normal(shape, dtype=np.float32).astype(dtype, copy=False)
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        """A host copy (synchronous)."""
+        if isinstance(array, np.ndarray):
+            return array
+        return self._cupy.asnumpy(array)
+
+    def adopt(self, array: Any) -> Any | None:
+        """The caller's array as a CuPy array without a copy, or None for a host array.
+
+        Accepts CuPy arrays and anything exposing `__cuda_array_interface__` or DLPack
+        (a torch CUDA tensor, for instance). A GPU array on another device raises
+        ValueError: using it here would need a copy between devices.
+        """
+        cupy = self._cupy
+        if isinstance(array, cupy.ndarray):
+            adopted = array
+        elif hasattr(array, "__cuda_array_interface__"):
+            try:
+                with self._dev:
+                    adopted = cupy.asarray(array)  # zero-copy view of the interface
+            except Exception as exc:  # torch refuses the interface when requires_grad
+                fallback = self._from_dlpack(array)
+                if fallback is None:
+                    raise ValueError(f"cannot adopt {type(array).__name__}: {exc}") from exc
+                adopted = fallback
+        else:
+            adopted = self._from_dlpack(array)
+            if adopted is None:
+                return None
+        if adopted.device.id != self.index:
+            raise ValueError(
+                f"array lives on cuda:{adopted.device.id}, not on {self.device}"
+            )
+        return adopted
+
+    def _from_dlpack(self, array: Any) -> Any | None:
+        dev = getattr(array, "__dlpack_device__", None)
+        if dev is None:
+            return None
+        try:
+            kind, _index = dev()
+        except Exception:  # a broken protocol object is "not ours"
+            return None
+        if int(kind) != _DLPACK_CUDA:
+            return None
+        with self._dev:
+            return self._cupy.from_dlpack(array)
+
+    def contiguous(self, array: Any, dtype: str) -> Any:
+        """C-contiguous in `dtype` on this device; a no-op when it already is."""
+        with self._dev:
+            return self._cupy.ascontiguousarray(self._cupy.asarray(array, dtype=dtype))
+
+    def synchronize(self) -> None:
+        """Wait for all work queued on the device."""
+        self._dev.synchronize()
+
+    # --- timing --------------------------------------------------------------------------
+    @property
+    def l2_bytes(self) -> int:
+        """The device's L2 cache size."""
+        return int(self._props.get("l2CacheSize", 0))
+
+    def _flush_l2(self) -> None:
+        # Writing a buffer twice the L2 evicts whatever the previous run left there, so
+        # every timed run starts from device memory like a real network layer would.
+        if self._flush is None:
+            self._flush = self._cupy.empty(max(2 * self.l2_bytes, 1 << 20), dtype=np.uint8)
+        stream = self._cupy.cuda.get_current_stream()
+        self._cupy.cuda.runtime.memsetAsync(
+            self._flush.data.ptr, 0, self._flush.nbytes, stream.ptr
+        )
+
+    def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
+        """Median-ready per-run times: warm-up untimed, L2 flushed outside the events."""
+        cupy = self._cupy
+        with self._dev:
+            for _ in range(policy.warmup):
+                fn()
+            self._dev.synchronize()
+            start = cupy.cuda.Event()
+            end = cupy.cuda.Event()
+            times: list[float] = []
+            spent = 0.0
+            while len(times) < policy.min_reps or (
+                spent < policy.budget_s and len(times) < policy.max_reps
+            ):
+                began = time.perf_counter()
+                self._flush_l2()
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times.append(float(cupy.cuda.get_elapsed_time(start, end)))
+                spent += time.perf_counter() - began
+        return Timing(tuple(times))
+
+    # --- identity ------------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        """What timings are valid for: GPU model, architecture, SMs, memory, software."""
+        cupy = self._cupy
+        props = self._props
+        name = props.get("name", b"")
+        return {
+            "kind": "cuda",
+            "name": name.decode() if isinstance(name, bytes) else str(name),
+            "arch": f"{props['major']}.{props['minor']}",
+            "units": int(props["multiProcessorCount"]),
+            "memory_bytes": int(props["totalGlobalMem"]),
+            "l2_bytes": self.l2_bytes,
+            "driver": int(cupy.cuda.runtime.driverGetVersion()),
+            "runtime": int(cupy.cuda.runtime.runtimeGetVersion()),
+            "cupy": cupy.__version__,
+        }
+
+    def memory_bytes(self) -> int | None:
+        """Free device memory, counting what CuPy's pool holds but does not use."""
+        with self._dev:
+            free, _total = self._cupy.cuda.runtime.memGetInfo()
+            pool_free = self._cupy.get_default_memory_pool().free_bytes()
+        return int(free) + int(pool_free)
