@@ -4,16 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection, inspect, select
+from sqlalchemy import Connection, Table, inspect, select
 
-from db.models import Base, Meta
+from db.models import Base, Claim, Meta
 
 #: The schema this code writes. Bump it together with a new entry in MIGRATIONS.
-SCHEMA_VERSION = 1
+#: 1: devices, problems, measurements. 2: + claims (several tuners sharing one store).
+SCHEMA_VERSION = 2
+
+
+def _add_claims(conn: Connection) -> None:
+    """1 -> 2: the claims table (rows of version 1 are untouched)."""
+    Claim.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
 
 #: MIGRATIONS[v] upgrades a version-v database to version v + 1, in one transaction.
 #: Steps only add (tables, nullable columns, indexes): stored names are forever.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_claims}
 
 
 class SchemaError(ValueError):
@@ -29,7 +36,7 @@ def stored_version(conn: Connection) -> int | None:
 
 
 def _set_version(conn: Connection, version: int) -> None:
-    table = Meta.__table__
+    table: Table = Meta.__table__  # type: ignore[assignment]
     updated = conn.execute(
         table.update().where(table.c.key == "schema_version").values(value=str(version))
     )

@@ -100,3 +100,20 @@ class Measurement(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     tuner_version: Mapped[str] = mapped_column(String(32))
+
+
+class Claim(Base):
+    """A tuner's claim on one (device, problem) while it measures it (schema version 2).
+
+    The unique constraint is the lock: a second tuner's insert fails and it waits for the
+    results instead of measuring the same problem again. A crashed tuner's claim expires.
+    """
+
+    __tablename__ = "claims"
+    __table_args__ = (UniqueConstraint("device_fingerprint", "problem"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    device_fingerprint: Mapped[str] = mapped_column(String(64))
+    problem: Mapped[str] = mapped_column(String(512))  # canonical JSON of the problem key
+    owner: Mapped[str] = mapped_column(String(256))  # host:pid:uuid of the claiming tuner
+    claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)

@@ -132,7 +132,8 @@ def find_problem_id(*, session: Session, key: Mapping[str, Any]) -> int | None:
 
 
 # --- measurements --------------------------------------------------------------------------
-def _row(m: Measurement) -> MeasurementRow:
+def measurement_row(m: Measurement) -> MeasurementRow:
+    """A stored Measurement as plain values (measured_at always timezone-aware UTC)."""
     measured_at = m.measured_at
     if measured_at.tzinfo is None:  # SQLite drops the zone; we only ever store UTC
         measured_at = measured_at.replace(tzinfo=timezone.utc)
@@ -167,7 +168,54 @@ def load_measurements(
             or_(*current),
         )
     ).scalars()
-    return [_row(m) for m in rows]
+    return [measurement_row(m) for m in rows]
+
+
+def load_fleet_measurements(
+    *,
+    session: Session,
+    kind: str,
+    name: str,
+    arch: str,
+    exclude_fingerprint: str,
+    key: Mapping[str, Any],
+    impl_hashes: Mapping[str, str],
+) -> list[tuple[dict[str, Any], list[MeasurementRow]]]:
+    """Other devices' current measurements of one problem, for lookups across hardware.
+
+    Devices of the same `kind` whose `name` or `arch` matches (the caller ranks them),
+    except `exclude_fingerprint`; only rows made by the current implementations
+    (`impl_hashes`, as in `load_measurements`). Returns (device, rows) pairs, where device
+    holds fingerprint, kind, name, arch, units and info.
+    """
+    problem_id = find_problem_id(session=session, key=key)
+    if problem_id is None or not impl_hashes:
+        return []
+    current = [
+        and_(Measurement.algorithm == algorithm, Measurement.impl_hash == digest)
+        for algorithm, digest in impl_hashes.items()
+    ]
+    found = session.execute(
+        select(Device, Measurement)
+        .join(Measurement, Measurement.device_id == Device.id)
+        .where(
+            Device.kind == kind,
+            or_(Device.name == name, Device.arch == arch),
+            Device.fingerprint != exclude_fingerprint,
+            Measurement.problem_id == problem_id,
+            or_(*current),
+        )
+        .order_by(Device.id, Measurement.id)
+    )
+    out: dict[int, tuple[dict[str, Any], list[MeasurementRow]]] = {}
+    for d, m in found:
+        if d.id not in out:
+            out[d.id] = ({
+                "fingerprint": d.fingerprint, "kind": d.kind, "name": d.name,
+                "arch": d.arch, "units": d.units, "info": json.loads(d.info),
+            }, [])
+        out[d.id][1].append(measurement_row(m))
+    return list(out.values())
 
 
 def save_measurements(
@@ -245,7 +293,7 @@ def list_results(
             "device": d.fingerprint,
             "device_name": d.name,
             "problem": {f: getattr(p, f) for f in PROBLEM_FIELDS},
-            **_row(m).as_dict(),
+            **measurement_row(m).as_dict(),
         }
         for m, p, d in page
     ]

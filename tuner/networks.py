@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from algorithms.problem import ConvProblem
 
@@ -84,10 +84,90 @@ ALEXNET = (
     _l("conv5", 13, 256, 256, 3, 1),
 )
 
+def _merged(layers: list[Layer]) -> tuple[Layer, ...]:
+    """Layers with identical shapes folded into the first one, their counts added."""
+    out: dict[tuple[int, ...], Layer] = {}
+    for layer in layers:
+        shape = (layer.c, layer.h, layer.w, layer.k, layer.r, layer.s, layer.pad,
+                 layer.stride, layer.groups, layer.dilation)
+        first = out.get(shape)
+        out[shape] = layer if first is None else replace(first, count=first.count + layer.count)
+    return tuple(out.values())
+
+
+def _googlenet() -> tuple[Layer, ...]:
+    """GoogLeNet (Inception v1, Szegedy et al. 2014, table 1), inference path only.
+
+    Each inception module runs 1x1, 1x1 -> 3x3 (pad 1), 1x1 -> 5x5 (pad 2) and a 1x1
+    projection after the 3x3 max pool; the auxiliary classifiers (training only) are left out.
+    """
+    layers = [
+        _l("conv1.7x7.s2", 224, 3, 64, 7, 3, 2),
+        _l("conv2.3x3reduce", 56, 64, 64, 1),
+        _l("conv2.3x3", 56, 64, 192, 3, 1),
+    ]
+    # name, input size, in channels, #1x1, #3x3 reduce, #3x3, #5x5 reduce, #5x5, pool proj
+    modules = (
+        ("3a", 28, 192, 64, 96, 128, 16, 32, 32),
+        ("3b", 28, 256, 128, 128, 192, 32, 96, 64),
+        ("4a", 14, 480, 192, 96, 208, 16, 48, 64),
+        ("4b", 14, 512, 160, 112, 224, 24, 64, 64),
+        ("4c", 14, 512, 128, 128, 256, 24, 64, 64),
+        ("4d", 14, 512, 112, 144, 288, 32, 64, 64),
+        ("4e", 14, 528, 256, 160, 320, 32, 128, 128),
+        ("5a", 7, 832, 256, 160, 320, 32, 128, 128),
+        ("5b", 7, 832, 384, 192, 384, 48, 128, 128),
+    )
+    for name, hw, cin, c1, r3, c3, r5, c5, proj in modules:
+        layers += [
+            _l(f"inception{name}.1x1", hw, cin, c1, 1),
+            _l(f"inception{name}.3x3reduce", hw, cin, r3, 1),
+            _l(f"inception{name}.3x3", hw, r3, c3, 3, 1),
+            _l(f"inception{name}.5x5reduce", hw, cin, r5, 1),
+            _l(f"inception{name}.5x5", hw, r5, c5, 5, 2),
+            _l(f"inception{name}.poolproj", hw, cin, proj, 1),
+        ]
+    return _merged(layers)
+
+
+def _mobilenet_v2() -> tuple[Layer, ...]:
+    """MobileNet-v2 (Sandler et al. 2018, table 2) at 224x224, width multiplier 1.0.
+
+    Each inverted residual block expands with a 1x1 (t times the channels; skipped when
+    t == 1), filters with a depthwise 3x3 (groups == channels, pad 1, the block's stride)
+    and projects with a 1x1.
+    """
+    layers = [_l("conv1.3x3.s2", 224, 3, 32, 3, 1, 2)]
+    hw, cin = 112, 32
+    # t (expansion), c (output channels), n (repeats), s (stride of the first block)
+    for stage, (t, c, n, s) in enumerate(
+        ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+         (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)),
+        start=1,
+    ):
+        for block in range(n):
+            stride = s if block == 0 else 1
+            hidden = cin * t
+            name = f"block{stage}.{block + 1}"
+            if t != 1:
+                layers.append(_l(f"{name}.expand", hw, cin, hidden, 1))
+            layers.append(_l(f"{name}.dw3x3", hw, hidden, hidden, 3, 1, stride, groups=hidden))
+            hw = (hw + 2 - 3) // stride + 1
+            layers.append(_l(f"{name}.project", hw, hidden, c, 1))
+            cin = c
+    layers.append(_l("conv_last.1x1", hw, cin, 1280, 1))
+    return _merged(layers)
+
+
+GOOGLENET = _googlenet()
+MOBILENET_V2 = _mobilenet_v2()
+
 NETWORKS: dict[str, tuple[Layer, ...]] = {
     "resnet50": RESNET50,
     "vgg16": VGG16,
     "alexnet": ALEXNET,
+    "googlenet": GOOGLENET,
+    "mobilenet_v2": MOBILENET_V2,
 }
 
 

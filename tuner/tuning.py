@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 import threading
+import time
 import traceback
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,11 +21,12 @@ from algorithms.base import Algorithm
 from algorithms.problem import ConvProblem
 from algorithms.reference import max_abs_error, reference_conv, relative_error, tolerance
 from algorithms.registry import algorithms_for
-from db import queries
+from db import claims, queries
 from db.engine import Store
 from db.queries import MeasurementRow
 from tuner import results as R
 from tuner.devices import DeviceIdentity, backend_of, get_runtime, identify, implementation_hash
+from tuner.lookup import fallback_order
 from tuner.results import AlgorithmResult, rank
 from tuner.runtime import Runtime, TimingPolicy
 
@@ -28,6 +35,13 @@ TUNER_VERSION = "0.1.0"
 #: The find modes: answer from the store only, measure everything now, or store-then-measure.
 MODES = ("cached", "tune", "auto")
 
+#: How long a claim on a (device, problem) lasts unless renewed ($CONVTUNE_CLAIM_TTL_S).
+CLAIM_TTL_S = 60.0
+#: How long a tuner waits for another one's claim before giving up ($CONVTUNE_CLAIM_WAIT_S).
+CLAIM_WAIT_S = 900.0
+
+log = logging.getLogger(__name__)
+
 
 class NoUsableAlgorithm(LookupError):
     """No candidate is usable for this problem on this device under this workspace limit."""
@@ -35,6 +49,23 @@ class NoUsableAlgorithm(LookupError):
 
 class NotInDatabase(LookupError):
     """mode="cached" and the store has not measured every candidate of this problem."""
+
+
+class ClaimTimeout(LookupError):
+    """Another tuner held its claim on this (device, problem) for longer than we may wait."""
+
+
+def _seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"${name} must be a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"${name} must be positive, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -81,7 +112,16 @@ def validate_workspace_limit(limit: Any) -> int | None:
 
 
 class Tuner:
-    """Benchmarks the candidates of a problem on a device and keeps every measurement."""
+    """Benchmarks the candidates of a problem on a device and keeps every measurement.
+
+    Several tuners (threads, processes, hosts) may share one store: before measuring a
+    (device, problem) a tuner claims it in the store's `claims` table, renews the claim
+    every `claim_ttl_s / 3` seconds while it measures, and deletes it when the results are
+    stored. Another tuner that finds the claim taken waits (polling with backoff, for at
+    most `claim_wait_s` seconds, then ClaimTimeout) and answers from the stored results
+    instead of measuring; a claim that expired (its tuner crashed) is taken over.
+    `identify` maps a device string to its DeviceIdentity (tests inject fake devices).
+    """
 
     def __init__(
         self,
@@ -90,11 +130,19 @@ class Tuner:
         policy: TimingPolicy | None = None,
         algorithms: Iterable[Algorithm] | None = None,
         seed: int | None = None,
+        identify: Callable[[str], DeviceIdentity] = identify,
+        claim_ttl_s: float | None = None,
+        claim_wait_s: float | None = None,
     ) -> None:
         self.store = store
         self.policy = policy or TimingPolicy.from_env()
         self._algorithms = list(algorithms) if algorithms is not None else None
         self._rng = np.random.default_rng(seed)
+        self._identify = identify
+        self.claim_ttl_s = claim_ttl_s or _seconds("CONVTUNE_CLAIM_TTL_S", CLAIM_TTL_S)
+        self.claim_wait_s = claim_wait_s or _seconds("CONVTUNE_CLAIM_WAIT_S", CLAIM_WAIT_S)
+        #: Who holds this tuner's claims: host:pid:uuid, unique across a fleet.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
     # --- candidates -------------------------------------------------------------------------
     def algorithms(self, backend: str) -> list[Algorithm]:
@@ -137,7 +185,7 @@ class Tuner:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         workspace_limit = validate_workspace_limit(workspace_limit)
-        identity = identify(device)
+        identity = self._identify(device)
         candidates, results = self.candidates(problem, backend_of(device))
         allowed = []
         for cand in candidates:
@@ -153,23 +201,25 @@ class Tuner:
                 allowed.append(cand)
         if mode == "tune":
             with _lock_for((identity.fingerprint, problem)):
-                fresh = self._measure(problem, identity, allowed)
+                _, fresh = self._measure_claimed(problem, identity, allowed, force=True)
             return rank(results + fresh)
 
         stored = self._load(problem, identity, allowed)
         missing = [c for c in allowed if c.key not in stored]
         if missing and mode == "cached":
+            borrowed = self._fallback(problem, identity, allowed)
+            if borrowed is not None:
+                return rank(results + borrowed)
             names = sorted({f"{c.algorithm.name}/{c.config}" for c in missing})
             raise NotInDatabase(
                 f"{problem.describe()} on {identity.info.get('name', device)} has not been "
-                f"measured for {', '.join(names)}"
+                f"measured for {', '.join(names)} (nor on a device of the same model or "
+                "architecture)"
             )
         if missing:
             with _lock_for((identity.fingerprint, problem)):
-                # Another thread may have measured them while we waited for the lock.
-                stored = self._load(problem, identity, allowed)
-                missing = [c for c in allowed if c.key not in stored]
-                fresh = self._measure(problem, identity, missing)
+                # Another thread or process may have measured them while we waited.
+                stored, fresh = self._measure_claimed(problem, identity, allowed, force=False)
         else:
             fresh = []
         fresh_keys = {(r.algorithm, r.config) for r in fresh}
@@ -185,7 +235,17 @@ class Tuner:
         *,
         mode: str = "auto",
     ) -> list[AlgorithmResult]:
-        """One result per algorithm (its best configuration), fastest usable first."""
+        """One result per algorithm (its best configuration), fastest usable first.
+
+        mode="auto" answers from this exact device's stored measurements and measures (then
+        stores) what is missing here; it never borrows other devices' results.
+        mode="cached" never measures: it answers from this device's measurements when they
+        cover every candidate, else from the best stand-in device (tuner.lookup: the same
+        model with other software, then the same architecture with the nearest unit count),
+        with `source` saying which ("same model", "same architecture") and `device` naming
+        the stand-in's fingerprint, and raises NotInDatabase when no device qualifies.
+        mode="tune" measures every candidate again.
+        """
         per_config = self.find_candidates(problem, device, workspace_limit, mode=mode)
         best: dict[str, AlgorithmResult] = {}
         for result in per_config:  # ranked: the first seen per algorithm is its best
@@ -216,6 +276,110 @@ class Tuner:
             f"with workspace_limit={workspace_limit}: {summary}"
         )
 
+    # --- claims and lookups across devices ----------------------------------------------------
+    def _measure_claimed(
+        self, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate],
+        *, force: bool,
+    ) -> tuple[dict[tuple[str, str], AlgorithmResult], list[AlgorithmResult]]:
+        """Claim (device, problem) in the store, measure what is missing (all if `force`).
+
+        Returns (stored, fresh). While another tuner holds the claim we poll with backoff:
+        once its results are stored (and `force` is off) we return them, measuring nothing.
+        """
+        target = queries.canonical_json(problem.key())
+        deadline = time.monotonic() + self.claim_wait_s
+        delay = 0.02
+        while True:
+            if self._claim(identity, target):
+                try:
+                    stored = {} if force else self._load(problem, identity, allowed)
+                    todo = [c for c in allowed if c.key not in stored]
+                    with self._renewing(identity, target):
+                        fresh = self._measure(problem, identity, todo)
+                finally:
+                    self._release(identity, target)
+                return stored, fresh
+            if not force:
+                stored = self._load(problem, identity, allowed)
+                if all(c.key in stored for c in allowed):
+                    return stored, []
+            if time.monotonic() >= deadline:
+                with self.store.session() as session:
+                    holder = claims.claim_holder(
+                        session=session, fingerprint=identity.fingerprint, problem=target
+                    )
+                who = holder["owner"] if holder else "another tuner"
+                raise ClaimTimeout(
+                    f"{problem.describe()} on {identity.info.get('name', identity.device)} is "
+                    f"being measured by {who}; gave up after {self.claim_wait_s:g} s "
+                    "(raise $CONVTUNE_CLAIM_WAIT_S to wait longer)"
+                )
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 1.0, self.claim_ttl_s / 4)
+
+    def _claim(self, identity: DeviceIdentity, target: str) -> bool:
+        with self.store.session() as session:
+            return claims.try_claim(
+                session=session, fingerprint=identity.fingerprint, problem=target,
+                owner=self.owner, ttl_s=self.claim_ttl_s,
+            )
+
+    def _release(self, identity: DeviceIdentity, target: str) -> None:
+        with self.store.session() as session:
+            claims.release_claim(
+                session=session, fingerprint=identity.fingerprint, problem=target,
+                owner=self.owner,
+            )
+
+    @contextmanager
+    def _renewing(self, identity: DeviceIdentity, target: str) -> Iterator[None]:
+        """Renew our claim every ttl/3 seconds in a background thread while measuring."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.claim_ttl_s / 3):
+                try:
+                    with self.store.session() as session:
+                        ours = claims.renew_claim(
+                            session=session, fingerprint=identity.fingerprint,
+                            problem=target, owner=self.owner, ttl_s=self.claim_ttl_s,
+                        )
+                    if not ours:
+                        log.warning("claim on %s was taken over while measuring", target)
+                except Exception:  # a missed renewal only risks duplicate work
+                    log.warning("could not renew the claim on %s", target, exc_info=True)
+
+        thread = threading.Thread(target=renew, name="convtune-claim", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def _fallback(
+        self, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate]
+    ) -> list[AlgorithmResult] | None:
+        """Every allowed candidate as measured by the best stand-in device, or None."""
+        info = identity.info
+        with self.store.session() as session:
+            others = queries.load_fleet_measurements(
+                session=session, kind=str(info.get("kind", "")), name=str(info.get("name", "")),
+                arch=str(info.get("arch", "")), exclude_fingerprint=identity.fingerprint,
+                key=problem.key(), impl_hashes={c.algorithm.name: c.impl_hash for c in allowed},
+            )
+        hashes = {c.key: c.impl_hash for c in allowed}
+        for source, device, rows in fallback_order(info, others):
+            found = {
+                (r.algorithm, r.config): r for r in rows
+                if hashes.get((r.algorithm, r.config)) == r.impl_hash
+            }
+            if len(found) == len(allowed):
+                return [
+                    _from_row(row, device["fingerprint"], source) for row in found.values()
+                ]
+        return None
+
     # --- store ------------------------------------------------------------------------------------
     def _load(
         self, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate]
@@ -230,7 +394,9 @@ class Tuner:
         out = {}
         for row in rows:
             if (row.algorithm, row.config) in wanted:  # re-validated: still a current config
-                out[(row.algorithm, row.config)] = _from_row(row, identity, R.MEASURED_HERE)
+                out[(row.algorithm, row.config)] = _from_row(
+                    row, identity.fingerprint, R.MEASURED_HERE
+                )
         return out
 
     def _save(
@@ -263,7 +429,7 @@ class Tuner:
         ref = reference_conv(runtime.to_numpy(x), runtime.to_numpy(w), problem)
         rows = [self._measure_one(runtime, problem, cand, x, w, y, ref) for cand in candidates]
         self._save(problem, identity, rows)
-        return [_from_row(row, identity, R.FRESH) for row in rows]
+        return [_from_row(row, identity.fingerprint, R.FRESH) for row in rows]
 
     def _measure_one(
         self,
@@ -315,12 +481,12 @@ class Tuner:
         return MeasurementRow(**row)
 
 
-def _from_row(row: MeasurementRow, identity: DeviceIdentity, source: str) -> AlgorithmResult:
+def _from_row(row: MeasurementRow, fingerprint: str, source: str) -> AlgorithmResult:
     return AlgorithmResult(
         algorithm=row.algorithm, config=row.config, status=row.status, time_ms=row.time_ms,
         workspace_bytes=row.workspace_bytes, max_error=row.max_error, rel_error=row.rel_error,
         spread_ms=row.spread_ms, reps=row.reps, error=row.error, source=source,
-        device=identity.fingerprint, measured_at=row.measured_at.isoformat(),
+        device=fingerprint, measured_at=row.measured_at.isoformat(),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -19,6 +20,7 @@ from db.engine import open_store
 from tuner.cli import app
 from tuner.devices import cuda_available, identify, parse_device
 from tuner.networks import NETWORKS, network_problems
+from tuner.onnx_shapes import onnx_problems
 from tuner.results import AlgorithmResult
 from tuner.tuning import Tuner
 
@@ -157,8 +159,12 @@ def find(
 @app.command()
 def tune(
     model: Annotated[
-        str, typer.Option("--model", help=f"Built-in network: {', '.join(NETWORKS)}.")
-    ],
+        str | None, typer.Option("--model", help=f"Built-in network: {', '.join(NETWORKS)}.")
+    ] = None,
+    onnx: Annotated[
+        Path | None,
+        typer.Option("--onnx", help="ONNX model: tune its 2-D Conv nodes (dtype from the model)."),
+    ] = None,
     batch: Annotated[str, typer.Option("--batch", help="Batch size(s), e.g. 8 or 1,8,32.")] = "1",
     dtype: Annotated[str, typer.Option("--dtype")] = "float32",
     workspace_limit: LimitOpt = None,
@@ -166,9 +172,20 @@ def tune(
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Tune every distinct convolution of a network, then print the winners."""
+    """Tune every distinct convolution of a network (--model or --onnx), print the winners."""
+    if (model is None) == (onnx is None):
+        raise ValueError("give exactly one of --model NAME or --onnx PATH")
     batches = parse_batches(batch)
-    work = [(b, layer, p) for b in batches for layer, p in network_problems(model, b, dtype)]
+    work: list[tuple[int, str, ConvProblem]] = []
+    for b in batches:
+        if onnx is not None:
+            found, warnings = onnx_problems(onnx, b)
+            for warning in warnings if b == batches[0] else []:
+                print(f"convtune: warning: {warning}", file=sys.stderr)
+            work += [(b, name, p) for name, p in found]
+        else:
+            work += [(b, layer.name, p) for layer, p in network_problems(str(model), b, dtype)]
+    model = model or onnx.name  # type: ignore[union-attr]
     dev = parse_device(device)
     tuner = Tuner(open_store(db))
     rows: list[dict[str, Any]] = []
@@ -183,12 +200,12 @@ def tune(
     ) as progress:
         task = progress.add_task(f"tuning {model} on {dev}", total=len(work))
         for b, layer, problem in work:
-            progress.update(task, description=f"{model} n={b} {layer.name}")
+            progress.update(task, description=f"{model} n={b} {layer}")
             best = tuner.best(problem, dev, workspace_limit)
             rows.append(
                 {
                     "batch": b,
-                    "layer": layer.name,
+                    "layer": layer,
                     "problem": problem.key(),
                     "describe": problem.describe(),
                     **best.as_dict(),

@@ -1,0 +1,158 @@
+"""Claims: several tuning processes never measure the same (device, problem) twice at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert
+
+from db import claims
+from db.engine import open_store
+from db.models import Claim
+from db.queries import canonical_json
+from tests.fleet.helpers import QUICK, algos, stored
+from tests.fleet.workers import tune
+from tests.tuner.fakes import Fake, small_problem
+from tuner import results as R
+from tuner.devices import identify
+from tuner.tuning import ClaimTimeout, Tuner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_claim_is_exclusive_renewable_and_released(store_url: str) -> None:
+    store = open_store(store_url)
+    args = {"fingerprint": "f" * 32, "problem": '{"n":1}'}
+    with store.session() as s:
+        assert claims.try_claim(session=s, owner="a", ttl_s=60, **args)
+    with store.session() as s:
+        assert not claims.try_claim(session=s, owner="b", ttl_s=60, **args)
+        assert claims.claim_holder(session=s, **args)["owner"] == "a"  # type: ignore[index]
+        assert claims.renew_claim(session=s, owner="a", ttl_s=60, **args)
+        assert not claims.renew_claim(session=s, owner="b", ttl_s=60, **args)
+        claims.release_claim(session=s, owner="b", **args)  # not b's: stays
+    with store.session() as s:
+        assert claims.claim_holder(session=s, **args) is not None
+        claims.release_claim(session=s, owner="a", **args)
+    with store.session() as s:
+        assert claims.claim_holder(session=s, **args) is None
+        assert claims.try_claim(session=s, owner="b", ttl_s=60, **args)
+
+
+def test_several_processes_measure_each_candidate_exactly_once(
+    store_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "measured.log"
+    problems = [small_problem(n=n).key() for n in (1, 2, 3)]
+    orders = [problems, problems[::-1], problems[1:] + problems[:1], problems]
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(len(orders), mp_context=spawn) as pool:
+        answers = list(pool.map(tune, [store_url] * 4, [str(log)] * 4, orders))
+
+    who: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for line in log.read_text().splitlines():
+        pid, problem, algorithm, config = line.split("|")
+        who[(problem, algorithm, config)].add(pid)
+    assert len(who) == 3 * 3  # 3 problems x (direct + fft/a + fft/b)
+    assert all(len(pids) == 1 for pids in who.values()), dict(who)
+    assert len(stored(open_store(store_url))) == 9
+    for answer in answers:  # everyone got every answer; one of them measured it
+        assert len(answer) == 9
+        assert {source for *_, source in answer} <= {R.FRESH, R.MEASURED_HERE}
+    fresh = [a for answer in answers for a in answer if a[-1] == R.FRESH]
+    assert len(fresh) == 9
+    with open_store(store_url).session() as s:
+        assert claims.list_claims(session=s) == []
+
+
+def _claim_row(store_url: str, owner: str, expires_in_s: float) -> None:
+    problem = small_problem()
+    with open_store(store_url).session() as s:
+        now = claims.db_now(session=s)
+        s.execute(insert(Claim).values(
+            device_fingerprint=identify("cpu").fingerprint,
+            problem=canonical_json(problem.key()), owner=owner, claimed_at=now,
+            expires_at=now + timedelta(seconds=expires_in_s),
+        ))
+
+
+def test_a_killed_tuners_expired_claim_is_taken_over(store_url: str) -> None:
+    # A tuner that crashed (pid 999999 is not running) left its claim behind.
+    _claim_row(store_url, f"{os.uname().nodename}:999999:dead", expires_in_s=-5)
+    a = Fake("direct")
+    started = time.monotonic()
+    results = Tuner(open_store(store_url), policy=QUICK, algorithms=algos(a)).find(
+        small_problem(), "cpu"
+    )
+    assert results[0].source == R.FRESH and a.runs > 0
+    assert time.monotonic() - started < 5
+    with open_store(store_url).session() as s:
+        assert claims.list_claims(session=s) == []
+
+
+def test_a_hung_tuners_live_claim_expires_and_is_taken_over(store_url: str) -> None:
+    # A live process claims with a 1.5 s lease and never releases or renews it.
+    target = canonical_json(small_problem().key())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    hung = subprocess.Popen(
+        [sys.executable, "-m", "tests.fleet.workers", store_url,
+         identify("cpu").fingerprint, target, "1.5"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert hung.stdout is not None and hung.stdout.readline().strip() == "claimed"
+        a = Fake("direct")
+        started = time.monotonic()
+        tuner = Tuner(open_store(store_url), policy=QUICK, algorithms=algos(a), claim_wait_s=30)
+        results = tuner.find(small_problem(), "cpu")
+        waited = time.monotonic() - started
+        assert hung.poll() is None  # still alive: its claim expired, it was not released
+        assert results[0].source == R.FRESH and a.runs > 0
+        assert 0.5 < waited < 10
+    finally:
+        hung.kill()
+        hung.wait()
+
+
+def test_waiting_is_bounded(db_url: str) -> None:
+    _claim_row(db_url, "otherhost:42:busy", expires_in_s=600)
+    a = Fake("direct")
+    tuner = Tuner(open_store(db_url), policy=QUICK, algorithms=algos(a), claim_wait_s=0.3)
+    with pytest.raises(ClaimTimeout, match="otherhost:42:busy"):
+        tuner.find(small_problem(), "cpu")
+    assert a.runs == 0
+
+
+def test_claim_is_renewed_while_measuring(db_url: str) -> None:
+    class Slow(Fake):
+        def run(self, *args: object) -> None:
+            time.sleep(0.1)
+            super().run(*args)  # type: ignore[arg-type]
+
+    seen: list[float] = []
+    tuner = Tuner(
+        open_store(db_url), policy=QUICK, algorithms=algos(Slow("direct")), claim_ttl_s=0.3
+    )
+    original = claims.renew_claim
+
+    def spy(**kw: object) -> bool:
+        ok = original(**kw)  # type: ignore[arg-type]
+        seen.append(time.monotonic())
+        assert ok, "our claim was lost while we measured"
+        return ok
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(claims, "renew_claim", spy)
+        tuner.find(small_problem(), "cpu")
+    assert len(seen) >= 2
+    with open_store(db_url).session() as s:
+        assert claims.list_claims(session=s) == []

@@ -1,0 +1,124 @@
+"""Shape sources: ONNX models' Conv nodes and the built-in networks' layer lists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from algorithms.problem import ConvProblem
+from tuner.networks import NETWORKS, network_layers, network_problems
+from tuner.onnx_shapes import onnx_convs, onnx_problems
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def conv(name: str, x: str, w: str, y: str, **attrs: Any) -> Any:
+    return helper.make_node("Conv", [x, w], [y], name=name, **attrs)
+
+
+def weight(name: str, shape: tuple[int, ...]) -> Any:
+    return numpy_helper.from_array(np.zeros(shape, dtype=np.float32), name)
+
+
+def save(tmp_path: Path, nodes: list[Any], weights: list[Any], c: int = 3, hw: int = 32,
+         batch: int | str = "N") -> Path:
+    graph = helper.make_graph(
+        nodes, "test",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, hw, hw])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        initializer=weights,
+    )
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    return path
+
+
+def test_conv_nodes_become_problems_at_the_batch_size(tmp_path: Path) -> None:
+    path = save(tmp_path, [
+        conv("stem", "x", "w1", "a", pads=[3, 3, 3, 3], strides=[2, 2], kernel_shape=[7, 7]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        conv("dw", "b", "w2", "c", pads=[1, 1, 1, 1], group=16),
+        conv("dilated", "c", "w3", "d", pads=[2, 2, 2, 2], dilations=[2, 2]),
+        conv("same", "d", "w4", "e", auto_pad=b"SAME_UPPER", strides=[1, 1]),
+        conv("repeat", "e", "w4", "f", auto_pad="SAME_LOWER"),
+    ], [weight("w1", (16, 3, 7, 7)), weight("w2", (16, 1, 3, 3)),
+        weight("w3", (8, 16, 3, 3)), weight("w4", (8, 8, 3, 3))])
+    problems, warnings = onnx_problems(path, 16)
+    assert warnings == []
+    assert problems == [
+        ("stem", ConvProblem(n=16, c=3, h=32, w=32, k=16, r=7, s=7, pad=3, stride=2)),
+        ("dw", ConvProblem(n=16, c=16, h=16, w=16, k=16, r=3, s=3, pad=1, groups=16)),
+        ("dilated", ConvProblem(n=16, c=16, h=16, w=16, k=8, r=3, s=3, pad=2, dilation=2)),
+        ("same", ConvProblem(n=16, c=8, h=16, w=16, k=8, r=3, s=3, pad=1)),
+        # "repeat" has the same problem as "same": listed once
+    ]
+    assert onnx_problems(path, 1)[0][0][1].n == 1
+
+
+def test_fixed_batch_is_overridden_and_asymmetric_pads_skipped(tmp_path: Path) -> None:
+    path = save(tmp_path, [
+        conv("ok", "x", "w1", "a", pads=[0, 1, 0, 1]),
+        conv("asym", "a", "w2", "b", pads=[0, 0, 1, 1], strides=[2, 2]),
+        conv("same_odd", "b", "w2", "c", auto_pad="SAME_UPPER"),  # 2x2 pads by 1 in all
+    ], [weight("w1", (4, 3, 1, 3)), weight("w2", (4, 4, 2, 2))], batch=1, hw=8)
+    problems, warnings = onnx_problems(path, 4)
+    assert problems == [("ok", ConvProblem(n=4, c=3, h=8, w=8, k=4, r=1, s=3, pad=(0, 1)))]
+    assert len(warnings) == 2
+    assert "'asym'" in warnings[0] and "asymmetric padding [0, 0, 1, 1]" in warnings[0]
+    assert "'same_odd'" in warnings[1] and "asymmetric" in warnings[1]
+    assert [c.name for c in onnx_convs(path, 4)] == ["ok", "asym", "same_odd"]
+
+
+def test_unusable_models_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no such ONNX file"):
+        onnx_problems(tmp_path / "missing.onnx", 1)
+    (tmp_path / "junk.onnx").write_bytes(b"\x00not a model")
+    with pytest.raises(ValueError, match="ONNX"):
+        onnx_problems(tmp_path / "junk.onnx", 1)
+    path = save(tmp_path, [conv("asym", "x", "w", "y", pads=[1, 0, 0, 0])],
+                [weight("w", (4, 3, 3, 3))])
+    with pytest.raises(ValueError, match="no 2-D Conv node"):
+        onnx_problems(path, 1)
+
+
+# --- built-in networks -------------------------------------------------------------------
+def macs(name: str) -> float:
+    return sum(layer.count * layer.problem(1).flops for layer in network_layers(name)) / 2
+
+
+def test_network_sizes_match_the_papers() -> None:
+    # Multiply-adds of the convolutions per image, as the papers and torchvision count them.
+    assert 3.8e9 < macs("resnet50") < 4.2e9
+    assert 15.0e9 < macs("vgg16") < 15.6e9
+    assert 1.45e9 < macs("googlenet") < 1.65e9  # "1.5 billion multiply-adds"
+    assert 0.28e9 < macs("mobilenet_v2") < 0.32e9  # "300M multiply-adds"
+    convs = {name: sum(layer.count for layer in network_layers(name)) for name in NETWORKS}
+    assert convs == {"resnet50": 53, "vgg16": 13, "alexnet": 5, "googlenet": 57,
+                     "mobilenet_v2": 52}
+
+
+def test_mobilenet_v2_depthwise_layers() -> None:
+    layers = network_layers("mobilenet_v2")
+    dw = [layer for layer in layers if "dw" in layer.name]
+    assert sum(layer.count for layer in dw) == 17  # one per inverted residual block
+    for layer in dw:
+        assert layer.groups == layer.c == layer.k and (layer.r, layer.s, layer.pad) == (3, 3, 1)
+    assert {layer.c for layer in dw} == {32, 96, 144, 192, 384, 576, 960}
+    assert [layer.stride for layer in dw if layer.stride == 2] == [2, 2, 2, 2]
+    last = layers[-1]
+    assert (last.c, last.k, last.h) == (320, 1280, 7)
+    problems = network_problems("mobilenet_v2", 8)
+    assert all(p.n == 8 for _, p in problems)
+    assert len({p for _, p in problems}) == len(problems) == len(layers)
+
+
+def test_googlenet_inception_modules() -> None:
+    layers = {layer.name: layer for layer in network_layers("googlenet")}
+    assert layers["inception3a.5x5"].r == 5 and layers["inception3a.5x5"].pad == 2
+    assert (layers["inception4e.poolproj"].c, layers["inception4e.poolproj"].k) == (528, 128)
+    assert (layers["inception5b.1x1"].h, layers["inception5b.1x1"].k) == (7, 384)
+    assert layers["inception4b.5x5reduce"].count == 2  # 4b and 4c: 512 -> 24 at 14x14

@@ -1,0 +1,293 @@
+"""Bundles: a store's measurements as one portable, versioned, self-checking file.
+
+A bundle is JSON lines (UTF-8, one compact JSON object per line, keys sorted):
+
+1. a header: {"format": "convtune-bundle", "version": 1, "created_at", "tuner_version",
+   "schema_version"};
+2. device records: {"type": "device", "fingerprint", "info"}, where info holds every
+   fingerprint field and the fingerprint is its hash (tuner.devices.fingerprint_of);
+3. problem records: {"type": "problem", "id", "key"}: key is ConvProblem.key(), id is
+   local to the bundle;
+4. measurement records: {"type": "measurement", "device": fingerprint, "problem": id,
+   "algorithm", "config", "impl_hash", "status", "time_ms", "spread_ms", "min_ms", "reps",
+   "workspace_bytes", "max_error", "rel_error", "error", "measured_at" (ISO 8601 with zone),
+   "tuner_version"};
+5. a trailer: {"type": "trailer", "devices", "problems", "measurements", "sha256"}: record
+   counts and the sha256 of every byte before the trailer line (header included), so a
+   truncated or edited file is detected.
+
+Reading validates the whole file before anything is written: a foreign or corrupt file
+raises BundleError with a one-line message and leaves the store untouched. Importing
+merges in one transaction (db.bundles.merge_records): re-importing is a no-op, a newer
+measurement of the same (device, problem, algorithm, config, impl_hash) replaces an older
+one, and an older one never replaces a newer one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeGuard
+
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from algorithms.problem import KEY_FIELDS, ConvProblem
+from algorithms.registry import ALGORITHM_NAMES
+from db.bundles import export_records, merge_records
+from db.engine import Store
+from db.migrations import SCHEMA_VERSION
+from db.queries import MeasurementRow, utcnow
+from tuner.devices import fingerprint_of
+from tuner.results import STATUSES
+from tuner.tuning import TUNER_VERSION
+
+FORMAT = "convtune-bundle"
+VERSION = 1
+MEDIA_TYPE = "application/x-ndjson"
+
+_DEVICE_FIELDS = {"kind": str, "name": str, "arch": str, "units": int}
+_OPTIONAL_FLOATS = ("time_ms", "spread_ms", "min_ms", "max_error", "rel_error")
+
+
+class BundleError(ValueError):
+    """The file is not a valid convtune bundle (the message is one line)."""
+
+
+@dataclass
+class Bundle:
+    """A validated bundle: its header and records as plain values."""
+
+    header: dict[str, Any]
+    devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # fingerprint -> info
+    problems: dict[int, dict[str, Any]] = field(default_factory=dict)  # local id -> key
+    measurements: list[tuple[str, int, MeasurementRow]] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """How many records of each kind the bundle holds."""
+        return {
+            "devices": len(self.devices),
+            "problems": len(self.problems),
+            "measurements": len(self.measurements),
+        }
+
+
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+# --- writing -------------------------------------------------------------------------------
+def export_bundle(store: Store, *, device: str | None = None) -> str:
+    """The bundle text of every measurement in `store`, or of the devices whose fingerprint
+    starts with `device` (ValueError when none does)."""
+    with store.session() as session:
+        devices, problems, measurements = export_records(session=session, device=device)
+    lines = [_line({
+        "format": FORMAT, "version": VERSION, "created_at": utcnow().isoformat(),
+        "tuner_version": TUNER_VERSION, "schema_version": SCHEMA_VERSION,
+    })]
+    lines += [_line({"type": "device", **d}) for d in devices]
+    lines += [_line({"type": "problem", **p}) for p in problems]
+    lines += [
+        _line({"type": "measurement", "device": fp, "problem": pid, **row.as_dict()})
+        for fp, pid, row in measurements
+    ]
+    digest = hashlib.sha256("".join(lines).encode()).hexdigest()
+    lines.append(_line({
+        "type": "trailer", "devices": len(devices), "problems": len(problems),
+        "measurements": len(measurements), "sha256": digest,
+    }))
+    return "".join(lines)
+
+
+# --- reading -------------------------------------------------------------------------------
+def _json(text: str, number: int) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"bundle line {number} is not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise BundleError(f"bundle line {number} is not a JSON object")
+    return value
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_header(header: dict[str, Any]) -> None:
+    if header.get("format") != FORMAT:
+        raise BundleError(
+            f"not a convtune bundle: the header's format is {header.get('format')!r}, "
+            f"expected {FORMAT!r}"
+        )
+    version = header.get("version")
+    if not _is_int(version) or version < 1:
+        raise BundleError(f"bundle header has an invalid version {version!r}")
+    if version > VERSION:
+        raise BundleError(
+            f"bundle format version {version} is newer than this convtune reads ({VERSION}); "
+            "upgrade convtune"
+        )
+
+
+def _device(record: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]:
+    fp, info = record.get("fingerprint"), record.get("info")
+    if not isinstance(fp, str) or not fp or len(fp) > 64:
+        raise BundleError(f"bundle line {number}: device fingerprint {fp!r} is invalid")
+    if not isinstance(info, dict):
+        raise BundleError(f"bundle line {number}: device {fp} has no info object")
+    for name, kind in _DEVICE_FIELDS.items():
+        value = info.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise BundleError(f"bundle line {number}: device {fp} info field {name!r} is {value!r}")
+    if fingerprint_of(info) != fp:
+        raise BundleError(f"bundle line {number}: device fingerprint {fp} does not match its info")
+    return fp, info
+
+
+def _problem(record: dict[str, Any], number: int) -> tuple[int, dict[str, Any]]:
+    pid, key = record.get("id"), record.get("key")
+    if not _is_int(pid):
+        raise BundleError(f"bundle line {number}: problem id {pid!r} is not an integer")
+    if not isinstance(key, dict) or set(key) != set(KEY_FIELDS):
+        raise BundleError(f"bundle line {number}: problem {pid} key must have exactly {KEY_FIELDS}")
+    try:
+        problem = ConvProblem.from_key(key)
+    except (ValueError, TypeError) as exc:
+        raise BundleError(f"bundle line {number}: invalid problem {pid}: {exc}") from None
+    if problem.key() != key:
+        raise BundleError(f"bundle line {number}: problem {pid} key is not canonical: {key}")
+    return pid, problem.key()
+
+
+def _measurement(record: dict[str, Any], number: int) -> tuple[str, int, MeasurementRow]:
+    where = f"bundle line {number}"
+    algorithm = record.get("algorithm")
+    if algorithm not in ALGORITHM_NAMES:
+        raise BundleError(
+            f"{where}: unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHM_NAMES)})"
+        )
+    status = record.get("status")
+    if status not in STATUSES:
+        raise BundleError(f"{where}: unknown status {status!r} (known: {', '.join(STATUSES)})")
+    for name, limit in (("config", 128), ("impl_hash", 64), ("tuner_version", 32)):
+        value = record.get(name)
+        if not isinstance(value, str) or not value or len(value) > limit:
+            raise BundleError(f"{where}: {name} {value!r} is invalid")
+    for name in _OPTIONAL_FLOATS:
+        value = record.get(name, "missing")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise BundleError(f"{where}: {name} must be a number or null, got {value!r}")
+    for name in ("reps", "workspace_bytes"):
+        value = record.get(name)
+        if not _is_int(value) or value < 0:
+            raise BundleError(f"{where}: {name} must be a non-negative integer, got {value!r}")
+    time_ms = record["time_ms"]
+    if status == "ok" and (time_ms is None or not math.isfinite(time_ms) or time_ms < 0):
+        raise BundleError(f"{where}: an ok measurement needs a time, got {time_ms!r}")
+    error = record.get("error")
+    if error is not None and not isinstance(error, str):
+        raise BundleError(f"{where}: error must be a string or null")
+    try:
+        measured_at = datetime.fromisoformat(str(record.get("measured_at")))
+    except ValueError:
+        raise BundleError(
+            f"{where}: measured_at {record.get('measured_at')!r} is not ISO 8601"
+        ) from None
+    if measured_at.tzinfo is None:
+        raise BundleError(f"{where}: measured_at {measured_at.isoformat()} has no timezone")
+    row = MeasurementRow(
+        algorithm=algorithm, config=record["config"], impl_hash=record["impl_hash"],
+        status=status, time_ms=time_ms, spread_ms=record["spread_ms"],
+        min_ms=record["min_ms"], reps=record["reps"], workspace_bytes=record["workspace_bytes"],
+        max_error=record["max_error"], rel_error=record["rel_error"], error=error,
+        measured_at=measured_at, tuner_version=record["tuner_version"],
+    )
+    return record.get("device"), record.get("problem"), row  # type: ignore[return-value]
+
+
+def read_bundle(data: str | bytes) -> Bundle:
+    """Parse and validate a whole bundle; BundleError (one line) for anything wrong."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BundleError("not a convtune bundle: the file is not UTF-8 text") from None
+    lines = data.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline
+    if not lines or not lines[0].strip():
+        raise BundleError("not a convtune bundle: the file is empty")
+    try:
+        header = json.loads(lines[0])
+    except ValueError:
+        raise BundleError("not a convtune bundle: the first line is not a JSON header") from None
+    if not isinstance(header, dict):
+        raise BundleError("not a convtune bundle: the first line is not a JSON header")
+    _check_header(header)
+    try:
+        last = json.loads(lines[-1]) if len(lines) > 1 else {}
+    except ValueError:
+        last = {}
+    if not isinstance(last, dict) or last.get("type") != "trailer":
+        raise BundleError(
+            f"bundle is truncated: no trailer line at the end ({len(lines)} lines read)"
+        )
+    body = "".join(line + "\n" for line in lines[:-1])
+    if hashlib.sha256(body.encode()).hexdigest() != last.get("sha256"):
+        raise BundleError("bundle checksum mismatch: the file is corrupt or was edited")
+    bundle = Bundle(header=header)
+    wanted: list[tuple[int, str, int]] = []
+    for number, text in enumerate(lines[1:-1], start=2):
+        record = _json(text, number)
+        kind = record.get("type")
+        if kind == "device":
+            fp, info = _device(record, number)
+            bundle.devices[fp] = info
+        elif kind == "problem":
+            pid, key = _problem(record, number)
+            if pid in bundle.problems:
+                raise BundleError(f"bundle line {number}: problem id {pid} appears twice")
+            bundle.problems[pid] = key
+        elif kind == "measurement":
+            fp, pid, row = _measurement(record, number)
+            bundle.measurements.append((fp, pid, row))
+            wanted.append((number, fp, pid))
+        else:
+            raise BundleError(f"bundle line {number}: unknown record type {kind!r}")
+    for number, fp, pid in wanted:
+        if fp not in bundle.devices:
+            raise BundleError(f"bundle line {number}: measurement of unknown device {fp!r}")
+        if pid not in bundle.problems:
+            raise BundleError(f"bundle line {number}: measurement of unknown problem {pid!r}")
+    expected = {k: last.get(k) for k in ("devices", "problems", "measurements")}
+    if expected != bundle.counts():
+        raise BundleError(
+            f"bundle trailer counts {expected} do not match its records {bundle.counts()}"
+        )
+    return bundle
+
+
+def import_bundle(store: Store, data: str | bytes) -> dict[str, int]:
+    """Validate a bundle, then merge it into `store` in one transaction.
+
+    Returns the bundle's record counts and the merge counts (added, replaced, unchanged,
+    older_ignored). BundleError, before anything is written, for an invalid bundle.
+    """
+    bundle = read_bundle(data)
+    for attempt in range(3):
+        try:
+            with store.session() as session:
+                merged = merge_records(
+                    session=session, devices=bundle.devices, problems=bundle.problems,
+                    measurements=bundle.measurements,
+                )
+            return {**bundle.counts(), **merged}
+        except (IntegrityError, OperationalError):
+            # A tuner stored one of the same rows meanwhile: merge again against it.
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")

@@ -1,0 +1,71 @@
+"""Moving bundles to and from a running `convtune serve` (POST / GET /v1/bundles)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from tuner.bundles import MEDIA_TYPE
+
+ENV_TOKEN = "CONVTUNE_API_TOKEN"
+BUNDLES_PATH = "/v1/bundles"
+
+
+def _url(server: str) -> str:
+    server = server.strip().rstrip("/")
+    if not server.startswith(("http://", "https://")):
+        raise ValueError(f"--server must be an http:// or https:// URL, got {server!r}")
+    return server + BUNDLES_PATH
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:200]
+    detail = body.get("detail", body) if isinstance(body, dict) else body
+    return str(detail)[:200]
+
+
+def _send(client: httpx.Client | None, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    try:
+        if client is not None:
+            response = client.request(method, url, **kwargs)
+        else:
+            with httpx.Client(timeout=120) as own:
+                response = own.request(method, url, **kwargs)
+    except httpx.HTTPError as exc:
+        raise RuntimeError(f"cannot reach {url}: {exc}") from None
+    if response.status_code >= 400:
+        raise RuntimeError(
+            f"{method} {url} failed: HTTP {response.status_code}: {_detail(response)}"
+        )
+    return response
+
+
+def push_bundle(
+    server: str, bundle: str, *, token: str | None = None, client: httpx.Client | None = None
+) -> dict[str, Any]:
+    """POST a bundle to a convtune server; returns its merge counts.
+
+    The token (`token`, else $CONVTUNE_API_TOKEN) goes in `Authorization: Bearer`.
+    RuntimeError (one line) when the server cannot be reached or refuses the bundle.
+    """
+    token = token or os.environ.get(ENV_TOKEN)
+    headers = {"Content-Type": MEDIA_TYPE}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    response = _send(client, "POST", _url(server), content=bundle.encode(), headers=headers)
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def pull_bundle(
+    server: str, *, device: str | None = None, client: httpx.Client | None = None
+) -> str:
+    """GET a bundle from a convtune server (only devices whose fingerprint starts with
+    `device`, when given)."""
+    params = {"device": device} if device else {}
+    return _send(client, "GET", _url(server), params=params).text
