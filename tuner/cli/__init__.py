@@ -18,6 +18,8 @@ app = typer.Typer(
 
 # Command modules register themselves on `app` when imported.
 from tuner.cli import core  # noqa: E402,F401
+from tuner.cli import fleet  # noqa: E402,F401
+from tuner.cli import serve  # noqa: E402,F401
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,0 +1,160 @@
+"""The FastAPI application factory: `uvicorn --factory api.app:create_app`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI, Request, status
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.jobs import JobManager
+from api.metrics import Metrics, MetricsMiddleware
+from api.routes import algorithms, bundles, convolve, devices, find, health, jobs, results
+from api.settings import Settings
+from tuner.tuning import TUNER_VERSION, NotInDatabase, NoUsableAlgorithm
+
+log = logging.getLogger("convtune.api")
+
+#: Every router of the service; a new resource adds its router here.
+ROUTERS: list[APIRouter] = [
+    find.router,
+    convolve.router,
+    results.router,
+    devices.router,
+    algorithms.router,
+    jobs.router,
+    health.router,
+    bundles.router,
+]
+
+
+class BodyTooLarge(HTTPException):
+    """The request body passed the configured limit while it was being read."""
+
+
+class BodyLimitMiddleware:
+    """413 for bodies over `max_bytes`: from Content-Length up front, else while reading."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _message(self, size: str) -> str:
+        return (f"request body {size} exceeds the limit of {self.max_bytes} bytes "
+                "(CONVTUNE_MAX_BODY_BYTES)")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    length = -1
+                if length < 0:
+                    await _send_json(send, 400, "invalid Content-Length header")
+                    return
+                if length > self.max_bytes:
+                    await _send_json(send, 413, self._message(f"of {length} bytes"))
+                    return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLarge(413, self._message(f"of more than {seen - 1} bytes"))
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except BodyTooLarge as exc:
+            if started:
+                raise
+            await _send_json(send, 413, str(exc.detail))
+
+
+async def _send_json(send: Send, code: int, detail: str) -> None:
+    response = JSONResponse({"detail": detail}, status_code=code)
+    body = response.body
+    await send({"type": "http.response.start", "status": code, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """The library's errors become 4xx with its message; anything else a JSON 500."""
+
+    async def bad_input(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    async def not_stored(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status.HTTP_404_NOT_FOUND)
+
+    async def none_usable(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status.HTTP_409_CONFLICT)
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return JSONResponse(
+            {"detail": f"internal error: {type(exc).__name__}"},
+            status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
+
+    app.add_exception_handler(ValueError, bad_input)
+    app.add_exception_handler(NotInDatabase, not_stored)
+    app.add_exception_handler(NoUsableAlgorithm, none_usable)
+    app.add_exception_handler(Exception, unexpected)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the service: settings (default: from the environment), routers, middleware."""
+    settings = settings or Settings.from_env()
+    metrics = Metrics()
+    job_manager = JobManager(
+        db_url=settings.db_url, metrics=metrics, workers=settings.job_workers,
+        max_jobs=settings.max_jobs, kept=settings.jobs_kept,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        job_manager.shutdown()
+
+    app = FastAPI(
+        title="convtune",
+        version=TUNER_VERSION,
+        summary="Pick the fastest convolution algorithm for a problem on a device, and run it.",
+        description=(
+            "POST endpoints need `Authorization: Bearer <token>` when the server sets "
+            "$CONVTUNE_API_TOKEN; GET endpoints are open. Errors are JSON "
+            "`{\"detail\": ...}`: 400 corrupt upload, 401 token, 404 not stored / no such "
+            "job, 409 no usable algorithm (convolve), 413 too large, 422 invalid input, "
+            "429 job queue full."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.jobs = job_manager
+    for router in ROUTERS:
+        app.include_router(router)
+    _install_error_handlers(app)
+    # Added last = outermost: metrics see every response, the 413s of the limit included.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

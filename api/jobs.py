@@ -1,0 +1,156 @@
+"""Background tuning jobs: a bounded queue in front of a small worker pool."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from algorithms.problem import ConvProblem
+from api.metrics import Metrics
+from tuner.api import find_algorithms
+
+
+class JobQueueFull(RuntimeError):
+    """As many jobs as allowed are already queued or running."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+@dataclass
+class JobItem:
+    """One problem of a job."""
+
+    problem: ConvProblem
+    layer: str | None = None
+    batch: int | None = None
+    state: str = "pending"
+    best: dict[str, Any] | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly fields."""
+        return {
+            "problem": self.problem.key(), "describe": self.problem.describe(),
+            "layer": self.layer, "batch": self.batch, "state": self.state,
+            "best": self.best, "error": self.error,
+        }
+
+
+@dataclass
+class Job:
+    """A list of problems tuned one after another on one device."""
+
+    id: str
+    device: str
+    workspace_limit: int | None
+    items: list[JobItem]
+    state: str = "queued"
+    created_at: str = field(default_factory=_now)
+    started_at: str | None = None
+    finished_at: str | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly snapshot."""
+        done = sum(item.state != "pending" for item in self.items)
+        return {
+            "id": self.id, "state": self.state, "device": self.device,
+            "progress": {"done": done, "total": len(self.items)},
+            "created_at": self.created_at, "started_at": self.started_at,
+            "finished_at": self.finished_at, "error": self.error,
+            "results": [item.as_dict() for item in self.items],
+        }
+
+
+class JobManager:
+    """Runs jobs on `workers` threads; refuses a job when `max_jobs` are unfinished.
+
+    Two jobs (or a job and a request) for the same problem and device never measure it at
+    the same time: the tuner's per-(device, problem) lock serialises them, and the second
+    reads the first one's results from the database.
+    """
+
+    def __init__(
+        self, *, db_url: str, metrics: Metrics, workers: int, max_jobs: int, kept: int
+    ) -> None:
+        self._db_url = db_url
+        self._metrics = metrics
+        self._max_jobs = max_jobs
+        self._kept = kept
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="convtune-job")
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    def submit(
+        self, items: list[JobItem], device: str, workspace_limit: int | None
+    ) -> dict[str, Any]:
+        """Queue a job; JobQueueFull when too many are unfinished."""
+        job = Job(uuid.uuid4().hex, device, workspace_limit, items)
+        with self._lock:
+            unfinished = sum(j.state in ("queued", "running") for j in self._jobs.values())
+            if unfinished >= self._max_jobs:
+                raise JobQueueFull(
+                    f"{unfinished} jobs are queued or running (the limit); try again later"
+                )
+            self._jobs[job.id] = job
+            self._evict()
+            snapshot = job.as_dict()
+        self._pool.submit(self._run, job)
+        return snapshot
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        """A snapshot of a job, or None when unknown (or long finished)."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return None if job is None else job.as_dict()
+
+    def shutdown(self) -> None:
+        """Stop taking work; running jobs stop after their current problem."""
+        self._stopping.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _evict(self) -> None:
+        finished = [j.id for j in self._jobs.values() if j.state in ("done", "failed")]
+        for job_id in finished[: max(0, len(finished) - self._kept)]:
+            del self._jobs[job_id]
+
+    def _run(self, job: Job) -> None:
+        with self._lock:
+            job.state, job.started_at = "running", _now()
+        failed = 0
+        for item in job.items:
+            if self._stopping.is_set():
+                with self._lock:
+                    job.state, job.finished_at = "failed", _now()
+                    job.error = "the server shut down before the job finished"
+                self._metrics.jobs.labels("failed").inc()
+                return
+            try:
+                results = find_algorithms(
+                    item.problem, job.device, job.workspace_limit, db=self._db_url, mode="auto"
+                )
+                self._metrics.record_find(results, origin="job")
+                best = results[0].as_dict() if results and results[0].usable else None
+                error = None if best else "no usable algorithm"
+                state = "done"
+            except Exception as exc:  # one bad problem does not stop the job
+                best, error, state = None, f"{type(exc).__name__}: {exc}", "failed"
+                failed += 1
+            with self._lock:
+                item.best, item.error, item.state = best, error, state
+        with self._lock:
+            job.finished_at = _now()
+            if failed:
+                job.state = "failed"
+                job.error = f"{failed} of {len(job.items)} problems failed"
+            else:
+                job.state = "done"
+        self._metrics.jobs.labels(job.state).inc()

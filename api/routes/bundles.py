@@ -1,0 +1,78 @@
+"""POST /v1/bundles (import, token-protected) and GET /v1/bundles (export): fleet sync."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from pydantic import BaseModel
+
+from api.deps import RequireToken, StoreDep
+from tuner.bundles import MEDIA_TYPE, BundleError, export_bundle, import_bundle
+
+router = APIRouter(prefix="/v1", tags=["bundles"])
+
+
+class BundleImport(BaseModel):
+    """What an import did: the bundle's record counts and how its measurements merged."""
+
+    devices: int
+    problems: int
+    measurements: int
+    added: int
+    replaced: int
+    unchanged: int
+    older_ignored: int
+
+
+_BUNDLE_BODY = {
+    "required": True,
+    "content": {MEDIA_TYPE: {"schema": {"type": "string"}}},
+    "description": "A bundle as written by `convtune export` (JSON lines).",
+}
+
+
+@router.post(
+    "/bundles",
+    response_model=BundleImport,
+    dependencies=[RequireToken],
+    openapi_extra={"requestBody": _BUNDLE_BODY},
+    responses={400: {"description": "Not a valid convtune bundle (nothing was stored)."}},
+)
+async def import_bundle_route(request: Request, store: StoreDep) -> dict[str, Any]:
+    """Merge a bundle into the server's store: newer measurements win, none is lost.
+
+    The whole file is validated before anything is written; a corrupt, truncated or
+    foreign file is refused with 400 and the store is left untouched.
+    """
+    data = await request.body()
+    try:
+        return await run_in_threadpool(import_bundle, store, data)
+    except BundleError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+
+
+@router.get(
+    "/bundles",
+    response_class=Response,
+    responses={
+        200: {"content": {MEDIA_TYPE: {"schema": {"type": "string"}}},
+              "description": "A bundle (JSON lines)."},
+        404: {"description": "No stored device has a fingerprint starting with `device`."},
+    },
+)
+def export_bundle_route(
+    store: StoreDep,
+    device: Annotated[
+        str | None,
+        Query(max_length=64, description="Only devices whose fingerprint starts with this."),
+    ] = None,
+) -> Response:
+    """The server's measurements (or one device's) as a bundle for `convtune import`."""
+    try:
+        text = export_bundle(store, device=device)
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    return Response(text, media_type=MEDIA_TYPE)

@@ -1,0 +1,161 @@
+"""POST /v1/convolve: run the best (or a named) algorithm on uploaded .npy tensors."""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Annotated, Any, BinaryIO
+
+import numpy as np
+from fastapi import APIRouter, File, Form, HTTPException, Response, UploadFile, status
+
+from algorithms.problem import DTYPES
+from api.deps import RequireToken, SettingsDep
+from api.routes.common import enforce_limits
+from api.schemas import MAX_CHANNELS, MAX_DEVICE_LEN, MAX_WORKSPACE, ErrorOut
+from api.settings import Settings
+from tuner.api import problem_for, run_convolution
+from tuner.devices import get_runtime, parse_device
+
+router = APIRouter(prefix="/v1", tags=["convolve"])
+
+_PAIR = re.compile(r"^\s*[\[(]?\s*(-?\d{1,9})\s*(?:[,x]\s*(-?\d{1,9})\s*)?[\])]?\s*$")
+
+
+def parse_pair_field(text: str, name: str) -> tuple[int, int]:
+    """'1' -> (1, 1); '1,2', '1x2' or '[1, 2]' -> (1, 2); 422 naming the field otherwise."""
+    match = _PAIR.match(text)
+    if match is None:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"{name} must be an int or 'H,W', got {text[:40]!r}",
+        )
+    first = int(match.group(1))
+    second = int(match.group(2)) if match.group(2) is not None else first
+    return (first, second)
+
+
+def load_npy(upload: UploadFile, name: str, settings: Settings) -> np.ndarray:
+    """A 4-D array of a supported dtype from .npy bytes; 400/413/422 naming `name` otherwise.
+
+    The header is checked (dtype, rank, element count) before any data is read; pickles
+    are never loaded.
+    """
+    f: BinaryIO = upload.file  # type: ignore[assignment]
+    f.seek(0)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"unsupported .npy format version {version}")
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST, f"{name} is not a valid .npy file: {exc}"
+        ) from None
+    if dtype.hasobject or dtype.name not in DTYPES:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"{name} has dtype {dtype.name}; expected one of {sorted(DTYPES)}",
+        )
+    if len(shape) != 4:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"{name} must be a 4-D array, got shape {tuple(shape)}",
+        )
+    elements = int(np.prod(shape, dtype=np.int64))
+    if elements > settings.max_tensor_elements:
+        raise HTTPException(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            f"{name} has {elements} elements, the limit is {settings.max_tensor_elements} "
+            "(CONVTUNE_MAX_TENSOR_ELEMENTS)",
+        )
+    f.seek(0)
+    try:
+        array = np.load(f, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST, f"{name} is not a valid .npy file: {exc}"
+        ) from None
+    if not dtype.isnative:
+        array = array.astype(dtype.newbyteorder("="))
+    return np.asarray(array)
+
+
+_HEADERS = {
+    "X-Convtune-Algorithm": {"description": "The algorithm that ran.",
+                             "schema": {"type": "string"}},
+    "X-Convtune-Config": {"description": "Its configuration.", "schema": {"type": "string"}},
+    "X-Convtune-Time-Ms": {"description": "Its run time in milliseconds.",
+                           "schema": {"type": "string"}},
+    "X-Convtune-Device": {"description": "The device it ran on.", "schema": {"type": "string"}},
+}
+
+
+@router.post(
+    "/convolve",
+    response_class=Response,
+    dependencies=[RequireToken],
+    responses={
+        200: {
+            "content": {"application/octet-stream": {}},
+            "description": "The output tensor as .npy bytes.",
+            "headers": _HEADERS,
+        },
+        400: {"model": ErrorOut, "description": "A corrupt .npy upload."},
+        401: {"model": ErrorOut, "description": "Missing or wrong bearer token."},
+        409: {"model": ErrorOut, "description": "No usable algorithm for this problem."},
+        413: {"model": ErrorOut, "description": "Upload or problem over the size limits."},
+        422: {"model": ErrorOut, "description": "Wrong shapes, dtypes, fields or algorithm."},
+    },
+)
+def convolve(
+    settings: SettingsDep,
+    x: Annotated[UploadFile, File(description="Input (n, c, h, w) as .npy.")],
+    w: Annotated[UploadFile, File(description="Filter (k, c/groups, r, s) as .npy.")],
+    stride: Annotated[str, Form(max_length=40, description="S or 'SH,SW'.")] = "1",
+    padding: Annotated[str, Form(max_length=40, description="P or 'PH,PW'.")] = "0",
+    dilation: Annotated[str, Form(max_length=40, description="D or 'DH,DW'.")] = "1",
+    groups: Annotated[int, Form(ge=1, le=MAX_CHANNELS)] = 1,
+    algorithm: Annotated[str | None, Form(max_length=64)] = None,
+    workspace_limit: Annotated[int | None, Form(ge=0, le=MAX_WORKSPACE)] = None,
+    device: Annotated[str | None, Form(max_length=MAX_DEVICE_LEN)] = None,
+) -> Response:
+    """Convolve x with w where the server runs it; the output comes back as .npy bytes."""
+    pads = parse_pair_field(padding, "padding")
+    strides = parse_pair_field(stride, "stride")
+    dilations = parse_pair_field(dilation, "dilation")
+    xa, wa = load_npy(x, "x", settings), load_npy(w, "w", settings)
+    if xa.dtype != wa.dtype:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"x is {xa.dtype.name} but w is {wa.dtype.name}: upload the same dtype",
+        )
+    dev = parse_device(device or settings.device)
+    problem = problem_for(
+        xa.shape, wa.shape, stride=strides, padding=pads, dilation=dilations, groups=groups,
+        dtype=xa.dtype.name,
+    )
+    enforce_limits(problem, dev, workspace_limit, settings)
+    runtime = get_runtime(dev)
+    inputs: tuple[Any, Any] = (xa, wa)
+    if dev != "cpu":  # uploads arrive on the host: copy them to the device
+        inputs = (runtime.contiguous(xa, xa.dtype.name), runtime.contiguous(wa, wa.dtype.name))
+    result = run_convolution(
+        *inputs, stride=strides, padding=pads, dilation=dilations, groups=groups,
+        device=dev, workspace_limit=workspace_limit, algorithm=algorithm, db=settings.db_url,
+    )
+    out = io.BytesIO()
+    np.save(out, runtime.to_numpy(result.y), allow_pickle=False)
+    return Response(
+        out.getvalue(),
+        media_type="application/octet-stream",
+        headers={
+            "X-Convtune-Algorithm": result.algorithm,
+            "X-Convtune-Config": result.config,
+            "X-Convtune-Time-Ms": f"{result.elapsed_ms:.6f}",
+            "X-Convtune-Device": result.device,
+        },
+    )

@@ -1,0 +1,74 @@
+"""POST /v1/jobs and GET /v1/jobs/{id}: tune many problems in the background."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, status
+
+from api.deps import JobsDep, RequireToken, SettingsDep
+from api.jobs import JobItem, JobQueueFull
+from api.routes.common import enforce_limits
+from api.schemas import ErrorOut, JobOut, JobRequest
+from tuner.devices import parse_device
+from tuner.networks import network_problems
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+
+@router.post(
+    "/jobs",
+    response_model=JobOut,
+    status_code=status.HTTP_202_ACCEPTED,
+    dependencies=[RequireToken],
+    responses={
+        401: {"model": ErrorOut, "description": "Missing or wrong bearer token."},
+        413: {"model": ErrorOut, "description": "A problem over the size limits or memory."},
+        422: {"model": ErrorOut, "description": "Invalid network, problems or device."},
+        429: {"model": ErrorOut, "description": "Too many jobs queued or running."},
+    },
+)
+def create_job(body: JobRequest, settings: SettingsDep, jobs: JobsDep) -> dict[str, Any]:
+    """Queue a tuning job; every problem is validated and size-checked before it is queued."""
+    if (body.network is None) == (body.problems is None):
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "give exactly one of 'network' (with 'batches') or 'problems'",
+        )
+    device = parse_device(body.device or settings.device)
+    items: list[JobItem] = []
+    if body.network is not None:
+        for batch in body.batches:
+            for layer, problem in network_problems(body.network, batch, body.dtype):
+                items.append(JobItem(problem, layer=layer.name, batch=batch))
+    else:
+        items = [JobItem(p.to_problem()) for p in body.problems or []]
+    if not items:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "problems must not be empty")
+    if len(items) > settings.max_job_problems:
+        raise HTTPException(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            f"the job has {len(items)} problems, the limit is {settings.max_job_problems} "
+            "(CONVTUNE_MAX_JOB_PROBLEMS)",
+        )
+    for item in items:
+        enforce_limits(item.problem, device, body.workspace_limit, settings)
+    try:
+        return jobs.submit(items, device, body.workspace_limit)
+    except JobQueueFull as exc:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc)) from None
+
+
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobOut,
+    responses={404: {"model": ErrorOut, "description": "No such job."}},
+)
+def get_job(
+    job_id: Annotated[str, Path(max_length=64, pattern="^[0-9a-f]+$")], jobs: JobsDep
+) -> dict[str, Any]:
+    """A job's state, progress (done/total) and the best result per problem so far."""
+    job = jobs.get(job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id!r}")
+    return job

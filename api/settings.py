@@ -1,0 +1,69 @@
+"""Service settings, read from the environment (CONVTUNE_*) or passed to create_app."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from db.engine import default_url
+
+MIB = 1024 * 1024
+
+
+def _int_env(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"${name} must be an integer, got {text!r}") from None
+    if value < 0:
+        raise ValueError(f"${name} must be non-negative, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the service is configured with; immutable once the app is built."""
+
+    #: SQLAlchemy URL of the results database ($CONVTUNE_DB_URL, else the library default).
+    db_url: str = field(default_factory=default_url)
+    #: Default device when a request names none ($CONVTUNE_DEVICE; None: the library default).
+    device: str | None = None
+    #: Bearer token required by every POST endpoint when set ($CONVTUNE_API_TOKEN).
+    api_token: str | None = None
+    #: Largest request body accepted, in bytes ($CONVTUNE_MAX_BODY_BYTES).
+    max_body_bytes: int = 64 * MIB
+    #: Largest tensor (input, filter or output) of any problem, in elements
+    #: ($CONVTUNE_MAX_TENSOR_ELEMENTS).
+    max_tensor_elements: int = 16 * MIB
+    #: Largest problem, in FLOPs of a direct convolution ($CONVTUNE_MAX_PROBLEM_FLOPS).
+    max_problem_flops: int = 10**12
+    #: Jobs queued or running at once; more are refused with 429 ($CONVTUNE_MAX_JOBS).
+    max_jobs: int = 16
+    #: Problems in one job ($CONVTUNE_MAX_JOB_PROBLEMS).
+    max_job_problems: int = 1000
+    #: Threads that run jobs ($CONVTUNE_JOB_WORKERS).
+    job_workers: int = 1
+    #: Finished jobs kept for GET /v1/jobs/{id} ($CONVTUNE_JOBS_KEPT).
+    jobs_kept: int = 256
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Settings from $CONVTUNE_* variables, defaults for the rest."""
+        base = cls(db_url="")
+        return cls(
+            db_url=os.environ.get("CONVTUNE_DB_URL") or default_url(),
+            device=os.environ.get("CONVTUNE_DEVICE") or None,
+            api_token=os.environ.get("CONVTUNE_API_TOKEN") or None,
+            max_body_bytes=_int_env("CONVTUNE_MAX_BODY_BYTES", base.max_body_bytes),
+            max_tensor_elements=_int_env(
+                "CONVTUNE_MAX_TENSOR_ELEMENTS", base.max_tensor_elements
+            ),
+            max_problem_flops=_int_env("CONVTUNE_MAX_PROBLEM_FLOPS", base.max_problem_flops),
+            max_jobs=_int_env("CONVTUNE_MAX_JOBS", base.max_jobs),
+            max_job_problems=_int_env("CONVTUNE_MAX_JOB_PROBLEMS", base.max_job_problems),
+            job_workers=max(1, _int_env("CONVTUNE_JOB_WORKERS", base.job_workers)),
+            jobs_kept=_int_env("CONVTUNE_JOBS_KEPT", base.jobs_kept),
+        )

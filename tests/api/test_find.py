@@ -1,0 +1,190 @@
+"""POST /v1/find: modes, the answer's shape, and bad input that must never be a 500."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.conftest import TINY, stored_rows
+from tuner import results as R
+
+
+def find(client: TestClient, **body: Any) -> Any:
+    body.setdefault("problem", TINY)
+    body.setdefault("device", "cpu")
+    return client.post("/v1/find", json=body)
+
+
+def test_auto_tunes_then_answers_from_the_database(client: TestClient, db_url: str) -> None:
+    first = find(client)
+    assert first.status_code == 200, first.text
+    data = first.json()
+    assert data["device"] == "cpu"
+    assert data["problem"]["pad_h"] == 1 and data["problem"]["dtype"] == "float32"
+    assert data["best"] == data["candidates"][0]
+    assert data["best"]["status"] == R.OK and data["best"]["source"] == R.FRESH
+    names = {c["algorithm"] for c in data["candidates"]}
+    assert {"direct", "im2col_gemm"} <= names
+    expected = {"algorithm", "config", "time_ms", "workspace_bytes", "status", "source",
+                "device", "measured_at", "rel_error"}
+    assert expected <= set(data["best"])
+    rows = stored_rows(db_url)
+    assert rows >= len(names)
+
+    again = find(client)
+    assert again.status_code == 200
+    assert {c["source"] for c in again.json()["candidates"]} <= {R.MEASURED_HERE, R.NOT_MEASURED}
+    assert stored_rows(db_url) == rows
+
+
+def test_cached_is_404_until_tuned(client: TestClient, db_url: str) -> None:
+    missing = find(client, mode="cached")
+    assert missing.status_code == 404
+    assert "has not been measured" in missing.json()["detail"]
+    assert stored_rows(db_url) == 0
+
+    assert find(client, mode="tune").status_code == 200
+    cached = find(client, mode="cached")
+    assert cached.status_code == 200
+    assert cached.json()["best"]["source"] == R.MEASURED_HERE
+
+
+def test_tune_measures_again(client: TestClient) -> None:
+    assert find(client).status_code == 200
+    again = find(client, mode="tune")
+    assert again.status_code == 200
+    assert again.json()["best"]["source"] == R.FRESH
+
+
+def test_pairs_accept_int_or_list(client: TestClient) -> None:
+    problem = {**TINY, "pad": [1, 0], "stride": [1, 2], "dilation": 1}
+    response = find(client, problem=problem)
+    assert response.status_code == 200, response.text
+    key = response.json()["problem"]
+    assert (key["pad_h"], key["pad_w"], key["stride_h"], key["stride_w"]) == (1, 0, 1, 2)
+
+
+def test_workspace_limit_excludes_candidates(client: TestClient) -> None:
+    response = find(client, workspace_limit=0)
+    assert response.status_code == 200
+    data = response.json()
+    over = [c for c in data["candidates"] if c["status"] == R.OVER_WORKSPACE_LIMIT]
+    assert over, "some CPU candidate needs workspace"
+    assert data["best"] is not None and data["best"]["workspace_bytes"] == 0
+
+
+def test_best_null_when_nothing_usable(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every candidate refuses: the answer is still 200 with best null, not an error.
+    from algorithms.base import unsupported
+    from tuner.tuning import Tuner
+
+    real = Tuner.algorithms
+
+    def refusing(self: Tuner, backend: str) -> list[Any]:
+        class Refuse:
+            def __init__(self, inner: Any) -> None:
+                self.inner = inner
+                self.name = inner.name
+                self.backend = inner.backend
+
+            def supports(self, problem: Any) -> Any:
+                return unsupported("refused by the test")
+
+        return [Refuse(a) for a in real(self, backend)]
+
+    monkeypatch.setattr(Tuner, "algorithms", refusing)
+    response = find(client)
+    assert response.status_code == 200
+    data = response.json()
+    assert data["best"] is None
+    assert {c["status"] for c in data["candidates"]} == {R.UNSUPPORTED}
+
+
+@pytest.mark.parametrize(
+    ("problem", "body", "field"),
+    [
+        ({**TINY, "c": 0}, {}, "c"),
+        ({**TINY, "c": -3}, {}, "c"),
+        ({**TINY, "n": "2"}, {}, "n"),
+        ({**TINY, "n": 1.5}, {}, "n"),
+        ({**TINY, "h": True}, {}, "h"),
+        ({**TINY, "dtype": "int8"}, {}, "dtype"),
+        ({**TINY, "pad": [1, 2, 3]}, {}, "pad"),
+        ({**TINY, "pad": -1}, {}, "pad"),
+        ({**TINY, "stride": 0}, {}, "stride"),
+        ({**TINY, "dilation": [1, 0]}, {}, "dilation"),
+        ({**TINY, "bogus": 1}, {}, "bogus"),
+        ({k: v for k, v in TINY.items() if k != "k"}, {}, "k"),
+        ({**TINY, "h": 10**9}, {}, "h"),
+        (TINY, {"mode": "fast"}, "mode"),
+        (TINY, {"workspace_limit": -1}, "workspace_limit"),
+        (TINY, {"workspace_limit": "lots"}, "workspace_limit"),
+    ],
+)
+def test_schema_errors_name_the_field(
+    client: TestClient, db_url: str, problem: dict[str, Any], body: dict[str, Any], field: str
+) -> None:
+    response = find(client, problem=problem, **body)
+    assert response.status_code == 422, response.text
+    locations = [e["loc"] for e in response.json()["detail"]]
+    assert any(field in loc for loc in locations), locations
+    assert stored_rows(db_url) == 0
+
+
+@pytest.mark.parametrize(
+    ("problem", "device", "words"),
+    [
+        ({**TINY, "groups": 2, "c": 3}, "cpu", "groups=2 does not divide c=3"),
+        ({**TINY, "groups": 2, "c": 4, "k": 3}, "cpu", "groups=2 does not divide k=3"),
+        ({**TINY, "r": 9, "pad": 0}, "cpu", "empty output"),
+        (TINY, "tpu", "unknown device 'tpu'"),
+    ],
+)
+def test_library_errors_are_422_with_its_message(
+    client: TestClient, db_url: str, problem: dict[str, Any], device: str, words: str
+) -> None:
+    response = find(client, problem=problem, device=device)
+    assert response.status_code == 422, response.text
+    assert words in response.json()["detail"]
+    assert stored_rows(db_url) == 0
+
+
+def test_unusable_gpu_is_422(client: TestClient, db_url: str) -> None:
+    from tuner.devices import cuda_available
+
+    if cuda_available()[0]:
+        pytest.skip("a GPU is usable here")
+    response = find(client, device="cuda:0")
+    assert response.status_code == 422
+    assert "cuda:0" in response.json()["detail"]
+    assert stored_rows(db_url) == 0
+
+
+def test_malformed_json_is_422(client: TestClient, db_url: str) -> None:
+    response = client.post(
+        "/v1/find", content=b'{"problem": {', headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["type"] == "json_invalid"
+    assert stored_rows(db_url) == 0
+
+
+def test_problem_over_tensor_limit_is_413(make_client: Any, db_url: str) -> None:
+    client = make_client(max_tensor_elements=40)
+    response = find(client)
+    assert response.status_code == 413
+    assert "input tensor" in response.json()["detail"]
+    assert "CONVTUNE_MAX_TENSOR_ELEMENTS" in response.json()["detail"]
+    assert stored_rows(db_url) == 0
+
+
+def test_problem_over_flops_limit_is_413(make_client: Any, db_url: str) -> None:
+    client = make_client(max_problem_flops=100)
+    response = find(client)
+    assert response.status_code == 413
+    assert "FLOPs" in response.json()["detail"]
+    assert stored_rows(db_url) == 0

@@ -1,0 +1,43 @@
+"""`convtune serve`: the HTTP API under uvicorn."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from tuner.cli import app
+from tuner.cli.core import DbOpt, DeviceOpt
+from tuner.devices import parse_device
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind (default: loopback only).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8000,
+    db: DbOpt = None,
+    device: DeviceOpt = None,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=64, help="uvicorn worker processes.")
+    ] = 1,
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+) -> None:
+    """Serve the HTTP API (POST /v1/find, /v1/convolve, /v1/jobs; GET /v1/results, ...).
+
+    Settings come from $CONVTUNE_* (CONVTUNE_API_TOKEN, CONVTUNE_MAX_BODY_BYTES, ...);
+    --db and --device override CONVTUNE_DB_URL and CONVTUNE_DEVICE.
+    """
+    import uvicorn
+
+    # The factory reads its settings from the environment, which worker processes inherit.
+    if db:
+        os.environ["CONVTUNE_DB_URL"] = db
+    if device:
+        os.environ["CONVTUNE_DEVICE"] = parse_device(device)
+    uvicorn.run(
+        "api.app:create_app", factory=True, host=host, port=port, workers=workers,
+        log_level=log_level,
+    )
