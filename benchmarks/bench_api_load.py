@@ -5,7 +5,7 @@ SQLite database, tunes one tiny problem through the API, then fires cached finds
 asyncio httpx client at a fixed concurrency until --requests or --duration is reached.
 Reports requests per second and latency percentiles, writes JSON (--out), stops the server.
 
-    .venv/bin/python benchmarks/bench_api_load.py --workers 2 --out bench_api.json
+    .venv/bin/python benchmarks/bench_api_load.py --workers 1 --out bench_api.json
 
 Note: client and server share the machine; on a small one the client's CPU use counts.
 """
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20_000, help="at most this many")
     parser.add_argument("--duration", type=float, default=20.0, help="at most this many s")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--client", choices=("raw", "httpx"), default="raw",
                         help="raw: a minimal keep-alive HTTP/1.1 client (default); httpx")

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
 from db.models import PROBLEM_INT_FIELDS, Device, Measurement, Problem
@@ -110,15 +110,20 @@ def list_devices(*, session: Session) -> list[dict[str, Any]]:
 
 
 # --- problems ----------------------------------------------------------------------------
-def _problem_filter(key: Mapping[str, Any]) -> Any:
-    return and_(*(getattr(Problem, f) == key[f] for f in PROBLEM_FIELDS))
+# Statements are built once with bind parameters: they run on every find.
+_PROBLEM_MATCH = [getattr(Problem, f) == bindparam(f) for f in PROBLEM_FIELDS]
+_PROBLEM_ID = select(Problem.id).where(*_PROBLEM_MATCH)
+
+
+def _problem_params(key: Mapping[str, Any]) -> dict[str, Any]:
+    return {f: key[f] for f in PROBLEM_FIELDS}
 
 
 def ensure_problem(*, session: Session, key: Mapping[str, Any]) -> int:
     """The id of the problem row for `key` (see ConvProblem.key), inserting it if new."""
-    found = session.execute(select(Problem.id).where(_problem_filter(key))).scalar()
+    found = find_problem_id(session=session, key=key)
     if found is not None:
-        return int(found)
+        return found
     problem = Problem(**{f: key[f] for f in PROBLEM_FIELDS}, layout="NCHW", direction="forward")
     with session.begin_nested():
         session.add(problem)
@@ -127,22 +132,30 @@ def ensure_problem(*, session: Session, key: Mapping[str, Any]) -> int:
 
 def find_problem_id(*, session: Session, key: Mapping[str, Any]) -> int | None:
     """The id of a known problem, or None."""
-    found = session.execute(select(Problem.id).where(_problem_filter(key))).scalar()
+    found = session.execute(_PROBLEM_ID, _problem_params(key)).scalar()
     return None if found is None else int(found)
 
 
 # --- measurements --------------------------------------------------------------------------
 def measurement_row(m: Measurement) -> MeasurementRow:
     """A stored Measurement as plain values (measured_at always timezone-aware UTC)."""
-    measured_at = m.measured_at
-    if measured_at.tzinfo is None:  # SQLite drops the zone; we only ever store UTC
-        measured_at = measured_at.replace(tzinfo=timezone.utc)
-    return MeasurementRow(
-        algorithm=m.algorithm, config=m.config, impl_hash=m.impl_hash, status=m.status,
-        time_ms=m.time_ms, spread_ms=m.spread_ms, min_ms=m.min_ms, reps=m.reps,
-        workspace_bytes=m.workspace_bytes, max_error=m.max_error, rel_error=m.rel_error,
-        error=m.error, measured_at=measured_at, tuner_version=m.tuner_version,
-    )
+    return _plain_row({f: getattr(m, f) for f in _ROW_FIELDS})
+
+
+def _plain_row(values: dict[str, Any]) -> MeasurementRow:
+    if values["measured_at"].tzinfo is None:  # SQLite drops the zone; we only store UTC
+        values["measured_at"] = values["measured_at"].replace(tzinfo=timezone.utc)
+    return MeasurementRow(**values)
+
+
+_ROW_FIELDS = tuple(MeasurementRow.__dataclass_fields__)
+_LOAD_STATEMENT = (
+    select(*(Measurement.__table__.c[f] for f in _ROW_FIELDS))
+    .join(Device, Measurement.device_id == Device.id)
+    .join(Problem, Measurement.problem_id == Problem.id)
+    .where(Device.fingerprint == bindparam("fingerprint"))
+    .where(*_PROBLEM_MATCH)
+)
 
 
 def load_measurements(
@@ -153,22 +166,12 @@ def load_measurements(
     `impl_hashes` maps algorithm name to its current implementation hash: rows made by
     other (older) code are not returned, so they are never served as current.
     """
-    device_id = find_device_id(session=session, fingerprint=fingerprint)
-    problem_id = find_problem_id(session=session, key=key)
-    if device_id is None or problem_id is None or not impl_hashes:
-        return []
-    current = [
-        and_(Measurement.algorithm == name, Measurement.impl_hash == digest)
-        for name, digest in impl_hashes.items()
-    ]
-    rows = session.execute(
-        select(Measurement).where(
-            Measurement.device_id == device_id,
-            Measurement.problem_id == problem_id,
-            or_(*current),
-        )
-    ).scalars()
-    return [measurement_row(m) for m in rows]
+    params = {"fingerprint": fingerprint, **_problem_params(key)}
+    out = []
+    for row in session.execute(_LOAD_STATEMENT, params).mappings():
+        if impl_hashes.get(row["algorithm"]) == row["impl_hash"]:
+            out.append(_plain_row(dict(row)))
+    return out
 
 
 def load_fleet_measurements(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -155,22 +156,8 @@ class Tuner:
         self, problem: ConvProblem, backend: str
     ) -> tuple[list[Candidate], list[AlgorithmResult]]:
         """Supported configurations, and an `unsupported` result per algorithm that is not."""
-        candidates: list[Candidate] = []
-        unsupported: list[AlgorithmResult] = []
-        for algorithm in self.algorithms(backend):
-            support = algorithm.supports(problem)
-            if not support:
-                unsupported.append(AlgorithmResult(
-                    algorithm=algorithm.name, config="", status=R.UNSUPPORTED,
-                    time_ms=None, workspace_bytes=0, error=support.reason,
-                ))
-                continue
-            digest = getattr(algorithm, "impl_hash", None) or implementation_hash(backend)
-            for config in algorithm.configs(problem):
-                candidates.append(Candidate(
-                    algorithm, config, algorithm.workspace_bytes(problem, config), digest
-                ))
-        return candidates, unsupported
+        candidates, unsupported = _enumerate(tuple(self.algorithms(backend)), problem, backend)
+        return list(candidates), list(unsupported)
 
     # --- the find -------------------------------------------------------------------------------
     def find_candidates(
@@ -479,6 +466,30 @@ class Tuner:
             where = f" at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno}" if last else ""
             row["error"] = f"{type(exc).__name__}: {exc}{where}"[:2000]
         return MeasurementRow(**row)
+
+
+# Algorithms are stateless, so a problem's candidates never change for one set of them; a
+# cached find would otherwise spend a fifth of its time enumerating configs and workspaces.
+@functools.lru_cache(maxsize=4096)
+def _enumerate(
+    algorithms: tuple[Algorithm, ...], problem: ConvProblem, backend: str
+) -> tuple[tuple[Candidate, ...], tuple[AlgorithmResult, ...]]:
+    candidates: list[Candidate] = []
+    unsupported: list[AlgorithmResult] = []
+    for algorithm in algorithms:
+        support = algorithm.supports(problem)
+        if not support:
+            unsupported.append(AlgorithmResult(
+                algorithm=algorithm.name, config="", status=R.UNSUPPORTED,
+                time_ms=None, workspace_bytes=0, error=support.reason,
+            ))
+            continue
+        digest = getattr(algorithm, "impl_hash", None) or implementation_hash(backend)
+        for config in algorithm.configs(problem):
+            candidates.append(Candidate(
+                algorithm, config, algorithm.workspace_bytes(problem, config), digest
+            ))
+    return tuple(candidates), tuple(unsupported)
 
 
 def _from_row(row: MeasurementRow, fingerprint: str, source: str) -> AlgorithmResult:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 
 from api.deps import MetricsDep, RequireToken, SettingsDep
 from api.routes.common import enforce_limits
@@ -27,16 +29,19 @@ router = APIRouter(prefix="/v1", tags=["find"])
         422: {"model": ErrorOut, "description": "Invalid problem, device or mode."},
     },
 )
-def find(body: FindRequest, settings: SettingsDep, metrics: MetricsDep) -> dict[str, Any]:
+async def find(body: FindRequest, settings: SettingsDep, metrics: MetricsDep) -> dict[str, Any]:
     """Every algorithm once, fastest usable first; `best` is null when none is usable."""
     problem = body.problem.to_problem()
     device = parse_device(body.device or settings.device)
     if body.mode != "cached":  # only a find that may measure allocates anything
         enforce_limits(problem, device, body.workspace_limit, settings)
+    call = partial(find_algorithms, problem, device, body.workspace_limit,
+                   db=settings.db_url, mode=body.mode)
     try:
-        results = find_algorithms(
-            problem, device, body.workspace_limit, db=settings.db_url, mode=body.mode
-        )
+        # A cached find is one indexed read (WAL readers never wait for writers): run it
+        # on the event loop, since a hop to a worker thread costs more than the read.
+        # Anything that may measure runs in the threadpool.
+        results = call() if body.mode == "cached" else await run_in_threadpool(call)
     except NotInDatabase:
         metrics.record_find(None)
         raise
