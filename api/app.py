@@ -15,7 +15,7 @@ from api.jobs import JobManager
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import algorithms, bundles, convolve, devices, find, health, jobs, results
 from api.settings import Settings
-from tuner.tuning import TUNER_VERSION, NotInDatabase, NoUsableAlgorithm
+from tuner.tuning import TUNER_VERSION, ClaimTimeout, NotInDatabase, NoUsableAlgorithm
 
 log = logging.getLogger("convtune.api")
 
@@ -108,6 +108,12 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def none_usable(_request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status.HTTP_409_CONFLICT)
 
+    async def busy(_request: Request, exc: Exception) -> JSONResponse:
+        # Another tuner holds the claim on this problem and has not finished in time.
+        return JSONResponse(
+            {"detail": str(exc)}, status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "30"}
+        )
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return JSONResponse(
@@ -118,6 +124,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ValueError, bad_input)
     app.add_exception_handler(NotInDatabase, not_stored)
     app.add_exception_handler(NoUsableAlgorithm, none_usable)
+    app.add_exception_handler(ClaimTimeout, busy)
     app.add_exception_handler(Exception, unexpected)
 
 
@@ -144,7 +151,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "$CONVTUNE_API_TOKEN; GET endpoints are open. Errors are JSON "
             "`{\"detail\": ...}`: 400 corrupt upload, 401 token, 404 not stored / no such "
             "job, 409 no usable algorithm (convolve), 413 too large, 422 invalid input, "
-            "429 job queue full."
+            "429 job queue full, 503 another tuner still holds this problem's claim."
         ),
         lifespan=lifespan,
     )

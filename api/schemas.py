@@ -116,7 +116,10 @@ class AlgorithmResultOut(BaseModel):
     spread_ms: float | None = None
     reps: int = 0
     error: str | None = None
-    source: str = Field(description="fresh, measured here, not measured")
+    source: str = Field(
+        description="fresh (measured by this call), measured here (stored, this device), "
+        "not measured, or borrowed by a cached lookup: same model, same architecture"
+    )
     device: str = Field(default="", description="Fingerprint of the device measured on.")
     measured_at: str | None = None
 

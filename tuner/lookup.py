@@ -21,10 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from db.queries import MeasurementRow
-
-SAME_MODEL = "same model"
-SAME_ARCHITECTURE = "same architecture"
-PREDICTED = "predicted"  # reserved: no heuristic predictor is implemented yet
+from tuner.results import PREDICTED, SAME_ARCHITECTURE, SAME_MODEL
 
 #: Sources that are not this device's own measurements: a caller may want to re-tune.
 BORROWED_SOURCES = (SAME_MODEL, SAME_ARCHITECTURE, PREDICTED)

@@ -17,6 +17,11 @@ STATUSES = (OK, UNSUPPORTED, OVER_WORKSPACE_LIMIT, FAILED, WRONG_RESULT)
 FRESH = "fresh"  # measured by this call
 MEASURED_HERE = "measured here"  # from the database, measured on this exact device
 NOT_MEASURED = "not measured"  # unsupported or over the limit: nothing to time
+# Borrowed from another device by a mode="cached" lookup (tuner.lookup): re-tune if it matters.
+SAME_MODEL = "same model"  # the same GPU/CPU model with other driver or library versions
+SAME_ARCHITECTURE = "same architecture"  # same compute capability, nearest SM count
+PREDICTED = "predicted"  # reserved: no heuristic predictor is implemented yet
+SOURCES = (FRESH, MEASURED_HERE, NOT_MEASURED, SAME_MODEL, SAME_ARCHITECTURE, PREDICTED)
 
 
 @dataclass(frozen=True)

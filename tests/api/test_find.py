@@ -188,3 +188,28 @@ def test_problem_over_flops_limit_is_413(make_client: Any, db_url: str) -> None:
     assert response.status_code == 413
     assert "FLOPs" in response.json()["detail"]
     assert stored_rows(db_url) == 0
+
+
+def test_problem_claimed_by_another_tuner_is_503(
+    client: TestClient, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another host's tuner holds this problem's claim and does not finish in time: the
+    # request says "try again later" instead of failing with a 500.
+    from algorithms.problem import ConvProblem
+    from db import claims
+    from db.engine import open_store
+    from db.queries import canonical_json
+    from tuner.devices import identify
+
+    monkeypatch.setenv("CONVTUNE_CLAIM_WAIT_S", "0.3")
+    problem = ConvProblem(**{k: v for k, v in TINY.items() if k != "pad"}, pad=TINY["pad"])
+    with open_store(db_url).session() as session:
+        assert claims.try_claim(
+            session=session, fingerprint=identify("cpu").fingerprint,
+            problem=canonical_json(problem.key()), owner="other-host:1:abc", ttl_s=600,
+        )
+    response = find(client)
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "30"
+    assert "claim" in response.json()["detail"].lower()
+    assert stored_rows(db_url) == 0

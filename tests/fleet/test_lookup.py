@@ -9,7 +9,8 @@ from tests.fleet.helpers import QUICK, algos, gpu, later, row, seed
 from tests.tuner.fakes import Fake, small_problem
 from tuner import results as R
 from tuner.devices import DeviceIdentity
-from tuner.lookup import SAME_ARCHITECTURE, SAME_MODEL, fallback_order
+from tuner.lookup import fallback_order
+from tuner.results import SAME_ARCHITECTURE, SAME_MODEL
 from tuner.tuning import NotInDatabase, Tuner
 
 # "This" device: an H100 with a driver nothing in the store was measured with.
