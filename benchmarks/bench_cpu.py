@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from algorithms.registry import ALGORITHM_NAMES
 from db.engine import open_store
@@ -35,7 +36,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tuner = Tuner(open_store(f"sqlite:///{tmp}/bench.db"),
                       policy=TimingPolicy(warmup=1, budget_s=args.budget_s, min_reps=3))
-        rows = []
+        rows: list[dict[str, Any]] = []
         for layer, problem in network_problems(args.model, args.batch):
             found = tuner.find(problem, "cpu", mode="tune")
             times = {r.algorithm: r.time_ms for r in found}

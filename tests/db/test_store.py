@@ -19,7 +19,7 @@ def test_new_database_records_current_version(db_url: str) -> None:
     with store.engine.connect() as conn:
         assert stored_version(conn) == SCHEMA_VERSION
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
-        assert int(conn.execute(text("PRAGMA busy_timeout")).scalar()) >= 10_000
+        assert int(conn.execute(text("PRAGMA busy_timeout")).scalar_one()) >= 10_000
 
 
 def test_reopened_database_keeps_results(db_url: str) -> None:
@@ -60,7 +60,7 @@ def test_migration_path_upgrades_and_keeps_rows(
     with engine.begin() as conn:
         assert upgrade(conn, target=SCHEMA_VERSION + 1) == SCHEMA_VERSION
         assert stored_version(conn) == SCHEMA_VERSION + 1
-        assert conn.execute(text("SELECT count(*) FROM measurements")).scalar() >= 4
+        assert conn.execute(text("SELECT count(*) FROM measurements")).scalar_one() >= 4
     engine.dispose()
     assert ran == [SCHEMA_VERSION]
 

@@ -14,7 +14,7 @@ QUICK = TimingPolicy(warmup=1, budget_s=0.0, min_reps=2, max_reps=2)
 
 
 def make(db_url: str, *algos: Fake) -> Tuner:
-    return Tuner(open_store(db_url), policy=QUICK, algorithms=algos)
+    return Tuner(open_store(db_url), policy=QUICK, algorithms=algos)  # type: ignore[arg-type]
 
 
 def test_every_algorithm_once_usable_first(db_url: str) -> None:
