@@ -72,20 +72,29 @@ class Convolution:
 
 
 def _where(x: Any) -> str:
-    """The canonical device an array lives on."""
-    cai = getattr(x, "__cuda_array_interface__", None)
-    if cai is not None or (hasattr(x, "__dlpack_device__") and not isinstance(x, np.ndarray)):
-        dev = getattr(x, "device", None)
-        index = getattr(dev, "id", None)
-        if index is None:
-            index = getattr(dev, "index", None)
-        if cai is None:
-            kind, dl_index = x.__dlpack_device__()
-            if int(kind) == 1:  # kDLCPU
-                return "cpu"
-            index = dl_index
-        return f"cuda:{int(index or 0)}"
-    return "cpu"
+    """The canonical device an array lives on: "cpu" or "cuda:N"."""
+    if isinstance(x, np.ndarray):
+        return "cpu"
+    dlpack_device = getattr(x, "__dlpack_device__", None)
+    if dlpack_device is not None:  # CuPy, PyTorch, JAX...: (device type, index)
+        kind, index = (int(v) for v in dlpack_device())
+        if kind == _DLPACK_CPU:
+            return "cpu"
+        if kind == _DLPACK_CUDA:
+            return f"cuda:{index}"
+        raise ValueError(f"arrays on DLPack device type {kind} are not supported")
+    # hasattr is not enough: a property may raise (torch does when requires_grad is set).
+    try:
+        getattr(x, "__cuda_array_interface__")  # noqa: B009
+    except AttributeError:
+        return "cpu"
+    except Exception:  # it is a GPU array, whatever it refuses
+        pass
+    device = getattr(x, "device", None)
+    return f"cuda:{int(getattr(device, 'id', None) or getattr(device, 'index', None) or 0)}"
+
+
+_DLPACK_CPU, _DLPACK_CUDA = 1, 2  # kDLCPU, kDLCUDA in DLPack's device-type enum
 
 
 def _dtype_name(array: Any, what: str) -> str:

@@ -147,3 +147,26 @@ def test_named_algorithm_over_workspace_limit_is_refused(rng: np.random.Generato
 def test_default_database_comes_from_environment(db_url: str) -> None:
     find_best_algorithm(small_problem(), device="cpu")  # db=None: CONVTUNE_DB_URL (conftest)
     assert stored_rows(db_url) > 0
+
+
+class _DeviceArray:
+    """Stands in for a GPU array: only its DLPack device is looked at."""
+
+    def __init__(self, kind: int, index: int) -> None:
+        self.kind, self.index = kind, index
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (self.kind, self.index)
+
+
+def test_inputs_on_another_device_are_refused(db_url: str, rng: np.random.Generator) -> None:
+    w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match="x is on cuda:1 but w is on cpu"):
+        convolve(_DeviceArray(2, 1), w)
+    with pytest.raises(ValueError, match="DLPack device type 10"):
+        convolve(_DeviceArray(10, 0), w)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    with pytest.raises(ValueError, match="device='cpu' but the inputs live on cuda:0"):
+        convolve(_DeviceArray(2, 0), _DeviceArray(2, 0), device="cpu")
+    assert convolve(x, w).shape == (1, 4, 4, 4)
+    assert stored_rows(db_url) > 0
