@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import replace
 from typing import Any
@@ -26,7 +27,20 @@ OPERATIONS = [
     ("GET", "/v1/algorithms"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
+    ("GET", "/v1/bundles"),
+    ("POST", "/v1/bundles"),
 ]
+
+
+@schemathesis.serializer("application/x-ndjson")
+def _ndjson(_ctx: Any, value: Any) -> bytes:
+    # Bundles are JSON lines; the fuzzer's body (any JSON value, or raw text) is sent as is,
+    # so the import must refuse it with a 4xx.
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    return (value if isinstance(value, str) else json.dumps(value)).encode()
+
+
 EXAMPLES = {"POST /v1/find": 40, "POST /v1/convolve": 25, "POST /v1/jobs": 25}
 
 
