@@ -118,10 +118,12 @@ class AlgorithmResultOut(BaseModel):
     error: str | None = None
     source: str = Field(
         description="fresh (measured by this call), measured here (stored, this device), "
-        "not measured, or borrowed by a cached lookup: same model, same architecture"
+        "not measured, or from a cached lookup elsewhere: same model, same architecture, "
+        "predicted (scaled from the nearest measured problem)"
     )
     device: str = Field(default="", description="Fingerprint of the device measured on.")
     measured_at: str | None = None
+    note: str | None = Field(default=None, description="Where a predicted answer came from.")
 
 
 class FindResponse(BaseModel):

@@ -221,6 +221,40 @@ def load_fleet_measurements(
     return list(out.values())
 
 
+def load_similar_measurements(
+    *,
+    session: Session,
+    fingerprint: str,
+    like: Mapping[str, Any],
+    impl_hashes: Mapping[str, str],
+) -> list[tuple[dict[str, Any], list[MeasurementRow]]]:
+    """One device's current measurements of every problem whose fields equal `like`'s.
+
+    `like` names a subset of the problem fields (say r, s, strides, dilations, dtype);
+    returns (problem key, rows) pairs, rows filtered by `impl_hashes` as in
+    `load_measurements`.
+    """
+    unknown = set(like) - set(PROBLEM_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown problem fields {sorted(unknown)}")
+    found = session.execute(
+        select(Problem, *(Measurement.__table__.c[f] for f in _ROW_FIELDS))
+        .join(Measurement, Measurement.problem_id == Problem.id)
+        .join(Device, Measurement.device_id == Device.id)
+        .where(Device.fingerprint == fingerprint)
+        .where(*(getattr(Problem, f) == v for f, v in like.items()))
+        .order_by(Problem.id, Measurement.id)
+    )
+    out: dict[int, tuple[dict[str, Any], list[MeasurementRow]]] = {}
+    for problem, *values in found:
+        row = dict(zip(_ROW_FIELDS, values, strict=True))
+        if impl_hashes.get(row["algorithm"]) != row["impl_hash"]:
+            continue
+        key = {f: getattr(problem, f) for f in PROBLEM_FIELDS}
+        out.setdefault(problem.id, (key, []))[1].append(_plain_row(row))
+    return list(out.values())
+
+
 def save_measurements(
     *,
     session: Session,

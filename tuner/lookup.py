@@ -11,19 +11,26 @@ The order, best first (MIOpen's find-db does the same with its closest-CU-count 
 
 Only measurements made by the current implementations are ever considered (the store
 filters by implementation hash), and one answer always comes from a single device: times
-from different devices are never mixed into one ranking. PREDICTED is reserved for an
-answer chosen by a model when no device matches; no predictor exists yet.
+from different devices are never mixed into one ranking.
+
+4. Nothing measured for this problem anywhere usable: PREDICTED, from this device's own
+   measurements of the nearest problem of the same kind (same filter size, strides,
+   dilations, dtype and grouping; nearest in log-space over n, c, h, w, k), with each time
+   scaled by the ratio of FLOP counts. A prediction is a ranking to start from, not a
+   measurement: re-tune where it matters.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from algorithms.problem import ConvProblem
 from db.queries import MeasurementRow
 from tuner.results import PREDICTED, SAME_ARCHITECTURE, SAME_MODEL
 
-#: Sources that are not this device's own measurements: a caller may want to re-tune.
+#: Sources that are not measurements of this problem on this device: re-tune if it matters.
 BORROWED_SOURCES = (SAME_MODEL, SAME_ARCHITECTURE, PREDICTED)
 
 
@@ -66,3 +73,45 @@ def fallback_order(
     return [(SAME_MODEL, d, r) for _, d, r in same_model] + [
         (SAME_ARCHITECTURE, d, r) for _, d, r in same_arch
     ]
+
+
+#: Fields a stand-in problem must share with the one predicted for: they decide which
+#: algorithms apply and how they behave; the remaining sizes only scale the work.
+SAME_KIND_FIELDS = ("r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w", "dtype")
+
+
+def same_kind(problem: ConvProblem) -> dict[str, Any]:
+    """The field values a stand-in problem must share with `problem` (see SAME_KIND_FIELDS)."""
+    key = problem.key()
+    return {f: key[f] for f in SAME_KIND_FIELDS}
+
+
+def _grouping(key: Mapping[str, Any]) -> str:
+    groups = key["groups"]
+    if groups == 1:
+        return "dense"
+    return "depthwise" if groups == key["c"] == key["k"] else "grouped"
+
+
+def nearest_problems(
+    problem: ConvProblem,
+    measured: Sequence[tuple[Mapping[str, Any], Sequence[MeasurementRow]]],
+) -> list[tuple[Mapping[str, Any], Sequence[MeasurementRow]]]:
+    """Measured problems of the same kind and grouping as `problem`, nearest first.
+
+    Distance is the sum of |log(a / b)| over n, c, h, w and k; `problem` itself is skipped.
+    """
+    key = problem.key()
+    ranked = []
+    for other, rows in measured:
+        if dict(other) == key or _grouping(other) != _grouping(key):
+            continue
+        distance = sum(abs(math.log(other[f] / key[f])) for f in ("n", "c", "h", "w", "k"))
+        ranked.append((distance, other, rows))
+    ranked.sort(key=lambda t: t[0])
+    return [(other, rows) for _, other, rows in ranked]
+
+
+def flops_ratio(problem: ConvProblem, other: Mapping[str, Any]) -> float:
+    """How many times the work of `other` `problem` is (direct-convolution FLOPs)."""
+    return problem.flops / ConvProblem.from_key(dict(other)).flops

@@ -20,7 +20,7 @@ NOT_MEASURED = "not measured"  # unsupported or over the limit: nothing to time
 # Borrowed from another device by a mode="cached" lookup (tuner.lookup): re-tune if it matters.
 SAME_MODEL = "same model"  # the same GPU/CPU model with other driver or library versions
 SAME_ARCHITECTURE = "same architecture"  # same compute capability, nearest SM count
-PREDICTED = "predicted"  # reserved: no heuristic predictor is implemented yet
+PREDICTED = "predicted"  # scaled from this device's nearest measured problem
 SOURCES = (FRESH, MEASURED_HERE, NOT_MEASURED, SAME_MODEL, SAME_ARCHITECTURE, PREDICTED)
 
 
@@ -41,6 +41,7 @@ class AlgorithmResult:
     source: str = NOT_MEASURED
     device: str = ""
     measured_at: str | None = None
+    note: str | None = None  # e.g. which measured problem a prediction was scaled from
 
     @property
     def usable(self) -> bool:

@@ -12,7 +12,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from db.engine import Store
 from db.queries import MeasurementRow
 from tuner import results as R
 from tuner.devices import DeviceIdentity, backend_of, get_runtime, identify, implementation_hash
-from tuner.lookup import fallback_order
+from tuner.lookup import fallback_order, flops_ratio, nearest_problems, same_kind
 from tuner.results import AlgorithmResult, rank
 from tuner.runtime import Runtime, TimingPolicy
 
@@ -230,7 +230,9 @@ class Tuner:
         cover every candidate, else from the best stand-in device (tuner.lookup: the same
         model with other software, then the same architecture with the nearest unit count),
         with `source` saying which ("same model", "same architecture") and `device` naming
-        the stand-in's fingerprint, and raises NotInDatabase when no device qualifies.
+        the stand-in's fingerprint, else "predicted" from this device's nearest measured
+        problem of the same kind (times scaled by FLOPs, `note` naming that problem), and
+        raises NotInDatabase when none of these exists.
         mode="tune" measures every candidate again.
         """
         per_config = self.find_candidates(problem, device, workspace_limit, mode=mode)
@@ -365,6 +367,36 @@ class Tuner:
                 return [
                     _from_row(row, device["fingerprint"], source) for row in found.values()
                 ]
+        return self._predict(problem, identity, allowed)
+
+    def _predict(
+        self, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate]
+    ) -> list[AlgorithmResult] | None:
+        """Every allowed candidate scaled from this device's nearest measured problem."""
+        if not allowed:
+            return None
+        with self.store.session() as session:
+            measured = queries.load_similar_measurements(
+                session=session, fingerprint=identity.fingerprint, like=same_kind(problem),
+                impl_hashes={c.algorithm.name: c.impl_hash for c in allowed},
+            )
+        for other, rows in nearest_problems(problem, measured):
+            found = {(r.algorithm, r.config): r for r in rows}
+            if any(c.key not in found for c in allowed):
+                continue
+            scale = flops_ratio(problem, other)
+            near = ConvProblem.from_key(dict(other)).describe()
+            out = []
+            for cand in allowed:
+                row = found[cand.key]
+                result = _from_row(row, identity.fingerprint, R.PREDICTED)
+                out.append(replace(
+                    result, workspace_bytes=cand.workspace_bytes, reps=0, max_error=None,
+                    rel_error=None, spread_ms=None,
+                    time_ms=None if row.time_ms is None else row.time_ms * scale,
+                    note=f"predicted from {near} (x{scale:.3g} the FLOPs)",
+                ))
+            return out
         return None
 
     # --- store ------------------------------------------------------------------------------------

@@ -1,0 +1,54 @@
+"""mode="cached" predicts from this device's nearest measured problem of the same kind."""
+
+from __future__ import annotations
+
+import pytest
+
+from db.engine import open_store
+from tuner import results as R
+from tuner.runtime import TimingPolicy
+from tuner.tuning import NotInDatabase, Tuner
+
+from tests.tuner.fakes import Fake, Raises, small_problem
+
+QUICK = TimingPolicy(warmup=0, budget_s=0.0, min_reps=2, max_reps=2)
+
+
+def tuner(db_url: str, *algos: Fake) -> Tuner:
+    return Tuner(open_store(db_url), policy=QUICK, algorithms=algos)  # type: ignore[arg-type]
+
+
+def test_prediction_scales_the_nearest_problem_by_flops(db_url: str) -> None:
+    algos = (Fake("a"), Fake("b", ws=64), Raises("c"))
+    near = {r.algorithm: r for r in tuner(db_url, *algos).find(small_problem(n=2), "cpu")}
+    tuner(db_url, *algos).find(small_problem(n=1, c=2, k=2), "cpu")  # farther away
+    wanted = small_problem(n=4)  # twice the work of n=2, never measured
+    got = {r.algorithm: r for r in tuner(db_url, *algos).find(wanted, "cpu", mode="cached")}
+    assert {r.source for r in got.values()} == {R.PREDICTED}
+    for name in ("a", "b"):
+        assert got[name].status == R.OK
+        assert got[name].time_ms == pytest.approx(2 * near[name].time_ms)  # type: ignore[operator]
+        assert "n2 c4 9x7" in (got[name].note or "")
+    assert got["c"].status == R.FAILED and got["c"].time_ms is None
+    assert got["b"].workspace_bytes == 64
+
+
+def test_no_prediction_across_kinds_or_groupings(db_url: str) -> None:
+    algos = (Fake("a"),)
+    tuner(db_url, *algos).find(small_problem(n=2), "cpu")
+    for other in (small_problem(r=1, s=1, pad=0), small_problem(stride=2),
+                  small_problem(dtype="float64"), small_problem(c=6, k=6, groups=6)):
+        with pytest.raises(NotInDatabase):
+            tuner(db_url, *algos).find(other, "cpu", mode="cached")
+
+
+def test_prediction_needs_every_candidate_measured(db_url: str) -> None:
+    tuner(db_url, Fake("a")).find(small_problem(n=2), "cpu")
+    with pytest.raises(NotInDatabase):
+        tuner(db_url, Fake("a"), Fake("b")).find(small_problem(n=4), "cpu", mode="cached")
+
+
+def test_auto_mode_measures_instead_of_predicting(db_url: str) -> None:
+    a = Fake("a")
+    tuner(db_url, a).find(small_problem(n=2), "cpu")
+    assert tuner(db_url, a).find(small_problem(n=4), "cpu")[0].source == R.FRESH
