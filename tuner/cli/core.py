@@ -99,7 +99,7 @@ def results_table(results: list[AlgorithmResult], title: str) -> Table:
             f"{r.workspace_bytes:,}",
             "-" if r.rel_error is None else f"{r.rel_error:.1e}",
             r.source,
-            r.error or "",
+            r.error or r.note or "",
         )
     return table
 
