@@ -7,6 +7,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from algorithms.problem import ConvProblem
 
+#: einsum copies the windows of each batch chunk into one (n*oh*ow, cg*r*s) float64 matrix:
+#: keeping that copy near this size lets GPU-sized problems verify without tens of GB.
+CHUNK_BYTES = 256 << 20
+
 
 def reference_conv(x: np.ndarray, w: np.ndarray, problem: ConvProblem) -> np.ndarray:
     """Cross-correlate NumPy `x` (n, c, h, w) with `w` (k, c/g, r, s) in float64."""
@@ -23,10 +27,15 @@ def reference_conv(x: np.ndarray, w: np.ndarray, problem: ConvProblem) -> np.nda
     win = win[:, :, : (out_h - 1) * sh + 1 : sh, : (out_w - 1) * sw + 1 : sw, ::dh, ::dw]
     w64 = np.asarray(w, dtype=np.float64)
     y = np.empty(problem.output_shape, dtype=np.float64)
+    per_image = out_h * out_w * cg * problem.r * problem.s * 8
+    chunk = max(1, CHUNK_BYTES // per_image)
     for gi in range(g):
-        xs = win[:, gi * cg : (gi + 1) * cg]  # (n, cg, oh, ow, r, s)
         ws = w64[gi * kg : (gi + 1) * kg]  # (kg, cg, r, s)
-        y[:, gi * kg : (gi + 1) * kg] = np.einsum("ncpqrs,kcrs->nkpq", xs, ws, optimize=True)
+        for n0 in range(0, problem.n, chunk):
+            xs = win[n0 : n0 + chunk, gi * cg : (gi + 1) * cg]  # (n, cg, oh, ow, r, s)
+            y[n0 : n0 + chunk, gi * kg : (gi + 1) * kg] = np.einsum(
+                "ncpqrs,kcrs->nkpq", xs, ws, optimize=True
+            )
     return y
 
 

@@ -111,3 +111,15 @@ def test_error_measures() -> None:
     assert max_abs_error(np.array([3.0, 4.5]), ref) == pytest.approx(0.5)
     assert tolerance("float32", "fft") > tolerance("float32", "direct")
     assert tolerance("float16", "implicit_gemm") > tolerance("float32", "implicit_gemm")
+
+
+def test_batch_chunking_gives_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Large problems are computed a few images at a time; force one image per chunk.
+    from algorithms import reference
+
+    p = ConvProblem(n=5, c=4, h=7, w=6, k=6, r=3, s=3, pad=1, groups=2)
+    rng = np.random.default_rng()
+    x, w = rng.standard_normal(p.input_shape), rng.standard_normal(p.filter_shape)
+    whole = reference.reference_conv(x, w, p)
+    monkeypatch.setattr(reference, "CHUNK_BYTES", 1)
+    np.testing.assert_allclose(reference.reference_conv(x, w, p), whole, rtol=1e-12, atol=1e-12)

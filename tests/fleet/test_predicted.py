@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 
 from db.engine import open_store
+from tests.tuner.fakes import Fake, Raises, small_problem
 from tuner import results as R
 from tuner.runtime import TimingPolicy
 from tuner.tuning import NotInDatabase, Tuner
-
-from tests.tuner.fakes import Fake, Raises, small_problem
 
 QUICK = TimingPolicy(warmup=0, budget_s=0.0, min_reps=2, max_reps=2)
 
