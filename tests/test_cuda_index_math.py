@@ -6,7 +6,11 @@ NumPy stand-ins: arrays whose `.data.ptr` is their host address, kernels replace
 transcriptions of kernels/*.cu that follow the same per-thread index formulas (the
 implicit-GEMM one block by block, tile by tile, with every shared-memory slot and output
 element checked to be written exactly once), cuBLAS by a column-major strided-batched GEMM
-on raw addresses and cuFFT by numpy.fft. What this cannot see: the C++ transcription
+on raw addresses and cuFFT by numpy.fft. The stand-ins also check alignment (every kernel
+pointer aligned to its element type, every float4 epilogue store to 16 bytes, cuBLAS and
+cuFFT operands to their element), fed with buffers only one element past a 256-byte boundary;
+a launch-only stand-in checks grid, block and shared-memory limits on problems too big to
+emulate. What this cannot see: the C++ transcription
 itself, races, and anything about real GPU execution (tests/gpu covers that on a GPU).
 """
 
@@ -25,7 +29,7 @@ import pytest
 from algorithms.base import Algorithm
 from algorithms.cuda import direct, fft, im2col_gemm, implicit_gemm
 from algorithms.cuda._loader import fastdiv
-from algorithms.problem import ConvProblem
+from algorithms.problem import DTYPES, ConvProblem
 from algorithms.reference import reference_conv, relative_error, tolerance
 
 NP_TYPES: dict[str, Any] = {
@@ -55,9 +59,17 @@ def at(ptr: int, count: int, dtype: Any) -> np.ndarray:
     return np.frombuffer(buf, dtype=dt)
 
 
+#: alignof() of each kernel element type on the GPU (float2/double2 are 8/16-byte vectors).
+ALIGN: dict[str, int] = {"half_t": 2, "float": 4, "double": 8, "float2": 8, "double2": 16}
+
+#: Facts the emulated launches record for the tests to check (cleared per test).
+LAUNCHES: list[dict[str, Any]] = []
+
+
 def typed(arr: Any, ctype: str, count: int) -> np.ndarray:
     """What a kernel's `ctype*` parameter sees of `arr` (the first `count` elements)."""
     assert count * np.dtype(NP_TYPES[ctype]).itemsize <= arr.nbytes, "kernel reads past buffer"
+    assert arr.data.ptr % ALIGN[ctype] == 0, f"misaligned {ctype}* kernel argument"
     return at(arr.data.ptr, count, NP_TYPES[ctype])
 
 
@@ -192,6 +204,7 @@ def emu_implicit(t: str, bm: int, bn: int, bk: int, tm: int, tn: int) -> Callabl
         wf = typed(w, t, k * crs).astype(np.float32)
         yf = typed(y, t, n * k * pq_n)
         writes = np.zeros(yf.size, np.int64)
+        vec_stores = 0
         tid = np.arange(threads)
         a_k, a_m = tid % bk, tid // bk
         b_k, b_c = tid // b_tpr, tid % b_tpr
@@ -271,7 +284,16 @@ def emu_implicit(t: str, bm: int, bn: int, bk: int, tm: int, tn: int) -> Callabl
                             dst = i32((img * k + g * kg) * pq_n + pq + m * pq_n)[ok]
                             yf[dst] = acc[ok, i, j4 * 4 + jj]
                             np.add.at(writes, dst, 1)
+                            if t == "float" and jj == 0:
+                                # store_float4 (st.global.v4.f32): a misaligned address is
+                                # a hard CUDA error, so every vector store must be 16-aligned.
+                                vdst = dst[vec[ok]]
+                                addr = y.data.ptr + vdst * 4
+                                assert (addr % 16 == 0).all(), "misaligned float4 store"
+                                vec_stores += vdst.size
         assert (writes == 1).all(), "every output element must be written exactly once"
+        LAUNCHES.append({"kernel": "implicit_gemm_conv", "vec_out": vec_out,
+                         "vec_stores": vec_stores})
     return kernel
 
 
@@ -343,6 +365,8 @@ def fake_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
     """cuBLAS strided-batched GEMM semantics (column-major) on raw host addresses."""
     dt = np.dtype(dtype)
     item = dt.itemsize
+    for ptr in (a, b, c):
+        assert ptr % item == 0, f"cuBLAS {dtype} operand at {ptr:#x} is misaligned"
 
     def mat(ptr: int, rows: int, cols: int, ld: int) -> np.ndarray:
         assert ld >= max(1, rows), f"leading dimension {ld} < rows {rows}"
@@ -375,6 +399,9 @@ class FakePlan:
         cplx = np.complex128 if self.double else np.complex64
         assert a.dtype == (real if self.forward else cplx)
         assert out.dtype == (cplx if self.forward else real)
+        for arr in (a, out):  # cuFFT needs data aligned to its (complex) element
+            assert arr.data.ptr % np.dtype(cplx).itemsize == 0, "misaligned cuFFT buffer"
+        assert self.fh >= 2 and self.fw >= 2, "no transform side of 1"
         if self.forward:
             assert direction == fft.CUFFT_FORWARD
             spectrum = np.fft.rfft2(a.reshape(self.batch, self.fh, self.fw))
@@ -388,6 +415,7 @@ class FakePlan:
 @pytest.fixture
 def emulated(monkeypatch: pytest.MonkeyPatch) -> None:
     """Route every GPU library call of the four modules to the NumPy stand-ins."""
+    LAUNCHES.clear()
     for module in (direct, im2col_gemm, implicit_gemm, fft):
         monkeypatch.setattr(module, "get_kernel", fake_get_kernel)
     monkeypatch.setattr(im2col_gemm, "gemm_strided_batched", fake_gemm)
@@ -472,3 +500,206 @@ def test_fft_workspace_regions_do_not_overlap() -> None:
     spans = sorted(fft.workspace_layout(problem).values())
     for (o1, n1), (o2, _n2) in itertools.pairwise(spans):
         assert o1 + n1 <= o2 and o2 % 256 == 0
+
+
+# --- alignment -------------------------------------------------------------------------------
+def dev_at(a: np.ndarray, misalign: int) -> DeviceArray:
+    """A C-contiguous DeviceArray copy of `a` whose address is `misalign` bytes past a
+    256-byte boundary (a sliced caller buffer; CuPy's own allocations have misalign 0)."""
+    a = np.ascontiguousarray(a)
+    raw = np.zeros(a.nbytes + 512, np.uint8)
+    start = (-raw.__array_interface__["data"][0]) % 256 + misalign
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out.view(DeviceArray)
+
+
+#: Shapes where nothing is a multiple of 4 (or 2): P*Q, k, c, c/groups, filter taps.
+ALIGN_SHAPES: dict[str, dict[str, Any]] = {
+    "pq_odd_k_odd": dict(n=3, c=3, h=5, w=7, k=5, r=3, s=3, pad=1),  # P*Q = 35
+    "pq_odd_stride": dict(n=2, c=6, h=9, w=9, k=7, r=3, s=1, stride=(2, 3)),  # Q = 3, P*Q = 12
+    "pq_2": dict(n=3, c=5, h=1, w=2, k=3, r=1, s=1),  # P*Q = 2: vectors would straddle images
+    "pq_6_groups": dict(n=2, c=6, h=2, w=3, k=9, r=1, s=1, groups=3),  # kg = 3
+    "one_pixel": dict(n=5, c=7, h=1, w=1, k=3, r=1, s=1),  # 1x1 spatial, FFT side 1 -> 2
+    "conv1d_hx1": dict(n=2, c=3, h=11, w=1, k=5, r=3, s=1, pad=(1, 0)),  # W = 1
+}
+
+
+def _run_aligned_case(name: str, problem: ConvProblem, x_off: int, w_off: int,
+                      y_off: int) -> None:
+    algorithm = ALGOS[name]
+    support = algorithm.supports(problem)
+    if not support:
+        pytest.skip(support.reason)
+    rng = np.random.default_rng()
+    x = rng.standard_normal(problem.input_shape).astype(problem.dtype)
+    w = rng.standard_normal(problem.filter_shape).astype(problem.dtype)
+    ref = reference_conv(x, w, problem)
+    for config in algorithm.configs(problem):
+        nbytes = algorithm.workspace_bytes(problem, config)
+        workspace = dev_at(np.full(nbytes, 0xFF, np.uint8), 0) if nbytes else None
+        y = dev_at(np.full(problem.output_shape, np.nan, problem.dtype), y_off)
+        algorithm.run(dev_at(x, x_off), dev_at(w, w_off), y, workspace, problem, config)
+        assert not np.isnan(y).any(), f"{config}: unwritten outputs"
+        err = relative_error(np.asarray(y), ref)
+        assert err <= tolerance(problem.dtype, name), f"{config}: rel err {err}"
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+@pytest.mark.parametrize("shape", list(ALIGN_SHAPES))
+@pytest.mark.parametrize("name", list(ALGOS))
+def test_alignment_shapes_with_element_aligned_buffers(name: str, shape: str, dtype: str) -> None:
+    """x, w and y only element-aligned (one element past a 256-byte boundary, as a slice of a
+    caller's tensor is): every access the stand-ins check must still be aligned."""
+    item = DTYPES[dtype]
+    _run_aligned_case(name, ConvProblem(**ALIGN_SHAPES[shape], dtype=dtype), item, item, item)
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("y_off", [0, 4, 8, 12])
+def test_implicit_gemm_vector_stores_only_when_aligned(y_off: int) -> None:
+    """P*Q % 4 == 0: the float4 epilogue runs exactly when y is 16-byte aligned."""
+    problem = ConvProblem(**SHAPES["pq_multiple_of_4"])  # P*Q = 64
+    _run_aligned_case("implicit_gemm", problem, 4, 4, y_off)
+    assert LAUNCHES and all(launch["vec_out"] == int(y_off == 0) for launch in LAUNCHES)
+    assert all((launch["vec_stores"] > 0) == (y_off == 0) for launch in LAUNCHES)
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("shape", ["pq_odd_k_odd", "pq_2", "pq_6_groups"])
+def test_implicit_gemm_no_vector_stores_when_pq_not_multiple_of_4(shape: str) -> None:
+    _run_aligned_case("implicit_gemm", ConvProblem(**ALIGN_SHAPES[shape]), 0, 0, 0)
+    assert LAUNCHES and all(launch["vec_out"] == 0 for launch in LAUNCHES)
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("name", ["fft", "im2col_gemm"])
+def test_misaligned_workspace_is_refused_on_the_host(name: str) -> None:
+    """A workspace sliced off a boundary must raise, not fault on the GPU."""
+    problem = ConvProblem(**SHAPES["odd"], dtype="float64")
+    algorithm = ALGOS[name]
+    config = algorithm.configs(problem)[0]
+    nbytes = algorithm.workspace_bytes(problem, config)
+    workspace = dev_at(np.zeros(nbytes + 8, np.uint8), 4)
+    x = dev(np.zeros(problem.input_shape, problem.dtype))
+    w = dev(np.zeros(problem.filter_shape, problem.dtype))
+    y = dev(np.zeros(problem.output_shape, problem.dtype))
+    with pytest.raises(ValueError, match="aligned"):
+        algorithm.run(x, w, y, workspace, problem, config)
+
+
+def test_fft_sizes_are_never_1() -> None:
+    """cuFFT is never asked for a transform side of 1 (W = 1 for 1-D convolutions)."""
+    for kw in (ALIGN_SHAPES["one_pixel"], ALIGN_SHAPES["conv1d_hx1"]):
+        fh, fw = fft.fft_size(ConvProblem(**kw))
+        assert fh >= 2 and fw >= 2
+
+
+def test_fft_workspace_regions_are_aligned_for_every_dtype() -> None:
+    for dtype in ("float16", "float32", "float64"):
+        for kw in (*SHAPES.values(), *ALIGN_SHAPES.values()):
+            problem = ConvProblem(**kw, dtype=dtype)
+            layout = fft.workspace_layout(problem)
+            total = fft.FftCuda().workspace_bytes(problem, "default")
+            spans = sorted(layout.values())
+            assert all(offset % 256 == 0 for offset, _ in spans)
+            assert spans[-1][0] + spans[-1][1] <= total
+            for (o1, n1), (o2, _n2) in itertools.pairwise(spans):
+                assert o1 + n1 <= o2
+
+
+# --- launch limits on problems too big to emulate -------------------------------------------------
+GRID_X_LIMIT, GRID_YZ_LIMIT, SMEM_LIMIT = 2**31 - 1, 65535, 48 * 1024
+
+
+def _checked_launch(filename: str, name_expression: str) -> Callable[..., None]:
+    """A kernel stand-in that checks only the launch: grid and block limits, shared memory,
+    32-bit scalar arguments (Python ints would be passed as 64-bit and shift the rest)."""
+
+    def kernel(grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...],
+               shared_mem: int = 0) -> None:
+        assert 1 <= len(grid) <= 3 and 1 <= len(block) <= 3
+        assert all(isinstance(v, int) and v >= 1 for v in (*grid, *block))
+        assert grid[0] <= GRID_X_LIMIT and all(v <= GRID_YZ_LIMIT for v in grid[1:])
+        assert int(np.prod(block)) <= 1024 and 0 <= shared_mem <= SMEM_LIMIT
+        for a in args:
+            if isinstance(a, np.generic):
+                assert isinstance(a, (np.int32, np.uint32, np.float32, np.float64)), a
+            else:
+                assert hasattr(a, "data"), f"kernel argument {a!r} is not an array or scalar"
+        LAUNCHES.append({"kernel": name_expression, "grid": grid, "block": block})
+
+    return kernel
+
+
+def _checked_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
+                  a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
+                  c: int, ldc: int, sc: int, batch: int) -> None:
+    assert min(m, n, k, batch) >= 1 and max(m, n, k, lda, ldb, ldc, batch) <= 2**31 - 1
+    assert ldc >= m and lda >= (m if transa == 0 else k) and ldb >= (k if transb == 0 else n)
+
+
+class _NullPlan:
+    def __init__(self, fft_type: int, batch: int, fh: int, fw: int) -> None:
+        assert batch <= 2**31 - 1 and fh >= 2 and fw >= 2
+
+    def fft(self, a: Any, out: Any, direction: int) -> None:
+        pass
+
+
+class _Sized:
+    """A buffer that exists only as an (aligned) address and a size."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.data = SimpleNamespace(ptr=1 << 40)
+        self.size = nbytes
+
+
+BIG_PROBLEMS: dict[str, dict[str, Any]] = {
+    "batch_over_grid_yz": dict(n=70000, c=1, h=3, w=3, k=2, r=3, s=3, pad=1),
+    "groups_over_grid_yz": dict(n=1, c=70000, h=2, w=2, k=70000, r=1, s=1, groups=70000),
+    "k_tiles_over_grid_yz": dict(n=1, c=1, h=2, w=2, k=600000, r=1, s=1),
+    "near_int32": dict(n=64, c=512, h=224, w=224, k=64, r=3, s=3, pad=1),
+    "huge_dilation": dict(n=1, c=2, h=300, w=300, k=2, r=3, s=3, dilation=100),
+}
+
+
+@pytest.mark.parametrize("shape", list(BIG_PROBLEMS))
+@pytest.mark.parametrize("name", ["direct", "im2col_gemm", "implicit_gemm"])
+def test_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch, name: str,
+                                            shape: str) -> None:
+    """Whatever supports() accepts launches within grid, block and shared-memory limits."""
+    for module in (direct, im2col_gemm, implicit_gemm):
+        monkeypatch.setattr(module, "get_kernel", _checked_launch)
+    monkeypatch.setattr(im2col_gemm, "gemm_strided_batched", _checked_gemm)
+    LAUNCHES.clear()
+    problem = ConvProblem(**BIG_PROBLEMS[shape])
+    algorithm = ALGOS[name]
+    if not algorithm.supports(problem):
+        assert algorithm.supports(problem).reason
+        return
+    for config in algorithm.configs(problem):
+        ws = algorithm.workspace_bytes(problem, config)
+        algorithm.run(_Sized(1), _Sized(1), _Sized(1), _Sized(ws) if ws else None, problem,
+                      config)
+    assert LAUNCHES
+
+
+@pytest.mark.parametrize("shape", ["groups_over_grid_yz", "one_pixel_many_planes"])
+def test_fft_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch,
+                                                shape: str) -> None:
+    kw = BIG_PROBLEMS.get(shape) or dict(n=3000, c=30, h=1, w=1, k=3, r=1, s=1)
+    monkeypatch.setattr(fft, "get_kernel", _checked_launch)
+    monkeypatch.setattr(fft, "gemm_strided_batched", _checked_gemm)
+    monkeypatch.setattr(fft, "_plan", _NullPlan)
+    LAUNCHES.clear()
+    problem = ConvProblem(**kw)
+    algorithm = ALGOS["fft"]
+    if not algorithm.supports(problem):
+        assert algorithm.supports(problem).reason
+        return
+    ws = algorithm.workspace_bytes(problem, "default")
+    algorithm.run(_Sized(1), _Sized(1), _Sized(1), dev(np.zeros(ws, np.uint8)), problem,
+                  "default")
+    assert LAUNCHES

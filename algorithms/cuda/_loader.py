@@ -133,6 +133,20 @@ def grid_stride_blocks(total: int, threads: int = 256, cap: int = 65536) -> int:
     return max(1, min(cap, -(-total // threads)))
 
 
+def require_aligned(what: str, array: Any, alignment: int) -> None:
+    """ValueError unless `array`'s device address is a multiple of `alignment` bytes.
+
+    A misaligned access is a hard CUDA error that poisons the context; a host-side check
+    turns a caller-supplied misaligned buffer (a sliced workspace, say) into a clear error.
+    CuPy's own allocations are 256-byte aligned, so the tuner and `convolve` always pass.
+    """
+    ptr = int(array.data.ptr)
+    if ptr % alignment:
+        raise ValueError(
+            f"{what} at device address {ptr:#x} is not {alignment}-byte aligned"
+        )
+
+
 def ceil_div(a: int, b: int) -> int:
     """⌈a / b⌉ for positive ints."""
     return -(-a // b)

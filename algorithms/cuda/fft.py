@@ -8,15 +8,18 @@ Steps, all enqueued on the current stream (kernels in kernels/fft_helpers.cu):
    Y[f] (n x kg) = X[f] (n x cg) @ conj(W[f])^T, conj(W) by CUBLAS_OP_C (cross-correlation).
 5. fft_transpose back to [n*k][f]; C2R cuFFT; fft_crop takes every stride-th pixel of the
    valid part and divides by FH*FW (cuFFT's inverse is unnormalised).
-FH >= H + 2*pad_h (rounded up to a 2,3,5,7-smooth size), so the circular correlation equals
-the linear one on every output pixel.
+FH >= H + 2*pad_h (rounded up to a 2,3,5,7-smooth size, and at least 2: no transform side
+of 1, which 1-D convolutions written as H x 1 would otherwise ask cuFFT for), so the circular
+correlation equals the linear one on every output pixel.
 
 Supports float16 (computed in float32: padded planes and spectra are float32/complex64),
 float32 and float64 (complex128); any stride, padding, dilation and groups (one GEMM call
 per group, so many groups are slow, not wrong). Every buffer must have < 2**31 elements.
 
 Workspace (each region aligned to 256 bytes), rs = 8 for float64 else 4, cs = 2 * rs,
-F = FH * (FW // 2 + 1):
+F = FH * (FW // 2 + 1); the workspace itself must be aligned to cs bytes, as every CuPy
+allocation is (the transposes move float2 / double2 vectors, cuFFT needs aligned complex data;
+run() checks and raises otherwise):
     planes:    max(n*c, k*cg, n*k) * FH * FW * rs   padded input, then filter, then inverse
     spectra1:  max(n*c, n*k) * F * cs               input spectrum, then output spectrum
     spectra2:  max(k*cg, n*k) * F * cs              filter spectrum, then GEMM output
@@ -43,6 +46,7 @@ from algorithms.cuda._loader import (
     ceil_div,
     get_kernel,
     grid_stride_blocks,
+    require_aligned,
     require_cupy,
     tensors_fit_int32,
 )
@@ -73,8 +77,8 @@ def next_fast_len(n: int) -> int:
 
 def fft_size(problem: ConvProblem) -> tuple[int, int]:
     """(FH, FW): transform size covering the padded input, no wrap-around on valid pixels."""
-    return (next_fast_len(problem.h + 2 * problem.pad[0]),
-            next_fast_len(problem.w + 2 * problem.pad[1]))
+    return (next_fast_len(max(2, problem.h + 2 * problem.pad[0])),
+            next_fast_len(max(2, problem.w + 2 * problem.pad[1])))
 
 
 def _real_dtype(problem: ConvProblem) -> str:
@@ -203,6 +207,7 @@ class FftCuda:
         cs = np.dtype(cplx).itemsize
         rnp = np.dtype(real).type
         layout = workspace_layout(problem)
+        require_aligned("fft: workspace", workspace, cs)
 
         def region(name: str, shape: tuple[int, ...], dtype: str) -> Any:
             count = int(np.prod(shape))

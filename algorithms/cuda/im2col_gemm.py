@@ -10,7 +10,8 @@ groups). Chunks run one after another on the stream and reuse the same workspace
 Supports float16 (cuBLAS with float32 compute), float32 and float64; any stride, padding,
 dilation and groups. A chunk's column matrix must have fewer than 2**31 elements.
 
-Workspace: align(chunk * C * R * S * P * Q * itemsize), chunk = images per GEMM round.
+Workspace: align(chunk * C * R * S * P * Q * itemsize), chunk = images per GEMM round; it must
+be aligned to the element size (run() checks).
 Configurations: "chunk=1", "chunk=4", "chunk=16", "chunk=all" (those with chunk >= n are
 left out except "chunk=all").
 """
@@ -29,6 +30,7 @@ from algorithms.cuda._loader import (
     fastdiv_args,
     get_kernel,
     grid_stride_blocks,
+    require_aligned,
     shape_args,
     tensors_fit_int32,
 )
@@ -103,6 +105,9 @@ class Im2colGemmCuda:
         needed = self.workspace_bytes(problem, config)
         if workspace is None or workspace.size < needed:
             raise ValueError(f"im2col_gemm: workspace needs {needed} bytes")
+        # The column matrix is stored element by element: the workspace must be aligned to
+        # the element (CuPy allocations are 256-byte aligned; a sliced uint8 one may not be).
+        require_aligned("im2col_gemm: workspace", workspace, problem.itemsize)
         out_h, out_w = problem.out_hw
         pq, rs = out_h * out_w, problem.r * problem.s
         g, cg, kg = problem.groups, problem.c // problem.groups, problem.k // problem.groups
