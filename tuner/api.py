@@ -179,10 +179,11 @@ def run_convolution(
     xa, wa = runtime.contiguous(xa, dtype), runtime.contiguous(wa, dtype)
     y = runtime.empty(problem.output_shape, dtype)
     workspace = runtime.workspace(impl.workspace_bytes(problem, chosen.config))
-    start = time.perf_counter()
-    impl.run(xa, wa, y, workspace, problem, chosen.config)
-    runtime.synchronize()
-    elapsed = (time.perf_counter() - start) * 1e3
+    with runtime.activate():
+        start = time.perf_counter()
+        impl.run(xa, wa, y, workspace, problem, chosen.config)
+        runtime.synchronize()
+        elapsed = (time.perf_counter() - start) * 1e3
     return Convolution(y, chosen.algorithm, chosen.config, device, elapsed, problem)
 
 

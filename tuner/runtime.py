@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -86,6 +87,8 @@ class Runtime(Protocol):
     def contiguous(self, array: Any, dtype: str) -> Any: ...
 
     def synchronize(self) -> None: ...
+
+    def activate(self) -> AbstractContextManager[None]: ...
 
     def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing: ...
 

@@ -446,7 +446,8 @@ class Tuner:
         w = runtime.random(problem.filter_shape, problem.dtype, self._rng)
         y = runtime.empty(problem.output_shape, problem.dtype)
         ref = reference_conv(runtime.to_numpy(x), runtime.to_numpy(w), problem)
-        rows = [self._measure_one(runtime, problem, cand, x, w, y, ref) for cand in candidates]
+        with runtime.activate():  # run() enqueues on the current device's stream
+            rows = [self._measure_one(runtime, problem, cand, x, w, y, ref) for cand in candidates]
         self._save(problem, identity, rows)
         return [_from_row(row, identity.fingerprint, R.FRESH) for row in rows]
 

@@ -6,6 +6,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -72,6 +73,10 @@ class CpuRuntime:
 
     def synchronize(self) -> None:
         """Nothing to wait for on the host."""
+
+    def activate(self) -> AbstractContextManager[None]:
+        """Nothing to select on the host."""
+        return nullcontext()
 
     def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
         """Warm up, then time runs until the budget or max_reps is reached."""

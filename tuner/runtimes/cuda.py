@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -142,6 +143,10 @@ class CudaRuntime:
     def synchronize(self) -> None:
         """Wait for all work queued on the device."""
         self._dev.synchronize()
+
+    def activate(self) -> AbstractContextManager[None]:
+        """Make this GPU current: kernels, streams, cuBLAS and cuFFT follow the current one."""
+        return cast(AbstractContextManager[None], self._dev)
 
     # --- timing --------------------------------------------------------------------------
     @property
