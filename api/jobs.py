@@ -19,6 +19,10 @@ class JobQueueFull(RuntimeError):
     """As many jobs as allowed are already queued or running."""
 
 
+class JobsStopped(RuntimeError):
+    """The server is shutting down and takes no new jobs."""
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
@@ -95,6 +99,8 @@ class JobManager:
         """Queue a job; JobQueueFull when too many are unfinished."""
         job = Job(uuid.uuid4().hex, device, workspace_limit, items)
         with self._lock:
+            if self._stopping.is_set():
+                raise JobsStopped("the server is shutting down; submit the job again later")
             unfinished = sum(j.state in ("queued", "running") for j in self._jobs.values())
             if unfinished >= self._max_jobs:
                 raise JobQueueFull(
@@ -103,7 +109,8 @@ class JobManager:
             self._jobs[job.id] = job
             self._evict()
             snapshot = job.as_dict()
-        self._pool.submit(self._run, job)
+            # Under the lock: shutdown() cannot close the pool between the check and here.
+            self._pool.submit(self._run, job)
         return snapshot
 
     def get(self, job_id: str) -> dict[str, Any] | None:
@@ -114,8 +121,14 @@ class JobManager:
 
     def shutdown(self) -> None:
         """Stop taking work; running jobs stop after their current problem."""
-        self._stopping.set()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._stopping.set()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            # Jobs that never started will not: say so instead of "queued" forever.
+            for job in self._jobs.values():
+                if job.state == "queued":
+                    job.state, job.finished_at = "failed", _now()
+                    job.error = "the server shut down before the job started"
 
     def _evict(self) -> None:
         finished = [j.id for j in self._jobs.values() if j.state in ("done", "failed")]

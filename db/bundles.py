@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict
-from datetime import datetime, timezone
+from dataclasses import asdict, replace
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select, update
@@ -18,8 +18,10 @@ from db.models import Device, Measurement, Problem
 from db.queries import (
     PROBLEM_FIELDS,
     MeasurementRow,
+    as_utc,
     ensure_device,
     ensure_problem,
+    lock_for_write,
     measurement_row,
 )
 
@@ -45,8 +47,10 @@ def export_records(
     """
     query = select(Device).order_by(Device.fingerprint)
     if device:
-        query = query.where(Device.fingerprint.startswith(device))
-    devices = list(session.execute(query).scalars())
+        # autoescape: '%' and '_' in a prefix are characters, not LIKE wildcards.
+        query = query.where(Device.fingerprint.startswith(device, autoescape=True))
+    # A NUL never is in a fingerprint (and PostgreSQL refuses it in a text parameter).
+    devices = [] if device and "\x00" in device else list(session.execute(query).scalars())
     if device and not devices:
         raise ValueError(f"no device in the store has a fingerprint starting with {device!r}")
     by_id = {d.id: d.fingerprint for d in devices}
@@ -76,10 +80,6 @@ def export_records(
     )
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
 def merge_records(
     *,
     session: Session,
@@ -96,6 +96,7 @@ def merge_records(
     ignored, so merging is idempotent and never loses the newest result.
     Returns counts: added, replaced, unchanged, older_ignored.
     """
+    lock_for_write(session=session)
     device_ids = {
         fp: ensure_device(session=session, fingerprint=fp, info=info)
         for fp, info in devices.items()
@@ -107,6 +108,7 @@ def merge_records(
     incoming: dict[tuple[int, int, str, str, str], MeasurementRow] = {}
     for fp, local, row in measurements:
         ident = (device_ids[fp], problem_ids[local], row.algorithm, row.config, row.impl_hash)
+        row = replace(row, measured_at=as_utc(row.measured_at))  # stored as UTC
         seen = incoming.get(ident)
         if seen is None or row.measured_at > seen.measured_at:
             incoming[ident] = row
@@ -123,7 +125,7 @@ def merge_records(
                 Measurement.device_id.in_(sorted(set(device_ids.values()))),
             )
         ):
-            stored[(did, pid, alg, cfg, digest)] = (mid, _aware(at))
+            stored[(did, pid, alg, cfg, digest)] = (mid, as_utc(at))
     counts = {"added": 0, "replaced": 0, "unchanged": 0, "older_ignored": 0}
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []

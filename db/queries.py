@@ -8,12 +8,18 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, or_, select
+from sqlalchemy import ColumnElement, and_, bindparam, false, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from db.models import PROBLEM_INT_FIELDS, Device, Measurement, Problem
+from db.models import PROBLEM_INT_FIELDS, Device, Measurement, Meta, Problem
 
 PROBLEM_FIELDS = (*PROBLEM_INT_FIELDS, "dtype")
+
+#: The largest value of an INTEGER column (PostgreSQL refuses larger ones; SQLite would not).
+INT32_MAX = 2**31 - 1
+#: The largest value of a BIGINT column.
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,17 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def as_utc(value: datetime) -> datetime:
+    """`value` as timezone-aware UTC; a naive value is taken to be UTC already.
+
+    The store keeps UTC instants: SQLite drops the offset of whatever it is given, so a
+    time with another offset must be converted before it is written or compared.
+    """
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
 def canonical_json(data: Mapping[str, Any]) -> str:
     """Sorted, compact JSON: the same mapping always gives the same text."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
@@ -55,23 +72,34 @@ def canonical_json(data: Mapping[str, Any]) -> str:
 # --- devices -----------------------------------------------------------------------------
 def ensure_device(*, session: Session, fingerprint: str, info: Mapping[str, Any]) -> int:
     """The id of the device row for `fingerprint`, inserting it on first sight."""
-    found = session.execute(
-        select(Device.id).where(Device.fingerprint == fingerprint)
-    ).scalar()
+    found = find_device_id(session=session, fingerprint=fingerprint)
     if found is not None:
-        return int(found)
+        return found
+    units = int(info.get("units") or 0)
+    memory = info.get("memory_bytes")
+    if not 0 <= units <= INT32_MAX:
+        raise ValueError(f"device {fingerprint}: units {units} out of range")
+    if memory is not None and not 0 <= int(memory) <= INT64_MAX:
+        raise ValueError(f"device {fingerprint}: memory_bytes {memory} out of range")
     device = Device(
         fingerprint=fingerprint,
         kind=str(info.get("kind", "")),
         name=str(info.get("name", "")),
         arch=str(info.get("arch", "")),
-        units=int(info.get("units") or 0),
-        memory_bytes=info.get("memory_bytes"),
+        units=units,
+        memory_bytes=None if memory is None else int(memory),
         info=canonical_json(info),
         first_seen=utcnow(),
     )
-    with session.begin_nested():
-        session.add(device)
+    try:
+        with session.begin_nested():
+            session.add(device)
+    except IntegrityError:
+        # Another process inserted the same device since we looked: use its row.
+        found = find_device_id(session=session, fingerprint=fingerprint)
+        if found is None:
+            raise
+        return found
     return device.id
 
 
@@ -119,19 +147,43 @@ def _problem_params(key: Mapping[str, Any]) -> dict[str, Any]:
     return {f: key[f] for f in PROBLEM_FIELDS}
 
 
+def _out_of_range(values: Mapping[str, Any]) -> str | None:
+    """The first problem field of `values` too large for its INTEGER column, else None."""
+    for f in PROBLEM_INT_FIELDS:
+        value = values.get(f)
+        if isinstance(value, int) and not -INT32_MAX - 1 <= value <= INT32_MAX:
+            return f
+    return None
+
+
 def ensure_problem(*, session: Session, key: Mapping[str, Any]) -> int:
-    """The id of the problem row for `key` (see ConvProblem.key), inserting it if new."""
+    """The id of the problem row for `key` (see ConvProblem.key), inserting it if new.
+
+    ValueError when a field is too large for the store (INTEGER columns).
+    """
+    bad = _out_of_range(key)
+    if bad is not None:
+        raise ValueError(f"problem field {bad}={key[bad]} is too large to store")
     found = find_problem_id(session=session, key=key)
     if found is not None:
         return found
     problem = Problem(**{f: key[f] for f in PROBLEM_FIELDS}, layout="NCHW", direction="forward")
-    with session.begin_nested():
-        session.add(problem)
+    try:
+        with session.begin_nested():
+            session.add(problem)
+    except IntegrityError:
+        # Another process inserted the same problem since we looked: use its row.
+        found = find_problem_id(session=session, key=key)
+        if found is None:
+            raise
+        return found
     return problem.id
 
 
 def find_problem_id(*, session: Session, key: Mapping[str, Any]) -> int | None:
-    """The id of a known problem, or None."""
+    """The id of a known problem, or None (also for one too large to have been stored)."""
+    if _out_of_range(key) is not None:
+        return None
     found = session.execute(_PROBLEM_ID, _problem_params(key)).scalar()
     return None if found is None else int(found)
 
@@ -143,8 +195,8 @@ def measurement_row(m: Measurement) -> MeasurementRow:
 
 
 def _plain_row(values: dict[str, Any]) -> MeasurementRow:
-    if values["measured_at"].tzinfo is None:  # SQLite drops the zone; we only store UTC
-        values["measured_at"] = values["measured_at"].replace(tzinfo=timezone.utc)
+    # SQLite drops the zone (we only store UTC); PostgreSQL answers in the session's zone.
+    values["measured_at"] = as_utc(values["measured_at"])
     return MeasurementRow(**values)
 
 
@@ -166,6 +218,8 @@ def load_measurements(
     `impl_hashes` maps algorithm name to its current implementation hash: rows made by
     other (older) code are not returned, so they are never served as current.
     """
+    if _out_of_range(key) is not None:
+        return []  # never stored
     params = {"fingerprint": fingerprint, **_problem_params(key)}
     out = []
     for row in session.execute(_LOAD_STATEMENT, params).mappings():
@@ -237,6 +291,8 @@ def load_similar_measurements(
     unknown = set(like) - set(PROBLEM_FIELDS)
     if unknown:
         raise ValueError(f"unknown problem fields {sorted(unknown)}")
+    if _out_of_range(like) is not None:
+        return []  # never stored
     found = session.execute(
         select(Problem, *(Measurement.__table__.c[f] for f in _ROW_FIELDS))
         .join(Measurement, Measurement.problem_id == Problem.id)
@@ -255,6 +311,20 @@ def load_similar_measurements(
     return list(out.values())
 
 
+def lock_for_write(*, session: Session) -> None:
+    """Take the store's write lock before reading what a write depends on.
+
+    A no-op write: on SQLite it starts the write transaction now, so no other process can
+    commit between our reads and our inserts (an SQLite read transaction that later writes
+    fails at once with "database is locked" if someone committed meanwhile, busy timeout or
+    not); on PostgreSQL it locks the schema-version row, so concurrent merges and saves run
+    one after another instead of colliding on unique keys.
+    """
+    session.execute(
+        update(Meta).where(Meta.key == "schema_version").values(value=Meta.value)
+    )
+
+
 def save_measurements(
     *,
     session: Session,
@@ -266,6 +336,7 @@ def save_measurements(
     """Insert or replace measurements (unique per device, problem, algorithm, config, hash)."""
     if not rows:
         return
+    lock_for_write(session=session)
     device_id = ensure_device(session=session, fingerprint=fingerprint, info=device_info)
     problem_id = ensure_problem(session=session, key=key)
     for row in rows:
@@ -279,6 +350,7 @@ def save_measurements(
             )
         ).scalar()
         values = asdict(row)
+        values["measured_at"] = as_utc(row.measured_at)
         if existing is None:
             session.add(Measurement(device_id=device_id, problem_id=problem_id, **values))
         else:
@@ -303,16 +375,25 @@ def list_results(
     query = select(Measurement, Problem, Device).join(
         Problem, Measurement.problem_id == Problem.id
     ).join(Device, Measurement.device_id == Device.id)
-    conditions = []
+    conditions: list[ColumnElement[bool]] = []
     for name, value in filters.items():
         if value is None:
             continue
-        if name in PROBLEM_FIELDS:
+        if name not in (*PROBLEM_FIELDS, "algorithm", "status", "config", "device"):
+            raise ValueError(f"unknown results filter {name!r}")
+        if (isinstance(value, str) and "\x00" in value) or (
+            name in PROBLEM_FIELDS and _out_of_range({name: value}) is not None
+        ):
+            # Never stored: NUL in text (PostgreSQL refuses it even as a parameter), or an
+            # integer too large for its column.
+            conditions.append(false())
+        elif name in PROBLEM_FIELDS:
             conditions.append(getattr(Problem, name) == value)
         elif name in ("algorithm", "status", "config"):
             conditions.append(getattr(Measurement, name) == value)
         elif name == "device":
-            conditions.append(Device.fingerprint.startswith(str(value)))
+            # autoescape: '%' and '_' in a prefix are characters, not LIKE wildcards.
+            conditions.append(Device.fingerprint.startswith(str(value), autoescape=True))
         else:
             raise ValueError(f"unknown results filter {name!r}")
     if conditions:

@@ -29,7 +29,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, TypeGuard
 
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -49,7 +49,12 @@ VERSION = 1
 MEDIA_TYPE = "application/x-ndjson"
 
 _DEVICE_FIELDS = {"kind": str, "name": str, "arch": str, "units": int}
+#: Longest value of each device text column (db.models.Device).
+_DEVICE_TEXT_LIMITS = {"kind": 16, "name": 256, "arch": 64}
 _OPTIONAL_FLOATS = ("time_ms", "spread_ms", "min_ms", "max_error", "rel_error")
+#: The largest values the store's INTEGER and BIGINT columns hold (PostgreSQL enforces them).
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 
 class BundleError(ValueError):
@@ -117,6 +122,11 @@ def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _text_ok(value: Any, limit: int) -> bool:
+    """A non-empty string of at most `limit` characters that a database can store (no NUL)."""
+    return isinstance(value, str) and 0 < len(value) <= limit and "\x00" not in value
+
+
 def _check_header(header: dict[str, Any]) -> None:
     if header.get("format") != FORMAT:
         raise BundleError(
@@ -143,6 +153,21 @@ def _device(record: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]:
         value = info.get(name)
         if not isinstance(value, kind) or isinstance(value, bool):
             raise BundleError(f"bundle line {number}: device {fp} info field {name!r} is {value!r}")
+    for name, limit in _DEVICE_TEXT_LIMITS.items():
+        value = info[name]
+        if len(value) > limit or "\x00" in value:
+            raise BundleError(
+                f"bundle line {number}: device {fp} info field {name!r} is longer than {limit} "
+                "characters or holds a NUL"
+            )
+    if not 0 <= info["units"] <= INT32_MAX:
+        raise BundleError(f"bundle line {number}: device {fp} units {info['units']} out of range")
+    memory = info.get("memory_bytes")
+    if memory is not None and (not _is_int(memory) or not 0 <= memory <= INT64_MAX):
+        raise BundleError(
+            f"bundle line {number}: device {fp} memory_bytes must be a non-negative integer "
+            f"or null, got {memory!r}"
+        )
     if fingerprint_of(info) != fp:
         raise BundleError(f"bundle line {number}: device fingerprint {fp} does not match its info")
     return fp, info
@@ -160,11 +185,19 @@ def _problem(record: dict[str, Any], number: int) -> tuple[int, dict[str, Any]]:
         raise BundleError(f"bundle line {number}: invalid problem {pid}: {exc}") from None
     if problem.key() != key:
         raise BundleError(f"bundle line {number}: problem {pid} key is not canonical: {key}")
+    too_big = [f for f in KEY_FIELDS if _is_int(key[f]) and key[f] > INT32_MAX]
+    if too_big:
+        raise BundleError(f"bundle line {number}: problem {pid} {too_big[0]} is out of range")
     return pid, problem.key()
 
 
 def _measurement(record: dict[str, Any], number: int) -> tuple[str, int, MeasurementRow]:
     where = f"bundle line {number}"
+    device, problem = record.get("device"), record.get("problem")
+    if not isinstance(device, str) or not device:
+        raise BundleError(f"{where}: measurement device {device!r} is not a fingerprint")
+    if not _is_int(problem):
+        raise BundleError(f"{where}: measurement problem {problem!r} is not a problem id")
     algorithm = record.get("algorithm")
     if algorithm not in ALGORITHM_NAMES:
         raise BundleError(
@@ -175,22 +208,24 @@ def _measurement(record: dict[str, Any], number: int) -> tuple[str, int, Measure
         raise BundleError(f"{where}: unknown status {status!r} (known: {', '.join(STATUSES)})")
     for name, limit in (("config", 128), ("impl_hash", 64), ("tuner_version", 32)):
         value = record.get(name)
-        if not isinstance(value, str) or not value or len(value) > limit:
+        if not _text_ok(value, limit):
             raise BundleError(f"{where}: {name} {value!r} is invalid")
     for name in _OPTIONAL_FLOATS:
         value = record.get(name, "missing")
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise BundleError(f"{where}: {name} must be a number or null, got {value!r}")
-    for name in ("reps", "workspace_bytes"):
+    for name, most in (("reps", INT32_MAX), ("workspace_bytes", INT64_MAX)):
         value = record.get(name)
         if not _is_int(value) or value < 0:
             raise BundleError(f"{where}: {name} must be a non-negative integer, got {value!r}")
+        if value > most:
+            raise BundleError(f"{where}: {name} {value} is out of range (at most {most})")
     time_ms = record["time_ms"]
     if status == "ok" and (time_ms is None or not math.isfinite(time_ms) or time_ms < 0):
         raise BundleError(f"{where}: an ok measurement needs a time, got {time_ms!r}")
     error = record.get("error")
-    if error is not None and not isinstance(error, str):
-        raise BundleError(f"{where}: error must be a string or null")
+    if error is not None and (not isinstance(error, str) or "\x00" in error):
+        raise BundleError(f"{where}: error must be a string (without NUL) or null")
     try:
         measured_at = datetime.fromisoformat(str(record.get("measured_at")))
     except ValueError:
@@ -199,6 +234,13 @@ def _measurement(record: dict[str, Any], number: int) -> tuple[str, int, Measure
         ) from None
     if measured_at.tzinfo is None:
         raise BundleError(f"{where}: measured_at {measured_at.isoformat()} has no timezone")
+    try:
+        # The store keeps UTC (SQLite drops the offset): compare and store the instant.
+        measured_at = measured_at.astimezone(timezone.utc)
+    except OverflowError:
+        raise BundleError(
+            f"{where}: measured_at {measured_at.isoformat()} is out of range"
+        ) from None
     row = MeasurementRow(
         algorithm=algorithm, config=record["config"], impl_hash=record["impl_hash"],
         status=status, time_ms=time_ms, spread_ms=record["spread_ms"],
@@ -206,7 +248,7 @@ def _measurement(record: dict[str, Any], number: int) -> tuple[str, int, Measure
         max_error=record["max_error"], rel_error=record["rel_error"], error=error,
         measured_at=measured_at, tuner_version=record["tuner_version"],
     )
-    return record.get("device"), record.get("problem"), row  # type: ignore[return-value]
+    return device, problem, row
 
 
 def read_bundle(data: str | bytes) -> Bundle:

@@ -14,10 +14,16 @@ BUNDLES_PATH = "/v1/bundles"
 
 
 def _url(server: str) -> str:
+    given = server
     server = server.strip().rstrip("/")
-    if not server.startswith(("http://", "https://")):
-        raise ValueError(f"--server must be an http:// or https:// URL, got {server!r}")
-    return server + BUNDLES_PATH
+    if not server.startswith(("http://", "https://")) or server in ("http:", "https:"):
+        raise ValueError(f"--server must be an http:// or https:// URL, got {given!r}")
+    url = server + BUNDLES_PATH
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:  # not an HTTPError: it would escape as a traceback
+        raise ValueError(f"--server {given!r} is not a valid URL: {exc}") from None
+    return url
 
 
 def _detail(response: httpx.Response) -> str:
@@ -36,7 +42,7 @@ def _send(client: httpx.Client | None, method: str, url: str, **kwargs: Any) -> 
         else:
             with httpx.Client(timeout=120) as own:
                 response = own.request(method, url, **kwargs)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise RuntimeError(f"cannot reach {url}: {exc}") from None
     if response.status_code >= 400:
         raise RuntimeError(
@@ -57,8 +63,17 @@ def push_bundle(
     headers = {"Content-Type": MEDIA_TYPE}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    response = _send(client, "POST", _url(server), content=bundle.encode(), headers=headers)
-    result: dict[str, Any] = response.json()
+    url = _url(server)
+    response = _send(client, "POST", url, content=bundle.encode(), headers=headers)
+    try:
+        result = response.json()
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        raise RuntimeError(
+            f"POST {url} did not answer with a convtune import summary (is it a convtune "
+            f"server?): {response.text.strip()[:100]!r}"
+        )
     return result
 
 

@@ -38,6 +38,10 @@ def _newest(rows: Sequence[MeasurementRow]) -> float:
     return max(r.measured_at for r in rows).timestamp() if rows else 0.0
 
 
+def _text(value: Any) -> str:
+    return "" if value is None else str(value).strip()
+
+
 def _units(value: Any) -> int:
     try:
         return int(value or 0)
@@ -55,17 +59,19 @@ def fallback_order(
     them; each comes back as (source, device, rows). Devices of another kind, or of
     another model and architecture, are dropped.
     """
-    kind, name, arch = here.get("kind"), here.get("name"), str(here.get("arch", ""))
+    kind, name, arch = here.get("kind"), _text(here.get("name")), _text(here.get("arch"))
     units = _units(here.get("units"))
     same_model, same_arch = [], []
     for device, rows in others:
         if device.get("kind") != kind or not rows:
             continue
         info = device.get("info") or {}
-        if device.get("name") == name:
+        # An unknown (empty or missing) model or architecture is no evidence of sameness:
+        # two hosts whose CPU model could not be read are not the same model.
+        if name and _text(device.get("name")) == name:
             agree = sum(1 for field, value in here.items() if info.get(field) == value)
             same_model.append(((-agree, -_newest(rows)), device, rows))
-        elif str(device.get("arch", "")) == arch:
+        elif arch and _text(device.get("arch")) == arch:
             distance = abs(_units(device.get("units")) - units)
             same_arch.append(((distance, -_newest(rows)), device, rows))
     same_model.sort(key=lambda t: t[0])

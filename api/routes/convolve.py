@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import re
 from typing import Annotated, Any, BinaryIO
 
@@ -60,12 +61,20 @@ def load_npy(upload: UploadFile, name: str, settings: Settings) -> np.ndarray:
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"{name} has dtype {dtype.name}; expected one of {sorted(DTYPES)}",
         )
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
+        # numpy's header check lets bools through (True is an int), and negative sizes
+        # would only fail later, inside np.load.
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            f"{name} is not a valid .npy file: its header's shape {tuple(shape)} is not "
+            "a tuple of non-negative integers",
+        )
     if len(shape) != 4:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"{name} must be a 4-D array, got shape {tuple(shape)}",
         )
-    elements = int(np.prod(shape, dtype=np.int64))
+    elements = math.prod(shape)  # exact: an int64 product of a forged header can wrap
     if elements > settings.max_tensor_elements:
         raise HTTPException(
             status.HTTP_413_CONTENT_TOO_LARGE,

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, status
 
 from api.deps import JobsDep, RequireToken, SettingsDep
-from api.jobs import JobItem, JobQueueFull
+from api.jobs import JobItem, JobQueueFull, JobsStopped
 from api.routes.common import enforce_limits
 from api.schemas import ErrorOut, JobOut, JobRequest
 from tuner.devices import parse_device
@@ -26,6 +26,7 @@ router = APIRouter(prefix="/v1", tags=["jobs"])
         413: {"model": ErrorOut, "description": "A problem over the size limits or memory."},
         422: {"model": ErrorOut, "description": "Invalid network, problems or device."},
         429: {"model": ErrorOut, "description": "Too many jobs queued or running."},
+        503: {"model": ErrorOut, "description": "The server is shutting down."},
     },
 )
 def create_job(body: JobRequest, settings: SettingsDep, jobs: JobsDep) -> dict[str, Any]:
@@ -57,6 +58,10 @@ def create_job(body: JobRequest, settings: SettingsDep, jobs: JobsDep) -> dict[s
         return jobs.submit(items, device, body.workspace_limit)
     except JobQueueFull as exc:
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(exc)) from None
+    except JobsStopped as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, str(exc), headers={"Retry-After": "30"}
+        ) from None
 
 
 @router.get(

@@ -1,0 +1,146 @@
+"""The store at its edges: values a column cannot hold, time zones, LIKE wildcards, races."""
+
+from __future__ import annotations
+
+from datetime import timedelta, timezone
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from db import bundles as db_bundles
+from db import queries
+from db.engine import open_store
+from tests.fleet.helpers import gpu, later, row, seed
+from tests.tuner.fakes import small_problem
+from tuner.bundles import export_bundle
+
+H100 = gpu()
+
+
+def test_problem_too_large_for_a_column_is_a_value_error(store_url: str) -> None:
+    key = small_problem().key() | {"n": 2**31}
+    store = open_store(store_url)
+    with store.session() as s:
+        # Looking it up answers "not stored" (PostgreSQL would refuse the bind otherwise).
+        assert queries.find_problem_id(session=s, key=key) is None
+        assert queries.load_measurements(
+            session=s, fingerprint=H100.fingerprint, key=key, impl_hashes={"direct": "x"}
+        ) == []
+        assert queries.load_similar_measurements(
+            session=s, fingerprint=H100.fingerprint, like={"r": 2**40},
+            impl_hashes={"direct": "x"},
+        ) == []
+        total, _ = queries.list_results(session=s, filters={"n": 2**40})
+        assert total == 0
+    with pytest.raises(ValueError, match="n=2147483648"), store.session() as s:
+        queries.ensure_problem(session=s, key=key)
+
+
+def test_device_too_large_for_a_column_is_a_value_error(store_url: str) -> None:
+    info = dict(gpu().info, units=2**31)
+    with pytest.raises(ValueError, match="units"), open_store(store_url).session() as s:
+        queries.ensure_device(session=s, fingerprint="f" * 32, info=info)
+
+
+def test_measured_at_is_stored_and_read_as_utc(store_url: str) -> None:
+    # Written with a +05:30 offset: the same instant comes back, in UTC, on both dialects.
+    url = store_url
+    if url.startswith("postgresql"):
+        # A session time zone other than UTC: PostgreSQL answers in it unless converted.
+        url = make_url(url).update_query_dict({"options": "-c timezone=Asia/Kolkata"})
+        url = url.render_as_string(hide_password=False)
+    store = open_store(url)
+    at = later(0).astimezone(timezone(timedelta(hours=5, minutes=30)))
+    seed(store, H100, small_problem(), [row("direct", 1.0, at=at)])
+    with store.session() as s:
+        _, page = queries.list_results(session=s)
+    assert page[0]["measured_at"] == later(0).isoformat()
+
+
+def test_device_prefix_is_not_a_like_pattern(store_url: str) -> None:
+    store = open_store(store_url)
+    seed(store, H100, small_problem(), [row("direct", 1.0)])
+    with store.session() as s:
+        for pattern in ("%", "_" * 8, H100.fingerprint[:4] + "%"):
+            total, _ = queries.list_results(session=s, filters={"device": pattern})
+            assert total == 0, pattern
+        assert queries.list_results(session=s, filters={"device": H100.fingerprint[:8]})[0] == 1
+    for pattern in ("%", "_"):
+        with pytest.raises(ValueError, match="no device"):
+            export_bundle(store, device=pattern)
+
+
+@pytest.mark.parametrize("what", ["device", "problem"])
+def test_ensure_survives_a_concurrent_insert(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    # Another process inserts the same device (problem) between our lookup and our insert:
+    # we use its row instead of failing the whole transaction.
+    store = open_store(store_url)
+    key = small_problem().key()
+    finder = "find_device_id" if what == "device" else "find_problem_id"
+    real = getattr(queries, finder)
+    calls = {"n": 0}
+
+    def racing(**kwargs: Any) -> int | None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            with store.session() as other:  # commits before we insert
+                if what == "device":
+                    queries.ensure_device(session=other, fingerprint=H100.fingerprint,
+                                          info=H100.info)
+                else:
+                    queries.ensure_problem(session=other, key=key)
+            return None
+        result: int | None = real(**kwargs)
+        return result
+
+    with store.session() as s:
+        monkeypatch.setattr(queries, finder, racing)
+        if what == "device":
+            ident = queries.ensure_device(session=s, fingerprint=H100.fingerprint, info=H100.info)
+            assert ident == real(session=s, fingerprint=H100.fingerprint)
+        else:
+            ident = queries.ensure_problem(session=s, key=key)
+            assert ident == real(session=s, key=key)
+        monkeypatch.setattr(queries, finder, real)
+        # The transaction is still usable after the refused insert.
+        queries.save_measurements(session=s, fingerprint=H100.fingerprint,
+                                  device_info=H100.info, key=key, rows=[row("fft", 2.0)])
+    assert calls["n"] >= 2
+
+
+def test_merge_records_converts_offsets(store_url: str) -> None:
+    # db.bundles compares and stores instants, whatever offset its caller's rows carry.
+    store = open_store(store_url)
+    key = small_problem().key()
+    seed(store, H100, small_problem(), [row("direct", 1.0, at=later(0))])
+    plus_two = later(0).astimezone(timezone(timedelta(hours=2)))
+    with store.session() as s:
+        counts = db_bundles.merge_records(
+            session=s, devices={H100.fingerprint: H100.info}, problems={0: key},
+            measurements=[(H100.fingerprint, 0, row("direct", 5.0, at=plus_two))],
+        )
+    assert counts["unchanged"] == 1
+
+
+@pytest.mark.parametrize("name", ["device", "algorithm", "config", "status", "dtype"])
+def test_nul_in_a_text_filter_matches_nothing(store_url: str, name: str) -> None:
+    # PostgreSQL refuses NUL in a text parameter: the filter must not reach it as one.
+    store = open_store(store_url)
+    seed(store, H100, small_problem(), [row("direct", 1.0)])
+    with store.session() as s:
+        assert queries.list_results(session=s, filters={name: "a\x00"}) == (0, [])
+    with pytest.raises(ValueError, match="no device"):
+        export_bundle(store, device="\x00")
+
+
+def test_results_route_with_nul_in_a_filter_is_not_a_500(db_url: str) -> None:
+    from api.app import create_app
+    from api.settings import Settings
+    from tests.api.conftest import TestClient
+
+    with TestClient(create_app(Settings(db_url=db_url)), raise_server_exceptions=False) as c:
+        assert c.get("/v1/results", params={"algorithm": "a\x00"}).json()["total"] == 0
+        assert c.get("/v1/bundles", params={"device": "\x00"}).status_code == 404
