@@ -13,16 +13,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from algorithms.base import DEFAULT_CONFIG, SUPPORTED, Support, unsupported
-from algorithms.cpu._common import check_config, tap_windows
+from algorithms.base import SUPPORTED, Support, unsupported
+from algorithms.cpu._common import CpuAlgorithm, tap_windows
 from algorithms.problem import ConvProblem
 
 
-class DirectConv:
+class DirectConv(CpuAlgorithm):
     """Tap-by-tap accumulation straight into y; no workspace."""
 
     name: ClassVar[str] = "direct"
-    backend: ClassVar[str] = "cpu"
 
     def supports(self, problem: ConvProblem) -> Support:
         """float32 and float64 only (float16 would accumulate in float16)."""
@@ -33,26 +32,15 @@ class DirectConv:
             )
         return SUPPORTED
 
-    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """No variants."""
-        return (DEFAULT_CONFIG,)
-
-    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+    def _workspace(self, problem: ConvProblem, config: str) -> int:
         """Always 0."""
-        check_config(self.name, config, self.configs(problem))
         return 0
 
-    def run(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        y: np.ndarray,
-        workspace: np.ndarray | None,
-        problem: ConvProblem,
-        config: str,
+    def _run(
+        self, x: np.ndarray, w: np.ndarray, y: np.ndarray, workspace: np.ndarray | None,
+        problem: ConvProblem, config: str,
     ) -> None:
         """y = x ⋆ w, accumulated one filter tap at a time."""
-        check_config(self.name, config, self.configs(problem))
         g = problem.groups
         cg, kg = problem.c // g, problem.k // g
         out_h, out_w = problem.out_hw

@@ -34,8 +34,7 @@ from typing import ClassVar, Final
 import numpy as np
 from scipy.fft import next_fast_len
 
-from algorithms.base import DEFAULT_CONFIG, SUPPORTED, Support
-from algorithms.cpu._common import WorkspaceLayout, check_config, compute_dtype
+from algorithms.cpu._common import CpuAlgorithm, WorkspaceLayout, compute_dtype
 from algorithms.problem import ConvProblem
 
 #: Frequencies per block when moving spectra between per-plane and per-frequency layouts:
@@ -130,36 +129,20 @@ def _filter_spectrum(
     return buf["w_freq"].reshape(plan.freqs, g, cg, kg)
 
 
-class FftConv:
+class FftConv(CpuAlgorithm):
     """Convolution theorem with per-frequency channel GEMMs."""
 
     name: ClassVar[str] = "fft"
-    backend: ClassVar[str] = "cpu"
 
-    def supports(self, problem: ConvProblem) -> Support:
-        """Every problem (float16 computes in float32 / complex64)."""
-        return SUPPORTED
-
-    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """No variants."""
-        return (DEFAULT_CONFIG,)
-
-    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+    def _workspace(self, problem: ConvProblem, config: str) -> int:
         """All spectra and padded buffers (see the module docstring)."""
-        check_config(self.name, config, self.configs(problem))
         return _plan(problem).layout.nbytes
 
-    def run(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        y: np.ndarray,
-        workspace: np.ndarray | None,
-        problem: ConvProblem,
-        config: str,
+    def _run(
+        self, x: np.ndarray, w: np.ndarray, y: np.ndarray, workspace: np.ndarray | None,
+        problem: ConvProblem, config: str,
     ) -> None:
         """y = x ⋆ w through the frequency domain."""
-        check_config(self.name, config, self.configs(problem))
         plan = _plan(problem)
         buf = plan.layout.views(workspace)
         n, c, k, g = problem.n, problem.c, problem.k, problem.groups

@@ -16,10 +16,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from algorithms.base import DEFAULT_CONFIG, SUPPORTED, Support
 from algorithms.cpu._common import (
+    CpuAlgorithm,
     WorkspaceLayout,
-    check_config,
     compute_dtype,
     covers_output,
     tap_windows,
@@ -39,36 +38,20 @@ def _layout(problem: ConvProblem) -> WorkspaceLayout:
     return layout
 
 
-class Im2colGemmConv:
+class Im2colGemmConv(CpuAlgorithm):
     """Column matrix in the workspace, then a GEMM with the filter matrix."""
 
     name: ClassVar[str] = "im2col_gemm"
-    backend: ClassVar[str] = "cpu"
 
-    def supports(self, problem: ConvProblem) -> Support:
-        """Every problem (float16 computes in float32)."""
-        return SUPPORTED
-
-    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """No variants."""
-        return (DEFAULT_CONFIG,)
-
-    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+    def _workspace(self, problem: ConvProblem, config: str) -> int:
         """The column matrix for one image (plus float32 staging for float16)."""
-        check_config(self.name, config, self.configs(problem))
         return _layout(problem).nbytes
 
-    def run(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        y: np.ndarray,
-        workspace: np.ndarray | None,
-        problem: ConvProblem,
-        config: str,
+    def _run(
+        self, x: np.ndarray, w: np.ndarray, y: np.ndarray, workspace: np.ndarray | None,
+        problem: ConvProblem, config: str,
     ) -> None:
         """y = x ⋆ w via im2col and GEMM, one image at a time."""
-        check_config(self.name, config, self.configs(problem))
         g = problem.groups
         cg, kg = problem.c // g, problem.k // g
         out_h, out_w = problem.out_hw

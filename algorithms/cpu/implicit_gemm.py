@@ -27,8 +27,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support
-from algorithms.cpu._common import WorkspaceLayout, check_config, compute_dtype
+from algorithms.cpu._common import CpuAlgorithm, WorkspaceLayout, compute_dtype
 from algorithms.problem import ConvProblem
 
 #: Tile caps: large tiles keep the Python loop short and BLAS calls big; small ones need
@@ -83,36 +82,24 @@ def _flat(buffer: np.ndarray, *shape: int) -> np.ndarray:
     return buffer.reshape(-1)[: int(np.prod(shape))].reshape(shape)
 
 
-class ImplicitGemmConv:
+class ImplicitGemmConv(CpuAlgorithm):
     """GEMM over gathered input tiles; bounded workspace."""
 
     name: ClassVar[str] = "implicit_gemm"
-    backend: ClassVar[str] = "cpu"
-
-    def supports(self, problem: ConvProblem) -> Support:
-        """Every problem (float16 computes in float32)."""
-        return SUPPORTED
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
         """Two tile-size caps: bn4096_bk256 and bn1024_bk64."""
         return _CONFIGS
 
-    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+    def _workspace(self, problem: ConvProblem, config: str) -> int:
         """One gathered tile, its offsets and masks, and the accumulator."""
-        check_config(self.name, config, self.configs(problem))
         return _layout(problem, _tiling(problem, config)).nbytes
 
-    def run(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        y: np.ndarray,
-        workspace: np.ndarray | None,
-        problem: ConvProblem,
-        config: str,
+    def _run(
+        self, x: np.ndarray, w: np.ndarray, y: np.ndarray, workspace: np.ndarray | None,
+        problem: ConvProblem, config: str,
     ) -> None:
         """y = x ⋆ w as tiled GEMMs over on-the-fly gathered input tiles."""
-        check_config(self.name, config, self.configs(problem))
         tiling = _tiling(problem, config)
         buf = _layout(problem, tiling).views(workspace)
         n, c, h, wd = problem.n, problem.c, problem.h, problem.w
