@@ -28,6 +28,8 @@ from typing import Any
 
 import httpx
 
+from tuner.runtimes.cpu import CpuRuntime
+
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = {"n": 1, "c": 8, "h": 16, "w": 16, "k": 8, "r": 3, "s": 3, "pad": 1}
 
@@ -36,17 +38,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def start_server(port: int, db_url: str, workers: int) -> subprocess.Popen[bytes]:
@@ -214,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         "workers": args.workers,
         "concurrency": args.concurrency,
         "client": args.client,
-        "cpu": _cpu_model(),
+        "cpu": CpuRuntime().fingerprint()["name"],
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         **result,
