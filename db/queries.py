@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -91,16 +91,9 @@ def ensure_device(*, session: Session, fingerprint: str, info: Mapping[str, Any]
         info=canonical_json(info),
         first_seen=utcnow(),
     )
-    try:
-        with session.begin_nested():
-            session.add(device)
-    except IntegrityError:
-        # Another process inserted the same device since we looked: use its row.
-        found = find_device_id(session=session, fingerprint=fingerprint)
-        if found is None:
-            raise
-        return found
-    return device.id
+    return _insert_or_reread(
+        session, device, lambda: find_device_id(session=session, fingerprint=fingerprint)
+    )
 
 
 def find_device_id(*, session: Session, fingerprint: str) -> int | None:
@@ -168,16 +161,23 @@ def ensure_problem(*, session: Session, key: Mapping[str, Any]) -> int:
     if found is not None:
         return found
     problem = Problem(**{f: key[f] for f in PROBLEM_FIELDS}, layout="NCHW", direction="forward")
+    return _insert_or_reread(session, problem, lambda: find_problem_id(session=session, key=key))
+
+
+def _insert_or_reread(
+    session: Session, row: Device | Problem, reread: Callable[[], int | None]
+) -> int:
+    """Insert `row` and return its id; if another process inserted the same row since we
+    looked (unique violation), return the id of theirs instead."""
     try:
         with session.begin_nested():
-            session.add(problem)
+            session.add(row)
     except IntegrityError:
-        # Another process inserted the same problem since we looked: use its row.
-        found = find_problem_id(session=session, key=key)
+        found = reread()
         if found is None:
             raise
         return found
-    return problem.id
+    return row.id
 
 
 def find_problem_id(*, session: Session, key: Mapping[str, Any]) -> int | None:
@@ -415,16 +415,3 @@ def list_results(
         }
         for m, p, d in page
     ]
-
-
-def iter_problem_keys(*, session: Session, fingerprint: str) -> Iterable[dict[str, Any]]:
-    """The keys of every problem measured on one device."""
-    rows = session.execute(
-        select(Problem)
-        .join(Measurement, Measurement.problem_id == Problem.id)
-        .join(Device, Measurement.device_id == Device.id)
-        .where(Device.fingerprint == fingerprint)
-        .distinct()
-    ).scalars()
-    for p in rows:
-        yield {f: getattr(p, f) for f in PROBLEM_FIELDS}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from algorithms.registry import BACKEND_MODULES, algorithms_for
+from algorithms.registry import BACKEND_MODULES
 from tuner.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,9 +114,3 @@ def identify(device: str) -> DeviceIdentity:
 def backend_of(device: str) -> str:
     """The registry backend that runs on a canonical device string."""
     return "cpu" if device == "cpu" else "cuda"
-
-
-def current_impl_hashes(backend: str) -> dict[str, str]:
-    """Algorithm name → implementation hash, for the backend's registered algorithms."""
-    digest = implementation_hash(backend)
-    return {a.name: digest for a in algorithms_for(backend)}

@@ -28,10 +28,7 @@ from typing import Any
 
 from algorithms.problem import ConvProblem
 from db.queries import MeasurementRow
-from tuner.results import PREDICTED, SAME_ARCHITECTURE, SAME_MODEL
-
-#: Sources that are not measurements of this problem on this device: re-tune if it matters.
-BORROWED_SOURCES = (SAME_MODEL, SAME_ARCHITECTURE, PREDICTED)
+from tuner.results import SAME_ARCHITECTURE, SAME_MODEL
 
 
 def _newest(rows: Sequence[MeasurementRow]) -> float:

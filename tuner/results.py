@@ -21,7 +21,6 @@ NOT_MEASURED = "not measured"  # unsupported or over the limit: nothing to time
 SAME_MODEL = "same model"  # the same GPU/CPU model with other driver or library versions
 SAME_ARCHITECTURE = "same architecture"  # same compute capability, nearest SM count
 PREDICTED = "predicted"  # scaled from this device's nearest measured problem
-SOURCES = (FRESH, MEASURED_HERE, NOT_MEASURED, SAME_MODEL, SAME_ARCHITECTURE, PREDICTED)
 
 
 @dataclass(frozen=True)
