@@ -4,6 +4,9 @@ Called with raw device pointers so that operands can be views into the caller's 
 (cupy.matmul may copy or allocate). Strict arithmetic: the handle's math mode is set to
 CUBLAS_DEFAULT_MATH for the call (no TF32 even if CUPY_TF32 is set) and restored after.
 cuBLAS keeps its own per-handle workspace, allocated once by cuBLAS, not per call.
+Batches are issued in pieces of at most MAX_BATCH: some cuBLAS kernels put the batch on a
+grid dimension limited to 65535 (PyTorch splits at 63 * 1024 for the same reason), and the
+FFT path's batch is its frequency count, which passes 65535 for inputs of about 360 x 360.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ _DEFAULT_MATH = 0
 _CUDA_R_16F = 2
 _COMPUTE_32F = 68
 _GEMM_DEFAULT = -1
+
+#: Most matrices one cuBLAS call multiplies (see the module docstring).
+MAX_BATCH = 63 * 1024
 
 # Host scalars must outlive the call; cuBLAS reads them while enqueueing.
 _ALPHA: dict[str, np.ndarray] = {
@@ -40,6 +46,21 @@ def gemm_strided_batched(
     c: int, ldc: int, stride_c: int, batch: int,
 ) -> None:
     """C_i = op(A_i) @ op(B_i) for i < batch, column-major, on the current CuPy stream."""
+    item = np.dtype(dtype).itemsize
+    for first in range(0, batch, MAX_BATCH):
+        skip = first * item
+        _gemm(dtype, transa, transb, m, n, k, a + skip * stride_a, lda, stride_a,
+              b + skip * stride_b, ldb, stride_b, c + skip * stride_c, ldc, stride_c,
+              min(MAX_BATCH, batch - first))
+
+
+def _gemm(
+    dtype: str, transa: int, transb: int, m: int, n: int, k: int,
+    a: int, lda: int, stride_a: int,
+    b: int, ldb: int, stride_b: int,
+    c: int, ldc: int, stride_c: int, batch: int,
+) -> None:
+    """One cuBLAS strided-batched call (batch <= MAX_BATCH)."""
     cupy = require_cupy()
     from cupy_backends.cuda.libs import cublas
 

@@ -13,53 +13,13 @@ import numpy as np
 import pytest
 
 from algorithms.base import Algorithm
-from algorithms.problem import ConvProblem
+from algorithms.problem import DTYPES, ConvProblem
 from algorithms.reference import reference_conv, relative_error, tolerance
 from algorithms.registry import ALGORITHM_NAMES, algorithms_for
+from tests.cuda_shapes import ALIGN_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
 from tuner.runtime import TimingPolicy
 
 pytestmark = pytest.mark.gpu
-
-#: id -> ConvProblem keyword arguments (dtype added per test).
-SHAPES: dict[str, dict[str, Any]] = {
-    # ResNet-50 layers at batch 2 (one per distinct geometry).
-    "r50_conv1": dict(n=2, c=3, h=224, w=224, k=64, r=7, s=7, pad=3, stride=2),
-    "r50_res2_3x3": dict(n=2, c=64, h=56, w=56, k=64, r=3, s=3, pad=1),
-    "r50_res2_1x1": dict(n=2, c=64, h=56, w=56, k=256, r=1, s=1),
-    "r50_res3_1x1_s2": dict(n=2, c=256, h=56, w=56, k=128, r=1, s=1, stride=2),
-    "r50_res4_3x3": dict(n=2, c=256, h=14, w=14, k=256, r=3, s=3, pad=1),
-    "r50_res5_3x3": dict(n=2, c=512, h=7, w=7, k=512, r=3, s=3, pad=1),
-    "r50_res5_1x1a": dict(n=2, c=2048, h=7, w=7, k=512, r=1, s=1),
-    # VGG-16 layers at batch 1.
-    "vgg_conv1_1": dict(n=1, c=3, h=224, w=224, k=64, r=3, s=3, pad=1),
-    "vgg_conv3_1": dict(n=1, c=128, h=56, w=56, k=256, r=3, s=3, pad=1),
-    "vgg_conv5_1": dict(n=1, c=512, h=14, w=14, k=512, r=3, s=3, pad=1),
-    # Odd sizes: nothing divides a tile.
-    "odd": dict(n=3, c=5, h=17, w=13, k=7, r=3, s=3, pad=1),
-    "odd_k130": dict(n=1, c=33, h=9, w=11, k=130, r=3, s=3, pad=1),
-    "batch_odd_pixels": dict(n=5, c=7, h=7, w=7, k=9, r=1, s=1),
-    "non_square_filter": dict(n=2, c=16, h=17, w=17, k=24, r=1, s=7, pad=(0, 3)),
-    "five_by_five": dict(n=2, c=12, h=27, w=27, k=20, r=5, s=5, pad=2),
-    "single_pixel": dict(n=2, c=3, h=1, w=1, k=4, r=3, s=3, pad=1),
-    "filter_equals_padded": dict(n=1, c=4, h=4, w=3, k=3, r=6, s=7, pad=(1, 2)),
-    # Stride, padding and dilation, symmetric and not.
-    "stride2": dict(n=2, c=8, h=33, w=31, k=16, r=3, s=3, pad=1, stride=2),
-    "stride_pair": dict(n=2, c=6, h=20, w=21, k=10, r=3, s=3, pad=(1, 2), stride=(2, 1)),
-    "pad_gt_filter": dict(n=2, c=3, h=4, w=5, k=2, r=3, s=3, pad=4),
-    "dilation2": dict(n=2, c=16, h=23, w=19, k=24, r=3, s=3, pad=2, dilation=2),
-    "dilation_pair": dict(n=1, c=8, h=30, w=30, k=8, r=3, s=3, pad=(2, 3), dilation=(2, 3)),
-    "dilation_stride": dict(n=2, c=4, h=24, w=22, k=6, r=2, s=3, pad=1, stride=2, dilation=3),
-    # Groups and depthwise.
-    "groups4": dict(n=2, c=32, h=14, w=14, k=64, r=3, s=3, pad=1, groups=4),
-    "groups_strided": dict(n=1, c=8, h=9, w=9, k=12, r=3, s=2, pad=(1, 2), stride=2, groups=4),
-    "depthwise": dict(n=2, c=32, h=28, w=28, k=32, r=3, s=3, pad=1, groups=32),
-    "depthwise_s2": dict(n=2, c=48, h=15, w=15, k=48, r=3, s=3, pad=1, stride=2, groups=48),
-    "depthwise_multiplier": dict(n=1, c=8, h=12, w=12, k=16, r=5, s=5, pad=2, groups=8),
-}
-
-#: Shapes also checked in float16 and float64 (small enough for every algorithm).
-OTHER_DTYPE_SHAPES = ("odd", "stride_pair", "dilation_stride", "groups4", "depthwise",
-                      "r50_res5_3x3", "batch_odd_pixels")
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in algorithms_for("cuda")}
 
@@ -127,6 +87,38 @@ def test_every_config_matches_reference(runtime: Any, name: str, shape: str, dty
         if unwritten or not err <= tolerance(dtype, name):
             failures.append(f"{config}: rel err {err:.3g}, {unwritten} NaN of {out.size}")
     assert not failures, f"{name} on {problem.describe()}:\n" + "\n".join(failures)
+
+
+def _at_offset(host: np.ndarray, offset: int) -> Any:
+    """A device copy of `host` starting `offset` bytes past a 256-byte boundary (a slice of a
+    caller's tensor), as a CuPy array sharing that memory."""
+    import cupy
+
+    raw = cupy.empty(host.nbytes + 256, dtype=cupy.uint8)
+    arr = cupy.ndarray(host.shape, dtype=host.dtype, memptr=raw.data + offset)
+    arr.set(host)
+    return arr
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape", list(ALIGN_SHAPES))
+@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+def test_element_aligned_buffers(runtime: Any, name: str, shape: str, dtype: str) -> None:
+    """x, w and y one element past a 256-byte boundary: no misaligned access, right answers."""
+    problem = ConvProblem(**ALIGN_SHAPES[shape], dtype=dtype)
+    algorithm = ALGORITHMS[name]
+    if not algorithm.supports(problem):
+        pytest.skip(algorithm.supports(problem).reason)
+    x_host, w_host, ref = _host_case(problem)
+    item = DTYPES[dtype]
+    x, w = _at_offset(x_host, item), _at_offset(w_host, item)
+    for config in algorithm.configs(problem):
+        y = _at_offset(np.full(problem.output_shape, np.nan, dtype), item)
+        workspace = runtime.workspace(algorithm.workspace_bytes(problem, config))
+        algorithm.run(x, w, y, workspace, problem, config)
+        out = runtime.to_numpy(y)
+        assert not np.isnan(out).any(), f"{config}: unwritten outputs"
+        assert relative_error(out, ref) <= tolerance(dtype, name), config
 
 
 def test_run_only_enqueues_on_the_current_stream(runtime: Any) -> None:

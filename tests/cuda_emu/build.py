@@ -1,0 +1,235 @@
+"""Compile one kernel template instance of kernels/*.cu for the CPU execution model.
+
+The source is the loader's own text (`kernel_source`, what NVRTC compiles on a GPU) with two
+CUDA-only constructs rewritten into calls of runtime.h: `__shared__` declarations and inline
+PTX (each `asm` statement becomes `emu::ptx_<mnemonic>(operands in template order)`, so a new
+instruction fails to compile until runtime.h emulates it). The library is built with
+AddressSanitizer and UBSan (bounds, alignment, signed overflow, shifts), so it must be loaded
+into a process started with libasan preloaded (`sanitizer_env`). Built libraries are cached
+on disk, keyed by everything that goes into them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from algorithms.cuda._loader import kernel_source
+
+HERE = Path(__file__).resolve().parent
+RUNTIME = HERE / "runtime.h"
+CXX = shutil.which("g++")
+FLAGS = (
+    "-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer",
+    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-Wall", "-Wno-unknown-pragmas",
+)
+CACHE = Path(tempfile.gettempdir()) / f"convtune-cuda-emu-{os.getuid()}"
+
+_ASM = re.compile(r"\basm\s*(?:volatile\s*)?\((.*?)\)\s*;", re.S)
+_SHARED = re.compile(
+    r"(extern\s+)?__shared__\s+(?:__align__\(\s*(\d+)\s*\)\s+)?"
+    r"([A-Za-z_][\w:<>, ]*?)\s+(\w+)\s*((?:\[[^\]]*\])+)\s*;"
+)
+
+
+def missing_tools() -> str | None:
+    """Why emulated kernels cannot be built or run here, or None."""
+    if CXX is None:
+        return "g++ is not on PATH"
+    if not Path(asan_library()).is_file():
+        return "g++ has no AddressSanitizer runtime (libasan.so)"
+    return None
+
+
+def asan_library() -> str:
+    """The AddressSanitizer runtime that must be preloaded into an emulating process."""
+    assert CXX is not None
+    out = subprocess.run([CXX, "-print-file-name=libasan.so"], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def sanitizer_env() -> dict[str, str]:
+    """Environment for a Python process that loads emulated kernels."""
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = asan_library()
+    # Python itself leaks by design; stop on the first real error with a stack.
+    env["ASAN_OPTIONS"] = "detect_leaks=0:halt_on_error=1:abort_on_error=1"
+    env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+    return env
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """`text` split at `sep` outside parentheses and string literals."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == '"' and text[i - 1] != "\\":
+            quoted = not quoted
+        elif not quoted and ch in "([":
+            depth += 1
+        elif not quoted and ch in ")]":
+            depth -= 1
+        elif not quoted and depth == 0 and ch == sep:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _asm_call(match: re.Match[str]) -> str:
+    sections = _split_top(match.group(1), ":")
+    template = re.fullmatch(r'\s*"((?:[^"\\]|\\.)*)"\s*', sections[0])
+    if template is None:
+        raise ValueError(f"cannot read asm template in {match.group(0)!r}")
+    operands: list[str] = []
+    for section in sections[1:3]:
+        for operand in _split_top(section, ","):
+            if operand.strip():
+                expr = re.fullmatch(r'\s*"[^"]*"\s*\((.*)\)\s*', operand, re.S)
+                if expr is None:
+                    raise ValueError(f"cannot read asm operand {operand!r}")
+                operands.append(expr.group(1).strip())
+    instruction = template.group(1).strip().rstrip(";")
+    mnemonic = instruction.split()[0]
+    order = [operands[int(i)] for i in re.findall(r"%(\d+)", instruction)]
+    return f"emu::ptx_{mnemonic.replace('.', '_')}({', '.join(order)});"
+
+
+def _shared_decl(match: re.Match[str]) -> str:
+    extern, alignment, ctype, name, dims = match.groups()
+    if extern:
+        if dims.replace(" ", "") != "[]":
+            raise ValueError(f"extern __shared__ {name} must be unsized")
+        return f"{ctype}* {name} = reinterpret_cast<{ctype}*>(emu::dynamic_shared());"
+    return f"auto& {name} = emu::shared_array<{ctype}{dims}>({alignment or 0});"
+
+
+def translate(filename: str) -> str:
+    """The kernel file's loader text with shared declarations and PTX rewritten for the CPU."""
+    text = _SHARED.sub(_shared_decl, _ASM.sub(_asm_call, kernel_source(filename)))
+    leftover = re.search(r"\b(asm|__shared__)\b", text)
+    if leftover:
+        raise ValueError(f"{filename}: unsupported {leftover.group(1)} construct remains")
+    return text
+
+
+def has_barrier(source: str, kernel: str) -> bool:
+    """Whether the body of `kernel` (a function in `source`) calls __syncthreads()."""
+    match = re.search(rf"\b{kernel}\s*\(", source)
+    if match is None:
+        raise ValueError(f"kernel {kernel} not found")
+    start = source.index("{", source.index(")", match.end()))
+    depth = 0
+    for end in range(start, len(source)):
+        depth += {"{": 1, "}": -1}.get(source[end], 0)
+        if depth == 0:
+            return "__syncthreads" in source[start:end]
+    raise ValueError(f"kernel {kernel} has no closing brace")
+
+
+def unit_source(filename: str, name_expression: str) -> str:
+    """A translation unit that exports one kernel instance's launcher and signature."""
+    text = translate(filename)
+    barriers = has_barrier(text, name_expression.split("<")[0].strip())
+    return (
+        f"#define EMU_NO_BARRIERS {int(not barriers)}\n"
+        f'#include "{RUNTIME}"\n{text}\n'
+        f'extern "C" const char* emu_signature() {{ return emu::signature(&{name_expression}); }}\n'
+        'extern "C" void emu_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
+        "unsigned by, unsigned bz, std::size_t smem, void** args, int schedule, "
+        "unsigned seed) {\n"
+        f"    emu::launch(&{name_expression}, dim3{{gx, gy, gz}}, dim3{{bx, by, bz}}, smem, "
+        "args, schedule, seed);\n}\n"
+    )
+
+
+def build(filename: str, name_expression: str) -> Path:
+    """The cached shared library for one kernel instance, compiled if needed."""
+    if CXX is None:
+        raise RuntimeError("g++ is not on PATH")
+    source = unit_source(filename, name_expression)
+    key = hashlib.sha256("\0".join(
+        [source, RUNTIME.read_text(encoding="utf-8"), CXX, *FLAGS]).encode()).hexdigest()[:24]
+    library = CACHE / f"{key}.so"
+    if library.is_file():
+        return library
+    CACHE.mkdir(parents=True, exist_ok=True)
+    src = CACHE / f"{key}.cpp"  # kept: sanitizer reports point into it
+    with tempfile.TemporaryDirectory(dir=CACHE) as work:
+        tmp_src, tmp_lib = Path(work) / "kernel.cpp", Path(work) / "kernel.so"
+        tmp_src.write_text(source, encoding="utf-8")
+        os.replace(tmp_src, src)
+        done = subprocess.run([CXX, *FLAGS, str(src), "-o", str(tmp_lib)], capture_output=True,
+                              text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"g++ failed on {name_expression}:\n{done.stderr[-4000:]}")
+        os.replace(tmp_lib, library)  # atomic: concurrent builders never see half a file
+    return library
+
+
+def build_all(kernels: Iterable[tuple[str, str]], jobs: int | None = None) -> None:
+    """Build many (file, name expression) instances in parallel."""
+    with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
+        list(pool.map(lambda fk: build(*fk), set(kernels)))
+
+
+#: ctypes class and the NumPy scalar type CuPy would pass, per signature letter.
+_SCALARS: dict[str, tuple[Any, type]] = {
+    "i": (ctypes.c_int32, np.int32), "u": (ctypes.c_uint32, np.uint32),
+    "f": (ctypes.c_float, np.float32), "d": (ctypes.c_double, np.float64),
+}
+
+
+class EmulatedKernel:
+    """A kernel instance callable like a cupy.RawKernel: kernel(grid, block, args, shared_mem).
+
+    Arrays are anything with `.data.ptr` (host memory here). Scalars must be the exact NumPy
+    type of the parameter, as 64-bit Python ints would shift every later argument on a GPU.
+    """
+
+    #: (schedule, seed) for every launch: 0 forward, 1 reverse, 2 shuffled per phase.
+    schedule: ClassVar[tuple[int, int]] = (0, 0)
+    #: (name expression, scalar arguments) of every launch, for tests to inspect.
+    launches: ClassVar[list[tuple[str, tuple[Any, ...]]]] = []
+
+    def __init__(self, filename: str, name_expression: str) -> None:
+        self.name = name_expression
+        self._lib = ctypes.CDLL(str(build(filename, name_expression)))
+        self._lib.emu_signature.restype = ctypes.c_char_p
+        self.signature = self._lib.emu_signature().decode()
+        self._lib.emu_launch.restype = None
+        self._lib.emu_launch.argtypes = [
+            *[ctypes.c_uint] * 6, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_int, ctypes.c_uint,
+        ]
+
+    def __call__(self, grid: tuple[int, ...], block: tuple[int, ...],
+                 args: tuple[Any, ...], shared_mem: int = 0) -> None:
+        if len(args) != len(self.signature):
+            raise TypeError(f"{self.name}: {len(args)} arguments for {len(self.signature)}")
+        values: list[Any] = []
+        for i, (code, arg) in enumerate(zip(self.signature, args, strict=True)):
+            if code == "p":
+                values.append(ctypes.c_void_p(int(arg.data.ptr)))
+            elif code in _SCALARS and type(arg) is _SCALARS[code][1]:
+                values.append(_SCALARS[code][0](arg))
+            else:
+                raise TypeError(f"{self.name}: argument {i} is {type(arg).__name__}, "
+                                f"the kernel takes {code!r}")
+        pointers = (ctypes.c_void_p * len(values))(
+            *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+        g = (*grid, 1, 1)[:3]
+        b = (*block, 1, 1)[:3]
+        EmulatedKernel.launches.append(
+            (self.name, tuple(a for a in args if isinstance(a, np.generic))))
+        self._lib.emu_launch(*g, *b, shared_mem, pointers, *self.schedule)

@@ -1,0 +1,158 @@
+"""Run the CUDA algorithms' real host code with emulated kernels, in sanitized subprocesses.
+
+A case is one algorithm on one problem: every configuration runs twice (threads scheduled
+forward, then in reverse) into a NaN-filled y and a 0xFF-filled workspace; the two results
+must agree bit for bit (else two threads of a barrier phase race), y must be fully written
+and match the float64 reference. cuBLAS and cuFFT are the NumPy stand-ins of host.py.
+
+`run_cases` (the parent side) sends cases as JSON to `python -m tests.cuda_emu.cases`, which
+prints one JSON line per case. A sanitizer report aborts that process: the case it was on
+fails with the report, and a fresh process takes the cases after it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algorithms.base import Algorithm
+from algorithms.cuda import _cublas, direct, fft, im2col_gemm, implicit_gemm
+from algorithms.problem import ConvProblem
+from algorithms.reference import reference_conv, relative_error, tolerance
+from tests.cuda_emu.build import EmulatedKernel, sanitizer_env
+from tests.cuda_emu.host import FakePlan, dev, dev_at, fake_gemm
+
+ROOT = Path(__file__).resolve().parents[2]
+ALGORITHMS: dict[str, Algorithm] = {
+    "direct": direct.DirectCuda(),
+    "im2col_gemm": im2col_gemm.Im2colGemmCuda(),
+    "implicit_gemm": implicit_gemm.ImplicitGemmCuda(),
+    "fft": fft.FftCuda(),
+}
+#: (schedule, seed) pairs each configuration runs under; see runtime.h.
+SCHEDULES = ((0, 0), (1, 0))
+
+
+@functools.cache
+def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
+    return EmulatedKernel(filename, name_expression)
+
+
+def install() -> None:
+    """Route every GPU library call of algorithms/cuda to the emulator and host stand-ins."""
+    for module in (direct, im2col_gemm, implicit_gemm, fft):
+        module.get_kernel = _kernel  # type: ignore[attr-defined]
+    _cublas._gemm = fake_gemm  # type: ignore[assignment]
+    fft._plan = FakePlan  # type: ignore[assignment]
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    """Every configuration of one algorithm on one problem; a JSON-able verdict."""
+    algorithm = ALGORITHMS[case["algorithm"]]
+    problem = ConvProblem(**case["problem"])
+    support = algorithm.supports(problem)
+    if not support:
+        return {"status": "skipped", "message": support.reason}
+    offsets = case.get("offsets")
+
+    def place(a: np.ndarray, which: int) -> Any:
+        # Exact-size heap blocks by default, so AddressSanitizer sees any overrun.
+        return dev(a) if offsets is None else dev_at(a, offsets[which])
+
+    rng = np.random.default_rng()
+    x = rng.standard_normal(problem.input_shape).astype(problem.dtype)
+    w = rng.standard_normal(problem.filter_shape).astype(problem.dtype)
+    ref = reference_conv(x, w, problem)
+    EmulatedKernel.launches.clear()
+    errors: dict[str, float] = {}
+    for config in algorithm.configs(problem):
+        outputs = []
+        for schedule in SCHEDULES:
+            EmulatedKernel.schedule = schedule
+            nbytes = algorithm.workspace_bytes(problem, config)
+            workspace = dev(np.full(nbytes, 0xFF, np.uint8)) if nbytes else None
+            y = place(np.full(problem.output_shape, np.nan, problem.dtype), 2)
+            algorithm.run(place(x, 0), place(w, 1), y, workspace, problem, config)
+            outputs.append(np.array(y))
+        if outputs[0].tobytes() != outputs[1].tobytes():
+            return {"status": "failed",
+                    "message": f"{config}: results differ between thread schedules (a race)"}
+        if np.isnan(outputs[0]).any():
+            return {"status": "failed", "message": f"{config}: unwritten outputs"}
+        errors[config] = relative_error(outputs[0], ref)
+        if errors[config] > tolerance(problem.dtype, case["algorithm"]):
+            return {"status": "failed", "message": f"{config}: relative error {errors[config]}"}
+    launches = [[name, [a.item() for a in scalars]] for name, scalars in EmulatedKernel.launches]
+    return {"status": "ok", "errors": errors, "launches": launches}
+
+
+def main() -> None:
+    """Read cases from stdin; print {"start": id} then the case's verdict, per case."""
+    install()
+    for case in json.load(sys.stdin):
+        print(json.dumps({"start": case["id"]}), flush=True)
+        try:
+            verdict = run_case(case)
+        except Exception:
+            verdict = {"status": "failed", "message": traceback.format_exc()}
+        print(json.dumps({"id": case["id"], **verdict}), flush=True)
+
+
+def _report(stderr: str) -> str:
+    """The head of a sanitizer or emulator report (its first frames name the culprit)."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if "ERROR: AddressSanitizer" in line or "runtime error:" in line or "cuda-emu:" in line:
+            return "\n".join(lines[i:i + 30])
+    return "\n".join(lines[-30:])
+
+
+def _run_chain(cases: list[dict[str, Any]], timeout: float) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    remaining = list(cases)
+    while remaining:
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.cuda_emu.cases"], input=json.dumps(remaining),
+            capture_output=True, text=True, cwd=ROOT, env=sanitizer_env(), timeout=timeout,
+        )
+        started = None
+        for line in done.stdout.splitlines():
+            record = json.loads(line)
+            if "start" in record:
+                started = record["start"]
+            else:
+                results[record["id"]] = record
+        ids = [c["id"] for c in remaining]
+        if started is None or started in results:  # clean exit, or died between cases
+            if started is None and done.returncode != 0:
+                raise RuntimeError(f"emulation process failed:\n{_report(done.stderr)}")
+            remaining = remaining[ids.index(started) + 1:] if started else []
+            continue
+        results[started] = {"status": "failed",
+                            "message": f"process aborted (exit {done.returncode}):\n"
+                                       f"{_report(done.stderr)}"}
+        remaining = remaining[ids.index(started) + 1:]
+    return results
+
+
+def run_cases(cases: list[dict[str, Any]], workers: int = 2,
+              timeout: float = 1200) -> dict[str, dict[str, Any]]:
+    """Case id -> verdict, running the cases in `workers` parallel process chains."""
+    chains = [cases[i::workers] for i in range(workers)]
+    results: dict[str, dict[str, Any]] = {}
+    with ThreadPoolExecutor(workers) as pool:
+        for part in pool.map(lambda chain: _run_chain(chain, timeout), chains):
+            results.update(part)
+    return results
+
+
+if __name__ == "__main__":
+    main()

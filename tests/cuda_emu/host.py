@@ -1,0 +1,105 @@
+"""Host stand-ins for the GPU side of algorithms/cuda, for tests without a GPU.
+
+NumPy arrays posing as CuPy arrays (`.data.ptr` is their host address), cuBLAS's
+strided-batched GEMM on raw addresses, and numpy.fft in place of a cuFFT plan. Each checks
+what the real library would reject or fault on: misaligned operands, leading dimensions,
+batch counts, transform sizes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from algorithms.cuda import fft
+
+#: Largest batch count one cuBLAS call is given (see algorithms/cuda/_cublas.py).
+MAX_GEMM_BATCH = 63 * 1024
+
+
+class DeviceArray(np.ndarray):
+    """A host array posing as a CuPy array: `.data.ptr` is its address."""
+
+    @property
+    def data(self) -> SimpleNamespace:  # type: ignore[override]
+        return SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+
+def dev(a: np.ndarray) -> DeviceArray:
+    """A contiguous copy of `a` as a DeviceArray."""
+    return np.ascontiguousarray(a).copy().view(DeviceArray)
+
+
+def at(ptr: int, count: int, dtype: Any) -> np.ndarray:
+    """A writable view of `count` elements of `dtype` at a host address the test owns."""
+    dt = np.dtype(dtype)
+    buf = (ctypes.c_char * (count * dt.itemsize)).from_address(ptr)
+    return np.frombuffer(buf, dtype=dt)
+
+
+def dev_at(a: np.ndarray, misalign: int) -> DeviceArray:
+    """A C-contiguous DeviceArray copy of `a` whose address is `misalign` bytes past a
+    256-byte boundary (a sliced caller buffer; CuPy's own allocations have misalign 0)."""
+    a = np.ascontiguousarray(a)
+    raw = np.zeros(a.nbytes + 512, np.uint8)
+    start = (-raw.__array_interface__["data"][0]) % 256 + misalign
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out.view(DeviceArray)
+
+
+def fake_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
+              a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
+              c: int, ldc: int, sc: int, batch: int) -> None:
+    """cuBLAS strided-batched GEMM semantics (column-major) on raw host addresses."""
+    dt = np.dtype(dtype)
+    item = dt.itemsize
+    assert 1 <= batch <= MAX_GEMM_BATCH, f"cuBLAS batch count {batch}"
+    for ptr in (a, b, c):
+        assert ptr % item == 0, f"cuBLAS {dtype} operand at {ptr:#x} is misaligned"
+
+    def mat(ptr: int, rows: int, cols: int, ld: int) -> np.ndarray:
+        assert ld >= max(1, rows), f"leading dimension {ld} < rows {rows}"
+        base = at(ptr, ld * (cols - 1) + rows, dt)
+        return np.lib.stride_tricks.as_strided(base, (rows, cols), (item, ld * item))
+
+    def op(mtx: np.ndarray, trans: int) -> np.ndarray:
+        return mtx if trans == 0 else (mtx.T if trans == 1 else mtx.conj().T)
+
+    for i in range(batch):
+        a_m = mat(a + i * sa * item, *((m, k) if transa == 0 else (k, m)), lda)
+        b_m = mat(b + i * sb * item, *((k, n) if transb == 0 else (n, k)), ldb)
+        c_m = mat(c + i * sc * item, m, n, ldc)
+        prod = op(a_m, transa).astype(np.complex128 if dt.kind == "c" else np.float64) @ op(
+            b_m, transb)
+        c_m[...] = prod.astype(dt)
+
+
+class FakePlan:
+    """numpy.fft in place of a cuFFT plan (inverse unnormalised, like cuFFT)."""
+
+    def __init__(self, fft_type: int, batch: int, fh: int, fw: int) -> None:
+        self.forward = fft_type in (fft.CUFFT_R2C, fft.CUFFT_D2Z)
+        self.double = fft_type in (fft.CUFFT_D2Z, fft.CUFFT_Z2D)
+        self.batch, self.fh, self.fw = batch, fh, fw
+
+    def fft(self, a: Any, out: Any, direction: int) -> None:
+        half = self.fw // 2 + 1
+        real = np.float64 if self.double else np.float32
+        cplx = np.complex128 if self.double else np.complex64
+        assert a.dtype == (real if self.forward else cplx)
+        assert out.dtype == (cplx if self.forward else real)
+        for arr in (a, out):  # cuFFT needs data aligned to its (complex) element
+            assert arr.data.ptr % np.dtype(cplx).itemsize == 0, "misaligned cuFFT buffer"
+        assert self.fh >= 2 and self.fw >= 2, "no transform side of 1"
+        if self.forward:
+            assert direction == fft.CUFFT_FORWARD
+            spectrum = np.fft.rfft2(a.reshape(self.batch, self.fh, self.fw))
+            out.reshape(self.batch, self.fh, half)[...] = spectrum
+        else:
+            assert direction == fft.CUFFT_INVERSE
+            planes = np.fft.irfft2(a.reshape(self.batch, self.fh, half), s=(self.fh, self.fw))
+            out.reshape(self.batch, self.fh, self.fw)[...] = planes * (self.fh * self.fw)

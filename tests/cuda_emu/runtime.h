@@ -1,0 +1,388 @@
+// A CPU execution model for kernels/*.cu, for tests on machines without a GPU.
+//
+// Every CUDA thread of a block is a fiber with its own stack, switched by emu_switch below
+// (glibc's swapcontext makes a signal-mask system call per switch, which made the emulated
+// suite 1.8x slower here). A kernel without barriers runs its threads as plain calls. A
+// block's fibers run one at a time, each until its next __syncthreads() or its end, in an order the caller
+// picks per launch (forward, reverse, or shuffled every phase). A race between two threads
+// of one barrier phase therefore changes results between schedules, which the tests compare
+// bit for bit. Shared arrays (static and dynamic) are separate heap blocks filled with 0xFF
+// (NaN as float) for every block, so AddressSanitizer sees overruns of them and an unwritten
+// slot that is read shows up as NaN; global buffers are the caller's own heap blocks.
+// Launch checks: grid/block limits, 48 KiB of shared memory, every pointer argument aligned
+// to its element type, barriers reached by all threads of a block the same number of times.
+// build.py rewrites the few CUDA-only constructs (`__shared__` declarations, inline PTX) into
+// calls of this file; everything else of the kernel source compiles as plain C++17.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#else
+#define EMU_ASAN 0
+#endif
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __align__(n) alignas(n)
+
+struct uint3 {
+    unsigned int x, y, z;
+};
+struct dim3 {
+    unsigned int x, y, z;
+};
+struct alignas(8) float2 {
+    float x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct alignas(16) double2 {
+    double x, y;
+};
+
+// The current thread's coordinates; the scheduler sets them before resuming a fiber.
+inline uint3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
+
+using std::max;
+using std::min;
+
+inline unsigned int __umulhi(unsigned int a, unsigned int b) {
+    return static_cast<unsigned int>((static_cast<unsigned long long>(a) * b) >> 32);
+}
+
+// emu_switch(&save, to): save the callee-saved registers and stack pointer of the running
+// context in `save`, resume the one `to` holds (x86-64 System V; kernels leave the FP
+// control state alone, so it is not switched).
+extern "C" void emu_switch(void** save, void* to);
+asm(R"(
+    .text
+    .globl emu_switch
+    .hidden emu_switch
+    .type emu_switch, @function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch, .-emu_switch
+)");
+
+namespace emu {
+
+[[noreturn]] inline void fail(const char* what) {
+    std::fprintf(stderr, "cuda-emu: %s (block %u,%u,%u thread %u,%u,%u)\n", what, blockIdx.x,
+                 blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+    std::fflush(stderr);
+    std::abort();
+}
+
+constexpr std::size_t kStackBytes = 256 * 1024;
+constexpr std::size_t kSharedLimit = 48 * 1024;  // without cudaFuncSetAttribute opt-in
+
+struct Fiber {
+    void* sp = nullptr;  // saved stack pointer while suspended
+    char* stack = nullptr;
+    uint3 tid{};
+    int barriers = 0;
+    bool done = false;
+    std::size_t shared_next = 0;  // index of the next __shared__ declaration it reaches
+};
+
+struct Block {
+    void* main_sp = nullptr;
+    std::vector<Fiber> fibers;
+    Fiber* current = nullptr;
+    std::function<void()> body;
+    std::vector<void*> shared;  // this block's static shared arrays, in declaration order
+    std::size_t shared_bytes = 0;
+    unsigned char* dynamic_shared = nullptr;
+    std::size_t dynamic_bytes = 0;
+    const void* main_stack_bottom = nullptr;
+    std::size_t main_stack_size = 0;
+};
+
+inline Block* g_block = nullptr;
+
+inline void enter_fiber_side() {
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &g_block->main_stack_bottom,
+                                    &g_block->main_stack_size);
+#endif
+}
+
+// Fiber -> scheduler. `finished`: this fiber's stack is never resumed again.
+inline void to_scheduler(Fiber& f, bool finished) {
+#if EMU_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(finished ? nullptr : &fake, g_block->main_stack_bottom,
+                                   g_block->main_stack_size);
+    emu_switch(&f.sp, g_block->main_sp);
+    __sanitizer_finish_switch_fiber(fake, &g_block->main_stack_bottom,
+                                    &g_block->main_stack_size);
+#else
+    (void)finished;
+    emu_switch(&f.sp, g_block->main_sp);
+#endif
+}
+
+inline void fiber_entry() {
+    enter_fiber_side();
+    g_block->body();
+    Fiber& f = *g_block->current;
+    f.done = true;
+    to_scheduler(f, true);
+    fail("finished fiber resumed");
+}
+
+// A fresh stack whose first resume() "returns" into fiber_entry with the alignment of a call.
+inline void start_fiber(Fiber& f) {
+    auto top = reinterpret_cast<std::uintptr_t>(f.stack + kStackBytes) & ~std::uintptr_t{15};
+    auto* slot = reinterpret_cast<void**>(top - 16);
+    slot[1] = nullptr;  // fiber_entry's return address: it never returns
+    slot[0] = reinterpret_cast<void*>(&fiber_entry);
+    for (int i = 1; i <= 6; ++i) slot[-i] = nullptr;  // the registers emu_switch pops
+    f.sp = slot - 6;
+}
+
+// Scheduler -> fiber `f`, until it reaches a barrier or ends.
+inline void resume(Fiber& f) {
+    g_block->current = &f;
+    threadIdx = f.tid;
+#if EMU_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
+    emu_switch(&g_block->main_sp, f.sp);
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+    emu_switch(&g_block->main_sp, f.sp);
+#endif
+}
+
+inline void* take_shared(std::size_t bytes, std::size_t alignment) {
+    Block& b = *g_block;
+    Fiber& f = *b.current;
+    if (f.shared_next == b.shared.size()) {
+        void* p = nullptr;
+        if (posix_memalign(&p, std::max<std::size_t>(alignment, sizeof(void*)), bytes) != 0) {
+            fail("out of host memory for shared memory");
+        }
+        std::memset(p, 0xFF, bytes);
+        b.shared.push_back(p);
+        b.shared_bytes += bytes;
+        if (b.shared_bytes + b.dynamic_bytes > kSharedLimit) fail("block uses over 48 KiB of shared memory");
+    }
+    return b.shared[f.shared_next++];
+}
+
+// A `__shared__ T name[..]` declaration: the block's array, the same for all its threads.
+template <typename A>
+inline A& shared_array(std::size_t alignment) {
+    return *static_cast<A*>(take_shared(sizeof(A), std::max(alignment, alignof(A))));
+}
+
+inline unsigned char* dynamic_shared() {
+    if (g_block->dynamic_bytes == 0) fail("extern __shared__ array used with shared_mem = 0");
+    return g_block->dynamic_shared;
+}
+
+// build.py defines EMU_NO_BARRIERS for a kernel whose body has no __syncthreads(): its
+// threads then run one after another on the scheduler's own stack, with no fibers.
+#ifndef EMU_NO_BARRIERS
+#define EMU_NO_BARRIERS 0
+#endif
+
+inline void syncthreads() {
+    if (EMU_NO_BARRIERS) fail("__syncthreads() in a kernel built as barrier-free");
+    Fiber& f = *g_block->current;
+    ++f.barriers;
+    to_scheduler(f, false);
+    threadIdx = f.tid;
+}
+
+enum Schedule { kForward = 0, kReverse = 1, kShuffle = 2 };
+
+inline void run_block(Block& b, int schedule, std::mt19937& rng) {
+    std::vector<std::size_t> order(b.fibers.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (schedule == kReverse) std::reverse(order.begin(), order.end());
+    for (int phase = 0;; ++phase) {
+        if (schedule == kShuffle) std::shuffle(order.begin(), order.end(), rng);
+        for (std::size_t i : order) {
+            if (!b.fibers[i].done) resume(b.fibers[i]);
+        }
+        std::size_t done = 0;
+        for (const Fiber& f : b.fibers) {
+            done += f.done;
+            if (!f.done && f.barriers != phase + 1) fail("threads of a block disagree on __syncthreads()");
+        }
+        if (done == b.fibers.size()) return;
+        if (done != 0) fail("some threads exited while others wait at __syncthreads()");
+    }
+}
+
+inline void run_threads_in_order(Block& b, int schedule, std::mt19937& rng) {
+    std::vector<std::size_t> order(b.fibers.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (schedule == kReverse) std::reverse(order.begin(), order.end());
+    if (schedule == kShuffle) std::shuffle(order.begin(), order.end(), rng);
+    for (std::size_t i : order) {
+        b.current = &b.fibers[i];
+        threadIdx = b.fibers[i].tid;
+        b.body();
+    }
+}
+
+template <typename P>
+constexpr char type_code() {
+    if constexpr (std::is_pointer_v<P>) return 'p';
+    else if constexpr (std::is_same_v<P, int>) return 'i';
+    else if constexpr (std::is_same_v<P, unsigned int>) return 'u';
+    else if constexpr (std::is_same_v<P, float>) return 'f';
+    else if constexpr (std::is_same_v<P, double>) return 'd';
+    else return '?';
+}
+
+// One letter per kernel parameter: p pointer, i int, u unsigned int, f float, d double.
+template <typename... Ps>
+const char* signature(void (*)(Ps...)) {
+    static const char codes[] = {type_code<Ps>()..., '\0'};
+    return codes;
+}
+
+template <typename P>
+void check_argument(void* arg, int index) {
+    if constexpr (std::is_pointer_v<P>) {
+        const auto address = reinterpret_cast<std::uintptr_t>(*static_cast<P*>(arg));
+        if (address % alignof(std::remove_pointer_t<P>) != 0) {
+            std::fprintf(stderr, "cuda-emu: pointer argument %d at %#lx is not aligned to %zu\n",
+                         index, static_cast<unsigned long>(address),
+                         alignof(std::remove_pointer_t<P>));
+            std::abort();
+        }
+    }
+}
+
+template <typename... Ps, std::size_t... I>
+void call(void (*kernel)(Ps...), void** args, std::index_sequence<I...>) {
+    kernel(*static_cast<Ps*>(args[I])...);
+}
+
+// Runs the whole grid; returns only if every check passed (failures abort the process).
+template <typename... Ps>
+void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem, void** args,
+            int schedule, unsigned int seed) {
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
+        grid.x > 2147483647u) {
+        fail("grid dimensions out of range");
+    }
+    const unsigned long long threads = 1ull * block.x * block.y * block.z;
+    if (threads == 0 || threads > 1024 || block.z > 64) fail("block dimensions out of range");
+    if (smem > kSharedLimit) fail("dynamic shared memory over 48 KiB");
+    {
+        int index = 0;
+        ((check_argument<Ps>(args[index], index), ++index), ...);
+        (void)index;
+    }
+    gridDim = grid;
+    blockDim = block;
+    std::mt19937 rng(seed);
+    Block b;
+    b.body = [&] { call(kernel, args, std::index_sequence_for<Ps...>{}); };
+    b.fibers.resize(threads);
+    if (!EMU_NO_BARRIERS) {
+        for (Fiber& f : b.fibers) f.stack = static_cast<char*>(std::malloc(kStackBytes));
+    }
+    g_block = &b;
+    for (unsigned int bz = 0; bz < grid.z; ++bz) {
+        for (unsigned int by = 0; by < grid.y; ++by) {
+            for (unsigned int bx = 0; bx < grid.x; ++bx) {
+                blockIdx = {bx, by, bz};
+                b.dynamic_bytes = smem;
+                b.dynamic_shared = nullptr;
+                if (smem != 0) {
+                    b.dynamic_shared = static_cast<unsigned char*>(std::malloc(smem));
+                    std::memset(b.dynamic_shared, 0xFF, smem);
+                }
+                std::size_t t = 0;
+                for (unsigned int z = 0; z < block.z; ++z) {
+                    for (unsigned int y = 0; y < block.y; ++y) {
+                        for (unsigned int x = 0; x < block.x; ++x, ++t) {
+                            Fiber& f = b.fibers[t];
+                            f.tid = {x, y, z};
+                            f.barriers = 0;
+                            f.done = false;
+                            f.shared_next = 0;
+                            if (!EMU_NO_BARRIERS) start_fiber(f);
+                        }
+                    }
+                }
+                if (EMU_NO_BARRIERS) {
+                    run_threads_in_order(b, schedule, rng);
+                } else {
+                    run_block(b, schedule, rng);
+                }
+                for (void* p : b.shared) std::free(p);
+                b.shared.clear();
+                b.shared_bytes = 0;
+                std::free(b.dynamic_shared);
+            }
+        }
+    }
+    for (Fiber& f : b.fibers) std::free(f.stack);
+    g_block = nullptr;
+}
+
+// --- the inline PTX instructions kernels/common.cuh uses ------------------------------------
+inline void ptx_cvt_f32_f16(float& out, unsigned short bits) {
+    _Float16 h;
+    std::memcpy(&h, &bits, sizeof h);
+    out = static_cast<float>(h);
+}
+
+inline void ptx_cvt_rn_f16_f32(unsigned short& out, float value) {
+    const _Float16 h = static_cast<_Float16>(value);  // IEEE round to nearest even
+    std::memcpy(&out, &h, sizeof out);
+}
+
+inline void ptx_st_global_v4_f32(float* p, float a, float b, float c, float d) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) fail("misaligned st.global.v4.f32");
+    p[0] = a;
+    p[1] = b;
+    p[2] = c;
+    p[3] = d;
+}
+
+}  // namespace emu
+
+inline void __syncthreads() { emu::syncthreads(); }

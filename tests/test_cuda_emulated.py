@@ -1,0 +1,105 @@
+"""The CUDA backend's own kernels, run on the CPU through its real host code, under sanitizers.
+
+tests/cuda_emu compiles each shipped kernel instance from the text NVRTC gets on a GPU, runs
+every CUDA thread as a fiber (forward, then reverse schedule: a barrier race changes the
+result), with AddressSanitizer on every global and shared array and UBSan on indexing,
+alignment and integer overflow; `run()` of each algorithm drives it exactly as on a GPU
+(grids, argument types and order, shared-memory sizes, workspace layout), with cuBLAS and
+cuFFT replaced by NumPy stand-ins that check their operands. What this cannot see: warp-level
+timing, the memory model beyond barriers, NVRTC itself, the real cuBLAS/cuFFT, and speed;
+tests/gpu covers those on a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from algorithms.cuda import shipped_kernels
+from algorithms.problem import DTYPES, ConvProblem
+from tests.cuda_emu.build import build_all, missing_tools
+from tests.cuda_emu.cases import ALGORITHMS, run_cases
+from tests.cuda_shapes import ALIGN_SHAPES, NETWORK_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
+
+_missing = missing_tools()
+pytestmark = pytest.mark.skipif(_missing is not None, reason=f"cannot emulate: {_missing}")
+
+#: Where the implicit-GEMM kernel's `vec_out` sits among its scalar arguments.
+_VEC_OUT_ARG = 16
+
+#: Network layers small enough to emulate: ResNet-50 res4 3x3 and res5 1x1 at batch 1 (not
+#: for fft, whose 65536 padded filter planes alone take seconds here).
+_LAYERS: dict[str, dict[str, Any]] = {
+    "r50_res4_3x3_b1": dict(n=1, c=256, h=14, w=14, k=256, r=3, s=3, pad=1),
+    "r50_res5_1x1_b1": dict(n=1, c=2048, h=7, w=7, k=64, r=1, s=1),
+}
+
+
+def _case(case_id: str, name: str, problem: dict[str, Any],
+          offsets: list[int] | None = None) -> dict[str, Any] | None:
+    if not ALGORITHMS[name].supports(ConvProblem(**problem)):
+        return None
+    return {"id": case_id, "algorithm": name, "problem": problem, "offsets": offsets}
+
+
+def _cases() -> list[dict[str, Any]]:
+    cases: list[dict[str, Any] | None] = []
+    geometry = {k: v for k, v in SHAPES.items() if k not in NETWORK_SHAPES}
+    for name in ALGORITHMS:
+        for shape, kw in (geometry | ({} if name == "fft" else _LAYERS)).items():
+            dtypes = ["float32"]
+            if shape in OTHER_DTYPE_SHAPES:
+                dtypes += ["float16", "float64"]
+            cases += [_case(f"{name}-{shape}-{d}", name, {**kw, "dtype": d}) for d in dtypes]
+        for shape, kw in ALIGN_SHAPES.items():
+            for dtype, item in DTYPES.items():
+                cases.append(_case(f"{name}-{shape}-{dtype}-offset", name,
+                                   {**kw, "dtype": dtype}, [item, item, item]))
+    # P*Q = 64: the implicit GEMM's float4 epilogue must run exactly when y is 16-aligned.
+    for y_off in (0, 4, 8, 12):
+        cases.append(_case(f"vec-y{y_off}", "implicit_gemm", SHAPES["pq_multiple_of_4"],
+                           [4, 4, y_off]))
+    return [c for c in cases if c is not None]
+
+
+CASES = {c["id"]: c for c in _cases()}
+
+
+@pytest.fixture(scope="module")
+def verdicts() -> dict[str, dict[str, Any]]:
+    """Every case's verdict (kernels built in parallel first, then two process chains)."""
+    build_all((f, name) for f, names in shipped_kernels().items() for name in names)
+    return run_cases(list(CASES.values()))
+
+
+@pytest.mark.parametrize("case_id", list(CASES))
+def test_matches_reference_race_free_in_bounds(verdicts: dict[str, dict[str, Any]],
+                                               case_id: str) -> None:
+    verdict = verdicts[case_id]
+    assert verdict["status"] == "ok", verdict["message"]
+
+
+def test_every_algorithm_and_dtype_is_covered() -> None:
+    covered = {(c["algorithm"], c["problem"].get("dtype", "float32")) for c in CASES.values()}
+    for name in ALGORITHMS:
+        assert (name, "float32") in covered
+    assert {d for n, d in covered if n == "implicit_gemm"} == {"float32", "float16"}
+    assert {d for n, d in covered if n == "fft"} == set(DTYPES)
+
+
+@pytest.mark.parametrize("y_off", [0, 4, 8, 12])
+def test_vector_stores_only_when_aligned(verdicts: dict[str, dict[str, Any]],
+                                         y_off: int) -> None:
+    verdict = verdicts[f"vec-y{y_off}"]
+    assert verdict["status"] == "ok", verdict["message"]
+    flags = {args[_VEC_OUT_ARG] for _name, args in verdict["launches"]}
+    assert flags == {int(y_off == 0)}
+
+
+def test_no_vector_stores_when_pq_is_not_a_multiple_of_4(
+        verdicts: dict[str, dict[str, Any]]) -> None:
+    for shape in ("pq_odd_k_odd", "pq_2", "pq_6_groups"):
+        verdict = verdicts[f"implicit_gemm-{shape}-float32-offset"]
+        assert verdict["launches"]
+        assert all(args[_VEC_OUT_ARG] == 0 for _name, args in verdict["launches"])

@@ -1,0 +1,206 @@
+"""Host-side checks of the CUDA backend that need neither a GPU nor kernel execution.
+
+The fast-division constants the kernels use, the FFT workspace layout, host refusal of
+misaligned buffers, and launches on problems too big to run anywhere but a GPU: grid, block
+and shared-memory limits, 32-bit scalar arguments, cuBLAS batch counts. The kernels themselves
+run on the CPU in tests/test_cuda_emulated.py, and on a GPU in tests/gpu.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from algorithms.cuda import _cublas, direct, fft, im2col_gemm, implicit_gemm
+from algorithms.cuda._loader import fastdiv
+from algorithms.problem import ConvProblem
+from tests.cuda_emu.cases import ALGORITHMS as ALGOS
+from tests.cuda_emu.host import dev, dev_at
+from tests.cuda_shapes import ALIGN_SHAPES, SHAPES
+
+#: Facts the launch-only stand-ins record for the tests to check (cleared per test).
+LAUNCHES: list[dict[str, Any]] = []
+
+
+def fdiv(n: Any, mul: Any, shift: Any) -> np.ndarray:
+    """kernels/common.cuh fast_div, in 32-bit unsigned arithmetic."""
+    un = np.asarray(n, dtype=np.int64)
+    assert (un >= 0).all() and (un < 2**31).all(), "fast_div needs 0 <= n < 2**31"
+    u = un.astype(np.uint64)
+    hi = (u * np.uint64(int(mul))) >> np.uint64(32)
+    return (((hi + u) & np.uint64(0xFFFFFFFF)) >> np.uint64(int(shift))).astype(np.int64)
+
+
+
+def test_fastdiv_matches_integer_division() -> None:
+    rng = np.random.default_rng()
+    divisors = [*range(1, 300), *(2**e + d for e in range(9, 31) for d in (-1, 0, 1)),
+                *rng.integers(1, 2**31 - 1, 200).tolist()]
+    for d in divisors:
+        mul, shift = fastdiv(d)
+        assert 0 <= mul < 2**32 and 0 <= shift <= 31
+        n = np.concatenate([
+            rng.integers(0, 2**31 - 1, 2000), [0, 1, d - 1, d, d + 1, 2**31 - 1],
+            np.arange(max(0, 7 * d - 5), min(2**31 - 1, 7 * d + 5)),
+        ])
+        n = n[(n >= 0) & (n < 2**31)]
+        np.testing.assert_array_equal(fdiv(n, mul, shift), n // d, err_msg=f"d={d}")
+
+
+def test_fft_workspace_regions_do_not_overlap() -> None:
+    problem = ConvProblem(**SHAPES["groups4"])
+    spans = sorted(fft.workspace_layout(problem).values())
+    for (o1, n1), (o2, _n2) in itertools.pairwise(spans):
+        assert o1 + n1 <= o2 and o2 % 256 == 0
+
+
+@pytest.mark.parametrize("name", ["fft", "im2col_gemm"])
+def test_misaligned_workspace_is_refused_on_the_host(name: str) -> None:
+    """A workspace sliced off a boundary must raise, not fault on the GPU."""
+    problem = ConvProblem(**SHAPES["odd"], dtype="float64")
+    algorithm = ALGOS[name]
+    config = algorithm.configs(problem)[0]
+    nbytes = algorithm.workspace_bytes(problem, config)
+    workspace = dev_at(np.zeros(nbytes + 8, np.uint8), 4)
+    x = dev(np.zeros(problem.input_shape, problem.dtype))
+    w = dev(np.zeros(problem.filter_shape, problem.dtype))
+    y = dev(np.zeros(problem.output_shape, problem.dtype))
+    with pytest.raises(ValueError, match="aligned"):
+        algorithm.run(x, w, y, workspace, problem, config)
+
+
+def test_fft_sizes_are_never_1() -> None:
+    """cuFFT is never asked for a transform side of 1 (W = 1 for 1-D convolutions)."""
+    for kw in (ALIGN_SHAPES["one_pixel"], ALIGN_SHAPES["conv1d_hx1"]):
+        fh, fw = fft.fft_size(ConvProblem(**kw))
+        assert fh >= 2 and fw >= 2
+
+
+def test_fft_workspace_regions_are_aligned_for_every_dtype() -> None:
+    for dtype in ("float16", "float32", "float64"):
+        for kw in (*SHAPES.values(), *ALIGN_SHAPES.values()):
+            problem = ConvProblem(**kw, dtype=dtype)
+            layout = fft.workspace_layout(problem)
+            total = fft.FftCuda().workspace_bytes(problem, "default")
+            spans = sorted(layout.values())
+            assert all(offset % 256 == 0 for offset, _ in spans)
+            assert spans[-1][0] + spans[-1][1] <= total
+            for (o1, n1), (o2, _n2) in itertools.pairwise(spans):
+                assert o1 + n1 <= o2
+
+
+# --- launch limits on problems too big to emulate -------------------------------------------------
+GRID_X_LIMIT, GRID_YZ_LIMIT, SMEM_LIMIT = 2**31 - 1, 65535, 48 * 1024
+
+
+def _checked_launch(filename: str, name_expression: str) -> Callable[..., None]:
+    """A kernel stand-in that checks only the launch: grid and block limits, shared memory,
+    32-bit scalar arguments (Python ints would be passed as 64-bit and shift the rest)."""
+
+    def kernel(grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...],
+               shared_mem: int = 0) -> None:
+        assert 1 <= len(grid) <= 3 and 1 <= len(block) <= 3
+        assert all(isinstance(v, int) and v >= 1 for v in (*grid, *block))
+        assert grid[0] <= GRID_X_LIMIT and all(v <= GRID_YZ_LIMIT for v in grid[1:])
+        assert int(np.prod(block)) <= 1024 and 0 <= shared_mem <= SMEM_LIMIT
+        for a in args:
+            if isinstance(a, np.generic):
+                assert isinstance(a, (np.int32, np.uint32, np.float32, np.float64)), a
+            else:
+                assert hasattr(a, "data"), f"kernel argument {a!r} is not an array or scalar"
+        LAUNCHES.append({"kernel": name_expression, "grid": grid, "block": block})
+
+    return kernel
+
+
+def _checked_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
+                  a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
+                  c: int, ldc: int, sc: int, batch: int) -> None:
+    assert min(m, n, k, batch) >= 1 and max(m, n, k, lda, ldb, ldc) <= 2**31 - 1
+    assert batch <= _cublas.MAX_BATCH
+    assert ldc >= m and lda >= (m if transa == 0 else k) and ldb >= (k if transb == 0 else n)
+
+
+class _NullPlan:
+    def __init__(self, fft_type: int, batch: int, fh: int, fw: int) -> None:
+        assert batch <= 2**31 - 1 and fh >= 2 and fw >= 2
+
+    def fft(self, a: Any, out: Any, direction: int) -> None:
+        pass
+
+
+class _Sized:
+    """A buffer that exists only as an (aligned) address and a size."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.data = SimpleNamespace(ptr=1 << 40)
+        self.size = nbytes
+
+
+BIG_PROBLEMS: dict[str, dict[str, Any]] = {
+    "batch_over_grid_yz": dict(n=70000, c=1, h=3, w=3, k=2, r=3, s=3, pad=1),
+    "groups_over_grid_yz": dict(n=1, c=70000, h=2, w=2, k=70000, r=1, s=1, groups=70000),
+    "k_tiles_over_grid_yz": dict(n=1, c=1, h=2, w=2, k=600000, r=1, s=1),
+    "near_int32": dict(n=64, c=512, h=224, w=224, k=64, r=3, s=3, pad=1),
+    "huge_dilation": dict(n=1, c=2, h=300, w=300, k=2, r=3, s=3, dilation=100),
+}
+
+
+@pytest.mark.parametrize("shape", list(BIG_PROBLEMS))
+@pytest.mark.parametrize("name", ["direct", "im2col_gemm", "implicit_gemm"])
+def test_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch, name: str,
+                                            shape: str) -> None:
+    """Whatever supports() accepts launches within grid, block and shared-memory limits."""
+    for module in (direct, im2col_gemm, implicit_gemm):
+        monkeypatch.setattr(module, "get_kernel", _checked_launch)
+    monkeypatch.setattr(_cublas, "_gemm", _checked_gemm)
+    LAUNCHES.clear()
+    problem = ConvProblem(**BIG_PROBLEMS[shape])
+    algorithm = ALGOS[name]
+    if not algorithm.supports(problem):
+        assert algorithm.supports(problem).reason
+        return
+    for config in algorithm.configs(problem):
+        ws = algorithm.workspace_bytes(problem, config)
+        algorithm.run(_Sized(1), _Sized(1), _Sized(1), _Sized(ws) if ws else None, problem,
+                      config)
+    assert LAUNCHES
+
+
+@pytest.mark.parametrize("shape", ["groups_over_grid_yz", "one_pixel_many_planes"])
+def test_fft_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch,
+                                                shape: str) -> None:
+    kw = BIG_PROBLEMS.get(shape) or dict(n=3000, c=30, h=1, w=1, k=3, r=1, s=1)
+    monkeypatch.setattr(fft, "get_kernel", _checked_launch)
+    monkeypatch.setattr(_cublas, "_gemm", _checked_gemm)
+    monkeypatch.setattr(fft, "_plan", _NullPlan)
+    LAUNCHES.clear()
+    problem = ConvProblem(**kw)
+    algorithm = ALGOS["fft"]
+    if not algorithm.supports(problem):
+        assert algorithm.supports(problem).reason
+        return
+    ws = algorithm.workspace_bytes(problem, "default")
+    algorithm.run(_Sized(1), _Sized(1), _Sized(1), dev(np.zeros(ws, np.uint8)), problem,
+                  "default")
+    assert LAUNCHES
+
+
+def test_gemm_batches_are_split_for_cublas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch over MAX_BATCH becomes consecutive calls whose operands advance by the strides."""
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(_cublas, "_gemm", lambda *args: calls.append(args))
+    batch, item = 2 * _cublas.MAX_BATCH + 5, 8
+    _cublas.gemm_strided_batched("complex64", 2, 0, 3, 4, 5, 1000, 5, 15, 2000, 5, 0,
+                                 3000, 3, 12, batch)
+    assert [c[-1] for c in calls] == [_cublas.MAX_BATCH, _cublas.MAX_BATCH, 5]
+    for i, call in enumerate(calls):
+        first = i * _cublas.MAX_BATCH
+        assert call[:6] == ("complex64", 2, 0, 3, 4, 5)
+        assert call[6:15] == (1000 + first * 15 * item, 5, 15, 2000, 5, 0,
+                              3000 + first * 12 * item, 3, 12)
