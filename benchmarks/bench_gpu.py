@@ -301,21 +301,31 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{_fmt(g['matmul_tflops'], '.1f')} | "
                          f"{_fmt(g['implicit_gemm_tflops'], '.1f')} | "
                          f"{_fmt(g['implicit_vs_matmul'], '.2f')} |")
-    lines += ["", "| summary | geometric mean |", "|---|---|"]
+    lines += ["", "| summary | geometric mean or count |", "|---|---|"]
     for key, value in report["summary"].items():
-        lines.append(f"| {key} | {_fmt(value, '.3f')} |")
+        lines.append(f"| {key} | {_fmt(value, '.0f' if key.startswith('layers') else '.3f')} |")
     return "\n".join(lines)
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Geometric means of ours/cuDNN speed (per network and overall) and of GEMM ratios."""
+    """Geometric means of ours/cuDNN speed (per network and overall) and of GEMM ratios.
+
+    A layer without both timings (ours failed, cuDNN skipped) is left out of a mean, and the
+    `layers counted` entries say how many layers each mean covers, so a gap cannot hide.
+    """
     out: dict[str, float | None] = {}
-    for network in sorted({r["network"] for r in rows}):
-        out[f"ours/cuDNN speed, {network}"] = _geomean(
-            [r.get("speed_vs_cudnn", 0.0) for r in rows if r["network"] == network])
-    out["ours/cuDNN speed, all"] = _geomean([r.get("speed_vs_cudnn", 0.0) for r in rows])
-    out["implicit_gemm/cupy.matmul, 3x3"] = _geomean(
-        [r["gemm"].get("implicit_vs_matmul") or 0.0 for r in rows if "gemm" in r])
+    groups = {network: [r for r in rows if r["network"] == network]
+              for network in sorted({r["network"] for r in rows})}
+    groups["all"] = rows
+    for label, group in groups.items():
+        speeds = [r["speed_vs_cudnn"] for r in group if r.get("speed_vs_cudnn")]
+        out[f"ours/cuDNN speed, {label}"] = _geomean(speeds)
+        out[f"layers counted, {label}"] = float(len(speeds))
+        out[f"layers, {label}"] = float(len(group))
+    ratios = [r["gemm"]["implicit_vs_matmul"] for r in rows
+              if r.get("gemm", {}).get("implicit_vs_matmul")]
+    out["implicit_gemm/cupy.matmul, 3x3"] = _geomean(ratios)
+    out["layers counted, 3x3 GEMM"] = float(len(ratios))
     return out
 
 
