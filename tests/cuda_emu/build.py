@@ -114,9 +114,33 @@ def _shared_decl(match: re.Match[str]) -> str:
     return f"auto& {name} = emu::shared_array<{ctype}{dims}>({alignment or 0});"
 
 
+def _closing(text: str, start: int, pair: str) -> int:
+    """Index of the bracket closing the one `pair[0]` at `start`."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {pair[0]: 1, pair[1]: -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise ValueError(f"unbalanced {pair} at offset {start}")
+
+
+def _check_launch_bounds(text: str) -> str:
+    """Each `__launch_bounds__(max_threads, ...)` kernel first checks its block size."""
+    out, pos = [], 0
+    for match in re.finditer(r"__launch_bounds__\s*\(", text):
+        close = _closing(text, match.end() - 1, "()")
+        max_threads = _split_top(text[match.end():close], ",")[0]
+        params = text.index("(", close + 1)
+        body = text.index("{", _closing(text, params, "()")) + 1
+        out += [text[pos:body], f" emu::check_launch_bounds({max_threads});"]
+        pos = body
+    return "".join(out) + text[pos:]
+
+
 def translate(filename: str) -> str:
     """The kernel file's loader text with shared declarations and PTX rewritten for the CPU."""
     text = _SHARED.sub(_shared_decl, _ASM.sub(_asm_call, kernel_source(filename)))
+    text = _check_launch_bounds(text)
     leftover = re.search(r"\b(asm|__shared__)\b", text)
     if leftover:
         raise ValueError(f"{filename}: unsupported {leftover.group(1)} construct remains")
@@ -128,13 +152,8 @@ def has_barrier(source: str, kernel: str) -> bool:
     match = re.search(rf"\b{kernel}\s*\(", source)
     if match is None:
         raise ValueError(f"kernel {kernel} not found")
-    start = source.index("{", source.index(")", match.end()))
-    depth = 0
-    for end in range(start, len(source)):
-        depth += {"{": 1, "}": -1}.get(source[end], 0)
-        if depth == 0:
-            return "__syncthreads" in source[start:end]
-    raise ValueError(f"kernel {kernel} has no closing brace")
+    start = source.index("{", _closing(source, match.end() - 1, "()"))
+    return "__syncthreads" in source[start:_closing(source, start, "{}")]
 
 
 def unit_source(filename: str, name_expression: str) -> str:

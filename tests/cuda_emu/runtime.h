@@ -9,8 +9,9 @@
 // bit for bit. Shared arrays (static and dynamic) are separate heap blocks filled with 0xFF
 // (NaN as float) for every block, so AddressSanitizer sees overruns of them and an unwritten
 // slot that is read shows up as NaN; global buffers are the caller's own heap blocks.
-// Launch checks: grid/block limits, 48 KiB of shared memory, every pointer argument aligned
-// to its element type, barriers reached by all threads of a block the same number of times.
+// Launch checks: grid/block limits and __launch_bounds__, 48 KiB of shared memory, every
+// pointer argument aligned to its element type, barriers reached by all threads of a block
+// the same number of times.
 // build.py rewrites the few CUDA-only constructs (`__shared__` declarations, inline PTX) into
 // calls of this file; everything else of the kernel source compiles as plain C++17.
 #pragma once
@@ -209,6 +210,13 @@ inline void* take_shared(std::size_t bytes, std::size_t alignment) {
 template <typename A>
 inline A& shared_array(std::size_t alignment) {
     return *static_cast<A*>(take_shared(sizeof(A), std::max(alignment, alignof(A))));
+}
+
+// __launch_bounds__(max_threads, ...): a larger block fails to launch on a GPU.
+inline void check_launch_bounds(long long max_threads) {
+    if (1ll * blockDim.x * blockDim.y * blockDim.z > max_threads) {
+        fail("block has more threads than the kernel's __launch_bounds__");
+    }
 }
 
 inline unsigned char* dynamic_shared() {
