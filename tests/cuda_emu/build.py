@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -45,6 +46,8 @@ _SHARED = re.compile(
 
 def missing_tools() -> str | None:
     """Why emulated kernels cannot be built or run here, or None."""
+    if platform.machine() != "x86_64":
+        return f"the fiber switch in runtime.h is x86-64 assembly, this is {platform.machine()}"
     if CXX is None:
         return "g++ is not on PATH"
     if not Path(asan_library()).is_file():
