@@ -41,13 +41,14 @@ def _free_port() -> int:
 
 
 def start_server(port: int, db_url: str, workers: int) -> subprocess.Popen[bytes]:
-    """uvicorn in factory mode on loopback, settings through the environment."""
+    """uvicorn in factory mode on loopback, settings through the environment, with the HTTP
+    protocol `convtune serve` uses."""
     env = {**os.environ, "CONVTUNE_DB_URL": db_url, "CONVTUNE_DEVICE": "cpu"}
     env.pop("CONVTUNE_API_TOKEN", None)
     return subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app",
          "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-         "--log-level", "warning", "--no-access-log"],
+         "--log-level", "warning", "--no-access-log", "--http", "api.protocol:NoDelayH11Protocol"],
         cwd=ROOT, env=env,
     )
 

@@ -39,5 +39,5 @@ def serve(
         os.environ["CONVTUNE_DEVICE"] = parse_device(device)
     uvicorn.run(
         "api.app:create_app", factory=True, host=host, port=port, workers=workers,
-        log_level=log_level,
+        log_level=log_level, http="api.protocol:NoDelayH11Protocol",
     )
