@@ -15,7 +15,13 @@ from api.jobs import JobManager
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import algorithms, bundles, convolve, devices, find, health, jobs, results
 from api.settings import Settings
-from tuner.tuning import TUNER_VERSION, ClaimTimeout, NotInDatabase, NoUsableAlgorithm
+from tuner.tuning import (
+    TUNER_VERSION,
+    ClaimTimeout,
+    DeviceFault,
+    NotInDatabase,
+    NoUsableAlgorithm,
+)
 
 log = logging.getLogger("convtune.api")
 
@@ -114,6 +120,11 @@ def _install_error_handlers(app: FastAPI) -> None:
             {"detail": str(exc)}, status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "30"}
         )
 
+    async def device_lost(_request: Request, exc: Exception) -> JSONResponse:
+        # The GPU context of this process is gone; only a restart brings the device back.
+        log.error("device fault: %s", exc)
+        return JSONResponse({"detail": str(exc)}, status.HTTP_503_SERVICE_UNAVAILABLE)
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return JSONResponse(
@@ -125,6 +136,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotInDatabase, not_stored)
     app.add_exception_handler(NoUsableAlgorithm, none_usable)
     app.add_exception_handler(ClaimTimeout, busy)
+    app.add_exception_handler(DeviceFault, device_lost)
     app.add_exception_handler(Exception, unexpected)
 
 

@@ -56,6 +56,10 @@ class ClaimTimeout(LookupError):
     """Another tuner held its claim on this (device, problem) for longer than we may wait."""
 
 
+class DeviceFault(RuntimeError):
+    """A candidate left the device unable to run anything more in this process."""
+
+
 def _seconds(name: str, default: float) -> float:
     text = os.environ.get(name)
     if not text:
@@ -446,8 +450,22 @@ class Tuner:
         w = runtime.random(problem.filter_shape, problem.dtype, self._rng)
         y = runtime.empty(problem.output_shape, problem.dtype)
         ref = reference_conv(runtime.to_numpy(x), runtime.to_numpy(w), problem)
+        rows: list[MeasurementRow] = []
         with runtime.activate():  # run() enqueues on the current device's stream
-            rows = [self._measure_one(runtime, problem, cand, x, w, y, ref) for cand in candidates]
+            for cand in candidates:
+                rows.append(self._measure_one(runtime, problem, cand, x, w, y, ref))
+                fault = runtime.fault() if rows[-1].status == R.FAILED else None
+                if fault is not None:
+                    # Keep what was measured, the culprit's failure included, so that the
+                    # next process skips it; store nothing for candidates never run.
+                    self._save(problem, identity, rows)
+                    left = len(candidates) - len(rows)
+                    raise DeviceFault(
+                        f"{identity.device} can run no more work after "
+                        f"{cand.algorithm.name}/{cand.config} failed ({rows[-1].error}); "
+                        f"the device reports {fault}. {left} candidate(s) were not measured; "
+                        "a new process will measure them and skip the stored failure"
+                    )
         self._save(problem, identity, rows)
         return [_from_row(row, identity.fingerprint, R.FRESH) for row in rows]
 

@@ -213,3 +213,23 @@ def test_problem_claimed_by_another_tuner_is_503(
     assert response.headers["retry-after"] == "30"
     assert "claim" in response.json()["detail"].lower()
     assert stored_rows(db_url) == 0
+
+
+def test_device_fault_is_503_and_keeps_the_culprits_failure(
+    client: TestClient, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A kernel that kills the device (a sticky CUDA error) must not be reported as a 500,
+    # nor poison the candidates after it: they are left unmeasured, the culprit is stored.
+    from algorithms.cpu.fft import FftConv
+    from tuner.runtimes.cpu import CpuRuntime
+
+    def crash(*_args: Any) -> None:
+        raise RuntimeError("an illegal memory access was encountered")
+
+    monkeypatch.setattr(FftConv, "run", crash)
+    monkeypatch.setattr(CpuRuntime, "fault", lambda self: "cudaErrorIllegalAddress")
+    response = find(client, mode="tune")
+    assert response.status_code == 503, response.text
+    detail = response.json()["detail"]
+    assert "fft/default failed" in detail and "cudaErrorIllegalAddress" in detail
+    assert stored_rows(db_url) >= 1

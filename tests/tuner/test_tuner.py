@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from algorithms.problem import ConvProblem
 from db.engine import open_store
 from tests.tuner.fakes import Fake, Lazy, Raises, Refuses, Wrong, small_problem
 from tuner import results as R
+from tuner import tuning
 from tuner.runtime import TimingPolicy
-from tuner.tuning import NotInDatabase, NoUsableAlgorithm, Tuner
+from tuner.runtimes.cpu import CpuRuntime
+from tuner.tuning import DeviceFault, NotInDatabase, NoUsableAlgorithm, Tuner
 
 QUICK = TimingPolicy(warmup=1, budget_s=0.0, min_reps=2, max_reps=2)
 
@@ -128,3 +133,45 @@ def test_configs_are_candidates_and_find_reports_the_best_per_algorithm(db_url: 
     per_algorithm = tuner.find(small_problem(), "cpu")
     assert len(per_algorithm) == 1
     assert per_algorithm[0].time_ms == min(r.time_ms for r in per_config)  # type: ignore[type-var]
+
+
+class _FaultyRuntime(CpuRuntime):
+    """The host runtime, but able to 'lose the device' the way a sticky CUDA error does."""
+
+    lost: str | None = None
+
+    def fault(self) -> str | None:
+        return self.lost
+
+
+class _KillsDevice(Fake):
+    def __init__(self, name: str, runtime: _FaultyRuntime) -> None:
+        super().__init__(name)
+        self.runtime = runtime
+
+    def run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
+        self.runs += 1
+        self.runtime.lost = "CUDARuntimeError: cudaErrorIllegalAddress"
+        raise RuntimeError("an illegal memory access was encountered")
+
+
+def test_device_fault_stops_tuning_and_a_new_process_skips_the_culprit(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = _FaultyRuntime()
+    monkeypatch.setattr(tuning, "get_runtime", lambda device: runtime)
+    before, culprit, after = Fake("a"), _KillsDevice("b", runtime), Fake("c")
+    with pytest.raises(DeviceFault, match=r"b/default failed .*1 candidate\(s\) were not"):
+        make(db_url, before, culprit, after).find(small_problem(), "cpu")
+    assert (before.runs > 0, culprit.runs, after.runs) == (True, 1, 0)
+
+    runtime.lost = None  # a fresh process has a working device again
+    runs = before.runs
+    results = {r.algorithm: r for r in make(db_url, before, culprit, after).find(
+        small_problem(), "cpu")}
+    assert (before.runs, culprit.runs) == (runs, 1) and after.runs > 0
+    assert results["b"].status == R.FAILED and results["b"].source == R.MEASURED_HERE
+    assert results["a"].source == R.MEASURED_HERE and results["c"].source == R.FRESH
+    assert results["c"].status == R.OK

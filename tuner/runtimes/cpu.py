@@ -74,6 +74,10 @@ class CpuRuntime:
     def synchronize(self) -> None:
         """Nothing to wait for on the host."""
 
+    def fault(self) -> str | None:
+        """The host never loses its ability to run work."""
+        return None
+
     def activate(self) -> AbstractContextManager[None]:
         """Nothing to select on the host."""
         return nullcontext()

@@ -144,6 +144,22 @@ class CudaRuntime:
         """Wait for all work queued on the device."""
         self._dev.synchronize()
 
+    def fault(self) -> str | None:
+        """The error a synchronize and a tiny allocation raise now, or None.
+
+        An illegal address or a kernel trap is sticky: the CUDA context refuses all later
+        work in this process, so every later candidate would "fail" for a reason of not its
+        own. A recoverable error (an invalid launch configuration, say) passes this probe.
+        """
+        try:
+            with self._dev:
+                self._dev.synchronize()
+                self._cupy.zeros(1, dtype=np.uint8)
+                self._dev.synchronize()
+        except Exception as exc:  # CUDARuntimeError and friends
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
     def activate(self) -> AbstractContextManager[None]:
         """Make this GPU current: kernels, streams, cuBLAS and cuFFT follow the current one."""
         return cast(AbstractContextManager[None], self._dev)
