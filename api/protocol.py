@@ -24,3 +24,7 @@ class NoDelayH11Protocol(H11Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
+
+
+#: What uvicorn's `http` setting takes to use it (an import string reaches worker processes).
+HTTP_PROTOCOL = f"{__name__}:{NoDelayH11Protocol.__qualname__}"

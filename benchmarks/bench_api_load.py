@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from api.protocol import HTTP_PROTOCOL
 from tuner.runtimes.cpu import CpuRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ def start_server(port: int, db_url: str, workers: int) -> subprocess.Popen[bytes
     return subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app",
          "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-         "--log-level", "warning", "--no-access-log", "--http", "api.protocol:NoDelayH11Protocol"],
+         "--log-level", "warning", "--no-access-log", "--http", HTTP_PROTOCOL],
         cwd=ROOT, env=env,
     )
 

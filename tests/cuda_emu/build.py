@@ -12,6 +12,7 @@ on disk, keyed by everything that goes into them.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -55,6 +56,7 @@ def missing_tools() -> str | None:
     return None
 
 
+@functools.cache
 def asan_library() -> str:
     """The AddressSanitizer runtime that must be preloaded into an emulating process."""
     assert CXX is not None
@@ -140,6 +142,7 @@ def _check_launch_bounds(text: str) -> str:
     return "".join(out) + text[pos:]
 
 
+@functools.cache
 def translate(filename: str) -> str:
     """The kernel file's loader text with shared declarations and PTX rewritten for the CPU."""
     text = _SHARED.sub(_shared_decl, _ASM.sub(_asm_call, kernel_source(filename)))

@@ -130,16 +130,15 @@ def _run_chain(cases: list[dict[str, Any]], timeout: float) -> dict[str, dict[st
                 started = record["start"]
             else:
                 results[record["id"]] = record
-        ids = [c["id"] for c in remaining]
-        if started is None or started in results:  # clean exit, or died between cases
-            if started is None and done.returncode != 0:
+        if started is None:  # died before its first case: the harness itself is broken
+            if done.returncode != 0:
                 raise RuntimeError(f"emulation process failed:\n{_report(done.stderr)}")
-            remaining = remaining[ids.index(started) + 1:] if started else []
-            continue
-        results[started] = {"status": "failed",
-                            "message": f"process aborted (exit {done.returncode}):\n"
-                                       f"{_report(done.stderr)}"}
-        remaining = remaining[ids.index(started) + 1:]
+            break
+        if started not in results:  # a sanitizer or emulator check aborted this case
+            results[started] = {"status": "failed",
+                                "message": f"process aborted (exit {done.returncode}):\n"
+                                           f"{_report(done.stderr)}"}
+        remaining = remaining[[c["id"] for c in remaining].index(started) + 1:]
     return results
 
 

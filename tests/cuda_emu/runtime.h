@@ -3,12 +3,13 @@
 // Every CUDA thread of a block is a fiber with its own stack, switched by emu_switch below
 // (glibc's swapcontext makes a signal-mask system call per switch, which made the emulated
 // suite 1.8x slower here). A kernel without barriers runs its threads as plain calls. A
-// block's fibers run one at a time, each until its next __syncthreads() or its end, in an order the caller
-// picks per launch (forward, reverse, or shuffled every phase). A race between two threads
-// of one barrier phase therefore changes results between schedules, which the tests compare
-// bit for bit. Shared arrays (static and dynamic) are separate heap blocks filled with 0xFF
-// (NaN as float) for every block, so AddressSanitizer sees overruns of them and an unwritten
-// slot that is read shows up as NaN; global buffers are the caller's own heap blocks.
+// block's fibers run one at a time, each until its next __syncthreads() or its end, in an
+// order the caller picks per launch (forward, reverse, or shuffled every phase). A race
+// between two threads of one barrier phase therefore changes results between schedules,
+// which the tests compare bit for bit. Shared arrays (static and dynamic) are separate heap
+// blocks filled with 0xFF (NaN as float) for every block, so AddressSanitizer sees overruns
+// of them and an unwritten slot that is read shows up as NaN; global buffers are the
+// caller's own heap blocks.
 // Launch checks: grid/block limits and __launch_bounds__, 48 KiB of shared memory, every
 // pointer argument aligned to its element type, barriers reached by all threads of a block
 // the same number of times.
@@ -201,7 +202,9 @@ inline void* take_shared(std::size_t bytes, std::size_t alignment) {
         std::memset(p, 0xFF, bytes);
         b.shared.push_back(p);
         b.shared_bytes += bytes;
-        if (b.shared_bytes + b.dynamic_bytes > kSharedLimit) fail("block uses over 48 KiB of shared memory");
+        if (b.shared_bytes + b.dynamic_bytes > kSharedLimit) {
+            fail("block uses over 48 KiB of shared memory");
+        }
     }
     return b.shared[f.shared_next++];
 }
@@ -234,16 +237,21 @@ inline void syncthreads() {
     if (EMU_NO_BARRIERS) fail("__syncthreads() in a kernel built as barrier-free");
     Fiber& f = *g_block->current;
     ++f.barriers;
-    to_scheduler(f, false);
-    threadIdx = f.tid;
+    to_scheduler(f, false);  // resume() restores threadIdx before switching back
 }
 
 enum Schedule { kForward = 0, kReverse = 1, kShuffle = 2 };
 
-inline void run_block(Block& b, int schedule, std::mt19937& rng) {
-    std::vector<std::size_t> order(b.fibers.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+// Thread indices in launch order, or reversed (kShuffle reshuffles them per phase).
+inline std::vector<std::size_t> thread_order(std::size_t threads, int schedule) {
+    std::vector<std::size_t> order(threads);
+    for (std::size_t i = 0; i < threads; ++i) order[i] = i;
     if (schedule == kReverse) std::reverse(order.begin(), order.end());
+    return order;
+}
+
+inline void run_block(Block& b, int schedule, std::mt19937& rng) {
+    std::vector<std::size_t> order = thread_order(b.fibers.size(), schedule);
     for (int phase = 0;; ++phase) {
         if (schedule == kShuffle) std::shuffle(order.begin(), order.end(), rng);
         for (std::size_t i : order) {
@@ -252,7 +260,9 @@ inline void run_block(Block& b, int schedule, std::mt19937& rng) {
         std::size_t done = 0;
         for (const Fiber& f : b.fibers) {
             done += f.done;
-            if (!f.done && f.barriers != phase + 1) fail("threads of a block disagree on __syncthreads()");
+            if (!f.done && f.barriers != phase + 1) {
+                fail("threads of a block disagree on __syncthreads()");
+            }
         }
         if (done == b.fibers.size()) return;
         if (done != 0) fail("some threads exited while others wait at __syncthreads()");
@@ -260,9 +270,7 @@ inline void run_block(Block& b, int schedule, std::mt19937& rng) {
 }
 
 inline void run_threads_in_order(Block& b, int schedule, std::mt19937& rng) {
-    std::vector<std::size_t> order(b.fibers.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    if (schedule == kReverse) std::reverse(order.begin(), order.end());
+    std::vector<std::size_t> order = thread_order(b.fibers.size(), schedule);
     if (schedule == kShuffle) std::shuffle(order.begin(), order.end(), rng);
     for (std::size_t i : order) {
         b.current = &b.fibers[i];

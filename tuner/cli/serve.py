@@ -32,6 +32,8 @@ def serve(
     """
     import uvicorn
 
+    from api.protocol import HTTP_PROTOCOL
+
     # The factory reads its settings from the environment, which worker processes inherit.
     if db:
         os.environ["CONVTUNE_DB_URL"] = db
@@ -39,5 +41,5 @@ def serve(
         os.environ["CONVTUNE_DEVICE"] = parse_device(device)
     uvicorn.run(
         "api.app:create_app", factory=True, host=host, port=port, workers=workers,
-        log_level=log_level, http="api.protocol:NoDelayH11Protocol",
+        log_level=log_level, http=HTTP_PROTOCOL,
     )
