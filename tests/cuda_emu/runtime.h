@@ -1,15 +1,15 @@
 // A CPU execution model for kernels/*.cu, for tests on machines without a GPU.
 //
 // Every CUDA thread of a block is a fiber with its own stack, switched by emu_switch below
-// (glibc's swapcontext makes a signal-mask system call per switch, which made the emulated
-// suite 1.8x slower here). A kernel without barriers runs its threads as plain calls. A
-// block's fibers run one at a time, each until its next __syncthreads() or its end, in an
-// order the caller picks per launch (forward, reverse, or shuffled every phase). A race
-// between two threads of one barrier phase therefore changes results between schedules,
-// which the tests compare bit for bit. Shared arrays (static and dynamic) are separate heap
-// blocks filled with 0xFF (NaN as float) for every block, so AddressSanitizer sees overruns
-// of them and an unwritten slot that is read shows up as NaN; global buffers are the
-// caller's own heap blocks.
+// (glibc's swapcontext makes a signal-mask system call on every switch, and a block
+// switches once per thread and barrier). A kernel without barriers runs its threads as
+// plain calls. A block's fibers run one at a time, each until its next __syncthreads() or
+// its end, in an order the caller picks per launch (forward, reverse, or shuffled every
+// phase). A race between two threads of one barrier phase therefore changes results
+// between schedules, which the tests compare bit for bit. Shared arrays (static and
+// dynamic) are separate heap blocks filled with 0xFF (NaN as float) for every block, so
+// AddressSanitizer sees overruns of them and an unwritten slot that is read shows up as
+// NaN; global buffers are the caller's own heap blocks.
 // Launch checks: grid/block limits and __launch_bounds__, 48 KiB of shared memory, every
 // pointer argument aligned to its element type, barriers reached by all threads of a block
 // the same number of times.
