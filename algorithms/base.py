@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from algorithms.problem import ConvProblem
+from algorithms.problem import DTYPES, ConvProblem
 
 #: The configuration name of an algorithm that has no tunable variants.
 DEFAULT_CONFIG = "default"
@@ -35,11 +35,14 @@ class Algorithm(Protocol):
     """A stateless convolution algorithm on one backend.
 
     Contract (the tuner and `convolve` rely on it):
-    - `supports` is cheap and honest: supported means `run` is correct for that problem.
+    - `supports` is cheap and honest: supported means `run` is correct for that problem,
+      in its `direction` and within the error its `math` allows.
     - `configs` lists the tunable variants (stable strings, stored in the database); an
       algorithm without variants returns `(DEFAULT_CONFIG,)`.
     - `run` reads C-contiguous `x` (n, c, h, w) and `w` (k, c/groups, r, s), writes every
-      element of the C-contiguous `y` (n, k, out_h, out_w), and uses no memory beyond the
+      element of the C-contiguous `y` (n, k, out_h, out_w) — for the backward directions
+      the arrays are `problem.operand_shapes`: (dy, w) -> dx and (x, dy) -> dw — and uses
+      no memory beyond the
       1-D uint8 `workspace` of at least `workspace_bytes(problem, config)` bytes (it may be
       None when that is 0). All arrays live on the algorithm's backend. On a GPU, `run`
       only enqueues work on the current stream; the caller synchronises.
@@ -57,6 +60,72 @@ class Algorithm(Protocol):
     def run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None: ...
+
+
+def check_config(name: str, config: str, configs: tuple[str, ...]) -> None:
+    """ValueError when `config` is not one of the algorithm's configs."""
+    if config not in configs:
+        raise ValueError(f"{name}: unknown config {config!r}; expected one of {list(configs)}")
+
+
+class AlgorithmBase:
+    """What every implementation shares: config and workspace checks, no-variant defaults.
+
+    A subclass sets `name` and `backend` (and `directions` / `dtypes` where it serves
+    fewer), implements `_workspace` and `_run`, and overrides `_limits` or `configs` where
+    it has limits or variants. `supports` checks the direction and dtype before `_limits`;
+    `run` checks the config and the workspace size before `_run`, so no implementation
+    repeats either.
+    """
+
+    name: ClassVar[str]
+    backend: ClassVar[str]
+    #: The directions `run` computes (see algorithms.problem.DIRECTIONS).
+    directions: ClassVar[tuple[str, ...]] = ("forward",)
+    #: The storage dtypes `run` accepts.
+    dtypes: ClassVar[tuple[str, ...]] = tuple(DTYPES)
+
+    def supports(self, problem: ConvProblem) -> Support:
+        """The directions and dtypes above, within the limits `_limits` names."""
+        if problem.direction not in self.directions:
+            return unsupported(
+                f"{self.name} computes {' and '.join(self.directions)} only, "
+                f"not {problem.direction}"
+            )
+        if problem.dtype not in self.dtypes:
+            return unsupported(
+                f"dtype {problem.dtype} is not supported ({', '.join(self.dtypes)} only)"
+            )
+        return self._limits(problem)
+
+    def _limits(self, problem: ConvProblem) -> Support:
+        return SUPPORTED
+
+    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
+        """No variants."""
+        return (DEFAULT_CONFIG,)
+
+    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+        """Bytes of workspace `run` uses (see the implementation's module docstring)."""
+        check_config(self.name, config, self.configs(problem))
+        return self._workspace(problem, config)
+
+    def run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
+        """y = x (cross-correlated with) w; on a GPU, enqueued on the current stream."""
+        needed = self.workspace_bytes(problem, config)
+        if needed and (workspace is None or workspace.size < needed):
+            raise ValueError(f"{self.name}: workspace needs {needed} bytes")
+        self._run(x, w, y, workspace, problem, config)
+
+    def _workspace(self, problem: ConvProblem, config: str) -> int:
+        return 0
+
+    def _run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
+        raise NotImplementedError
 
 
 def workspace_view(workspace: Any, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:

@@ -8,20 +8,18 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request, status
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.deps import read_tokens, token_refusal, write_tokens
 from api.jobs import JobManager
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import algorithms, bundles, convolve, devices, find, health, jobs, results
 from api.settings import Settings
-from tuner.tuning import (
-    TUNER_VERSION,
-    ClaimTimeout,
-    DeviceFault,
-    NotInDatabase,
-    NoUsableAlgorithm,
-)
+from tuner.errors import ClaimTimeout, DeviceFault, NotInDatabase, NoUsableAlgorithm
+from tuner.service import StoreUnusable
+from tuner.version import TUNER_VERSION
 
 log = logging.getLogger("convtune.api")
 
@@ -40,6 +38,42 @@ ROUTERS: list[APIRouter] = [
 
 class BodyTooLarge(HTTPException):
     """The request body passed the configured limit while it was being read."""
+
+
+#: Routes of the write scope (they tune, run work or change the store); other /v1 routes
+#: are reads. A find may tune too: its route checks the write scope unless mode="cached".
+WRITE_ROUTES = ("/v1/convolve", "/v1/jobs", "/v1/bundles")
+#: Reads that stay open whatever the tokens: health, metrics and the documentation.
+OPEN_ROUTES = ("/healthz", "/metrics", "/docs", "/redoc", "/openapi.json")
+
+
+class TokenGateMiddleware:
+    """401 before any body is read: the write scope for POSTs that change things, the read
+    scope for the rest of /v1. A multipart upload is thus never parsed for a client without
+    the token (it was, up to the body limit, before the route's own check)."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(OPEN_ROUTES):
+            await self.app(scope, receive, send)
+            return
+        writes = scope["method"] == "POST" and scope["path"].startswith(WRITE_ROUTES)
+        tokens = write_tokens(self.settings) if writes else read_tokens(self.settings)
+        given = None
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                kind, _, credential = value.decode("latin-1").partition(" ")
+                given = credential.strip() if kind.lower() == "bearer" else None
+        refusal = token_refusal(given, tokens)
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        response = JSONResponse({"detail": refusal}, status.HTTP_401_UNAUTHORIZED,
+                                headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)
 
 
 class BodyLimitMiddleware:
@@ -125,6 +159,15 @@ def _install_error_handlers(app: FastAPI) -> None:
         log.error("device fault: %s", exc)
         return JSONResponse({"detail": str(exc)}, status.HTTP_503_SERVICE_UNAVAILABLE)
 
+    async def store_broken(_request: Request, exc: Exception) -> JSONResponse:
+        # The server's database is unusable (foreign, corrupt, unreachable): say what is
+        # wrong, on one line, rather than a bare "internal error".
+        log.error("database error: %s", exc)
+        text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        detail = text[0] if text else type(exc).__name__
+        return JSONResponse({"detail": f"database error: {detail}"},
+                            status.HTTP_503_SERVICE_UNAVAILABLE)
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return JSONResponse(
@@ -137,6 +180,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NoUsableAlgorithm, none_usable)
     app.add_exception_handler(ClaimTimeout, busy)
     app.add_exception_handler(DeviceFault, device_lost)
+    app.add_exception_handler(StoreUnusable, store_broken)
+    app.add_exception_handler(SQLAlchemyError, store_broken)
     app.add_exception_handler(Exception, unexpected)
 
 
@@ -175,5 +220,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _install_error_handlers(app)
     # Added last = outermost: metrics see every response, the 413s of the limit included.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(TokenGateMiddleware, settings=settings)  # before any body is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

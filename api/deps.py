@@ -1,4 +1,4 @@
-"""Typed dependencies: settings, the store, the job manager, metrics, the bearer token.
+"""Typed dependencies: settings, the tuner's facade, the job manager, metrics, the token.
 
 They are `async def` because they never block: FastAPI runs a sync dependency in a worker
 thread, and those thread hops cost more than a cached find itself.
@@ -15,7 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api.jobs import JobManager
 from api.metrics import Metrics
 from api.settings import Settings
-from db.engine import Store, open_store
+from tuner.service import Service, service
 
 
 async def get_settings(request: Request) -> Settings:
@@ -27,12 +27,12 @@ async def get_settings(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-async def get_store(settings: SettingsDep) -> Store:
-    """The results database (one engine per URL per process, cached by open_store)."""
-    return open_store(settings.db_url)
+async def get_service(settings: SettingsDep) -> Service:
+    """The tuner's facade for the configured store (one per URL per process)."""
+    return service(settings.db_url)
 
 
-StoreDep = Annotated[Store, Depends(get_store)]
+ServiceDep = Annotated[Service, Depends(get_service)]
 
 
 async def get_jobs(request: Request) -> JobManager:
@@ -52,32 +52,49 @@ async def get_metrics(request: Request) -> Metrics:
 
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
-_bearer = HTTPBearer(
+bearer = HTTPBearer(
     auto_error=False,
-    description="Required on POST endpoints when the server sets $CONVTUNE_API_TOKEN.",
+    description="Write scope ($CONVTUNE_API_TOKEN): tuning, convolve, jobs, pushing "
+    "bundles. Read scope ($CONVTUNE_READ_TOKEN, or the write token): everything else "
+    "under /v1; open when no read token is set.",
 )
+
+
+def token_refusal(given: str | None, accepted: tuple[str | None, ...]) -> str | None:
+    """Why a bearer token `given` is refused when the `accepted` tokens are set, or None.
+
+    No accepted token set: the scope is open.
+    """
+    expected = [t for t in accepted if t]
+    if not expected:
+        return None
+    if given is None:
+        return "missing bearer token: send 'Authorization: Bearer <token>'"
+    if any(hmac.compare_digest(given.encode(), t.encode()) for t in expected):
+        return None
+    return "invalid bearer token"
+
+
+def write_tokens(settings: Settings) -> tuple[str | None, ...]:
+    """Tokens of the write scope: tuning, convolving, jobs, pushing bundles."""
+    return (settings.api_token,)
+
+
+def read_tokens(settings: Settings) -> tuple[str | None, ...]:
+    """Tokens of the read scope (the write token reads too); open when no read token is set."""
+    return (settings.read_token, settings.api_token) if settings.read_token else ()
 
 
 async def require_token(
     settings: SettingsDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> None:
-    """401 unless the request carries `Authorization: Bearer <token>` (when one is set)."""
-    expected = settings.api_token
-    if not expected:
-        return
-    if credentials is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing bearer token: send 'Authorization: Bearer <token>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    if not hmac.compare_digest(credentials.credentials.encode(), expected.encode()):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "invalid bearer token",
-            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
-        )
+    """401 unless the request carries the write scope's bearer token (when one is set)."""
+    refusal = token_refusal(credentials.credentials if credentials else None,
+                            write_tokens(settings))
+    if refusal is not None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, refusal,
+                            headers={"WWW-Authenticate": "Bearer"})
 
 
 #: For state-changing routes: `@router.post(..., dependencies=[RequireToken])` or

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -12,7 +13,8 @@ from typing import Any
 
 from algorithms.problem import ConvProblem
 from api.metrics import Metrics
-from tuner.api import find_algorithms
+from tuner.results import AlgorithmResult
+from tuner.service import service
 
 
 class JobQueueFull(RuntimeError):
@@ -82,9 +84,14 @@ class JobManager:
     """
 
     def __init__(
-        self, *, db_url: str, metrics: Metrics, workers: int, max_jobs: int, kept: int
+        self, *, db_url: str, metrics: Metrics, workers: int, max_jobs: int, kept: int,
+        find: Callable[..., list[AlgorithmResult]] | None = None,
     ) -> None:
+        # The find is a parameter so that tests can slow it down or make it fail. The store
+        # is opened on the first job, so that a broken database fails requests (with a 503
+        # that says why), not the server's start.
         self._db_url = db_url
+        self._given_find = find
         self._metrics = metrics
         self._max_jobs = max_jobs
         self._kept = kept
@@ -92,6 +99,9 @@ class JobManager:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+
+    def _finder(self) -> Callable[..., list[AlgorithmResult]]:
+        return self._given_find or service(self._db_url).find
 
     def submit(
         self, items: list[JobItem], device: str, workspace_limit: int | None
@@ -147,9 +157,7 @@ class JobManager:
                 self._metrics.jobs.labels("failed").inc()
                 return
             try:
-                results = find_algorithms(
-                    item.problem, job.device, job.workspace_limit, db=self._db_url, mode="auto"
-                )
+                results = self._finder()(item.problem, job.device, job.workspace_limit, mode="auto")
                 self._metrics.record_find(results, origin="job")
                 best = results[0].as_dict() if results and results[0].usable else None
                 error = None if best else "no usable algorithm"

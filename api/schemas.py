@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from dataclasses import MISSING, fields
+from datetime import datetime
+from typing import Annotated, Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, create_model
 
-from algorithms.problem import ConvProblem
+from algorithms.problem import LIMITS, ConvProblem
+from tuner.results import AlgorithmResult
+from tuner.service import MeasurementRow
 
-#: Schema bounds: generous for real networks, tight enough that nothing absurd is accepted.
-#: Settings (max tensor elements, FLOPs, device memory) bound the product of the dimensions.
-MAX_BATCH = 4096
-MAX_CHANNELS = 65536
-MAX_SPATIAL = 16384
-MAX_FILTER = 64
-MAX_PAD = 1024
-MAX_STRIDE = 64
-MAX_DILATION = 64
+#: Schema bounds: the service's policy inside the library's outer bounds (LIMITS, which
+#: ConvProblem enforces for every front end): generous for real networks, tight enough
+#: that a request cannot ask for an hour of FFT on a padding of 60,000. Settings (max
+#: tensor elements, FLOPs, device memory) bound the product of the dimensions.
+MAX_BATCH = min(4096, LIMITS["n"])
+MAX_CHANNELS = min(65536, LIMITS["c"])
+MAX_SPATIAL = min(16384, LIMITS["h"])
+MAX_FILTER = min(64, LIMITS["r"])
+MAX_PAD = min(1024, LIMITS["pad"])
+MAX_STRIDE = min(64, LIMITS["stride"])
+MAX_DILATION = min(64, LIMITS["dilation"])
 MAX_WORKSPACE = 2**62
 MAX_DEVICE_LEN = 32
 
@@ -65,19 +71,23 @@ class ProblemIn(BaseModel):
     stride: StrideValue = Field(default=1, description="Stride: an int or [h, w].")
     dilation: DilationValue = Field(default=1, description="Dilation: an int or [h, w].")
     groups: Annotated[StrictInt, _dim(MAX_CHANNELS, "Groups (divides c and k).")] = 1
-    dtype: Literal["float16", "float32", "float64"] = "float32"
+    dtype: Literal["float16", "float32", "float64", "bfloat16"] = "float32"
+    math: Literal["fp32", "tf32"] = Field(
+        default="fp32",
+        description="fp32: FP32-accurate; tf32: TF32 tensor cores allowed (float32 only).",
+    )
+    direction: Literal["forward", "backward_data", "backward_filter"] = Field(
+        default="forward",
+        description="What is computed: y from (x, w), dx from (dy, w) or dw from (x, dy).",
+    )
 
     def to_problem(self) -> ConvProblem:
         """The library's ConvProblem (ValueError names the field that is wrong)."""
         return ConvProblem(
             n=self.n, c=self.c, h=self.h, w=self.w, k=self.k, r=self.r, s=self.s,
-            pad=_pair(self.pad), stride=_pair(self.stride), dilation=_pair(self.dilation),
-            groups=self.groups, dtype=self.dtype,
+            pad=self.pad, stride=self.stride, dilation=self.dilation,  # type: ignore[arg-type]
+            groups=self.groups, dtype=self.dtype, math=self.math, direction=self.direction,
         )
-
-
-def _pair(value: int | list[int]) -> tuple[int, int]:
-    return (value, value) if isinstance(value, int) else (value[0], value[1])
 
 
 class FindRequest(BaseModel):
@@ -103,27 +113,29 @@ class FindRequest(BaseModel):
     )
 
 
-class AlgorithmResultOut(BaseModel):
-    """One candidate's answer (the fields of tuner.AlgorithmResult.as_dict())."""
+def fields_of(value_type: type, /, **descriptions: str) -> type[BaseModel]:
+    """A pydantic model with the fields of the dataclass `value_type`, so the wire format
+    cannot drift from the value type (datetimes travel as ISO-8601 strings)."""
+    hints = get_type_hints(value_type)
+    spec: dict[str, Any] = {}
+    for f in fields(value_type):
+        hint = hints[f.name]
+        hint = str if hint is datetime else (str | None if hint == datetime | None else hint)
+        default = ... if f.default is MISSING else f.default
+        spec[f.name] = (hint, Field(default=default, description=descriptions.get(f.name)))
+    return create_model(f"{value_type.__name__}Fields", **spec)
 
-    algorithm: str
-    config: str
-    status: str = Field(description="ok, unsupported, over_workspace_limit, failed, wrong_result")
-    time_ms: float | None
-    workspace_bytes: int
-    max_error: float | None = None
-    rel_error: float | None = None
-    spread_ms: float | None = None
-    reps: int = 0
-    error: str | None = None
-    source: str = Field(
-        description="fresh (measured by this call), measured here (stored, this device), "
-        "not measured, or from a cached lookup elsewhere: same model, same architecture, "
-        "predicted (scaled from the nearest measured problem)"
-    )
-    device: str = Field(default="", description="Fingerprint of the device measured on.")
-    measured_at: str | None = None
-    note: str | None = Field(default=None, description="Where a predicted answer came from.")
+
+class AlgorithmResultOut(fields_of(  # type: ignore[misc]
+    AlgorithmResult,
+    status="ok, unsupported, over_workspace_limit, failed, wrong_result",
+    source="fresh (measured by this call), measured here (stored, this device), "
+    "not measured, or from a cached lookup elsewhere: same model, same architecture, "
+    "predicted (scaled from the nearest measured problem)",
+    device="Fingerprint of the device measured on.",
+    note="Where a predicted answer came from.",
+)):
+    """One candidate's answer (the fields of tuner.AlgorithmResult)."""
 
 
 class FindResponse(BaseModel):
@@ -139,26 +151,12 @@ class FindResponse(BaseModel):
     candidates: list[AlgorithmResultOut]
 
 
-class ResultItem(BaseModel):
-    """One stored measurement with its problem and device."""
+class ResultItem(fields_of(MeasurementRow)):  # type: ignore[misc]
+    """One stored measurement (the fields of a stored row) with its problem and device."""
 
     device: str
     device_name: str
     problem: dict[str, Any]
-    algorithm: str
-    config: str
-    impl_hash: str
-    status: str
-    time_ms: float | None
-    spread_ms: float | None
-    min_ms: float | None
-    reps: int
-    workspace_bytes: int
-    max_error: float | None
-    rel_error: float | None
-    error: str | None
-    measured_at: str
-    tuner_version: str
 
 
 class ResultsPage(BaseModel):
@@ -202,9 +200,11 @@ class AlgorithmsResponse(BaseModel):
 
 
 class Health(BaseModel):
-    """Liveness."""
+    """Liveness, and whether the server's own device can run work."""
 
-    status: Literal["ok"]
+    status: Literal["ok", "unavailable"]
+    device: str
+    reason: str | None = None
 
 
 JobState = Literal["queued", "running", "done", "failed"]
@@ -230,7 +230,10 @@ class JobRequest(BaseModel):
         list[Annotated[int, Strict(), Field(ge=1, le=MAX_BATCH)]],
         Field(min_length=1, max_length=16),
     ] = Field(default=[1], description="Batch sizes for `network`.")
-    dtype: Literal["float16", "float32", "float64"] = "float32"
+    dtype: Literal["float16", "float32", "float64", "bfloat16"] = "float32"
+    math: Literal["fp32", "tf32"] = Field(
+        default="fp32", description="Arithmetic of `network`'s problems (tf32: float32 only)."
+    )
     problems: Annotated[list[ProblemIn], Field(max_length=1000)] | None = None
     device: Device | None = None
     workspace_limit: WorkspaceLimit | None = None

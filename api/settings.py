@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from db.engine import default_url
+from tuner.service import default_url
 
 MIB = 1024 * 1024
 
@@ -33,6 +33,9 @@ class Settings:
     device: str | None = None
     #: Bearer token required by every POST endpoint when set ($CONVTUNE_API_TOKEN).
     api_token: str | None = None
+    #: Token of the read scope (cached finds, GETs; $CONVTUNE_READ_TOKEN): unset, reads
+    #: are open; set, reads need it or the write token ($CONVTUNE_API_TOKEN).
+    read_token: str | None = None
     #: Largest request body accepted, in bytes ($CONVTUNE_MAX_BODY_BYTES).
     max_body_bytes: int = 64 * MIB
     #: Largest tensor (input, filter or output) of any problem, in elements
@@ -57,6 +60,7 @@ class Settings:
             db_url=os.environ.get("CONVTUNE_DB_URL") or default_url(),
             device=os.environ.get("CONVTUNE_DEVICE") or None,
             api_token=os.environ.get("CONVTUNE_API_TOKEN") or None,
+            read_token=os.environ.get("CONVTUNE_READ_TOKEN") or None,
             max_body_bytes=_int_env("CONVTUNE_MAX_BODY_BYTES", base.max_body_bytes),
             max_tensor_elements=_int_env(
                 "CONVTUNE_MAX_TENSOR_ELEMENTS", base.max_tensor_elements

@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 
+from algorithms.cpu.runtime import CpuRuntime
 from api.protocol import HTTP_PROTOCOL
-from tuner.runtimes.cpu import CpuRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = {"n": 1, "c": 8, "h": 16, "w": 16, "k": 8, "r": 3, "s": 3, "pad": 1}

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.registry import ALGORITHM_NAMES
+from algorithms.runtime import TimingPolicy
 from db.engine import open_store
 from tuner.devices import identify
 from tuner.networks import network_problems
-from tuner.runtime import TimingPolicy
 from tuner.tuning import Tuner
 
 

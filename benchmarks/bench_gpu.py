@@ -4,14 +4,17 @@ Run on a GPU machine, from the repository root:
 
     python benchmarks/bench_gpu.py --out bench_gpu.json
 
-For ResNet-50 (batch 32) and VGG-16 (batch 16) layers it compiles every kernel (first run of
-each configuration), checks every configuration against a float64 convolution on the GPU
-(PyTorch's float64 conv2d, or our im2col_gemm in float64 without PyTorch), then times, with
-CUDA events and L2 flushed before each run (CudaRuntime.time):
+For ResNet-50 b32, VGG-16 b16, GoogLeNet b32 and MobileNet-v2 b32 (--networks) in the
+precision asked for (--dtype float32/float16/bfloat16, --math fp32/tf32) it compiles every
+kernel (first run of each configuration), checks every configuration against a float64
+convolution on the GPU (PyTorch's float64 conv2d, or our im2col_gemm in float64 without
+PyTorch), then times, with CUDA events and L2 flushed before each run (CudaRuntime.time):
 - each algorithm at its best configuration,
 - our tuned choice: the fastest correct (algorithm, config) measured here, or, with --tuner,
   the pick of the real tuner (tuner.api.find_best_algorithm, a throw-away database),
-- PyTorch conv2d with cudnn.benchmark on and TF32 off (strict FP32, like ours),
+- PyTorch conv2d with cudnn.benchmark on, in the matching mode: TF32 off for math fp32
+  (strict FP32, like ours), on for math tf32; the relative error of each side is reported
+  next to its time,
 - for 3x3 layers, cupy.matmul FP32 on a GEMM of the same M (out channels), N (n*P*Q) and K
   (c*R*S) next to implicit_gemm.
 Per layer: ms, TFLOP/s (direct-convolution FLOPs, problem.flops), ours/cuDNN speed ratio;
@@ -37,11 +40,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from algorithms.cuda._loader import kernel_sources_hash  # noqa: E402
+from algorithms.cuda.runtime import CudaRuntime, cuda_available  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from algorithms.reference import tolerance  # noqa: E402
 from algorithms.registry import algorithms_for, get_algorithm  # noqa: E402
-from tuner.runtime import TimingPolicy  # noqa: E402
-from tuner.runtimes.cuda import CudaRuntime, cuda_available, kernel_sources_hash  # noqa: E402
+from algorithms.runtime import TimingPolicy  # noqa: E402
 
 # (name, h=w, c, k, filter, pad, stride) from shared/ANCHORS.md; used only when
 # tuner.networks (the project's own layer lists) cannot be imported.
@@ -68,17 +72,19 @@ _FALLBACK_LAYERS: dict[str, list[tuple[str, int, int, int, int, int, int]]] = {
 }
 
 
-def layer_problems(network: str, batch: int, dtype: str) -> list[tuple[str, ConvProblem]]:
+def layer_problems(network: str, batch: int, dtype: str,
+                   math: str = "fp32") -> list[tuple[str, ConvProblem]]:
     """(layer name, problem) for each distinct convolution of a network."""
     try:
         from tuner.networks import network_problems
     except ImportError:
         return [
             (name, ConvProblem(n=batch, c=c, h=hw, w=hw, k=k, r=f, s=f, pad=p, stride=s,
-                               dtype=dtype))
+                               dtype=dtype, math=math))
             for name, hw, c, k, f, p, s in _FALLBACK_LAYERS[network]
         ]
-    return [(layer.name, problem) for layer, problem in network_problems(network, batch, dtype)]
+    return [(layer.name, problem)
+            for layer, problem in network_problems(network, batch, dtype, math)]
 
 
 def _tflops(problem: ConvProblem, ms: float | None) -> float | None:
@@ -115,8 +121,9 @@ class Bench:
 
                 if torch.cuda.is_available():
                     torch.backends.cudnn.benchmark = True
-                    torch.backends.cudnn.allow_tf32 = False
-                    torch.backends.cuda.matmul.allow_tf32 = False
+                    # cuDNN in the mode our problems ask for: TF32 only for math tf32.
+                    torch.backends.cudnn.allow_tf32 = args.math == "tf32"
+                    torch.backends.cuda.matmul.allow_tf32 = args.math == "tf32"
                     self.torch = torch
             except ImportError:
                 pass
@@ -162,7 +169,7 @@ class Bench:
             "network": network, "layer": name, "problem": problem.key(),
             "describe": problem.describe(), "flops": problem.flops, "algorithms": {},
         }
-        candidates: list[tuple[float, str, str]] = []
+        candidates: list[tuple[float, str, str, float]] = []
         for algorithm in algorithms_for("cuda"):
             entry: dict[str, Any] = {"configs": {}}
             support = algorithm.supports(problem)
@@ -182,14 +189,14 @@ class Bench:
                     result["first_run_s"] = time.perf_counter() - t0
                     err = self.rel_error(y, ref)
                     result["rel_error"] = err
-                    if not err <= tolerance(problem.dtype, algorithm.name):
+                    if not err <= tolerance(problem.dtype, algorithm.name, problem.math):
                         result["status"] = "wrong"
                     else:
                         ms, spread = self.time(
                             _runner(algorithm, x, w, y, ws, problem, config))
                         result.update(status="ok", ms=ms, spread_ms=spread,
                                       tflops=_tflops(problem, ms))
-                        candidates.append((ms, algorithm.name, config))
+                        candidates.append((ms, algorithm.name, config, err))
                     del ws
                 except Exception as exc:  # out of memory, launch failure: record, go on
                     result.update(status="error", error=f"{type(exc).__name__}: {exc}")
@@ -209,7 +216,7 @@ class Bench:
             row["gemm"] = self.gemm(problem, row["algorithms"].get("implicit_gemm", {}))
         return row  # the layer's buffers go back to the pool; the caller frees them
 
-    def tuned(self, problem: ConvProblem, candidates: list[tuple[float, str, str]],
+    def tuned(self, problem: ConvProblem, candidates: list[tuple[float, str, str, float]],
               x: Any, w: Any, y: Any) -> dict[str, Any]:
         """Our pick: the real tuner's (with --tuner) or the fastest correct one measured."""
         if self.args.tuner:
@@ -225,18 +232,18 @@ class Bench:
                     lambda: algorithm.run(x, w, y, ws, problem, pick.config))
                 return {"source": "tuner", "algorithm": pick.algorithm, "config": pick.config,
                         "ms": ms, "spread_ms": spread, "tflops": _tflops(problem, ms),
-                        "tuner_ms": pick.time_ms}
+                        "tuner_ms": pick.time_ms, "rel_error": pick.rel_error}
             except Exception as exc:  # the tuner is not required for the numbers below
                 print(f"  tuner failed ({type(exc).__name__}: {exc}); using the measured best",
                       file=sys.stderr)
         if not candidates:
             return {"source": "none"}
-        ms, name, config = min(candidates)
+        ms, name, config, err = min(candidates)
         return {"source": "measured", "algorithm": name, "config": config, "ms": ms,
-                "tflops": _tflops(problem, ms)}
+                "tflops": _tflops(problem, ms), "rel_error": err}
 
     def cudnn(self, problem: ConvProblem, x: Any, w: Any, ref: Any) -> dict[str, Any]:
-        """PyTorch conv2d (cuDNN, benchmark mode, TF32 off) on the same buffers."""
+        """PyTorch conv2d (cuDNN, benchmark mode, TF32 as `math` says) on the same buffers."""
         if self.torch is None:
             return {"skipped": "PyTorch with CUDA is not available"}
         torch = self.torch
@@ -279,7 +286,8 @@ def markdown(report: dict[str, Any]) -> str:
     """The per-layer table, the GEMM table and the geometric means."""
     names = [a.name for a in algorithms_for("cuda")]
     head = ["network", "layer", "problem", *[f"{n} ms" for n in names], "tuned",
-            "tuned ms", "tuned TFLOP/s", "cuDNN ms", "cuDNN TFLOP/s", "ours/cuDNN"]
+            "tuned ms", "tuned TFLOP/s", "tuned rel. err", "cuDNN ms", "cuDNN TFLOP/s",
+            "cuDNN rel. err", "ours/cuDNN"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in report["rows"]:
         algs = row["algorithms"]
@@ -288,7 +296,9 @@ def markdown(report: dict[str, Any]) -> str:
                  *[_fmt(algs.get(n, {}).get("ms")) for n in names],
                  f"{tuned.get('algorithm', '-')}/{tuned.get('config', '-')}",
                  _fmt(tuned.get("ms")), _fmt(tuned.get("tflops"), ".1f"),
+                 _fmt(tuned.get("rel_error"), ".1e"),
                  _fmt(cudnn.get("ms")), _fmt(cudnn.get("tflops"), ".1f"),
+                 _fmt(cudnn.get("rel_error"), ".1e"),
                  _fmt(row.get("speed_vs_cudnn"), ".2f")]
         lines.append("| " + " | ".join(cells) + " |")
     gemm_rows = [r for r in report["rows"] if "gemm" in r]
@@ -333,9 +343,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("bench_gpu.json"))
-    p.add_argument("--networks", default="resnet50:32,vgg16:16",
+    p.add_argument("--networks", default="resnet50:32,vgg16:16,googlenet:32,mobilenet_v2:32",
                    help="comma-separated network:batch pairs")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--math", default="fp32", choices=["fp32", "tf32"],
+                   help="fp32: FP32-accurate on both sides; tf32: TF32 allowed on both")
     p.add_argument("--layers", type=int, default=0, help="only the first N layers of each")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--budget", type=float, default=0.1, help="seconds of timing per candidate")
@@ -364,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     for spec in args.networks.split(","):
         network, batch = spec.split(":")
-        layers = layer_problems(network, int(batch), args.dtype)
+        layers = layer_problems(network, int(batch), args.dtype, args.math)
         if args.layers:
             layers = layers[: args.layers]
         for name, problem in layers:

@@ -1,6 +1,12 @@
-"""The results store: SQLAlchemy models, schema migration and keyword-only queries."""
+"""The results store: SQLAlchemy models, schema migration and keyword-only queries.
+
+- `models`, `migrations`, `engine`: the schema, its upgrades, opening a store;
+- `rows`: plain values (a measurement row, UTC times, column bounds);
+- `keys`: device and problem ids; `find`: the find path's reads and writes;
+- `reports`: listings; `claims`: who measures what; `bundles`: export and merge.
+"""
 
 from db.engine import Store, default_url, open_store
-from db.queries import MeasurementRow
+from db.rows import MeasurementRow
 
 __all__ = ["MeasurementRow", "Store", "default_url", "open_store"]

@@ -14,16 +14,10 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
+from db.find import lock_for_write
+from db.keys import PROBLEM_FIELDS, ensure_device, ensure_problem
 from db.models import Device, Measurement, Problem
-from db.queries import (
-    PROBLEM_FIELDS,
-    MeasurementRow,
-    as_utc,
-    ensure_device,
-    ensure_problem,
-    lock_for_write,
-    measurement_row,
-)
+from db.rows import MeasurementRow, as_utc, measurement_row
 
 #: How many ids one IN (...) names (SQLite allows 32766 parameters, PostgreSQL 65535).
 _CHUNK = 500

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -22,8 +23,11 @@ from sqlalchemy.exc import (
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.migrations import upgrade
+from db.models import Meta
 
 ENV_URL = "CONVTUNE_DB_URL"
+
+T = TypeVar("T")
 
 #: How long an SQLite writer waits for another process's lock (MIOpen uses 60 s too).
 SQLITE_BUSY_TIMEOUT_MS = 60_000
@@ -58,6 +62,22 @@ class Store:
         with self._sessions() as session, session.begin():
             yield session
 
+    def write(self, work: Callable[[Session], T], attempts: int = 3) -> T:
+        """Run `work` in one transaction; again when another process's write collided.
+
+        A concurrent insert of the same device, problem or measurement (IntegrityError),
+        or a lock lost on SQLite (OperationalError), is retried from the start: `work`
+        reads the other process's rows on the next try and merges with them.
+        """
+        for attempt in range(attempts):
+            try:
+                with self.session() as session:
+                    return work(session)
+            except (IntegrityError, OperationalError):
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
 
 _STORES: dict[str, Store] = {}
 _LOCK = threading.Lock()
@@ -74,6 +94,31 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.close()
 
 
+class StoreUnusable(RuntimeError):
+    """The database at a URL cannot be used: another application's, or not a database."""
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """Refuse, before anything is written, a file that is not an SQLite database or is
+    another application's (tables, but none of ours): opening it would add our tables and
+    switch it to WAL mode."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreUnusable(f"{path} is not a usable SQLite database: {exc}") from None
+    if tables and Meta.__tablename__ not in tables:
+        shown = ", ".join(sorted(tables)[:5])
+        raise StoreUnusable(f"{path} is another application's database (tables: {shown}); "
+                            "convtune will not modify it")
+
+
 def _create_engine(url: str) -> Engine:
     try:
         parsed = make_url(url)
@@ -83,7 +128,9 @@ def _create_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            path = Path(database).expanduser()
+            _check_sqlite_file(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
     else:
         kwargs["pool_pre_ping"] = True
@@ -101,8 +148,21 @@ def _upgrade_with_retry(engine: Engine, attempts: int = 5) -> None:
     # create them; the loser fails on "already exists" and simply looks again.
     for attempt in range(attempts):
         try:
-            with engine.begin() as conn:
-                upgrade(conn)
+            with engine.connect() as conn:
+                sqlite = conn.dialect.name == "sqlite"
+                if sqlite:
+                    # A migration may rebuild a referenced table (schema 4); SQLite only
+                    # honours this pragma outside a transaction, so it is set before one.
+                    conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+                    conn.commit()
+                try:
+                    with conn.begin():
+                        upgrade(conn)
+                finally:
+                    if sqlite:
+                        conn.rollback()
+                        conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+                        conn.commit()
             return
         except (OperationalError, IntegrityError, ProgrammingError):
             if attempt == attempts - 1:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection, Table, inspect, select
+from sqlalchemy import Connection, MetaData, Table, inspect, select, text
 
-from db.models import Base, Claim, Meta
+from db.models import PROBLEM_INT_FIELDS, Base, Claim, Meta, Problem
 
 #: The schema this code writes. Bump it together with a new entry in MIGRATIONS.
 #: 1: devices, problems, measurements. 2: + claims (several tuners sharing one store).
-SCHEMA_VERSION = 2
+#: 3: + the `generation` meta row, bumped by every write of measurements (answer caches).
+#: 4: + problems.math ("fp32"/"tf32"), part of the problem's unique key.
+SCHEMA_VERSION = 4
+
+#: The meta key counting writes of measurements: processes that cache answers in memory
+#: compare it to know when another process changed the store.
+GENERATION_KEY = "generation"
 
 
 def _add_claims(conn: Connection) -> None:
@@ -18,9 +24,49 @@ def _add_claims(conn: Connection) -> None:
     Claim.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
 
 
+def _add_generation(conn: Connection) -> None:
+    """2 -> 3: the write counter row (rows of version 2 are untouched)."""
+    _set_meta(conn, GENERATION_KEY, "0")
+
+
+def _add_math(conn: Connection) -> None:
+    """3 -> 4: problems.math, every existing row "fp32", and the unique key extended by it.
+
+    The old unique constraint would refuse a tf32 row beside its fp32 twin, so it is
+    replaced. PostgreSQL alters it in place. SQLite cannot drop a constraint, so the table
+    is rebuilt with the same ids; the caller has switched its foreign-key checks off for
+    this (see `foreign_keys_off`), and `PRAGMA foreign_key_check` proves nothing dangles.
+    """
+    old_columns = [*PROBLEM_INT_FIELDS, "dtype", "layout", "direction"]
+    if conn.dialect.name == "sqlite":
+        table: Table = Problem.__table__  # type: ignore[assignment]
+        rebuilt = table.to_metadata(MetaData(), name="problems_v4")
+        rebuilt.create(conn)
+        columns = ", ".join(["id", *old_columns])
+        conn.execute(text(
+            f"INSERT INTO problems_v4 ({columns}, math) SELECT {columns}, 'fp32' FROM problems"
+        ))
+        conn.execute(text("DROP TABLE problems"))
+        conn.execute(text("ALTER TABLE problems_v4 RENAME TO problems"))
+        dangling = conn.execute(text("PRAGMA foreign_key_check")).fetchall()
+        if dangling:
+            raise SchemaError(f"migration 4 left dangling references: {dangling[:3]}")
+        return
+    conn.execute(text(
+        "ALTER TABLE problems ADD COLUMN math VARCHAR(8) NOT NULL DEFAULT 'fp32'"
+    ))
+    for constraint in inspect(conn).get_unique_constraints("problems"):
+        if set(constraint["column_names"]) == set(old_columns) and constraint["name"]:
+            conn.execute(text(f'ALTER TABLE problems DROP CONSTRAINT "{constraint["name"]}"'))
+    new_key = ", ".join([*PROBLEM_INT_FIELDS, "dtype", "math", "layout", "direction"])
+    conn.execute(text(f"ALTER TABLE problems ADD UNIQUE ({new_key})"))
+
+
 #: MIGRATIONS[v] upgrades a version-v database to version v + 1, in one transaction.
-#: Steps only add (tables, nullable columns, indexes): stored names are forever.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_claims}
+#: Steps only add (tables, columns with defaults, keys that widen): stored names are forever.
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {
+    1: _add_claims, 2: _add_generation, 3: _add_math,
+}
 
 
 class SchemaError(ValueError):
@@ -35,13 +81,15 @@ def stored_version(conn: Connection) -> int | None:
     return int(value) if value is not None else None
 
 
-def _set_version(conn: Connection, version: int) -> None:
+def _set_meta(conn: Connection, key: str, value: str) -> None:
     table: Table = Meta.__table__  # type: ignore[assignment]
-    updated = conn.execute(
-        table.update().where(table.c.key == "schema_version").values(value=str(version))
-    )
+    updated = conn.execute(table.update().where(table.c.key == key).values(value=value))
     if not updated.rowcount:
-        conn.execute(table.insert().values(key="schema_version", value=str(version)))
+        conn.execute(table.insert().values(key=key, value=value))
+
+
+def _set_version(conn: Connection, version: int) -> None:
+    _set_meta(conn, "schema_version", str(version))
 
 
 def upgrade(conn: Connection, target: int = SCHEMA_VERSION) -> int:
@@ -49,6 +97,7 @@ def upgrade(conn: Connection, target: int = SCHEMA_VERSION) -> int:
     found = stored_version(conn)
     if found is None:
         Base.metadata.create_all(conn)
+        _set_meta(conn, GENERATION_KEY, "0")
         _set_version(conn, target)
         return 0
     if found > target:

@@ -55,7 +55,9 @@ class Problem(Base):
     """One convolution problem (forward, NCHW, KCRS)."""
 
     __tablename__ = "problems"
-    __table_args__ = (UniqueConstraint(*PROBLEM_INT_FIELDS, "dtype", "layout", "direction"),)
+    __table_args__ = (
+        UniqueConstraint(*PROBLEM_INT_FIELDS, "dtype", "math", "layout", "direction"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     n: Mapped[int] = mapped_column(Integer)
     c: Mapped[int] = mapped_column(Integer)
@@ -72,6 +74,8 @@ class Problem(Base):
     dilation_w: Mapped[int] = mapped_column(Integer)
     groups: Mapped[int] = mapped_column(Integer)
     dtype: Mapped[str] = mapped_column(String(16))
+    #: The arithmetic the caller accepts ("fp32", "tf32"); schema 4. Older rows are "fp32".
+    math: Mapped[str] = mapped_column(String(8), default="fp32", server_default="fp32")
     layout: Mapped[str] = mapped_column(String(16), default="NCHW")
     direction: Mapped[str] = mapped_column(String(16), default="forward")
 

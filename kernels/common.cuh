@@ -11,6 +11,11 @@ struct half_t {
     unsigned short bits;
 };
 
+// bfloat16 storage (the high 16 bits of a float); arithmetic always happens in float.
+struct bf16_t {
+    unsigned short bits;
+};
+
 // The accumulation type of a storage type: float for float and half, double for double.
 template <typename T>
 struct AccOf {
@@ -29,11 +34,21 @@ __device__ __forceinline__ float load_acc(const half_t* p) {
     return f;
 }
 
+__device__ __forceinline__ float load_acc(const bf16_t* p) {
+    return __uint_as_float(static_cast<unsigned int>(p->bits) << 16);
+}
+
 __device__ __forceinline__ void store_acc(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_acc(double* p, double v) { *p = v; }
 __device__ __forceinline__ void store_acc(half_t* p, float v) {
     unsigned short b;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(v));
+    p->bits = b;
+}
+
+__device__ __forceinline__ void store_acc(bf16_t* p, float v) {
+    unsigned short b;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(v));
     p->bits = b;
 }
 
@@ -56,3 +71,80 @@ __device__ __forceinline__ int fast_div(int n, unsigned int mul, unsigned int sh
 #define CONV_SHAPE_PARAMS                                                                  \
     int N, int C, int H, int W, int K, int R, int S, int P, int Q, int pad_h, int pad_w,  \
         int str_h, int str_w, int dil_h, int dil_w, int groups
+
+
+// --- Warp-level tensor-core and async-copy PTX (sm_80+), one instruction per inline-PTX statement so
+// tests/cuda_emu can emulate each (tests/cuda_emu/warp.h documents the fragment layouts). ---
+
+// The shared-space address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned long long smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return a;
+}
+
+// x rounded to TF32 (10 mantissa bits, ties away), as the 32-bit pattern mma reads.
+__device__ __forceinline__ unsigned int tf32_rna(float x) {
+    unsigned int r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// d += A (16x8, row) . B (8x8, col) on TF32 operands, FP32 accumulation.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned int (&a)[4],
+                                         const unsigned int (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d += A (16x16, row) . B (16x8, col) on packed float16 / bfloat16 pairs (the pointer picks).
+__device__ __forceinline__ void mma_k16(const half_t*, float (&d)[4], const unsigned int (&a)[4],
+                                        const unsigned int (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma_k16(const bf16_t*, float (&d)[4], const unsigned int (&a)[4],
+                                        const unsigned int (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Four / two 8x8 b16 matrices from shared memory; each lane gives one 16-byte row address.
+__device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], unsigned long long row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "l"(row)
+                 : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(unsigned int (&r)[2], unsigned long long row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "l"(row)
+                 : "memory");
+}
+
+// BYTES (4, 8 or 16) from global `src` to shared `dst`, asynchronously; zero-filled when !ok
+// (src is then not read, but must still be a valid, aligned address).
+template <int BYTES>
+__device__ __forceinline__ void cp_async(unsigned long long dst, const void* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"l"(dst), "l"(src),
+                 "n"(BYTES), "r"(ok ? BYTES : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}

@@ -5,7 +5,8 @@ every CUDA thread as a fiber (forward, then reverse schedule: a barrier race cha
 result), with AddressSanitizer on every global and shared array and UBSan on indexing,
 alignment and integer overflow; `run()` of each algorithm drives it exactly as on a GPU
 (grids, argument types and order, shared-memory sizes, workspace layout), with cuBLAS and
-cuFFT replaced by NumPy stand-ins that check their operands. What this cannot see: warp-level
+cuFFT replaced by NumPy stand-ins that check their operands; warp-level PTX (mma.sync,
+ldmatrix, cp.async) is emulated by tests/cuda_emu/warp.h. What this cannot see: warp-level
 timing, the memory model beyond barriers, NVRTC itself, the real cuBLAS/cuFFT, and speed;
 tests/gpu covers those on a GPU.
 """
@@ -17,10 +18,12 @@ from typing import Any
 import pytest
 
 from algorithms.cuda import shipped_kernels
-from algorithms.problem import DTYPES, ConvProblem
+from algorithms.cuda._loader import CTYPES
+from algorithms.problem import DTYPES
 from tests.cuda_emu.build import build_all, missing_tools
 from tests.cuda_emu.cases import ALGORITHMS, run_cases
 from tests.cuda_shapes import ALIGN_SHAPES, NETWORK_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
+from tests.precision import make_problem
 
 _missing = missing_tools()
 pytestmark = pytest.mark.skipif(_missing is not None, reason=f"cannot emulate: {_missing}")
@@ -36,9 +39,33 @@ _LAYERS: dict[str, dict[str, Any]] = {
 }
 
 
+#: The tensor-core kernel is slow to emulate (a 32-fiber rendezvous per mma), so it runs a
+#: chosen few shapes per (dtype, math) instead of every shape: odd sizes, strides, padding
+#: wider than the filter, dilation, groups, several channel tiles, one-element-misaligned
+#: tensors, and tc_deep below.
+#: Mutations of kernels/implicit_gemm_tc.cu these cases catch (each tried by hand once):
+#:   cp_async_wait<STAGES - 1> (one group too few waited)   -> ASan: read of in-flight copy
+#:   the loop's __syncthreads() removed                      -> ASan: read of in-flight copy
+#:   TF32 B fragment k = 2t + v instead of t + 4v            -> relative error 1.3
+#:   3xTF32 without the big.small product                    -> relative error 2e-4 > 1e-5
+#:   ldmatrix A rows from lane % 8 instead of lane % 16      -> relative error 0.94 (tc_deep)
+_TC_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("float32", "fp32"): ("odd", "stride_pair", "dilation_stride", "groups_strided",
+                          "k_over_tile", "pad_gt_filter", "single_pixel", "tc_deep"),
+    ("float32", "tf32"): ("odd", "groups_strided", "tc_deep"),
+    ("float16", "fp32"): ("odd", "dilation_stride", "k_over_tile", "tc_deep"),
+    ("bfloat16", "fp32"): ("odd", "groups_strided", "tc_deep"),
+}
+#: 14 K-steps (the cp.async ring wraps at every stage count) and 40 output channels (every
+#: row of a 16-row mma tile matters: with k <= 8 the rows g + 8 would all be padding).
+_TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
+    "tc_deep": dict(n=1, c=24, h=5, w=5, k=40, r=3, s=3, pad=1),
+}
+
+
 def _case(case_id: str, name: str, problem: dict[str, Any],
           offsets: list[int] | None = None) -> dict[str, Any] | None:
-    if not ALGORITHMS[name].supports(ConvProblem(**problem)):
+    if not ALGORITHMS[name].supports(make_problem(**problem)):
         return None
     return {"id": case_id, "algorithm": name, "problem": problem, "offsets": offsets}
 
@@ -46,7 +73,7 @@ def _case(case_id: str, name: str, problem: dict[str, Any],
 def _cases() -> list[dict[str, Any]]:
     cases: list[dict[str, Any] | None] = []
     geometry = {k: v for k, v in SHAPES.items() if k not in NETWORK_SHAPES}
-    for name in ALGORITHMS:
+    for name in (n for n in ALGORITHMS if n != "implicit_gemm_tc"):
         for shape, kw in (geometry | ({} if name == "fft" else _LAYERS)).items():
             dtypes = ["float32"]
             if shape in OTHER_DTYPE_SHAPES:
@@ -60,6 +87,14 @@ def _cases() -> list[dict[str, Any]]:
     for y_off in (0, 4, 8, 12):
         cases.append(_case(f"vec-y{y_off}", "implicit_gemm", SHAPES["pq_multiple_of_4"],
                            [4, 4, y_off]))
+    for (dtype, math), shapes in _TC_SHAPES.items():
+        cases += [_case(f"implicit_gemm_tc-{shape}-{dtype}-{math}", "implicit_gemm_tc",
+                        {**(SHAPES | _TC_EXTRA_SHAPES)[shape], "dtype": dtype, "math": math})
+                  for shape in shapes]
+        item = 4 if dtype == "float32" else 2
+        cases.append(_case(f"implicit_gemm_tc-pq_odd_k_odd-{dtype}-{math}-offset",
+                           "implicit_gemm_tc", {**ALIGN_SHAPES["pq_odd_k_odd"], "dtype": dtype,
+                                                "math": math}, [item, item, item]))
     return [c for c in cases if c is not None]
 
 
@@ -84,8 +119,11 @@ def test_every_algorithm_and_dtype_is_covered() -> None:
     covered = {(c["algorithm"], c["problem"].get("dtype", "float32")) for c in CASES.values()}
     for name in ALGORITHMS:
         assert (name, "float32") in covered
+    tc = {(c["problem"]["dtype"], c["problem"]["math"]) for c in CASES.values()
+          if c["algorithm"] == "implicit_gemm_tc"}
+    assert tc == set(_TC_SHAPES)
     assert {d for n, d in covered if n == "implicit_gemm"} == {"float32", "float16"}
-    assert {d for n, d in covered if n == "fft"} == set(DTYPES)
+    assert {d for n, d in covered if n == "fft"} == set(CTYPES)  # fft has no bfloat16
 
 
 @pytest.mark.parametrize("y_off", [0, 4, 8, 12])

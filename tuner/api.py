@@ -1,31 +1,17 @@
-"""The public Python API: find_algorithms, find_best_algorithm, convolve."""
+"""The public Python API: find_algorithms, find_best_algorithm, plan, convolve."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from algorithms.problem import DTYPES, ConvProblem, pair
-from algorithms.registry import get_algorithm
-from db.engine import open_store
-from tuner import results as R
-from tuner.devices import backend_of, get_runtime, parse_device
+from algorithms.problem import DTYPES, ConvProblem, as_int, pair
+from tuner.devices import parse_device
+from tuner.plans import Plan, dtype_name, is_torch
 from tuner.results import AlgorithmResult
-from tuner.runtime import TimingPolicy
-from tuner.tuning import Tuner, validate_workspace_limit
-
-
-def _tuner(db: str | None, policy: TimingPolicy | None = None) -> Tuner:
-    return Tuner(open_store(db), policy=policy)
-
-
-def _check_problem(problem: Any) -> ConvProblem:
-    if not isinstance(problem, ConvProblem):
-        raise ValueError(f"problem must be a ConvProblem, got {type(problem).__name__}")
-    return problem
+from tuner.service import service
 
 
 def find_algorithms(
@@ -42,8 +28,7 @@ def find_algorithms(
     code, and measures (then stores) the rest. `workspace_limit` is in bytes (None: no
     limit, 0: only algorithms without workspace); `mode` is "auto", "cached" or "tune".
     """
-    problem = _check_problem(problem)
-    return _tuner(db).find(problem, parse_device(device), workspace_limit, mode=mode)
+    return service(db).find(problem, parse_device(device), workspace_limit, mode=mode)
 
 
 def find_best_algorithm(
@@ -55,8 +40,23 @@ def find_best_algorithm(
     mode: str = "auto",
 ) -> AlgorithmResult:
     """The fastest usable algorithm under `workspace_limit`; NoUsableAlgorithm if none."""
-    problem = _check_problem(problem)
-    return _tuner(db).best(problem, parse_device(device), workspace_limit, mode=mode)
+    return service(db).best(problem, parse_device(device), workspace_limit, mode=mode)
+
+
+def plan(
+    problem: ConvProblem,
+    device: str | None = None,
+    workspace_limit: int | None = None,
+    db: str | None = None,
+    *,
+    algorithm: str | None = None,
+) -> Plan:
+    """A reusable, thread-safe plan of the tuned best algorithm: `plan(x, w, out=None)`.
+
+    Tunes first if the problem is new. Calling the plan looks nothing up, enqueues on the
+    caller's current stream and allocates nothing when `out` is given (see tuner.plans).
+    """
+    return service(db).plan(problem, parse_device(device), workspace_limit, algorithm=algorithm)
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Convolution:
     algorithm: str
     config: str
     device: str
-    elapsed_ms: float
+    elapsed_ms: float | None  # None when not timed
     problem: ConvProblem
 
 
@@ -98,8 +98,7 @@ _DLPACK_CPU, _DLPACK_CUDA = 1, 2  # kDLCPU, kDLCUDA in DLPack's device-type enum
 
 
 def _dtype_name(array: Any, what: str) -> str:
-    name = str(getattr(array, "dtype", ""))
-    name = name.removeprefix("torch.")
+    name = dtype_name(array)
     if name not in DTYPES:
         raise ValueError(f"{what} has dtype {name or type(array).__name__!r}; "
                          f"expected one of {sorted(DTYPES)}")
@@ -115,6 +114,8 @@ def problem_for(
     dilation: Any = 1,
     groups: int = 1,
     dtype: str = "float32",
+    math: str = "fp32",
+    direction: str = "forward",
 ) -> ConvProblem:
     """The ConvProblem of x (n, c, h, w) and w (k, c/groups, r, s); ValueError if they clash."""
     if len(x_shape) != 4:
@@ -123,8 +124,10 @@ def problem_for(
         raise ValueError(f"w must be 4-D (k, c/groups, r, s), got shape {tuple(w_shape)}")
     n, c, h, w = (int(v) for v in x_shape)
     k, cg, r, s = (int(v) for v in w_shape)
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+    count = as_int(groups)
+    if count is None or count < 1:
         raise ValueError(f"groups must be a positive int, got {groups!r}")
+    groups = count
     if cg * groups != c:
         raise ValueError(
             f"shape mismatch: x has c={c} channels but w has {cg} input channels per group "
@@ -133,7 +136,64 @@ def problem_for(
     return ConvProblem(
         n=n, c=c, h=h, w=w, k=k, r=r, s=s,
         pad=pair(padding, "padding"), stride=pair(stride, "stride"),
-        dilation=pair(dilation, "dilation"), groups=groups, dtype=dtype,
+        dilation=pair(dilation, "dilation"), groups=groups, dtype=dtype, math=math,
+        direction=direction,
+    )
+
+
+def _all_finite(array: Any) -> bool:
+    """Whether every element is finite (NumPy, CuPy or torch; waits for a GPU's answer)."""
+    if isinstance(array, np.ndarray):
+        return bool(np.isfinite(array).all())
+    if is_torch(array):
+        import torch
+
+        return bool(torch.isfinite(array).all().item())
+    import cupy
+
+    return bool(cupy.isfinite(cupy.asarray(array)).all().item())
+
+
+def _execute(
+    a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
+    geometry: dict[str, Any], device: str | None, workspace_limit: int | None,
+    algorithm: str | None, db: str | None, math: str, out: Any, timed: bool,
+    check_finite: bool = False,
+) -> Convolution:
+    """Run `direction` on (a, b); `given_shape` is the x (backward_data) or w
+    (backward_filter) shape the operands do not show."""
+    names = {"backward_data": ("dy", "w"), "backward_filter": ("x", "dy")}.get(
+        direction, ("x", "w"))
+    lives_on = _where(a)
+    if _where(b) != lives_on:
+        raise ValueError(f"{names[0]} is on {lives_on} but {names[1]} is on {_where(b)}")
+    device = parse_device(device) if device is not None else lives_on
+    if device != lives_on:
+        raise ValueError(f"device={device!r} but the inputs live on {lives_on}")
+    dtype = _dtype_name(a, names[0])
+    if _dtype_name(b, names[1]) != dtype:
+        raise ValueError(f"{names[0]} is {dtype} but {names[1]} is "
+                         f"{_dtype_name(b, names[1])}: pass the same dtype")
+    if check_finite:
+        for name, array in zip(names, (a, b), strict=True):
+            if not _all_finite(array):
+                raise ValueError(f"{name} contains NaN or infinity (check_finite=True)")
+    if direction == "backward_data":
+        shapes = (tuple(given_shape or ()), tuple(b.shape))
+    elif direction == "backward_filter":
+        shapes = (tuple(a.shape), tuple(given_shape or ()))
+    else:
+        shapes = (tuple(a.shape), tuple(b.shape))
+    problem = problem_for(*shapes, **geometry, dtype=dtype, math=math, direction=direction)
+    chosen = service(db).plan(problem, device, workspace_limit, algorithm=algorithm)
+    out = chosen.torch_output(a, out)
+    if timed:
+        result, elapsed = chosen.timed(a, b, out)
+    else:
+        result, elapsed = chosen.enqueue(a, b, out), None
+    return Convolution(
+        result if out is None else out, chosen.algorithm, chosen.config, device, elapsed,
+        problem,
     )
 
 
@@ -149,79 +209,19 @@ def run_convolution(
     workspace_limit: int | None = None,
     algorithm: str | None = None,
     db: str | None = None,
+    math: str = "fp32",
+    out: Any = None,
+    timed: bool = True,
+    check_finite: bool = False,
 ) -> Convolution:
-    """`convolve`, also saying which algorithm ran and how long it took."""
-    workspace_limit = validate_workspace_limit(workspace_limit)
-    lives_on = _where(x)
-    if _where(w) != lives_on:
-        raise ValueError(f"x is on {lives_on} but w is on {_where(w)}")
-    device = parse_device(device) if device is not None else lives_on
-    if device != lives_on:
-        raise ValueError(f"device={device!r} but the inputs live on {lives_on}")
-    runtime = get_runtime(device)
-    xa, wa = runtime.adopt(x), runtime.adopt(w)
-    if xa is None or wa is None:
-        raise ValueError(f"x and w must be arrays on {device}")
-    dtype = _dtype_name(xa, "x")
-    if _dtype_name(wa, "w") != dtype:
-        raise ValueError(f"x is {dtype} but w is {_dtype_name(wa, 'w')}: pass the same dtype")
-    problem = problem_for(
-        tuple(xa.shape), tuple(wa.shape), stride=stride, padding=padding,
-        dilation=dilation, groups=groups, dtype=dtype,
-    )
-    backend = backend_of(device)
-    tuner = _tuner(db)
-    if algorithm is None:
-        chosen = tuner.best(problem, device, workspace_limit)
-    else:
-        chosen = _named(tuner, problem, device, backend, algorithm, workspace_limit)
-    impl = get_algorithm(backend, chosen.algorithm)
-    xa, wa = runtime.contiguous(xa, dtype), runtime.contiguous(wa, dtype)
-    y = runtime.empty(problem.output_shape, dtype)
-    workspace = runtime.workspace(impl.workspace_bytes(problem, chosen.config))
-    with runtime.activate():
-        start = time.perf_counter()
-        impl.run(xa, wa, y, workspace, problem, chosen.config)
-        runtime.synchronize()
-        elapsed = (time.perf_counter() - start) * 1e3
-    return Convolution(y, chosen.algorithm, chosen.config, device, elapsed, problem)
+    """`convolve`, also saying which algorithm ran and, when `timed`, how long it took.
 
-
-def _named(
-    tuner: Tuner,
-    problem: ConvProblem,
-    device: str,
-    backend: str,
-    name: str,
-    workspace_limit: int | None,
-) -> AlgorithmResult:
-    """The named algorithm's best stored configuration, else its first that fits."""
-    impl = get_algorithm(backend, name)
-    support = impl.supports(problem)
-    if not support:
-        raise ValueError(f"algorithm {name!r} does not support {problem.describe()}: "
-                         f"{support.reason}")
-    candidates, _ = tuner.candidates(problem, backend)
-    fitting = [
-        c for c in candidates
-        if c.algorithm.name == name
-        and (workspace_limit is None or c.workspace_bytes <= workspace_limit)
-    ]
-    if not fitting:
-        raise ValueError(f"algorithm {name!r} needs more workspace than "
-                         f"workspace_limit={workspace_limit} for {problem.describe()}")
-    try:
-        ranked = tuner.find_candidates(problem, device, workspace_limit, mode="cached")
-    except LookupError:
-        ranked = []
-    for result in ranked:
-        if result.algorithm == name and result.usable:
-            return result
-    first = fitting[0]
-    return AlgorithmResult(
-        algorithm=name, config=first.config, status=R.OK, time_ms=None,
-        workspace_bytes=first.workspace_bytes, source=R.NOT_MEASURED,
-    )
+    Timing waits for this convolution's own work (CUDA events on the caller's stream),
+    never for the whole device; `timed=False` returns as soon as the work is enqueued.
+    """
+    geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    return _execute(x, w, None, "forward", geometry, device, workspace_limit, algorithm, db,
+                    math, out, timed, check_finite)
 
 
 def convolve(
@@ -235,14 +235,72 @@ def convolve(
     workspace_limit: int | None = None,
     algorithm: str | None = None,
     db: str | None = None,
+    math: str = "fp32",
+    out: Any = None,
+    check_finite: bool = False,
 ) -> Any:
     """Convolve `x` (n, c, h, w) with `w` (k, c/groups, r, s) where they live.
 
     Uses the tuned best algorithm (tuning first if this problem is new) or the named
-    one. NumPy in, NumPy out on the CPU; CuPy out for GPU inputs (CuPy arrays, or anything
-    with `__cuda_array_interface__` / DLPack, adopted without a copy). Same dtype as `x`.
+    one, through a cached plan: the work is enqueued on the caller's current stream (CuPy's,
+    or torch's for tensors) and nothing waits for it. The result is the caller's kind of
+    array (NumPy, CuPy or torch), or `out` itself when given. Same dtype as `x`.
+
+    NaN and infinity pass through, as in cuDNN: what they spread to depends on the algorithm
+    (an FFT spreads one NaN over the whole output). `check_finite=True` refuses them with a
+    ValueError naming the input instead (one pass over each input; waits on a GPU).
     """
     return run_convolution(
         x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
         device=device, workspace_limit=workspace_limit, algorithm=algorithm, db=db,
+        math=math, out=out, timed=False, check_finite=check_finite,
     ).y
+
+
+def convolve_backward_data(
+    dy: Any,
+    w: Any,
+    x_shape: tuple[int, ...],
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    device: str | None = None,
+    workspace_limit: int | None = None,
+    algorithm: str | None = None,
+    db: str | None = None,
+    math: str = "fp32",
+    out: Any = None,
+) -> Any:
+    """dx (shape `x_shape`) of the convolution of x with `w`, from its output gradient `dy`.
+
+    The problem is the forward one (x_shape, w's shape, geometry) with direction
+    "backward_data": tuned, stored and planned like `convolve`, with the same arguments.
+    """
+    geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    return _execute(dy, w, tuple(x_shape), "backward_data", geometry, device,
+                    workspace_limit, algorithm, db, math, out, False).y
+
+
+def convolve_backward_filter(
+    x: Any,
+    dy: Any,
+    w_shape: tuple[int, ...],
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    device: str | None = None,
+    workspace_limit: int | None = None,
+    algorithm: str | None = None,
+    db: str | None = None,
+    math: str = "fp32",
+    out: Any = None,
+) -> Any:
+    """dw (shape `w_shape`) of the convolution of `x` with w, from its output gradient `dy`.
+
+    Summed over the batch. Direction "backward_filter"; otherwise like `convolve`.
+    """
+    geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    return _execute(x, dy, tuple(w_shape), "backward_filter", geometry, device,
+                    workspace_limit, algorithm, db, math, out, False).y

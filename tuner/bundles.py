@@ -34,15 +34,15 @@ from typing import Any, TypeGuard
 
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from algorithms.problem import KEY_FIELDS, ConvProblem
+from algorithms.problem import KEY_DEFAULTS, KEY_FIELDS, ConvProblem
 from algorithms.registry import ALGORITHM_NAMES
 from db.bundles import export_records, merge_records
 from db.engine import Store
 from db.migrations import SCHEMA_VERSION
-from db.queries import MeasurementRow, utcnow
+from db.rows import MeasurementRow, utcnow
 from tuner.devices import fingerprint_of
 from tuner.results import STATUSES
-from tuner.tuning import TUNER_VERSION
+from tuner.version import TUNER_VERSION
 
 FORMAT = "convtune-bundle"
 VERSION = 1
@@ -113,6 +113,8 @@ def _json(text: str, number: int) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BundleError(f"bundle line {number} is not valid JSON ({exc.msg})") from None
+    except RecursionError:  # a hostile line of deeply nested arrays: not a bundle record
+        raise BundleError(f"bundle line {number} is nested too deeply") from None
     if not isinstance(value, dict):
         raise BundleError(f"bundle line {number} is not a JSON object")
     return value
@@ -177,6 +179,9 @@ def _problem(record: dict[str, Any], number: int) -> tuple[int, dict[str, Any]]:
     pid, key = record.get("id"), record.get("key")
     if not _is_int(pid):
         raise BundleError(f"bundle line {number}: problem id {pid!r} is not an integer")
+    # Bundles written before a field of KEY_DEFAULTS existed lack it: it has its default.
+    if isinstance(key, dict) and set(KEY_FIELDS) - set(key) <= set(KEY_DEFAULTS):
+        key = {**KEY_DEFAULTS, **key}
     if not isinstance(key, dict) or set(key) != set(KEY_FIELDS):
         raise BundleError(f"bundle line {number}: problem {pid} key must have exactly {KEY_FIELDS}")
     try:
@@ -265,14 +270,14 @@ def read_bundle(data: str | bytes) -> Bundle:
         raise BundleError("not a convtune bundle: the file is empty")
     try:
         header = json.loads(lines[0])
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BundleError("not a convtune bundle: the first line is not a JSON header") from None
     if not isinstance(header, dict):
         raise BundleError("not a convtune bundle: the first line is not a JSON header")
     _check_header(header)
     try:
         last = json.loads(lines[-1]) if len(lines) > 1 else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         last = {}
     if not isinstance(last, dict) or last.get("type") != "trailer":
         raise BundleError(

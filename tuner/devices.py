@@ -1,19 +1,25 @@
-"""Devices: parsing "cpu" / "cuda[:N]", their runtimes, and the identity timings are keyed by."""
+"""Devices: parsing "cpu" / "cuda[:N]", their runtimes, and the identity timings are keyed by.
+
+A device string names a backend of the registry ("cpu", or "cuda:N" for an indexed one);
+everything backend-specific (runtime, availability, implementation hash) comes from that
+backend's package.
+"""
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
-import json
+import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from algorithms.registry import BACKEND_MODULES
-from tuner.runtime import Runtime
+from algorithms.registry import BACKEND_MODULES, backend
+from algorithms.runtime import Runtime
+from db.rows import canonical_json
 
-ROOT = Path(__file__).resolve().parents[1]
+# ASCII digits only: str.isdigit() also accepts other scripts' digits (Arabic-Indic one,
+# U+0661, say), which int() converts.
+_DEVICE = re.compile(r"^([a-z]+)(?::([0-9]{1,6}))?$")
 
 
 def parse_device(device: str | None) -> str:
@@ -22,14 +28,16 @@ def parse_device(device: str | None) -> str:
         return default_device()
     if not isinstance(device, str):
         raise ValueError(f"device must be a string like 'cpu' or 'cuda:0', got {device!r}")
-    text = device.strip().lower()
-    if text == "cpu":
-        return "cpu"
-    if text == "cuda":
-        return "cuda:0"
-    if text.startswith("cuda:") and text[5:].isdigit():
-        return f"cuda:{int(text[5:])}"
-    raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+    match = _DEVICE.match(device.strip().lower())
+    name = match.group(1) if match else None
+    if match is None or name not in BACKEND_MODULES:
+        raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+    index = match.group(2)
+    if not backend(name).INDEXED:
+        if index is not None:
+            raise ValueError(f"unknown device {device!r}: '{name}' takes no index")
+        return name
+    return f"{name}:{int(index or 0)}"
 
 
 @functools.cache
@@ -42,48 +50,33 @@ def default_device() -> str:
 def cuda_available() -> tuple[bool, str]:
     """Whether a CUDA GPU can be used, and why not."""
     try:
-        from tuner.runtimes.cuda import cuda_available as check
-    except ImportError as exc:  # the CUDA runtime module itself failed to import
-        return False, f"CUDA runtime unavailable: {exc}"
-    return check()
+        return backend("cuda").available()
+    except ImportError as exc:  # the CUDA backend package itself failed to import
+        return False, f"CUDA backend unavailable: {exc}"
 
 
-@functools.cache
+def backend_of(device: str) -> str:
+    """The registry backend that runs on a canonical device string."""
+    return device.split(":", 1)[0]
+
+
+def _index(device: str) -> int:
+    _, _, index = device.partition(":")
+    return int(index or 0)
+
+
 def get_runtime(device: str) -> Runtime:
-    """The runtime for a canonical device string (cached: one per device per process)."""
-    if device == "cpu":
-        from tuner.runtimes.cpu import CpuRuntime
-
-        return CpuRuntime()
-    ok, why = cuda_available()
+    """The runtime for a canonical device string (one per device per process)."""
+    impl = backend(backend_of(device))
+    ok, why = impl.available()
     if not ok:
         raise ValueError(f"device {device!r} is not usable: {why}")
-    from tuner.runtimes.cuda import CudaRuntime
-
-    return CudaRuntime(int(device.split(":")[1]))
+    return impl.device_runtime(_index(device))
 
 
-def _hash_files(paths: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(paths):
-        digest.update(str(path.relative_to(ROOT)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-@functools.cache
-def implementation_hash(backend: str) -> str:
-    """Hash of the code behind a backend's algorithms (Python modules and CUDA kernels).
-
-    Per backend rather than per algorithm: the algorithms share helpers, and a stale
-    result is worse than a re-tune.
-    """
-    module = importlib.import_module(BACKEND_MODULES[backend])
-    package_dir = Path(module.__file__ or "").parent
-    files = [*package_dir.glob("*.py"), ROOT / "algorithms" / "base.py"]
-    if backend == "cuda":
-        files += [*(ROOT / "kernels").glob("*.cu"), *(ROOT / "kernels").glob("*.cuh")]
-    return _hash_files([f for f in files if f.exists()])[:16]
+def implementation_hash(backend_name: str) -> str:
+    """Hash of the code behind a backend's algorithms (Python modules and kernels)."""
+    return backend(backend_name).implementation_hash()
 
 
 @dataclass(frozen=True)
@@ -100,8 +93,7 @@ class DeviceIdentity:
 
 def fingerprint_of(info: dict[str, Any]) -> str:
     """The identity hash of fingerprint fields: sha256 of their canonical JSON."""
-    text = json.dumps(info, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return hashlib.sha256(canonical_json(info).encode()).hexdigest()[:32]
 
 
 @functools.cache
@@ -109,8 +101,3 @@ def identify(device: str) -> DeviceIdentity:
     """The identity of a canonical device string."""
     info = dict(get_runtime(device).fingerprint())
     return DeviceIdentity(device=device, fingerprint=fingerprint_of(info), info=info)
-
-
-def backend_of(device: str) -> str:
-    """The registry backend that runs on a canonical device string."""
-    return "cpu" if device == "cpu" else "cuda"

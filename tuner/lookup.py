@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from algorithms.problem import ConvProblem
-from db.queries import MeasurementRow
+from db.rows import MeasurementRow
 from tuner.results import SAME_ARCHITECTURE, SAME_MODEL
 
 
@@ -80,7 +80,9 @@ def fallback_order(
 
 #: Fields a stand-in problem must share with the one predicted for: they decide which
 #: algorithms apply and how they behave; the remaining sizes only scale the work.
-SAME_KIND_FIELDS = ("r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w", "dtype")
+SAME_KIND_FIELDS = (
+    "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w", "dtype", "math", "direction",
+)
 
 
 def same_kind(problem: ConvProblem) -> dict[str, Any]:

@@ -24,12 +24,13 @@ class Layer:
     dilation: int = 1
     count: int = 1  # how many times the network runs this exact layer
 
-    def problem(self, batch: int, dtype: str = "float32") -> ConvProblem:
+    def problem(self, batch: int, dtype: str = "float32", math: str = "fp32") -> ConvProblem:
         """The layer's ConvProblem at a batch size."""
         return ConvProblem(
             n=batch, c=self.c, h=self.h, w=self.w, k=self.k, r=self.r, s=self.s,
             pad=(self.pad, self.pad), stride=(self.stride, self.stride),
             dilation=(self.dilation, self.dilation), groups=self.groups, dtype=dtype,
+            math=math,
         )
 
 
@@ -182,13 +183,13 @@ def network_layers(name: str) -> tuple[Layer, ...]:
 
 
 def network_problems(
-    name: str, batch: int, dtype: str = "float32"
+    name: str, batch: int, dtype: str = "float32", math: str = "fp32"
 ) -> list[tuple[Layer, ConvProblem]]:
     """Each distinct convolution of a network at a batch size, in network order."""
     seen: set[ConvProblem] = set()
     out = []
     for layer in network_layers(name):
-        problem = layer.problem(batch, dtype)
+        problem = layer.problem(batch, dtype, math)
         if problem not in seen:
             seen.add(problem)
             out.append((layer, problem))

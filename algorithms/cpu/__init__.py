@@ -1,12 +1,46 @@
-"""The CPU backend: NumPy/BLAS implementations of every algorithm, registered on import."""
+"""The CPU backend: NumPy/BLAS implementations of every algorithm, registered on import.
+
+One device ("cpu"); its runtime is `algorithms.cpu.runtime.CpuRuntime`.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
 
 from algorithms.cpu.direct import DirectConv
 from algorithms.cpu.fft import FftConv
 from algorithms.cpu.im2col_gemm import Im2colGemmConv
 from algorithms.cpu.implicit_gemm import ImplicitGemmConv
-from algorithms.registry import register
+from algorithms.cpu.implicit_gemm_tc import ImplicitGemmTcConv
+from algorithms.registry import algorithm_sources, hash_sources, register
+from algorithms.runtime import Runtime
 
-for _algorithm in (DirectConv(), Im2colGemmConv(), ImplicitGemmConv(), FftConv()):
+for _algorithm in (DirectConv(), Im2colGemmConv(), ImplicitGemmConv(), FftConv(),
+                   ImplicitGemmTcConv()):
     register(_algorithm)
 
-__all__ = ["DirectConv", "FftConv", "Im2colGemmConv", "ImplicitGemmConv"]
+#: "cpu" names the one host device; there is no "cpu:N".
+INDEXED = False
+
+
+def available() -> tuple[bool, str]:
+    """The host can always run the CPU backend."""
+    return True, "NumPy on the host"
+
+
+@functools.cache
+def device_runtime(index: int = 0) -> Runtime:
+    """The host's runtime (one per process)."""
+    from algorithms.cpu.runtime import CpuRuntime
+
+    return CpuRuntime()
+
+
+@functools.cache
+def implementation_hash() -> str:
+    """Hash of the CPU algorithms' sources."""
+    return hash_sources(algorithm_sources(Path(__file__).resolve().parent))
+
+
+__all__ = ["DirectConv", "FftConv", "Im2colGemmConv", "ImplicitGemmConv", "ImplicitGemmTcConv"]

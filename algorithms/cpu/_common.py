@@ -8,13 +8,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import DEFAULT_CONFIG, SUPPORTED, Support, align, workspace_view
+from algorithms.base import AlgorithmBase, align, workspace_view
 from algorithms.problem import ConvProblem
 
 
 def compute_dtype(problem: ConvProblem) -> np.dtype[Any]:
-    """The dtype arithmetic runs in: float32 for float16 storage, else the storage dtype."""
-    if problem.dtype == "float16":
+    """The dtype arithmetic runs in: float32 for 16-bit storage, else the storage dtype."""
+    if problem.dtype in ("float16", "bfloat16"):
         return np.dtype(np.float32)
     return np.dtype(problem.dtype)
 
@@ -100,48 +100,7 @@ class WorkspaceLayout:
         }
 
 
-def check_config(name: str, config: str, configs: tuple[str, ...]) -> None:
-    """ValueError when `config` is not one of the algorithm's configs."""
-    if config not in configs:
-        raise ValueError(f"{name}: unknown config {config!r}; expected one of {list(configs)}")
+class CpuAlgorithm(AlgorithmBase):
+    """A CPU implementation: NumPy arrays in and out, run on the calling thread."""
 
-
-class CpuAlgorithm:
-    """What the CPU algorithms share: the backend, config checks, no-variant defaults.
-
-    A subclass sets `name`, implements `_workspace` and `_run`, and overrides `supports`
-    or `configs` where it has limits or variants.
-    """
-
-    name: ClassVar[str]
     backend: ClassVar[str] = "cpu"
-
-    def supports(self, problem: ConvProblem) -> Support:
-        """Every problem."""
-        return SUPPORTED
-
-    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """No variants."""
-        return (DEFAULT_CONFIG,)
-
-    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
-        """Bytes of workspace `run` uses (see the module docstring's formula)."""
-        check_config(self.name, config, self.configs(problem))
-        return self._workspace(problem, config)
-
-    def run(
-        self, x: np.ndarray, w: np.ndarray, y: np.ndarray, workspace: np.ndarray | None,
-        problem: ConvProblem, config: str,
-    ) -> None:
-        """y = x (cross-correlated with) w, written into every element of y."""
-        check_config(self.name, config, self.configs(problem))
-        self._run(x, w, y, workspace, problem, config)
-
-    def _workspace(self, problem: ConvProblem, config: str) -> int:
-        raise NotImplementedError
-
-    def _run(
-        self, x: np.ndarray, w: np.ndarray, y: np.ndarray, workspace: np.ndarray | None,
-        problem: ConvProblem, config: str,
-    ) -> None:
-        raise NotImplementedError

@@ -1,6 +1,6 @@
 """FFT convolution on the CPU: products of 2-D real FFTs, reduced over channels by GEMMs.
 
-Supports float32 (complex64), float64 (complex128) and float16 (stored float16, computed in
+Supports float32 (complex64), float64 (complex128), float16 and bfloat16 (stored 16-bit, computed in
 float32/complex64 and cast back), with any stride, padding, dilation and groups. Stride is
 computed as a stride-1 correlation and then subsampled: the spectra are those of the
 stride-1 problem, and only the kept output rows are inverse-transformed along the last axis.

@@ -1,6 +1,6 @@
 """Implicit GEMM on the CPU: GEMM tiles gathered from the input on the fly, no column matrix.
 
-Supports float32, float64 and float16 (float16 storage, float32 tiles and accumulator)
+Supports float32, float64, float16 and bfloat16 (16-bit storage, float32 tiles, accumulator)
 with any stride, padding, dilation and groups. Per group the convolution is the GEMM
 M = k/groups (output channels) x N = output pixels x K = (c/groups)*r*s. A pixel tile is
 either whole images (when an image has at most BN pixels) or BN pixels of one image; for
@@ -12,10 +12,10 @@ BK is rounded down to a multiple of r*s (and is at least r*s), so every K-step h
 (r, s) cycles and one [r*s, BN] padding mask per pixel tile serves all of its steps.
 
 Workspace, independent of n and of h*w beyond one tile (E: compute element size, the
-problem's or 4 for float16; BN, BK: the tile sizes actually used):
+problem's or 4 for 16-bit storage; BN, BK: the tile sizes actually used):
     align(BK*BN*E) tile + align(BK*BN*8) gather offsets + align(r*s*BN) padding mask
   + align(kg*BN*E) accumulator (+ align(kg*BN*E) partial product when K > BK)
-  + float16 only: align(BK*BN*2) gathered float16 tile + align(k*(c/groups)*r*s*4) filter
+  + 16-bit storage only: align(BK*BN*2) gathered float16 tile + align(k*(c/groups)*r*s*4) filter
 Configs name the tile caps, "bn<BN>_bk<BK>".
 """
 

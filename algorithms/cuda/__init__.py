@@ -1,23 +1,57 @@
-"""The CUDA backend: four GPU convolution algorithms behind the common interface.
+"""The CUDA backend: GPU convolution algorithms behind the common interface.
 
 Importing this package registers the algorithms and needs neither a GPU nor CuPy:
 `supports`, `configs` and `workspace_bytes` are plain Python. CuPy is imported the first
-time an algorithm runs, and a clear RuntimeError says why when it cannot be.
+time an algorithm runs or a runtime is made, and a clear RuntimeError says why when it
+cannot be. Devices are "cuda:N"; the runtime is `algorithms.cuda.runtime.CudaRuntime`; the
+kernel sources live in the repository's kernels/ folder (`_loader.KERNELS_DIR`).
 """
 
 from __future__ import annotations
 
-from algorithms.cuda import direct, fft, im2col_gemm, implicit_gemm
+import functools
+from pathlib import Path
+
+from algorithms.cuda import _loader, direct, fft, im2col_gemm, implicit_gemm, implicit_gemm_tc
 from algorithms.cuda.direct import DirectCuda
 from algorithms.cuda.fft import FftCuda
 from algorithms.cuda.im2col_gemm import Im2colGemmCuda
 from algorithms.cuda.implicit_gemm import ImplicitGemmCuda
-from algorithms.registry import register
+from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda
+from algorithms.registry import algorithm_sources, hash_sources, register
+from algorithms.runtime import Runtime
 
 register(DirectCuda())
 register(Im2colGemmCuda())
 register(ImplicitGemmCuda())
 register(FftCuda())
+register(ImplicitGemmTcCuda())
+
+#: Devices are "cuda:N".
+INDEXED = True
+
+
+def available() -> tuple[bool, str]:
+    """Whether CuPy imports and sees at least one GPU, and why not."""
+    from algorithms.cuda.runtime import cuda_available
+
+    return cuda_available()
+
+
+@functools.cache
+def device_runtime(index: int) -> Runtime:
+    """The runtime of GPU `index` (one per device per process)."""
+    from algorithms.cuda.runtime import CudaRuntime
+
+    return CudaRuntime(index)
+
+
+@functools.cache
+def implementation_hash() -> str:
+    """Hash of the CUDA algorithms' Python sources and every kernel source they compile."""
+    return hash_sources([
+        *algorithm_sources(Path(__file__).resolve().parent), *_loader.kernel_files(),
+    ])
 
 
 def shipped_kernels() -> dict[str, tuple[str, ...]]:
@@ -31,7 +65,11 @@ def shipped_kernels() -> dict[str, tuple[str, ...]]:
         im2col_gemm.KERNEL_FILE: im2col_gemm.shipped_kernels(),
         implicit_gemm.KERNEL_FILE: implicit_gemm.shipped_kernels(),
         fft.KERNEL_FILE: fft.shipped_kernels(),
+        implicit_gemm_tc.KERNEL_FILE: implicit_gemm_tc.shipped_kernels(),
     }
 
 
-__all__ = ["DirectCuda", "FftCuda", "Im2colGemmCuda", "ImplicitGemmCuda", "shipped_kernels"]
+__all__ = [
+    "DirectCuda", "FftCuda", "Im2colGemmCuda", "ImplicitGemmCuda", "ImplicitGemmTcCuda",
+    "shipped_kernels",
+]

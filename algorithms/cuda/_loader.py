@@ -10,6 +10,7 @@ CuPy's own disk cache, keyed by the source text, makes later processes skip NVRT
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,18 @@ import numpy as np
 
 from algorithms.problem import ConvProblem
 
-#: Where the CUDA sources live (the repository's top-level kernels/ folder).
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+
+def _kernels_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    # `pip install .` ships the repository's kernels/ folder inside this package (see
+    # pyproject.toml: a top-level `kernels` package would collide with PyPI's `kernels`);
+    # a checkout or an editable install reads the folder itself.
+    shipped = here / "kernels"
+    return shipped if shipped.is_dir() else here.parents[1] / "kernels"
+
+
+#: Where the CUDA sources live: the one locator of the repository's kernels/ folder.
+KERNELS_DIR = _kernels_dir()
 
 #: NVRTC options; CuPy adds the architecture of the current device itself.
 COMPILE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
@@ -36,6 +47,20 @@ DEFAULT_SMEM_LIMIT = 48 * 1024
 _INCLUDE_LINE = '#include "common.cuh"'
 _lock = threading.Lock()
 _kernels: dict[tuple[int, str, str], Any] = {}
+
+
+def kernel_files() -> list[Path]:
+    """Every CUDA source and header the kernels are built from, in name order."""
+    return sorted([*KERNELS_DIR.glob("*.cu"), *KERNELS_DIR.glob("*.cuh")])
+
+
+def kernel_sources_hash() -> str:
+    """sha256 of every kernel source and header (names and text), in name order."""
+    digest = hashlib.sha256()
+    for path in kernel_files():
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def require_cupy() -> Any:

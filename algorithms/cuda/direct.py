@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from algorithms.base import SUPPORTED, Support, unsupported
+from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._loader import (
     CTYPES,
     DEFAULT_SMEM_LIMIT,
@@ -82,16 +83,13 @@ def _grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
             problem.n)
 
 
-class DirectCuda:
+class DirectCuda(CudaAlgorithm):
     """Tiled direct convolution on the GPU."""
 
     name: ClassVar[str] = "direct"
-    backend: ClassVar[str] = "cuda"
 
-    def supports(self, problem: ConvProblem) -> Support:
-        """Any dtype, stride, padding, dilation and groups that fit the limits above."""
-        if problem.dtype not in CTYPES:
-            return unsupported(f"dtype {problem.dtype} is not supported")
+    def _limits(self, problem: ConvProblem) -> Support:
+        """Any stride, padding, dilation and groups that fit the limits above."""
         if problem.n > _GRID_YZ_LIMIT:
             return unsupported(f"batch {problem.n} exceeds the grid limit {_GRID_YZ_LIMIT}")
         if not tensors_fit_int32(problem):
@@ -107,16 +105,10 @@ class DirectCuda:
             if channels_per_step(problem, c) > 0 and _grid(problem, c)[1] <= _GRID_YZ_LIMIT
         )
 
-    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
-        """None: everything lives in registers and shared memory."""
-        return 0
-
-    def run(
+    def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue the kernel on the current stream."""
-        if config not in self.configs(problem):
-            raise ValueError(f"direct: config {config!r} is not valid for {problem.describe()}")
+        """Enqueue the kernel; no workspace (registers and shared memory only)."""
         th, tw, _kpt = CONFIGS[config]
         cb = channels_per_step(problem, config)
         smem = cb * channel_words(problem, config) * _acc_bytes(problem)

@@ -39,7 +39,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import DEFAULT_CONFIG, SUPPORTED, Support, align, unsupported, workspace_view
+from algorithms.base import SUPPORTED, Support, align, unsupported, workspace_view
+from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._cublas import OP_C, OP_N, gemm_strided_batched
 from algorithms.cuda._loader import (
     CTYPES,
@@ -163,16 +164,13 @@ def _plan(fft_type: int, batch: int, fh: int, fw: int) -> Any:
     return plan
 
 
-class FftCuda:
+class FftCuda(CudaAlgorithm):
     """cuFFT + batched complex GEMM convolution."""
 
     name: ClassVar[str] = "fft"
-    backend: ClassVar[str] = "cuda"
 
-    def supports(self, problem: ConvProblem) -> Support:
-        """Every dtype and geometry whose buffers fit 32-bit indexing."""
-        if problem.dtype not in CTYPES:
-            return unsupported(f"dtype {problem.dtype} is not supported")
+    def _limits(self, problem: ConvProblem) -> Support:
+        """Every geometry whose buffers fit 32-bit indexing."""
         counts = _counts(problem)
         if not tensors_fit_int32(problem, *counts.values()):
             return unsupported("an FFT buffer would have 2**31 elements or more")
@@ -183,21 +181,15 @@ class FftCuda:
             return unsupported("too many planes or frequencies for the transpose grid")
         return SUPPORTED
 
-    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """No tunable variants."""
-        return (DEFAULT_CONFIG,)
-
-    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+    def _workspace(self, problem: ConvProblem, config: str) -> int:
         """Padded planes and spectra (see the module docstring for the layout)."""
         offset, nbytes = list(workspace_layout(problem).values())[-1]
         return align(offset + nbytes)
 
-    def run(
+    def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue the transforms, GEMMs and data movement on the current stream."""
-        if config != DEFAULT_CONFIG:
-            raise ValueError(f"fft: unknown config {config!r}")
+        """Enqueue the transforms, GEMMs and data movement."""
         n, c, k = problem.n, problem.c, problem.k
         g, cg, kg = problem.groups, c // problem.groups, k // problem.groups
         fh, fw = fft_size(problem)

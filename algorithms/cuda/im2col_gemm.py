@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from algorithms.base import SUPPORTED, Support, align, unsupported
+from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._cublas import OP_N, gemm_strided_batched
 from algorithms.cuda._loader import (
     CTYPES,
@@ -66,16 +67,13 @@ def column_elements(problem: ConvProblem, images: int) -> int:
     return images * problem.c * problem.r * problem.s * out_h * out_w
 
 
-class Im2colGemmCuda:
+class Im2colGemmCuda(CudaAlgorithm):
     """Explicit column matrix in the workspace, then cuBLAS."""
 
     name: ClassVar[str] = "im2col_gemm"
-    backend: ClassVar[str] = "cuda"
 
-    def supports(self, problem: ConvProblem) -> Support:
-        """Every dtype and shape whose single-image column matrix fits 32-bit indexing."""
-        if problem.dtype not in CTYPES:
-            return unsupported(f"dtype {problem.dtype} is not supported")
+    def _limits(self, problem: ConvProblem) -> Support:
+        """Every shape whose single-image column matrix fits 32-bit indexing."""
         if not tensors_fit_int32(problem, column_elements(problem, 1)):
             return unsupported("a tensor or one image's column matrix has 2**31+ elements")
         return SUPPORTED
@@ -90,21 +88,14 @@ class Im2colGemmCuda:
                 out.append(name)
         return tuple(out)
 
-    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+    def _workspace(self, problem: ConvProblem, config: str) -> int:
         """The column matrix of one chunk."""
         return align(column_elements(problem, chunk_images(problem, config)) * problem.itemsize)
 
-    def run(
+    def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue im2col and the GEMMs, chunk by chunk, on the current stream."""
-        if config not in self.configs(problem):
-            raise ValueError(
-                f"im2col_gemm: config {config!r} is not valid for {problem.describe()}"
-            )
-        needed = self.workspace_bytes(problem, config)
-        if workspace is None or workspace.size < needed:
-            raise ValueError(f"im2col_gemm: workspace needs {needed} bytes")
+        """Enqueue im2col and the GEMMs, chunk by chunk."""
         # The column matrix is stored element by element: the workspace must be aligned to
         # the element (CuPy allocations are 256-byte aligned; a sliced uint8 one may not be).
         require_aligned("im2col_gemm: workspace", workspace, problem.itemsize)

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from algorithms.base import SUPPORTED, Support, unsupported
+from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._loader import (
     CTYPES,
     ceil_div,
@@ -94,16 +95,14 @@ def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
     return (ceil_div(problem.n * out_h * out_w, t.bn), problem.groups * ceil_div(kg, t.bm), 1)
 
 
-class ImplicitGemmCuda:
+class ImplicitGemmCuda(CudaAlgorithm):
     """Implicit-GEMM convolution with our own register-tiled kernel."""
 
     name: ClassVar[str] = "implicit_gemm"
-    backend: ClassVar[str] = "cuda"
+    dtypes: ClassVar[tuple[str, ...]] = DTYPES
 
-    def supports(self, problem: ConvProblem) -> Support:
-        """float32/float16, any geometry within the packing and indexing limits."""
-        if problem.dtype not in DTYPES:
-            return unsupported(f"dtype {problem.dtype} is not supported (float32, float16 only)")
+    def _limits(self, problem: ConvProblem) -> Support:
+        """Any geometry within the packing and indexing limits."""
         if not tensors_fit_int32(problem):
             return unsupported("a tensor has 2**31 elements or more (32-bit indexing)")
         if max(problem.h + 2 * problem.pad[0], problem.w + 2 * problem.pad[1]) >= _PACKED_LIMIT:
@@ -116,18 +115,10 @@ class ImplicitGemmCuda:
         """The tile configurations whose grid fits this problem."""
         return tuple(c for c in CONFIGS if launch_grid(problem, c)[1] <= _GRID_Y_LIMIT)
 
-    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
-        """None: the patches are gathered in the GEMM's tile loads."""
-        return 0
-
-    def run(
+    def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue the kernel on the current stream."""
-        if config not in self.configs(problem):
-            raise ValueError(
-                f"implicit_gemm: config {config!r} is not valid for {problem.describe()}"
-            )
+        """Enqueue the kernel; no workspace (patches are gathered in the tile loads)."""
         out_h, out_w = problem.out_hw
         pq = out_h * out_w
         # Whole-vector stores need 4 pixels of one image together and an aligned y.

@@ -9,8 +9,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from api.deps import RequireToken, StoreDep
-from tuner.bundles import MEDIA_TYPE, BundleError, export_bundle, import_bundle
+from api.deps import RequireToken, ServiceDep
+from tuner.bundles import MEDIA_TYPE, BundleError
 
 router = APIRouter(prefix="/v1", tags=["bundles"])
 
@@ -41,7 +41,7 @@ _BUNDLE_BODY = {
     openapi_extra={"requestBody": _BUNDLE_BODY},
     responses={400: {"description": "Not a valid convtune bundle (nothing was stored)."}},
 )
-async def import_bundle_route(request: Request, store: StoreDep) -> dict[str, Any]:
+async def import_bundle_route(request: Request, facade: ServiceDep) -> dict[str, Any]:
     """Merge a bundle into the server's store: newer measurements win, none is lost.
 
     The whole file is validated before anything is written; a corrupt, truncated or
@@ -49,7 +49,7 @@ async def import_bundle_route(request: Request, store: StoreDep) -> dict[str, An
     """
     data = await request.body()
     try:
-        return await run_in_threadpool(import_bundle, store, data)
+        return await run_in_threadpool(facade.import_bundle, data)
     except BundleError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
 
@@ -64,7 +64,7 @@ async def import_bundle_route(request: Request, store: StoreDep) -> dict[str, An
     },
 )
 def export_bundle_route(
-    store: StoreDep,
+    facade: ServiceDep,
     device: Annotated[
         str | None,
         Query(max_length=64, description="Only devices whose fingerprint starts with this."),
@@ -72,7 +72,7 @@ def export_bundle_route(
 ) -> Response:
     """The server's measurements (or one device's) as a bundle for `convtune import`."""
     try:
-        text = export_bundle(store, device=device)
+        text = facade.export_bundle(device=device)
     except ValueError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     return Response(text, media_type=MEDIA_TYPE)

@@ -2,33 +2,17 @@
 
 from __future__ import annotations
 
-import functools
-
 from fastapi import HTTPException, status
 
 from algorithms.problem import ConvProblem
 from api.settings import Settings
-from db.engine import open_store
-from tuner.devices import backend_of, get_runtime
-from tuner.tuning import Tuner
-
-
-@functools.lru_cache(maxsize=4096)
-def largest_workspace(
-    problem: ConvProblem, backend: str, workspace_limit: int | None, db_url: str
-) -> int:
-    """The largest workspace a tuning of `problem` would allocate under the limit."""
-    # Candidates depend only on the problem and the registry (cached: finds repeat).
-    candidates, _ = Tuner(open_store(db_url)).candidates(problem, backend)
-    sizes = [
-        c.workspace_bytes for c in candidates
-        if workspace_limit is None or c.workspace_bytes <= workspace_limit
-    ]
-    return max(sizes, default=0)
+from tuner.devices import parse_device
+from tuner.service import Service
 
 
 def enforce_limits(
-    problem: ConvProblem, device: str, workspace_limit: int | None, settings: Settings
+    facade: Service, problem: ConvProblem, device: str, workspace_limit: int | None,
+    settings: Settings,
 ) -> None:
     """413 when the problem is over the configured size limits or the device's memory.
 
@@ -54,10 +38,10 @@ def enforce_limits(
             f"problem too large: {problem.flops} FLOPs, the limit is "
             f"{settings.max_problem_flops} (CONVTUNE_MAX_PROBLEM_FLOPS)",
         )
-    memory = get_runtime(device).memory_bytes()
+    memory = facade.memory_bytes(device)
     if memory is None:
         return
-    workspace = largest_workspace(problem, backend_of(device), workspace_limit, settings.db_url)
+    workspace = facade.largest_workspace(problem, device, workspace_limit)
     needed = problem.buffer_bytes + workspace
     if needed > memory:
         raise HTTPException(
@@ -65,3 +49,18 @@ def enforce_limits(
             f"problem too large for {device}: its buffers ({problem.buffer_bytes} bytes) and "
             f"workspace ({workspace} bytes) need {needed} bytes, the device has {memory}",
         )
+
+
+def request_device(facade: Service, requested: str | None, settings: Settings) -> str:
+    """The device a request runs on: its own, else the server's, which must be usable.
+
+    A device the client names and this host lacks is the client's mistake (422, from the
+    library); the server's own device missing is the server's state (503).
+    """
+    device = parse_device(requested or settings.device)
+    if requested is None:
+        ok, why = facade.availability(device)
+        if not ok:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                                f"the server's device {device} is unavailable: {why}")
+    return device

@@ -4,37 +4,28 @@ from __future__ import annotations
 
 import io
 import math
-import re
 from typing import Annotated, Any, BinaryIO
 
 import numpy as np
 from fastapi import APIRouter, File, Form, HTTPException, Response, UploadFile, status
 
-from algorithms.problem import DTYPES
-from api.deps import RequireToken, SettingsDep
-from api.routes.common import enforce_limits
-from api.schemas import MAX_CHANNELS, MAX_DEVICE_LEN, MAX_WORKSPACE, ErrorOut
+from algorithms.problem import DTYPES, parse_pair
+from api.deps import RequireToken, ServiceDep, SettingsDep
+from api.routes.common import enforce_limits, request_device
+from api.schemas import (
+    MAX_CHANNELS,
+    MAX_DEVICE_LEN,
+    MAX_DILATION,
+    MAX_PAD,
+    MAX_STRIDE,
+    MAX_WORKSPACE,
+    ErrorOut,
+)
 from api.settings import Settings
-from tuner.api import problem_for, run_convolution
-from tuner.devices import get_runtime, parse_device
+from tuner.api import problem_for
+from tuner.devices import get_runtime
 
 router = APIRouter(prefix="/v1", tags=["convolve"])
-
-_PAIR = re.compile(r"^\s*[\[(]?\s*(-?\d{1,9})\s*(?:[,x]\s*(-?\d{1,9})\s*)?[\])]?\s*$")
-
-
-def parse_pair_field(text: str, name: str) -> tuple[int, int]:
-    """'1' -> (1, 1); '1,2', '1x2' or '[1, 2]' -> (1, 2); 422 naming the field otherwise."""
-    match = _PAIR.match(text)
-    if match is None:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"{name} must be an int or 'H,W', got {text[:40]!r}",
-        )
-    first = int(match.group(1))
-    second = int(match.group(2)) if match.group(2) is not None else first
-    return (first, second)
-
 
 def load_npy(upload: UploadFile, name: str, settings: Settings) -> np.ndarray:
     """A 4-D array of a supported dtype from .npy bytes; 400/413/422 naming `name` otherwise.
@@ -122,6 +113,7 @@ _HEADERS = {
 )
 def convolve(
     settings: SettingsDep,
+    facade: ServiceDep,
     x: Annotated[UploadFile, File(description="Input (n, c, h, w) as .npy.")],
     w: Annotated[UploadFile, File(description="Filter (k, c/groups, r, s) as .npy.")],
     stride: Annotated[str, Form(max_length=40, description="S or 'SH,SW'.")] = "1",
@@ -133,38 +125,43 @@ def convolve(
     device: Annotated[str | None, Form(max_length=MAX_DEVICE_LEN)] = None,
 ) -> Response:
     """Convolve x with w where the server runs it; the output comes back as .npy bytes."""
-    pads = parse_pair_field(padding, "padding")
-    strides = parse_pair_field(stride, "stride")
-    dilations = parse_pair_field(dilation, "dilation")
+    pads = parse_pair(padding, "padding")
+    strides = parse_pair(stride, "stride")
+    dilations = parse_pair(dilation, "dilation")
+    # The form's pairs get the JSON schema's bounds (the service's policy), not only the
+    # library's much wider ones.
+    for name, values, most in (("padding", pads, MAX_PAD), ("stride", strides, MAX_STRIDE),
+                               ("dilation", dilations, MAX_DILATION)):
+        if max(values) > most:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                                f"{name} must be at most {most}, got {max(values)}")
     xa, wa = load_npy(x, "x", settings), load_npy(w, "w", settings)
     if xa.dtype != wa.dtype:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"x is {xa.dtype.name} but w is {wa.dtype.name}: upload the same dtype",
         )
-    dev = parse_device(device or settings.device)
+    dev = request_device(facade, device, settings)
     problem = problem_for(
         xa.shape, wa.shape, stride=strides, padding=pads, dilation=dilations, groups=groups,
         dtype=xa.dtype.name,
     )
-    enforce_limits(problem, dev, workspace_limit, settings)
+    enforce_limits(facade, problem, dev, workspace_limit, settings)
     runtime = get_runtime(dev)
     inputs: tuple[Any, Any] = (xa, wa)
     if dev != "cpu":  # uploads arrive on the host: copy them to the device
         inputs = (runtime.contiguous(xa, xa.dtype.name), runtime.contiguous(wa, wa.dtype.name))
-    result = run_convolution(
-        *inputs, stride=strides, padding=pads, dilation=dilations, groups=groups,
-        device=dev, workspace_limit=workspace_limit, algorithm=algorithm, db=settings.db_url,
-    )
+    plan = facade.plan(problem, dev, workspace_limit, algorithm=algorithm)
+    y, elapsed_ms = plan.timed(*inputs)
     out = io.BytesIO()
-    np.save(out, runtime.to_numpy(result.y), allow_pickle=False)
+    np.save(out, runtime.to_numpy(y), allow_pickle=False)
     return Response(
         out.getvalue(),
         media_type="application/octet-stream",
         headers={
-            "X-Convtune-Algorithm": result.algorithm,
-            "X-Convtune-Config": result.config,
-            "X-Convtune-Time-Ms": f"{result.elapsed_ms:.6f}",
-            "X-Convtune-Device": result.device,
+            "X-Convtune-Algorithm": plan.algorithm,
+            "X-Convtune-Config": plan.config,
+            "X-Convtune-Time-Ms": f"{elapsed_ms:.6f}",
+            "X-Convtune-Device": plan.device,
         },
     )

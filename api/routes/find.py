@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
+from fastapi.security import HTTPAuthorizationCredentials
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import MetricsDep, RequireToken, SettingsDep
-from api.routes.common import enforce_limits
+from api.deps import MetricsDep, ServiceDep, SettingsDep, bearer, require_token
+from api.routes.common import enforce_limits, request_device
 from api.schemas import ErrorOut, FindRequest, FindResponse
-from tuner.api import find_algorithms
-from tuner.devices import parse_device
-from tuner.tuning import NotInDatabase
+from tuner.errors import NotInDatabase
 
 router = APIRouter(prefix="/v1", tags=["find"])
 
@@ -21,7 +20,6 @@ router = APIRouter(prefix="/v1", tags=["find"])
 @router.post(
     "/find",
     response_model=FindResponse,
-    dependencies=[RequireToken],
     responses={
         401: {"model": ErrorOut, "description": "Missing or wrong bearer token."},
         404: {"model": ErrorOut, "description": "mode=cached and the problem is not stored."},
@@ -29,14 +27,21 @@ router = APIRouter(prefix="/v1", tags=["find"])
         422: {"model": ErrorOut, "description": "Invalid problem, device or mode."},
     },
 )
-async def find(body: FindRequest, settings: SettingsDep, metrics: MetricsDep) -> dict[str, Any]:
-    """Every algorithm once, fastest usable first; `best` is null when none is usable."""
+async def find(
+    body: FindRequest, settings: SettingsDep, metrics: MetricsDep, facade: ServiceDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> dict[str, Any]:
+    """Every algorithm once, fastest usable first; `best` is null when none is usable.
+
+    mode "cached" is a read (the read scope); a find that may measure needs the write token.
+    """
+    if body.mode != "cached":
+        await require_token(settings, credentials)
     problem = body.problem.to_problem()
-    device = parse_device(body.device or settings.device)
+    device = request_device(facade, body.device, settings)
     if body.mode != "cached":  # only a find that may measure allocates anything
-        enforce_limits(problem, device, body.workspace_limit, settings)
-    call = partial(find_algorithms, problem, device, body.workspace_limit,
-                   db=settings.db_url, mode=body.mode)
+        enforce_limits(facade, problem, device, body.workspace_limit, settings)
+    call = partial(facade.find, problem, device, body.workspace_limit, mode=body.mode)
     try:
         # A cached find is one indexed read (WAL readers never wait for writers): run it
         # on the event loop, since a hop to a worker thread costs more than the read.

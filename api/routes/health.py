@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.deps import MetricsDep
+from api.deps import MetricsDep, ServiceDep, SettingsDep
 from api.schemas import Health
+from tuner.devices import parse_device
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=Health)
-async def healthz() -> dict[str, str]:
-    """Liveness: the process answers."""
-    return {"status": "ok"}
+@router.get("/healthz", response_model=Health,
+            responses={503: {"model": Health, "description": "The server's device is missing."}})
+async def healthz(settings: SettingsDep, facade: ServiceDep) -> JSONResponse:
+    """The process answers; 503 when the server's device cannot run work (serve --device
+    cuda:0 on a host without a usable GPU used to report healthy, then answer 422)."""
+    device = parse_device(settings.device)
+    ok, why = facade.availability(device)
+    body = {"status": "ok" if ok else "unavailable", "device": device,
+            "reason": None if ok else why}
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 @router.get(

@@ -6,11 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, status
 
-from api.deps import JobsDep, RequireToken, SettingsDep
+from api.deps import JobsDep, RequireToken, ServiceDep, SettingsDep
 from api.jobs import JobItem, JobQueueFull, JobsStopped
-from api.routes.common import enforce_limits
+from api.routes.common import enforce_limits, request_device
 from api.schemas import ErrorOut, JobOut, JobRequest
-from tuner.devices import parse_device
 from tuner.networks import network_problems
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -29,18 +28,20 @@ router = APIRouter(prefix="/v1", tags=["jobs"])
         503: {"model": ErrorOut, "description": "The server is shutting down."},
     },
 )
-def create_job(body: JobRequest, settings: SettingsDep, jobs: JobsDep) -> dict[str, Any]:
+def create_job(
+    body: JobRequest, settings: SettingsDep, jobs: JobsDep, facade: ServiceDep
+) -> dict[str, Any]:
     """Queue a tuning job; every problem is validated and size-checked before it is queued."""
     if (body.network is None) == (body.problems is None):
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             "give exactly one of 'network' (with 'batches') or 'problems'",
         )
-    device = parse_device(body.device or settings.device)
+    device = request_device(facade, body.device, settings)
     items: list[JobItem] = []
     if body.network is not None:
         for batch in body.batches:
-            for layer, problem in network_problems(body.network, batch, body.dtype):
+            for layer, problem in network_problems(body.network, batch, body.dtype, body.math):
                 items.append(JobItem(problem, layer=layer.name, batch=batch))
     else:
         items = [JobItem(p.to_problem()) for p in body.problems or []]
@@ -53,7 +54,7 @@ def create_job(body: JobRequest, settings: SettingsDep, jobs: JobsDep) -> dict[s
             "(CONVTUNE_MAX_JOB_PROBLEMS)",
         )
     for item in items:
-        enforce_limits(item.problem, device, body.workspace_limit, settings)
+        enforce_limits(facade, item.problem, device, body.workspace_limit, settings)
     try:
         return jobs.submit(items, device, body.workspace_limit)
     except JobQueueFull as exc:

@@ -7,9 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import StoreDep
+from api.deps import ServiceDep
 from api.schemas import ResultsPage
-from db import queries
 
 router = APIRouter(prefix="/v1", tags=["results"])
 
@@ -46,11 +45,8 @@ class ResultsQuery(BaseModel):
 
 
 @router.get("/results", response_model=ResultsPage)
-def results(query: Annotated[ResultsQuery, Query()], store: StoreDep) -> dict[str, Any]:
+def results(query: Annotated[ResultsQuery, Query()], facade: ServiceDep) -> dict[str, Any]:
     """Stored measurements joined with their problem and device, newest first."""
     filters = query.model_dump(exclude={"limit", "offset"}, exclude_none=True)
-    with store.session() as session:
-        total, page = queries.list_results(
-            session=session, filters=filters, limit=query.limit, offset=query.offset
-        )
+    total, page = facade.results(filters, limit=query.limit, offset=query.offset)
     return {"total": total, "limit": query.limit, "offset": query.offset, "items": page}

@@ -10,14 +10,17 @@ import pytest
 from algorithms.base import DEFAULT_CONFIG, Algorithm
 from algorithms.cpu._common import tap_range
 from algorithms.problem import ConvProblem
-from algorithms.reference import reference_conv, relative_error, tolerance
+from algorithms.reference import reference, reference_conv, relative_error, tolerance
 from algorithms.registry import ALGORITHM_NAMES, algorithms_for, get_algorithm
 
 ALGORITHMS: list[Algorithm] = algorithms_for("cpu")
-DTYPES = ("float32", "float64", "float16")
+DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 #: (algorithm, dtype) pairs that are expected to refuse every problem, with why.
-UNSUPPORTED_DTYPES = {("direct", "float16")}
+UNSUPPORTED_DTYPES = {("direct", "float16"), ("direct", "bfloat16")}
+
+#: Algorithms with no CPU implementation: supports() refuses every problem, with why.
+GPU_ONLY = {"implicit_gemm_tc"}
 
 #: id -> ConvProblem keyword arguments (dtype added per test). Small: c, k <= 16, h, w <= 12.
 SHAPES: dict[str, dict[str, Any]] = {
@@ -90,7 +93,7 @@ def test_matches_reference(name: str, shape: str, dtype: str) -> None:
     algorithm = get_algorithm("cpu", name)
     problem = _problem(shape, dtype)
     support = algorithm.supports(problem)
-    if (name, dtype) in UNSUPPORTED_DTYPES:
+    if (name, dtype) in UNSUPPORTED_DTYPES or name in GPU_ONLY:
         assert not support
         assert isinstance(support.reason, str) and support.reason.strip()
         return
@@ -115,7 +118,7 @@ def test_unsupported_reasons_are_text(name: str) -> None:
             support = algorithm.supports(_problem(shape, dtype))
             if not support:
                 assert isinstance(support.reason, str) and support.reason.strip()
-                assert (name, dtype) in UNSUPPORTED_DTYPES
+                assert (name, dtype) in UNSUPPORTED_DTYPES or name in GPU_ONLY
 
 
 def test_direct_needs_no_workspace() -> None:
@@ -185,6 +188,9 @@ def test_run_is_repeatable_on_a_reused_workspace(name: str) -> None:
     # The tuner times repeated runs on one workspace: leftovers must not leak into y.
     algorithm = get_algorithm("cpu", name)
     problem = _problem("pad_gt_filter_strided", "float32")
+    if name in GPU_ONLY:
+        assert not algorithm.supports(problem)
+        return
     x, w = _inputs(problem)
     ref = reference_conv(x, w, problem)
     for config in algorithm.configs(problem):
@@ -239,9 +245,51 @@ def test_random_problems(dtype: str) -> None:
         x, w = _inputs(problem)
         ref = reference_conv(x, w, problem)
         for algorithm in ALGORITHMS:
+            if algorithm.name in GPU_ONLY:
+                assert not algorithm.supports(problem)
+                continue
             assert algorithm.supports(problem)
             for config in algorithm.configs(problem):
                 error = relative_error(_run(algorithm, problem, config, x, w), ref)
                 assert error <= tolerance(dtype, algorithm.name), (
                     f"{algorithm.name}/{config} on {problem.describe()}: error {error:.3g}"
                 )
+
+
+BACKWARD = ("backward_data", "backward_filter")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("direction", BACKWARD)
+@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+def test_backward_directions_match_reference(
+    name: str, direction: str, shape: str, dtype: str
+) -> None:
+    algorithm = get_algorithm("cpu", name)
+    problem = ConvProblem(**SHAPES[shape], dtype=dtype, direction=direction)
+    support = algorithm.supports(problem)
+    if not support:
+        # Refusals name the direction or the dtype, precisely.
+        assert direction in support.reason or dtype in support.reason, support.reason
+        return
+    rng = np.random.default_rng()
+    a_shape, b_shape, out_shape = problem.operand_shapes
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = rng.standard_normal(b_shape).astype(dtype)
+    ref = reference(a, b, problem)
+    for config in algorithm.configs(problem):
+        nbytes = algorithm.workspace_bytes(problem, config)
+        workspace = np.full(nbytes, 0xFF, dtype=np.uint8) if nbytes else None
+        out = np.full(out_shape, np.nan, dtype=dtype)
+        algorithm.run(a, b, out, workspace, problem, config)
+        assert np.isfinite(out).all(), f"{name}/{config} left elements unwritten"
+        error = relative_error(out, ref)
+        assert error <= tolerance(dtype, name), f"{name}/{config}: relative error {error:.3g}"
+
+
+def test_direct_and_im2col_serve_every_direction() -> None:
+    for direction in BACKWARD:
+        problem = ConvProblem(**SHAPES["stride2"], direction=direction)
+        served = {name for name in ALGORITHM_NAMES if get_algorithm("cpu", name).supports(problem)}
+        assert {"direct", "im2col_gemm"} <= served

@@ -123,3 +123,56 @@ def test_batch_chunking_gives_the_same_answer(monkeypatch: pytest.MonkeyPatch) -
     whole = reference.reference_conv(x, w, p)
     monkeypatch.setattr(reference, "CHUNK_BYTES", 1)
     np.testing.assert_allclose(reference.reference_conv(x, w, p), whole, rtol=1e-12, atol=1e-12)
+
+
+BACKWARD_SHAPES = [
+    dict(n=2, c=4, h=9, w=8, k=6, r=3, s=3, pad=1),
+    dict(n=2, c=4, h=10, w=9, k=6, r=3, s=2, pad=(2, 1), stride=(2, 3), dilation=(2, 1),
+         groups=2),
+    dict(n=1, c=3, h=4, w=5, k=2, r=3, s=3, pad=4, stride=3),  # stride holes in dx
+    dict(n=3, c=6, h=7, w=7, k=6, r=3, s=3, pad=1, stride=2, groups=6),  # depthwise
+]
+
+
+@pytest.mark.parametrize("shape", range(len(BACKWARD_SHAPES)))
+def test_backward_references_are_the_adjoints_of_forward(shape: int) -> None:
+    # <conv(x, w), dy> = <x, backward_data(dy, w)> = <w, backward_filter(x, dy)>: the
+    # definition of both gradients, checked without any other implementation.
+    from dataclasses import replace
+
+    from algorithms.reference import reference
+
+    problem = ConvProblem(**BACKWARD_SHAPES[shape])  # type: ignore[arg-type]
+    rng = np.random.default_rng()
+    x = rng.standard_normal(problem.input_shape)
+    w = rng.standard_normal(problem.filter_shape)
+    dy = rng.standard_normal(problem.output_shape)
+    y = reference(x, w, problem)
+    dx = reference(dy, w, replace(problem, direction="backward_data"))
+    dw = reference(x, dy, replace(problem, direction="backward_filter"))
+    assert dx.shape == x.shape and dw.shape == w.shape
+    inner = float(np.vdot(y, dy))
+    assert np.isclose(np.vdot(x, dx), inner, rtol=1e-10)
+    assert np.isclose(np.vdot(w, dw), inner, rtol=1e-10)
+
+
+@pytest.mark.parametrize("shape", range(len(BACKWARD_SHAPES)))
+def test_backward_references_match_torch(shape: int) -> None:
+    torch = pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from algorithms.reference import reference
+
+    problem = ConvProblem(**BACKWARD_SHAPES[shape])  # type: ignore[arg-type]
+    rng = np.random.default_rng()
+    x = rng.standard_normal(problem.input_shape)
+    w = rng.standard_normal(problem.filter_shape)
+    dy = rng.standard_normal(problem.output_shape)
+    geometry = (problem.stride, problem.pad, problem.dilation, problem.groups)
+    t = torch.from_numpy
+    dx = torch.nn.grad.conv2d_input(x.shape, t(w), t(dy), *geometry).numpy()
+    dw = torch.nn.grad.conv2d_weight(t(x), w.shape, t(dy), *geometry).numpy()
+    np.testing.assert_allclose(reference(dy, w, replace(problem, direction="backward_data")),
+                               dx, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(reference(x, dy, replace(problem, direction="backward_filter")),
+                               dw, rtol=1e-10, atol=1e-10)

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from algorithms.cpu.runtime import CpuRuntime
+from algorithms.runtime import Timing, TimingPolicy
 from db.engine import open_store
 from tests.api.conftest import TINY, stored_rows
 from tuner.api import problem_for
-from tuner.runtime import Timing, TimingPolicy
-from tuner.runtimes.cpu import CpuRuntime
 from tuner.tuning import Tuner
 
 

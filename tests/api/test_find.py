@@ -198,7 +198,7 @@ def test_problem_claimed_by_another_tuner_is_503(
     from algorithms.problem import ConvProblem
     from db import claims
     from db.engine import open_store
-    from db.queries import canonical_json
+    from db.rows import canonical_json
     from tuner.devices import identify
 
     monkeypatch.setenv("CONVTUNE_CLAIM_WAIT_S", "0.3")
@@ -221,7 +221,7 @@ def test_device_fault_is_503_and_keeps_the_culprits_failure(
     # A kernel that kills the device (a sticky CUDA error) must not be reported as a 500,
     # nor poison the candidates after it: they are left unmeasured, the culprit is stored.
     from algorithms.cpu.fft import FftConv
-    from tuner.runtimes.cpu import CpuRuntime
+    from algorithms.cpu.runtime import CpuRuntime
 
     def crash(*_args: Any) -> None:
         raise RuntimeError("an illegal memory access was encountered")
@@ -233,3 +233,43 @@ def test_device_fault_is_503_and_keeps_the_culprits_failure(
     detail = response.json()["detail"]
     assert "fft/default failed" in detail and "cudaErrorIllegalAddress" in detail
     assert stored_rows(db_url) >= 1
+
+
+def test_math_is_part_of_the_problem(client: TestClient, db_url: str) -> None:
+    tf32 = find(client, problem={**TINY, "math": "tf32"}, mode="tune")
+    assert tf32.status_code == 200, tf32.text
+    assert tf32.json()["problem"]["math"] == "tf32"
+    # The fp32 twin is a different problem: nothing is cached for it yet.
+    assert find(client, mode="cached").status_code == 404
+    refused = find(client, problem={**TINY, "dtype": "float16", "math": "tf32"})
+    assert refused.status_code == 422 and "float32 only" in refused.json()["detail"]
+
+
+def test_direction_is_part_of_the_problem(client: TestClient, db_url: str) -> None:
+    backward = find(client, problem={**TINY, "direction": "backward_filter"}, mode="tune")
+    assert backward.status_code == 200, backward.text
+    data = backward.json()
+    assert data["problem"]["direction"] == "backward_filter"
+    assert data["best"]["algorithm"] in {"direct", "im2col_gemm"}
+    refused = find(client, problem={**TINY, "direction": "sideways"})
+    assert refused.status_code == 422
+
+
+def test_servers_own_missing_gpu_is_503_and_unhealthy(
+    make_client: Any, db_url: str
+) -> None:
+    # Issue 12 (6): `serve --device cuda:0` on a host without a GPU reported healthy, then
+    # answered 422 as if the client had asked for something wrong.
+    from tuner.devices import cuda_available
+
+    if cuda_available()[0]:
+        pytest.skip("a GPU is usable here")
+    client = make_client(device="cuda:0")
+    health = client.get("/healthz")
+    assert health.status_code == 503
+    assert health.json()["status"] == "unavailable" and health.json()["device"] == "cuda:0"
+    response = client.post("/v1/find", json={"problem": TINY})
+    assert response.status_code == 503 and "server's device cuda:0" in response.json()["detail"]
+    assert stored_rows(db_url) == 0
+    assert make_client().get("/healthz").json() == {"status": "ok", "device": "cpu",
+                                                    "reason": None}

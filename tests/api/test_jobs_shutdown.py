@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api import jobs as jobs_module
 from api.jobs import JobItem, JobManager, JobsStopped
 from api.metrics import Metrics
 from tests.api.conftest import TINY
@@ -24,7 +23,7 @@ def test_submit_after_shutdown_is_503(make_client: Callable[..., TestClient]) ->
     assert "shutting down" in response.json()["detail"]
 
 
-def test_queued_jobs_fail_at_shutdown(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_queued_jobs_fail_at_shutdown(db_url: str) -> None:
     started, release = threading.Event(), threading.Event()
 
     def slow_find(*args: Any, **kwargs: Any) -> list[Any]:
@@ -32,8 +31,8 @@ def test_queued_jobs_fail_at_shutdown(db_url: str, monkeypatch: pytest.MonkeyPat
         release.wait(10)
         return []
 
-    monkeypatch.setattr(jobs_module, "find_algorithms", slow_find)
-    manager = JobManager(db_url=db_url, metrics=Metrics(), workers=1, max_jobs=4, kept=8)
+    manager = JobManager(db_url=db_url, metrics=Metrics(), workers=1, max_jobs=4, kept=8,
+                         find=slow_find)
     first = manager.submit([JobItem(small_problem())], "cpu", None)
     assert started.wait(10)
     second = manager.submit([JobItem(small_problem())], "cpu", None)

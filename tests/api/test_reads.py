@@ -85,7 +85,7 @@ def test_algorithms(client: TestClient) -> None:
 
 
 def test_health(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/healthz").json() == {"status": "ok", "device": "cpu", "reason": None}
 
 
 def _metric(text: str, name: str, **labels: str) -> float:

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from algorithms.cpu.runtime import CpuRuntime
 from tests.api.conftest import TINY, npy, stored_rows
 from tuner.devices import identify
-from tuner.runtimes.cpu import CpuRuntime
 
 TOKEN = "s3cret-token"
 FIND = {"problem": TINY, "device": "cpu"}
@@ -134,12 +134,12 @@ def test_problem_larger_than_device_memory_is_refused(client: Any, db_url: str) 
 def test_memory_check_counts_the_workspace(client: Any, db_url: str) -> None:
     # Buffers fit in 4096 bytes; the largest candidate's workspace does not, unless the
     # workspace limit rules it out.
-    from api.routes.common import largest_workspace
     from tuner.api import problem_for
+    from tuner.service import service
 
     problem = problem_for((1, 2, 6, 5), (2, 2, 3, 3), padding=1)
     assert problem.buffer_bytes < 4096
-    workspace = largest_workspace(problem, "cpu", None, db_url)
+    workspace = service(db_url).largest_workspace(problem, "cpu", None)
     assert problem.buffer_bytes + workspace > 4096, "the test needs a bigger workspace"
     refused = client.post("/v1/find", json=FIND)
     assert refused.status_code == 413

@@ -31,6 +31,8 @@ from algorithms.cuda._loader import kernel_source
 
 HERE = Path(__file__).resolve().parent
 RUNTIME = HERE / "runtime.h"
+#: Headers runtime.h includes (part of every library's cache key).
+HEADERS = (RUNTIME, HERE / "warp.h")
 CXX = shutil.which("g++")
 FLAGS = (
     "-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer",
@@ -93,9 +95,11 @@ def _split_top(text: str, sep: str) -> list[str]:
 
 def _asm_call(match: re.Match[str]) -> str:
     sections = _split_top(match.group(1), ":")
-    template = re.fullmatch(r'\s*"((?:[^"\\]|\\.)*)"\s*', sections[0])
-    if template is None:
+    # The template may be several adjacent string literals, which C++ concatenates.
+    literal = r'"((?:[^"\\]|\\.)*)"'
+    if re.fullmatch(rf"\s*(?:{literal}\s*)+", sections[0]) is None:
         raise ValueError(f"cannot read asm template in {match.group(0)!r}")
+    template = "".join(re.findall(literal, sections[0]))
     operands: list[str] = []
     for section in sections[1:3]:
         for operand in _split_top(section, ","):
@@ -104,7 +108,7 @@ def _asm_call(match: re.Match[str]) -> str:
                 if expr is None:
                     raise ValueError(f"cannot read asm operand {operand!r}")
                 operands.append(expr.group(1).strip())
-    instruction = template.group(1).strip().rstrip(";")
+    instruction = template.strip().rstrip(";")
     mnemonic = instruction.split()[0]
     order = [operands[int(i)] for i in re.findall(r"%(\d+)", instruction)]
     return f"emu::ptx_{mnemonic.replace('.', '_')}({', '.join(order)});"
@@ -144,7 +148,11 @@ def _check_launch_bounds(text: str) -> str:
 
 @functools.cache
 def translate(filename: str) -> str:
-    """The kernel file's loader text with shared declarations and PTX rewritten for the CPU."""
+    """The kernel file's loader text with shared declarations and PTX rewritten for the CPU.
+
+    `filename` names a file of kernels/, or is an absolute path (a test's own kernels, which
+    include common.cuh the same way: `KERNELS_DIR / filename` is then that path).
+    """
     text = _SHARED.sub(_shared_decl, _ASM.sub(_asm_call, kernel_source(filename)))
     text = _check_launch_bounds(text)
     leftover = re.search(r"\b(asm|__shared__)\b", text)
@@ -165,7 +173,9 @@ def has_barrier(source: str, kernel: str) -> bool:
 def unit_source(filename: str, name_expression: str) -> str:
     """A translation unit that exports one kernel instance's launcher and signature."""
     text = translate(filename)
-    barriers = has_barrier(text, name_expression.split("<")[0].strip())
+    # Warp-synchronous instructions park lanes as fibers, like barriers do.
+    barriers = has_barrier(text, name_expression.split("<")[0].strip()) or bool(
+        re.search(r"emu::ptx_(mma|ldmatrix)", text))
     return (
         f"#define EMU_NO_BARRIERS {int(not barriers)}\n"
         f'#include "{RUNTIME}"\n{text}\n'
@@ -183,8 +193,8 @@ def build(filename: str, name_expression: str) -> Path:
     if CXX is None:
         raise RuntimeError("g++ is not on PATH")
     source = unit_source(filename, name_expression)
-    key = hashlib.sha256("\0".join(
-        [source, RUNTIME.read_text(encoding="utf-8"), CXX, *FLAGS]).encode()).hexdigest()[:24]
+    headers = [h.read_text(encoding="utf-8") for h in HEADERS]
+    key = hashlib.sha256("\0".join([source, *headers, CXX, *FLAGS]).encode()).hexdigest()[:24]
     library = CACHE / f"{key}.so"
     if library.is_file():
         return library

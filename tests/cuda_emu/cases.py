@@ -24,11 +24,17 @@ from typing import Any
 import numpy as np
 
 from algorithms.base import Algorithm
-from algorithms.cuda import _cublas, direct, fft, im2col_gemm, implicit_gemm
-from algorithms.problem import ConvProblem
-from algorithms.reference import reference_conv, relative_error, tolerance
+from algorithms.cuda import _cublas, direct, fft, im2col_gemm, implicit_gemm, implicit_gemm_tc
+from algorithms.reference import reference_conv, relative_error
 from tests.cuda_emu.build import EmulatedKernel, sanitizer_env
 from tests.cuda_emu.host import FakePlan, dev, dev_at, fake_gemm
+from tests.precision import (
+    make_problem,
+    nan_storage,
+    to_float,
+    to_storage,
+    tolerance_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS: dict[str, Algorithm] = {
@@ -36,6 +42,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "im2col_gemm": im2col_gemm.Im2colGemmCuda(),
     "implicit_gemm": implicit_gemm.ImplicitGemmCuda(),
     "fft": fft.FftCuda(),
+    "implicit_gemm_tc": implicit_gemm_tc.ImplicitGemmTcCuda(),
 }
 #: (schedule, seed) pairs each configuration runs under; see runtime.h.
 SCHEDULES = ((0, 0), (1, 0))
@@ -48,7 +55,7 @@ def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
 
 def install() -> None:
     """Route every GPU library call of algorithms/cuda to the emulator and host stand-ins."""
-    for module in (direct, im2col_gemm, implicit_gemm, fft):
+    for module in (direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc):
         module.get_kernel = _kernel  # type: ignore[attr-defined]
     _cublas._gemm = fake_gemm  # type: ignore[assignment]
     fft._plan = FakePlan  # type: ignore[assignment]
@@ -57,7 +64,7 @@ def install() -> None:
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """Every configuration of one algorithm on one problem; a JSON-able verdict."""
     algorithm = ALGORITHMS[case["algorithm"]]
-    problem = ConvProblem(**case["problem"])
+    problem = make_problem(**case["problem"])
     support = algorithm.supports(problem)
     if not support:
         return {"status": "skipped", "message": support.reason}
@@ -68,9 +75,11 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         return dev(a) if offsets is None else dev_at(a, offsets[which])
 
     rng = np.random.default_rng()
-    x = rng.standard_normal(problem.input_shape).astype(problem.dtype)
-    w = rng.standard_normal(problem.filter_shape).astype(problem.dtype)
-    ref = reference_conv(x, w, problem)
+    dtype = problem.dtype
+    x = to_storage(rng.standard_normal(problem.input_shape), dtype)
+    w = to_storage(rng.standard_normal(problem.filter_shape), dtype)
+    ref = reference_conv(to_float(x, dtype), to_float(w, dtype), problem)
+    limit = tolerance_for(dtype, problem.math, case["algorithm"])
     EmulatedKernel.launches.clear()
     errors: dict[str, float] = {}
     for config in algorithm.configs(problem):
@@ -79,16 +88,16 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             EmulatedKernel.schedule = schedule
             nbytes = algorithm.workspace_bytes(problem, config)
             workspace = dev(np.full(nbytes, 0xFF, np.uint8)) if nbytes else None
-            y = place(np.full(problem.output_shape, np.nan, problem.dtype), 2)
+            y = place(nan_storage(problem.output_shape, dtype), 2)
             algorithm.run(place(x, 0), place(w, 1), y, workspace, problem, config)
-            outputs.append(np.array(y))
+            outputs.append(to_float(np.array(y), dtype))
         if outputs[0].tobytes() != outputs[1].tobytes():
             return {"status": "failed",
                     "message": f"{config}: results differ between thread schedules (a race)"}
         if np.isnan(outputs[0]).any():
             return {"status": "failed", "message": f"{config}: unwritten outputs"}
         errors[config] = relative_error(outputs[0], ref)
-        if errors[config] > tolerance(problem.dtype, case["algorithm"]):
+        if errors[config] > limit:
             return {"status": "failed", "message": f"{config}: relative error {errors[config]}"}
     launches = [[name, [a.item() for a in scalars]] for name, scalars in EmulatedKernel.launches]
     return {"status": "ok", "errors": errors, "launches": launches}

@@ -15,6 +15,9 @@
 // the same number of times.
 // build.py rewrites the few CUDA-only constructs (`__shared__` declarations, inline PTX) into
 // calls of this file; everything else of the kernel source compiles as plain C++17.
+// Warp-level PTX (mma.sync, ldmatrix, cp.async) lives in warp.h, included at the end: a
+// fiber parked at a warp instruction (state kAtWarp) runs again once its warp's last lane
+// arrives, within the same barrier phase.
 #pragma once
 
 #include <algorithm>
@@ -118,6 +121,7 @@ struct Fiber {
     uint3 tid{};
     int barriers = 0;
     bool done = false;
+    int state = 0;  // kRunnable, kAtBarrier or kAtWarp (waiting for its warp's other lanes)
     std::size_t shared_next = 0;  // index of the next __shared__ declaration it reaches
 };
 
@@ -127,6 +131,7 @@ struct Block {
     Fiber* current = nullptr;
     std::function<void()> body;
     std::vector<void*> shared;  // this block's static shared arrays, in declaration order
+    std::vector<std::size_t> shared_sizes;
     std::size_t shared_bytes = 0;
     unsigned char* dynamic_shared = nullptr;
     std::size_t dynamic_bytes = 0;
@@ -135,6 +140,8 @@ struct Block {
 };
 
 inline Block* g_block = nullptr;
+
+enum FiberState { kRunnable = 0, kAtBarrier = 1, kAtWarp = 2 };
 
 inline void enter_fiber_side() {
 #if EMU_ASAN
@@ -191,6 +198,8 @@ inline void resume(Fiber& f) {
 #endif
 }
 
+inline void end_block_async(Block& b);
+
 inline void* take_shared(std::size_t bytes, std::size_t alignment) {
     Block& b = *g_block;
     Fiber& f = *b.current;
@@ -201,6 +210,7 @@ inline void* take_shared(std::size_t bytes, std::size_t alignment) {
         }
         std::memset(p, 0xFF, bytes);
         b.shared.push_back(p);
+        b.shared_sizes.push_back(bytes);
         b.shared_bytes += bytes;
         if (b.shared_bytes + b.dynamic_bytes > kSharedLimit) {
             fail("block uses over 48 KiB of shared memory");
@@ -237,6 +247,7 @@ inline void syncthreads() {
     if (EMU_NO_BARRIERS) fail("__syncthreads() in a kernel built as barrier-free");
     Fiber& f = *g_block->current;
     ++f.barriers;
+    f.state = kAtBarrier;
     to_scheduler(f, false);  // resume() restores threadIdx before switching back
 }
 
@@ -254,11 +265,26 @@ inline void run_block(Block& b, int schedule, std::mt19937& rng) {
     std::vector<std::size_t> order = thread_order(b.fibers.size(), schedule);
     for (int phase = 0;; ++phase) {
         if (schedule == kShuffle) std::shuffle(order.begin(), order.end(), rng);
-        for (std::size_t i : order) {
-            if (!b.fibers[i].done) resume(b.fibers[i]);
+        // Sweep until no fiber can run: one parked at a warp-synchronous instruction
+        // (warp.h) runs again once the last lane of its warp has arrived there.
+        for (bool progress = true; progress;) {
+            progress = false;
+            for (std::size_t i : order) {
+                Fiber& f = b.fibers[i];
+                if (!f.done && f.state == kRunnable) {
+                    resume(f);
+                    progress = true;
+                }
+            }
         }
         std::size_t done = 0;
-        for (const Fiber& f : b.fibers) {
+        for (Fiber& f : b.fibers) {
+            if (f.state == kAtWarp) {
+                g_block->current = &f;
+                threadIdx = f.tid;
+                fail("a warp-synchronous instruction was not reached by every lane of its warp");
+            }
+            f.state = kRunnable;
             done += f.done;
             if (!f.done && f.barriers != phase + 1) {
                 fail("threads of a block disagree on __syncthreads()");
@@ -359,6 +385,7 @@ void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem, void
                             f.barriers = 0;
                             f.done = false;
                             f.shared_next = 0;
+                            f.state = kRunnable;
                             if (!EMU_NO_BARRIERS) start_fiber(f);
                         }
                     }
@@ -368,8 +395,10 @@ void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem, void
                 } else {
                     run_block(b, schedule, rng);
                 }
+                end_block_async(b);
                 for (void* p : b.shared) std::free(p);
                 b.shared.clear();
+                b.shared_sizes.clear();
                 b.shared_bytes = 0;
                 std::free(b.dynamic_shared);
             }
@@ -402,3 +431,6 @@ inline void ptx_st_global_v4_f32(float* p, float a, float b, float c, float d) {
 }  // namespace emu
 
 inline void __syncthreads() { emu::syncthreads(); }
+
+#include "warp.h"
+

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, create_engine, text
 
-from db import migrations, queries
+from db import migrations, reports
 from db.engine import close_stores, open_store
 from db.migrations import SCHEMA_VERSION, SchemaError, stored_version, upgrade
 from tests.tuner.fakes import small_problem
@@ -78,18 +78,18 @@ def test_list_results_filters_and_pages(db_url: str) -> None:
     find_algorithms(small_problem(), device="cpu")
     find_algorithms(small_problem(n=1), device="cpu")
     with open_store(db_url).session() as session:
-        total, page = queries.list_results(session=session, limit=3)
+        total, page = reports.list_results(session=session, limit=3)
         assert total >= 8 and len(page) == 3
-        n1_total, n1 = queries.list_results(session=session, filters={"n": 1}, limit=100)
+        n1_total, n1 = reports.list_results(session=session, filters={"n": 1}, limit=100)
         assert n1_total == len(n1) and all(row["problem"]["n"] == 1 for row in n1)
-        _, fft = queries.list_results(session=session, filters={"algorithm": "fft"})
+        _, fft = reports.list_results(session=session, filters={"algorithm": "fft"})
         assert {row["algorithm"] for row in fft} == {"fft"}
         device = page[0]["device"]
-        by_prefix, _ = queries.list_results(session=session, filters={"device": device[:8]})
+        by_prefix, _ = reports.list_results(session=session, filters={"device": device[:8]})
         assert by_prefix == total
         with pytest.raises(ValueError, match="unknown results filter"):
-            queries.list_results(session=session, filters={"colour": "red"})
-        devices = queries.list_devices(session=session)
+            reports.list_results(session=session, filters={"colour": "red"})
+        devices = reports.list_devices(session=session)
         assert devices[0]["measurements"] == total and devices[0]["kind"] == "cpu"
 
 

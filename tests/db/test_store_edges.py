@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from db import bundles as db_bundles
-from db import queries
+from db import find as store_find
+from db import keys, reports
 from db.engine import open_store
 from tests.fleet.helpers import gpu, later, row, seed
 from tests.tuner.fakes import small_problem
@@ -23,24 +24,24 @@ def test_problem_too_large_for_a_column_is_a_value_error(store_url: str) -> None
     store = open_store(store_url)
     with store.session() as s:
         # Looking it up answers "not stored" (PostgreSQL would refuse the bind otherwise).
-        assert queries.find_problem_id(session=s, key=key) is None
-        assert queries.load_measurements(
+        assert keys.find_problem_id(session=s, key=key) is None
+        assert store_find.load_measurements(
             session=s, fingerprint=H100.fingerprint, key=key, impl_hashes={"direct": "x"}
         ) == []
-        assert queries.load_similar_measurements(
+        assert store_find.load_similar_measurements(
             session=s, fingerprint=H100.fingerprint, like={"r": 2**40},
             impl_hashes={"direct": "x"},
         ) == []
-        total, _ = queries.list_results(session=s, filters={"n": 2**40})
+        total, _ = reports.list_results(session=s, filters={"n": 2**40})
         assert total == 0
     with pytest.raises(ValueError, match="n=2147483648"), store.session() as s:
-        queries.ensure_problem(session=s, key=key)
+        keys.ensure_problem(session=s, key=key)
 
 
 def test_device_too_large_for_a_column_is_a_value_error(store_url: str) -> None:
     info = dict(gpu().info, units=2**31)
     with pytest.raises(ValueError, match="units"), open_store(store_url).session() as s:
-        queries.ensure_device(session=s, fingerprint="f" * 32, info=info)
+        keys.ensure_device(session=s, fingerprint="f" * 32, info=info)
 
 
 def test_measured_at_is_stored_and_read_as_utc(store_url: str) -> None:
@@ -48,13 +49,13 @@ def test_measured_at_is_stored_and_read_as_utc(store_url: str) -> None:
     url = store_url
     if url.startswith("postgresql"):
         # A session time zone other than UTC: PostgreSQL answers in it unless converted.
-        url = make_url(url).update_query_dict({"options": "-c timezone=Asia/Kolkata"})
-        url = url.render_as_string(hide_password=False)
+        kolkata = make_url(url).update_query_dict({"options": "-c timezone=Asia/Kolkata"})
+        url = kolkata.render_as_string(hide_password=False)
     store = open_store(url)
     at = later(0).astimezone(timezone(timedelta(hours=5, minutes=30)))
     seed(store, H100, small_problem(), [row("direct", 1.0, at=at)])
     with store.session() as s:
-        _, page = queries.list_results(session=s)
+        _, page = reports.list_results(session=s)
     assert page[0]["measured_at"] == later(0).isoformat()
 
 
@@ -63,9 +64,9 @@ def test_device_prefix_is_not_a_like_pattern(store_url: str) -> None:
     seed(store, H100, small_problem(), [row("direct", 1.0)])
     with store.session() as s:
         for pattern in ("%", "_" * 8, H100.fingerprint[:4] + "%"):
-            total, _ = queries.list_results(session=s, filters={"device": pattern})
+            total, _ = reports.list_results(session=s, filters={"device": pattern})
             assert total == 0, pattern
-        assert queries.list_results(session=s, filters={"device": H100.fingerprint[:8]})[0] == 1
+        assert reports.list_results(session=s, filters={"device": H100.fingerprint[:8]})[0] == 1
     for pattern in ("%", "_"):
         with pytest.raises(ValueError, match="no device"):
             export_bundle(store, device=pattern)
@@ -80,7 +81,7 @@ def test_ensure_survives_a_concurrent_insert(
     store = open_store(store_url)
     key = small_problem().key()
     finder = "find_device_id" if what == "device" else "find_problem_id"
-    real = getattr(queries, finder)
+    real = getattr(keys, finder)
     calls = {"n": 0}
 
     def racing(**kwargs: Any) -> int | None:
@@ -88,25 +89,25 @@ def test_ensure_survives_a_concurrent_insert(
         if calls["n"] == 1:
             with store.session() as other:  # commits before we insert
                 if what == "device":
-                    queries.ensure_device(session=other, fingerprint=H100.fingerprint,
+                    keys.ensure_device(session=other, fingerprint=H100.fingerprint,
                                           info=H100.info)
                 else:
-                    queries.ensure_problem(session=other, key=key)
+                    keys.ensure_problem(session=other, key=key)
             return None
         result: int | None = real(**kwargs)
         return result
 
     with store.session() as s:
-        monkeypatch.setattr(queries, finder, racing)
+        monkeypatch.setattr(keys, finder, racing)
         if what == "device":
-            ident = queries.ensure_device(session=s, fingerprint=H100.fingerprint, info=H100.info)
+            ident = keys.ensure_device(session=s, fingerprint=H100.fingerprint, info=H100.info)
             assert ident == real(session=s, fingerprint=H100.fingerprint)
         else:
-            ident = queries.ensure_problem(session=s, key=key)
+            ident = keys.ensure_problem(session=s, key=key)
             assert ident == real(session=s, key=key)
-        monkeypatch.setattr(queries, finder, real)
+        monkeypatch.setattr(keys, finder, real)
         # The transaction is still usable after the refused insert.
-        queries.save_measurements(session=s, fingerprint=H100.fingerprint,
+        store_find.save_measurements(session=s, fingerprint=H100.fingerprint,
                                   device_info=H100.info, key=key, rows=[row("fft", 2.0)])
     assert calls["n"] >= 2
 
@@ -131,7 +132,7 @@ def test_nul_in_a_text_filter_matches_nothing(store_url: str, name: str) -> None
     store = open_store(store_url)
     seed(store, H100, small_problem(), [row("direct", 1.0)])
     with store.session() as s:
-        assert queries.list_results(session=s, filters={name: "a\x00"}) == (0, [])
+        assert reports.list_results(session=s, filters={name: "a\x00"}) == (0, [])
     with pytest.raises(ValueError, match="no device"):
         export_bundle(store, device="\x00")
 

@@ -7,11 +7,12 @@ from typing import Any, cast
 
 from algorithms.base import Algorithm
 from algorithms.problem import ConvProblem
-from db import queries
+from algorithms.runtime import TimingPolicy
+from db import find as store_find
+from db import reports
 from db.engine import Store
-from db.queries import MeasurementRow
+from db.rows import MeasurementRow
 from tuner.devices import DeviceIdentity, fingerprint_of
-from tuner.runtime import TimingPolicy
 
 QUICK = TimingPolicy(warmup=1, budget_s=0.0, min_reps=2, max_reps=2)
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -45,7 +46,7 @@ def seed(store: Store, identity: DeviceIdentity, problem: ConvProblem,
          rows: list[MeasurementRow]) -> None:
     """Store rows as if `identity` had measured them."""
     with store.session() as session:
-        queries.save_measurements(
+        store_find.save_measurements(
             session=session, fingerprint=identity.fingerprint, device_info=identity.info,
             key=problem.key(), rows=rows,
         )
@@ -54,7 +55,7 @@ def seed(store: Store, identity: DeviceIdentity, problem: ConvProblem,
 def stored(store: Store) -> list[dict[str, Any]]:
     """Every stored measurement as (device, problem, algorithm, config, hash, time, at)."""
     with store.session() as session:
-        _total, page = queries.list_results(session=session, limit=100_000)
+        _total, page = reports.list_results(session=session, limit=100_000)
     return sorted(
         (
             {k: r[k] for k in ("device", "algorithm", "config", "impl_hash", "time_ms",

@@ -76,7 +76,7 @@ BAD = {
     "NUL in error": (set_field("measurement", error="boom\x00"), "error"),
     "reps beyond INTEGER": (set_field("measurement", reps=2**31), "reps"),
     "workspace beyond BIGINT": (set_field("measurement", workspace_bytes=2**63), "workspace"),
-    "problem n beyond INTEGER": (set_key(n=2**31), "out of range"),
+    "problem n beyond INTEGER": (set_key(n=2**31), "n must be at most"),
     "device kind too long": (set_info(kind="k" * 17), "kind"),
     "NUL in device name": (set_info(name="H100\x00"), "name"),
     "units beyond INTEGER": (set_info(units=2**31), "units"),
@@ -144,3 +144,16 @@ def test_concurrent_imports_of_overlapping_bundles_all_succeed(
     rows = stored(target)
     assert len(rows) == 60
     assert {r["time_ms"] for r in rows if r["algorithm"] == "direct"} == {3.0, 4.0}
+
+
+def test_bundles_from_before_math_import_as_fp32(store_url: str, other_url: str) -> None:
+    # Bundles written before schema 4 have no `math` in their problem keys: FP32 problems.
+    def drop_math(records: list[dict[str, Any]]) -> None:
+        for r in records:
+            if r.get("type") == "problem":
+                del r["key"]["math"]
+
+    target = open_store(store_url)
+    assert import_bundle(target, edited(source_bundle(other_url), drop_math))["added"] == 2
+    assert {r["problem"] for r in stored(target)} == {small_problem().describe()}
+    assert small_problem().math == "fp32"

@@ -10,6 +10,7 @@ import pytest
 
 from algorithms.problem import ConvProblem
 from db.engine import open_store
+from db.migrations import SCHEMA_VERSION
 from tests.fleet.helpers import gpu, later, row, seed, stored
 from tests.tuner.fakes import small_problem
 from tuner.bundles import BundleError, export_bundle, import_bundle, read_bundle
@@ -38,7 +39,7 @@ def test_round_trip_between_stores(store_url: str, other_url: str) -> None:
     text = export_bundle(open_store(store_url))
     bundle = read_bundle(text)
     assert bundle.header["format"] == "convtune-bundle" and bundle.header["version"] == 1
-    assert bundle.header["schema_version"] == 2
+    assert bundle.header["schema_version"] == SCHEMA_VERSION
     assert bundle.counts() == {"devices": 2, "problems": 2, "measurements": 5}
     counts = import_bundle(open_store(other_url), text)
     assert counts["added"] == 5 and counts["replaced"] == counts["unchanged"] == 0

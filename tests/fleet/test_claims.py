@@ -18,13 +18,14 @@ from sqlalchemy import insert
 from db import claims
 from db.engine import open_store
 from db.models import Claim
-from db.queries import canonical_json
+from db.rows import canonical_json
 from tests.fleet.helpers import QUICK, algos, stored
 from tests.fleet.workers import tune
 from tests.tuner.fakes import Fake, small_problem
 from tuner import results as R
 from tuner.devices import identify
-from tuner.tuning import ClaimTimeout, Tuner
+from tuner.errors import ClaimTimeout
+from tuner.tuning import Tuner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,3 +157,44 @@ def test_claim_is_renewed_while_measuring(db_url: str) -> None:
     assert len(seen) >= 2
     with open_store(db_url).session() as s:
         assert claims.list_claims(session=s) == []
+
+
+def _claim_for(store_url: str, owner: str, ttl_s: float = 600) -> None:
+    from tuner.devices import identify
+
+    with open_store(store_url).session() as session:
+        assert claims.try_claim(
+            session=session, fingerprint=identify("cpu").fingerprint,
+            problem=canonical_json(small_problem().key()), owner=owner, ttl_s=ttl_s,
+        )
+
+
+def test_claim_of_a_dead_local_process_is_taken_over_at_once(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 12 (4): after `kill -9`, the next run stalled silently until the dead tuner's
+    # claim expired (up to 60 s), although the claim names this host and a gone PID.
+    import socket
+
+    from tuner.api import find_best_algorithm
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    _claim_for(db_url, f"{socket.gethostname()}:{gone.pid}:deadbeef0000")
+    started = time.monotonic()
+    best = find_best_algorithm(small_problem(), "cpu", db=db_url)
+    assert best.source == R.FRESH and time.monotonic() - started < 30
+    assert "no longer runs" in caplog.text
+
+
+def test_waiting_for_a_live_claim_says_who_holds_it(
+    db_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.api import find_best_algorithm
+    from tuner.errors import ClaimTimeout
+
+    monkeypatch.setenv("CONVTUNE_CLAIM_WAIT_S", "0.3")
+    _claim_for(db_url, "gpu-host-7:4242:cafe00000000")
+    with pytest.raises(ClaimTimeout, match="gpu-host-7:4242"):
+        find_best_algorithm(small_problem(), "cpu", db=db_url)
+    assert "being measured by gpu-host-7:4242:cafe00000000 (claim until" in caplog.text

@@ -166,3 +166,29 @@ def test_bundle_routes(db_url: str, tmp_path: Path) -> None:
             "application/x-ndjson")
         assert read_bundle(got.text).counts() == {"devices": 1, "problems": 1, "measurements": 2}
         assert client.get("/v1/bundles", params={"device": "ffffffff"}).status_code == 404
+
+
+def test_deeply_nested_bundle_line_is_a_400(db_url: str, tmp_path: Path) -> None:
+    # Issue 12 (6): a pushed bundle with a deeply nested JSON line gave a 500
+    # (RecursionError) and dropped the keep-alive connection.
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from api.settings import Settings
+
+    populate(db_url)
+    import hashlib
+    import json
+
+    from tuner.bundles import export_bundle
+
+    lines = export_bundle(open_store(db_url)).splitlines(keepends=True)
+    nested = "[" * 200_000 + "]" * 200_000 + "\n"
+    body = "".join([lines[0], nested, *lines[1:-1]])
+    trailer = json.loads(lines[-1]) | {"sha256": hashlib.sha256(body.encode()).hexdigest()}
+    hostile = body + json.dumps(trailer) + "\n"  # re-signed: only the nesting is wrong
+    with TestClient(create_app(Settings(db_url=f"sqlite:///{tmp_path / 's.db'}"))) as client:
+        refused = client.post("/v1/bundles", content=hostile)
+        assert refused.status_code == 400, refused.text
+        assert "nested too deeply" in refused.json()["detail"]
+        assert client.get("/healthz").status_code == 200  # the connection still serves

@@ -9,9 +9,10 @@ from tests.fleet.helpers import QUICK, algos, gpu, later, row, seed
 from tests.tuner.fakes import Fake, small_problem
 from tuner import results as R
 from tuner.devices import DeviceIdentity
+from tuner.errors import NotInDatabase
 from tuner.lookup import fallback_order
 from tuner.results import SAME_ARCHITECTURE, SAME_MODEL
-from tuner.tuning import NotInDatabase, Tuner
+from tuner.tuning import Tuner
 
 # "This" device: an H100 with a driver nothing in the store was measured with.
 HERE = gpu(driver="570.86.10")

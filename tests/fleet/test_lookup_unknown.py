@@ -10,9 +10,9 @@ from tests.fleet.helpers import row, seed
 from tests.fleet.test_lookup import tuner
 from tests.tuner.fakes import small_problem
 from tuner.devices import DeviceIdentity, fingerprint_of
+from tuner.errors import NotInDatabase
 from tuner.lookup import fallback_order
 from tuner.results import SAME_ARCHITECTURE, SAME_MODEL
-from tuner.tuning import NotInDatabase
 
 
 def cpu(name: str, arch: str, units: int | None = 8, driver: str = "a") -> DeviceIdentity:

@@ -1,43 +1,134 @@
-"""Schema version 1 databases upgrade to version 2 (claims) and keep every row."""
+"""Databases of every older schema version upgrade to the current one and keep every row."""
 
 from __future__ import annotations
 
-from sqlalchemy import create_engine, inspect, text
+from dataclasses import replace
+from datetime import datetime, timezone
 
+import pytest
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    insert,
+    inspect,
+    text,
+)
+
+from algorithms.problem import ConvProblem
 from db.engine import open_store
-from db.migrations import SCHEMA_VERSION, stored_version
-from db.models import Base, Device, Measurement, Meta, Problem
+from db.migrations import GENERATION_KEY, SCHEMA_VERSION, stored_version
 from tests.fleet.helpers import gpu, row, seed, stored
-from tests.tuner.fakes import small_problem
+
+#: What convtune 0.1 created (schema version 1), frozen here: the models move on, this
+#: must not, or the test would upgrade a database no release ever wrote.
+V1 = MetaData()
+_INT_FIELDS = ("n", "c", "h", "w", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w",
+               "dilation_h", "dilation_w", "groups")
+Table("convtune_meta", V1, Column("key", String(64), primary_key=True), Column("value", Text))
+DEVICES = Table(
+    "devices", V1, Column("id", Integer, primary_key=True),
+    Column("fingerprint", String(64), unique=True), Column("kind", String(16)),
+    Column("name", String(256)), Column("arch", String(64)), Column("units", Integer),
+    Column("memory_bytes", BigInteger, nullable=True), Column("info", Text),
+    Column("first_seen", DateTime(timezone=True)),
+)
+PROBLEMS = Table(
+    "problems", V1, Column("id", Integer, primary_key=True),
+    *(Column(f, Integer) for f in _INT_FIELDS), Column("dtype", String(16)),
+    Column("layout", String(16)), Column("direction", String(16)),
+    UniqueConstraint(*_INT_FIELDS, "dtype", "layout", "direction"),
+)
+MEASUREMENTS = Table(
+    "measurements", V1, Column("id", Integer, primary_key=True),
+    Column("device_id", ForeignKey("devices.id"), index=True),
+    Column("problem_id", ForeignKey("problems.id"), index=True),
+    Column("algorithm", String(64)), Column("config", String(128)),
+    Column("impl_hash", String(64)), Column("status", String(32)),
+    Column("time_ms", Float, nullable=True), Column("spread_ms", Float, nullable=True),
+    Column("min_ms", Float, nullable=True), Column("reps", Integer),
+    Column("workspace_bytes", BigInteger), Column("max_error", Float, nullable=True),
+    Column("rel_error", Float, nullable=True), Column("error", Text, nullable=True),
+    Column("measured_at", DateTime(timezone=True)), Column("tuner_version", String(32)),
+    UniqueConstraint("device_id", "problem_id", "algorithm", "config", "impl_hash"),
+)
+
+AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+PROBLEM = ConvProblem(n=2, c=4, h=8, w=8, k=4, r=3, s=3, pad=1)
 
 
 def make_version_1(url: str) -> None:
-    """What convtune 0.1 created: no claims table, schema_version 1."""
+    """A version-1 database holding one device, one problem and two measurements."""
     engine = create_engine(url)
+    identity = gpu()
     with engine.begin() as conn:
-        Base.metadata.create_all(conn, tables=[
-            t.__table__ for t in (Meta, Device, Problem, Measurement)  # type: ignore[misc]
-        ])
+        V1.create_all(conn)
         conn.execute(text("INSERT INTO convtune_meta (key, value) VALUES ('schema_version', '1')"))
+        # No explicit ids: PostgreSQL's sequences would not advance past them.
+        device_id = conn.execute(insert(DEVICES).returning(DEVICES.c.id).values(
+            fingerprint=identity.fingerprint, kind="cuda", name="H100", arch="9.0",
+            units=132, memory_bytes=None, info="{}", first_seen=AT,
+        )).scalar_one()
+        key = {f: v for f, v in PROBLEM.key().items() if f not in ("math", "direction")}
+        problem_id = conn.execute(insert(PROBLEMS).returning(PROBLEMS.c.id).values(
+            layout="NCHW", direction="forward", **key
+        )).scalar_one()
+        for algorithm, time_ms in (("direct", 1.0), ("fft", 2.0)):
+            conn.execute(insert(MEASUREMENTS).values(
+                device_id=device_id, problem_id=problem_id, algorithm=algorithm, config="default",
+                impl_hash="fake-v1", status="ok", time_ms=time_ms, spread_ms=0.01,
+                min_ms=time_ms, reps=5, workspace_bytes=0, max_error=1e-6, rel_error=1e-7,
+                error=None, measured_at=AT, tuner_version="0.1.0",
+            ))
     engine.dispose()
 
 
 def test_version_1_upgrades_and_keeps_rows(store_url: str) -> None:
     make_version_1(store_url)
-    engine = create_engine(store_url)
-    with engine.connect() as conn:
-        assert not inspect(conn).has_table("claims")
-    engine.dispose()
-    # Fill it through a v1-shaped store: the v2 code writes only v1 tables here.
-    from db.engine import Store
-
-    v1 = Store(store_url, create_engine(store_url))
-    seed(v1, gpu(), small_problem(), [row("direct", 1.0), row("fft", 2.0)])
-    before = stored(v1)
-    v1.engine.dispose()
-
     store = open_store(store_url)  # upgrades
     with store.engine.connect() as conn:
-        assert stored_version(conn) == SCHEMA_VERSION == 2
+        assert stored_version(conn) == SCHEMA_VERSION
         assert inspect(conn).has_table("claims")
-    assert stored(store) == before and len(before) == 2
+        # Version 3: the write generation the answer caches of other processes poll.
+        generation = conn.execute(
+            text("SELECT value FROM convtune_meta WHERE key = :k"), {"k": GENERATION_KEY}
+        )
+        assert generation.scalar() is not None
+    rows = stored(store)
+    assert [(r["algorithm"], r["time_ms"], r["problem"]) for r in rows] == [
+        ("direct", 1.0, PROBLEM.describe()), ("fft", 2.0, PROBLEM.describe()),
+    ]
+    assert all(r["measured_at"] == AT.isoformat() for r in rows)
+
+
+def test_version_4_keys_problems_by_math(store_url: str) -> None:
+    # Version 4: the old rows are "fp32", and a tf32 twin of a stored problem is a new
+    # problem (the old unique key, without math, would refuse it).
+    make_version_1(store_url)
+    store = open_store(store_url)
+    tf32 = replace(PROBLEM, math="tf32")
+    seed(store, gpu(), tf32, [row("direct", 0.5)])
+    described = sorted({r["problem"] for r in stored(store)})
+    assert described == sorted({PROBLEM.describe(), tf32.describe()})
+    assert tf32.describe().endswith("tf32") and not PROBLEM.describe().endswith("tf32")
+
+
+@pytest.mark.parametrize("version", [SCHEMA_VERSION + 1])
+def test_newer_schema_is_refused(store_url: str, version: int) -> None:
+    make_version_1(store_url)
+    engine = create_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE convtune_meta SET value = :v WHERE key = 'schema_version'"),
+                     {"v": str(version)})
+    engine.dispose()
+    with pytest.raises(ValueError, match="newer than this convtune"):
+        open_store(store_url)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from algorithms.runtime import TimingPolicy
 from db.engine import open_store
 from tests.tuner.fakes import Fake, Raises, small_problem
 from tuner import results as R
-from tuner.runtime import TimingPolicy
-from tuner.tuning import NotInDatabase, Tuner
+from tuner.errors import NotInDatabase
+from tuner.tuning import Tuner
 
 QUICK = TimingPolicy(warmup=0, budget_s=0.0, min_reps=2, max_reps=2)
 

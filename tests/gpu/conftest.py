@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.runtimes.cuda import cuda_available
+from algorithms.cuda.runtime import cuda_available
 
 _HERE = Path(__file__).resolve().parent
 

@@ -16,8 +16,8 @@ from algorithms.base import Algorithm
 from algorithms.problem import DTYPES, ConvProblem
 from algorithms.reference import reference_conv, relative_error, tolerance
 from algorithms.registry import ALGORITHM_NAMES, algorithms_for
+from algorithms.runtime import TimingPolicy
 from tests.cuda_shapes import ALIGN_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
-from tuner.runtime import TimingPolicy
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +29,7 @@ _inputs: dict[ConvProblem, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 @pytest.fixture(scope="module")
 def runtime() -> Any:
     """The first GPU."""
-    from tuner.runtimes.cuda import CudaRuntime
+    from algorithms.cuda.runtime import CudaRuntime
 
     return CudaRuntime(0)
 

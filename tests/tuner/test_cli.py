@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from algorithms.registry import ALGORITHM_NAMES
 from tuner.cli import main
+from tuner.version import TUNER_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 FIND = [
@@ -40,12 +42,8 @@ def test_find_json_lists_all_algorithms(capsys: pytest.CaptureFixture[str]) -> N
     assert main([*FIND, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["problem"]["pad_h"] == 1
-    assert sorted(r["algorithm"] for r in data["results"]) == [
-        "direct",
-        "fft",
-        "im2col_gemm",
-        "implicit_gemm",
-    ]
+    # Every registered name, the GPU-only implicit_gemm_tc included (listed as unsupported).
+    assert sorted(r["algorithm"] for r in data["results"]) == sorted(ALGORITHM_NAMES)
 
 
 def test_find_table_and_workspace_limit(capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,3 +129,50 @@ def test_installed_entry_point_runs_as_a_process(tmp_path: Path) -> None:
         timeout=60,
     )
     assert ok.returncode == 0 and "direct" in json.loads(ok.stdout)["algorithms"]
+
+
+def test_find_with_math(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*FIND, "--math", "tf32", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["problem"]["math"] == "tf32"
+    # TF32 is a float32 choice: asking for it with float16 is a one-line usage error.
+    assert main([*FIND, "--math", "tf32", "--dtype", "float16"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "applies to float32 only" in err and len(err.splitlines()) == 1
+
+
+def test_tune_all_directions(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tune", "--model", "alexnet", "--batch", "1", "--device", "cpu",
+                 "--directions", "all", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    directions = {r["problem"]["direction"] for r in rows}
+    assert directions == {"forward", "backward_data", "backward_filter"}
+    assert all(r["status"] == "ok" for r in rows)
+    assert main(["tune", "--model", "alexnet", "--directions", "sideways"]) != 0
+    assert "--directions must be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        # Issue 12 (1): typer 0.29 raises its own click copy's exceptions, which the CLI did
+        # not catch: every usage error below printed a 30-55 line traceback.
+        (["find", "--n", "abc"], "Invalid value for '--n'"),
+        (["find", "--bogus"], "No such option: --bogus"),
+        (["results", "--limit", "0"], "Invalid value for '--limit'"),
+        (["nosuchcommand"], "No such command"),
+        (["find", "--n", "1"], "Missing option"),
+    ],
+)
+def test_usage_errors_are_one_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("convtune: error: ") and says in lines[0]
+    assert "Traceback" not in captured.out + captured.err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"convtune {TUNER_VERSION}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from algorithms.problem import ConvProblem
@@ -81,3 +82,52 @@ def test_filter_as_large_as_padded_input_is_valid() -> None:
 def test_flops_counts_multiply_adds_twice() -> None:
     p = ConvProblem(n=2, c=4, h=5, w=5, k=6, r=3, s=3, pad=1, groups=2)
     assert p.flops == 2 * 2 * 6 * 5 * 5 * 2 * 3 * 3
+
+
+BASE: dict[str, Any] = dict(n=1, c=4, h=8, w=8, k=4, r=3, s=3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        # Issue 12 (3): sizes without an upper bound ended in MemoryError or OverflowError.
+        (dict(n=10**9), "n must be at most"),
+        (dict(pad=10**6), "pad must be at most"),
+        (dict(n=2**70), "n must be at most"),
+        (dict(n=4096, c=4096, h=4096, w=4096), "input tensor"),
+        # Issue 12 (9): dtype=[] raised TypeError (unhashable) instead of a ValueError.
+        (dict(dtype=[]), "dtype must be one of"),
+        (dict(math="fp16"), "math must be one of"),
+        (dict(math="tf32", dtype="float16"), "applies to float32 only"),
+        (dict(stride=np.bool_(True)), "stride must be an int"),
+    ],
+)
+def test_out_of_bounds_and_mistyped_fields_are_value_errors(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        ConvProblem(**{**BASE, **kwargs})
+
+
+def test_numpy_integers_are_accepted() -> None:
+    # Issue 12 (9): NumPy integer scalars for padding, stride and groups were refused.
+    p = ConvProblem(**{**BASE, "c": np.int64(4), "k": np.int32(4)}, pad=np.int64(1),
+                    stride=(np.int32(1), 1), groups=np.int64(2))
+    assert p == ConvProblem(**BASE, pad=1, groups=2)
+    assert all(type(v) is int for v in (p.c, p.k, p.groups, *p.pad, *p.stride))
+
+
+def test_math_is_part_of_the_key_and_old_keys_mean_fp32() -> None:
+    fp32 = ConvProblem(**BASE)
+    tf32 = ConvProblem(**BASE, math="tf32")
+    assert fp32 != tf32 and fp32.key() != tf32.key()
+    assert ConvProblem.from_key(tf32.key()) == tf32
+    old_key = {f: v for f, v in fp32.key().items() if f != "math"}
+    assert ConvProblem.from_key(old_key) == fp32
+    assert tf32.describe().endswith("float32 tf32")
+
+
+def test_bfloat16_is_a_two_byte_dtype() -> None:
+    p = ConvProblem(**BASE, dtype="bfloat16")
+    assert p.itemsize == 2
+    assert np.dtype(p.dtype).itemsize == 2  # ml_dtypes registers the name with NumPy

@@ -6,20 +6,20 @@ from typing import Any
 
 import pytest
 
+from algorithms.cpu.runtime import CpuRuntime
 from algorithms.problem import ConvProblem
+from algorithms.runtime import TimingPolicy
 from db.engine import open_store
 from tests.tuner.fakes import Fake, Lazy, Raises, Refuses, Wrong, small_problem
 from tuner import results as R
-from tuner import tuning
-from tuner.runtime import TimingPolicy
-from tuner.runtimes.cpu import CpuRuntime
-from tuner.tuning import DeviceFault, NotInDatabase, NoUsableAlgorithm, Tuner
+from tuner.errors import DeviceFault, NotInDatabase, NoUsableAlgorithm
+from tuner.tuning import Tuner
 
 QUICK = TimingPolicy(warmup=1, budget_s=0.0, min_reps=2, max_reps=2)
 
 
-def make(db_url: str, *algos: Fake) -> Tuner:
-    return Tuner(open_store(db_url), policy=QUICK, algorithms=algos)  # type: ignore[arg-type]
+def make(db_url: str, *algos: Fake, **kwargs: Any) -> Tuner:
+    return Tuner(open_store(db_url), policy=QUICK, algorithms=algos, **kwargs)  # type: ignore[arg-type]
 
 
 def test_every_algorithm_once_usable_first(db_url: str) -> None:
@@ -161,10 +161,10 @@ def test_device_fault_stops_tuning_and_a_new_process_skips_the_culprit(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runtime = _FaultyRuntime()
-    monkeypatch.setattr(tuning, "get_runtime", lambda device: runtime)
     before, culprit, after = Fake("a"), _KillsDevice("b", runtime), Fake("c")
     with pytest.raises(DeviceFault, match=r"b/default failed .*1 candidate\(s\) were not"):
-        make(db_url, before, culprit, after).find(small_problem(), "cpu")
+        make(db_url, before, culprit, after, runtime=lambda device: runtime).find(
+            small_problem(), "cpu")
     assert (before.runs > 0, culprit.runs, after.runs) == (True, 1, 0)
 
     runtime.lost = None  # a fresh process has a working device again

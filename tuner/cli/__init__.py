@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import sys
 
+from typing import Annotated
+
 import click
 import typer
 from sqlalchemy.exc import SQLAlchemyError
+
+from tuner.version import TUNER_VERSION
 
 app = typer.Typer(
     name="convtune",
@@ -16,13 +20,34 @@ app = typer.Typer(
     add_completion=False,
 )
 
+#: What a usage error can be: click's exceptions, or, since typer 0.29 vendors its own copy
+#: of click (typer._click), typer's; catching only click's let those end in a traceback.
+USAGE_ERRORS: tuple[type[Exception], ...] = tuple(
+    {click.exceptions.ClickException, getattr(typer, "TyperException", click.ClickException)}
+)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"convtune {TUNER_VERSION}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_show_version, is_eager=True, help="Print the version and exit.",
+    )] = False,
+) -> None:
+    """Auto-tune convolution algorithms and keep the results."""
+
 # Command modules register themselves on `app` when imported.
 from tuner.cli import core  # noqa: E402,F401
 from tuner.cli import fleet  # noqa: E402,F401
 from tuner.cli import serve  # noqa: E402,F401
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException | str) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -31,10 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; errors are one line on stderr and a non-zero exit, never a traceback."""
     try:
         result = app(args=argv, prog_name="convtune", standalone_mode=False)
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
+    except USAGE_ERRORS as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # plain `convtune`: the help, as asked
+            exc.show()  # type: ignore[attr-defined]
+            return 0
+        message = exc.format_message()  # type: ignore[attr-defined]
+        context = getattr(exc, "ctx", None)
+        hint = f" (see {context.command_path} --help)" if context is not None else ""
+        print(f"convtune: error: {_one_line(message)}{hint}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 2))
+    except (click.exceptions.Abort, typer.Abort):
         print("convtune: aborted", file=sys.stderr)
         return 130
     except (ValueError, LookupError, SQLAlchemyError, OSError, RuntimeError) as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,16 +14,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from algorithms.problem import ConvProblem
-from algorithms.registry import ALGORITHM_NAMES, BACKEND_MODULES, algorithms_for
-from db import queries
-from db.engine import open_store
+from algorithms.problem import DIRECTIONS, ConvProblem, parse_pair
 from tuner.cli import app
-from tuner.devices import cuda_available, identify, parse_device
+from tuner.devices import parse_device
 from tuner.networks import NETWORKS, network_problems
 from tuner.onnx_shapes import onnx_problems
 from tuner.results import AlgorithmResult
-from tuner.tuning import Tuner
+from tuner.service import Service, service
 
 
 def stdout() -> Console:
@@ -37,24 +35,31 @@ DeviceOpt = Annotated[
     str | None, typer.Option("--device", help="cpu, cuda or cuda:N (default: first GPU, else cpu).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+DtypeOpt = Annotated[
+    str, typer.Option("--dtype", help="float32, float16, bfloat16 or float64.")
+]
+DirectionOpt = Annotated[
+    str, typer.Option("--direction", help="forward, backward_data or backward_filter.")
+]
+MathOpt = Annotated[
+    str, typer.Option("--math", help="fp32 (FP32-accurate) or tf32 (TF32 allowed; float32).")
+]
 LimitOpt = Annotated[
     int | None,
     typer.Option("--workspace-limit", help="Workspace limit in bytes (0: none allowed)."),
 ]
 
 
-def parse_pair(text: str, name: str) -> tuple[int, int]:
-    """'1' -> (1, 1); '1,2' or '1x2' -> (1, 2); ValueError names the option."""
-    parts = text.replace("x", ",").split(",")
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"--{name} must be an int or H,W, got {text!r}") from None
-    if len(values) == 1:
-        return (values[0], values[0])
-    if len(values) == 2:
-        return (values[0], values[1])
-    raise ValueError(f"--{name} must be an int or H,W, got {text!r}")
+def parse_directions(text: str) -> tuple[str, ...]:
+    """'all' -> every direction; 'forward,backward_data' -> those; ValueError otherwise."""
+    if text.strip() == "all":
+        return DIRECTIONS
+    chosen = tuple(d.strip() for d in text.split(","))
+    unknown = [d for d in chosen if d not in DIRECTIONS]
+    if unknown or not chosen:
+        raise ValueError(f"--directions must be 'all' or a comma list of {list(DIRECTIONS)}, "
+                         f"got {text!r}")
+    return chosen
 
 
 def parse_batches(text: str) -> list[int]:
@@ -117,7 +122,9 @@ def find(
     stride: Annotated[str, typer.Option("--stride", help="Stride: S or SH,SW.")] = "1",
     dilation: Annotated[str, typer.Option("--dilation", help="Dilation: D or DH,DW.")] = "1",
     groups: Annotated[int, typer.Option("--groups")] = 1,
-    dtype: Annotated[str, typer.Option("--dtype")] = "float32",
+    dtype: DtypeOpt = "float32",
+    math: MathOpt = "fp32",
+    direction: DirectionOpt = "forward",
     workspace_limit: LimitOpt = None,
     device: DeviceOpt = None,
     db: DbOpt = None,
@@ -133,14 +140,18 @@ def find(
         k=k,
         r=r,
         s=s,
-        pad=parse_pair(pad, "pad"),
-        stride=parse_pair(stride, "stride"),
-        dilation=parse_pair(dilation, "dilation"),
+        pad=parse_pair(pad, "--pad"),
+        stride=parse_pair(stride, "--stride"),
+        dilation=parse_pair(dilation, "--dilation"),
         groups=groups,
         dtype=dtype,
+        math=math,
+        direction=direction,
     )
     dev = parse_device(device)
-    results = Tuner(open_store(db)).find(problem, dev, workspace_limit, mode=mode)
+    facade = service(db)
+    print(f"convtune: database {facade.location}", file=sys.stderr)
+    results = facade.find(problem, dev, workspace_limit, mode=mode)
     if as_json:
         print(
             json.dumps(
@@ -166,7 +177,11 @@ def tune(
         typer.Option("--onnx", help="ONNX model: tune its 2-D Conv nodes (dtype from the model)."),
     ] = None,
     batch: Annotated[str, typer.Option("--batch", help="Batch size(s), e.g. 8 or 1,8,32.")] = "1",
-    dtype: Annotated[str, typer.Option("--dtype")] = "float32",
+    dtype: DtypeOpt = "float32",
+    math: MathOpt = "fp32",
+    directions: Annotated[str, typer.Option(
+        "--directions", help="forward (default), all, or a comma list of directions.")
+    ] = "forward",
     workspace_limit: LimitOpt = None,
     device: DeviceOpt = None,
     db: DbOpt = None,
@@ -182,12 +197,18 @@ def tune(
             found, warnings = onnx_problems(onnx, b)
             for warning in warnings if b == batches[0] else []:
                 print(f"convtune: warning: {warning}", file=sys.stderr)
-            work += [(b, name, p) for name, p in found]
+            # --math applies to the model's float32 convolutions (TF32 has no other dtype).
+            work += [(b, name, replace(p, math=math) if p.dtype == "float32" else p)
+                     for name, p in found]
         else:
-            work += [(b, layer.name, p) for layer, p in network_problems(str(model), b, dtype)]
+            layers = network_problems(str(model), b, dtype, math)
+            work += [(b, layer.name, p) for layer, p in layers]
+    wanted = parse_directions(directions)
+    work = [(b, layer, replace(p, direction=d)) for b, layer, p in work for d in wanted]
     model = model or onnx.name  # type: ignore[union-attr]
     dev = parse_device(device)
-    tuner = Tuner(open_store(db))
+    facade = service(db)
+    print(f"convtune: database {facade.location}", file=sys.stderr)
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     with Progress(
@@ -201,7 +222,7 @@ def tune(
         task = progress.add_task(f"tuning {model} on {dev}", total=len(work))
         for b, layer, problem in work:
             progress.update(task, description=f"{model} n={b} {layer}")
-            best = tuner.best(problem, dev, workspace_limit)
+            best = facade.best(problem, dev, workspace_limit)
             rows.append(
                 {
                     "batch": b,
@@ -258,10 +279,7 @@ def results(
 ) -> None:
     """List the measurements the database holds, newest first."""
     filters = {"device": device, "algorithm": algorithm, "status": status}
-    with open_store(db).session() as session:
-        total, page = queries.list_results(
-            session=session, filters=filters, limit=limit, offset=offset
-        )
+    total, page = service(db).results(filters, limit=limit, offset=offset)
     if as_json:
         print(json.dumps({"total": total, "offset": offset, "results": page}, indent=2))
         return
@@ -297,42 +315,29 @@ def results(
 @app.command()
 def devices(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Show the devices here and the devices the database holds measurements for."""
-    here = [identify("cpu")]
-    ok, why = cuda_available()
-    if ok:
-        here.append(identify(parse_device("cuda")))
-    with open_store(db).session() as session:
-        stored = queries.list_devices(session=session)
+    listing = service(db).devices()
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "here": [
-                        {"device": d.device, "fingerprint": d.fingerprint, "info": d.info}
-                        for d in here
-                    ],
-                    "cuda": {"available": ok, "reason": why},
-                    "database": stored,
-                },
-                indent=2,
-            )
-        )
+        listing.pop("default")
+        print(json.dumps(listing, indent=2))
         return
+    here, stored = listing["here"], listing["database"]
+    ok, why = listing["cuda"]["available"], listing["cuda"]["reason"]
     table = Table(title="devices")
     for column in ("where", "fingerprint", "kind", "name", "arch", "units", "measurements"):
         table.add_column(column, overflow="fold")
     counts = {d["fingerprint"]: d["measurements"] for d in stored}
     for d in here:
+        info = d["info"]
         table.add_row(
-            d.device,
-            d.fingerprint,
-            d.info["kind"],
-            d.info["name"],
-            str(d.info["arch"]),
-            str(d.info["units"]),
-            str(counts.get(d.fingerprint, 0)),
+            d["device"],
+            d["fingerprint"],
+            info["kind"],
+            info["name"],
+            str(info["arch"]),
+            str(info["units"]),
+            str(counts.get(d["fingerprint"], 0)),
         )
-    local = {d.fingerprint for d in here}
+    local = {d["fingerprint"] for d in here}
     for row in stored:
         if row["fingerprint"] not in local:
             table.add_row(
@@ -352,16 +357,10 @@ def devices(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 @app.command()
 def algorithms(as_json: JsonOpt = False) -> None:
     """List the registered algorithms and the backends that implement them."""
-    available: dict[str, list[str]] = {name: [] for name in ALGORITHM_NAMES}
-    problems: dict[str, str] = {}
-    for backend in BACKEND_MODULES:
-        try:
-            for algorithm in algorithms_for(backend):
-                available[algorithm.name].append(backend)
-        except Exception as exc:
-            problems[backend] = f"{type(exc).__name__}: {exc}"
+    listing = Service.algorithms()
+    available, problems = listing["algorithms"], listing["backend_errors"]
     if as_json:
-        print(json.dumps({"algorithms": available, "backend_errors": problems}, indent=2))
+        print(json.dumps(listing, indent=2))
         return
     table = Table(title="algorithms")
     table.add_column("name")

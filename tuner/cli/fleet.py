@@ -8,11 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from db.engine import open_store
-from tuner.bundles import export_bundle, import_bundle
 from tuner.cli import app
 from tuner.cli.core import DbOpt
 from tuner.fleet import pull_bundle, push_bundle
+from tuner.service import service
 
 ExportDeviceOpt = Annotated[
     str | None,
@@ -45,7 +44,7 @@ def export(
     ] = None,
 ) -> None:
     """Write the store's measurements as a bundle (JSON lines) to stdout or --output."""
-    text = export_bundle(open_store(db), device=device)
+    text = service(db).export_bundle(device=device)
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -62,7 +61,7 @@ def import_(
 ) -> None:
     """Merge a bundle into the store: newer measurements win, nothing newer is lost."""
     data = sys.stdin.buffer.read() if bundle == "-" else Path(bundle).read_bytes()
-    counts = import_bundle(open_store(db), data)
+    counts = service(db).import_bundle(data)
     _say(f"imported {_summary(counts)}")
 
 
@@ -77,12 +76,12 @@ def push(
     device: ExportDeviceOpt = None,
 ) -> None:
     """Send the store's measurements (or one device's) to a convtune server."""
-    counts = push_bundle(server, export_bundle(open_store(db), device=device), token=token)
+    counts = push_bundle(server, service(db).export_bundle(device=device), token=token)
     _say(f"pushed to {server}: {_summary(counts)}")
 
 
 @app.command()
 def pull(server: ServerOpt, db: DbOpt = None, device: ExportDeviceOpt = None) -> None:
     """Fetch a convtune server's measurements (or one device's) and merge them here."""
-    counts = import_bundle(open_store(db), pull_bundle(server, device=device))
+    counts = service(db).import_bundle(pull_bundle(server, device=device))
     _say(f"pulled from {server}: {_summary(counts)}")

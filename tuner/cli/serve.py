@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated
 
 import typer
@@ -10,6 +11,12 @@ import typer
 from tuner.cli import app
 from tuner.cli.core import DbOpt, DeviceOpt
 from tuner.devices import parse_device
+from tuner.service import default_url, describe_url
+
+# The HTTP layer sits on top of the tuner: uvicorn imports it by name, the CLI never does.
+APP_FACTORY = "api.app:create_app"
+#: uvicorn's h11 protocol with TCP_NODELAY per connection (see api/protocol.py).
+HTTP_PROTOCOL = "api.protocol:NoDelayH11Protocol"
 
 
 @app.command()
@@ -32,14 +39,14 @@ def serve(
     """
     import uvicorn
 
-    from api.protocol import HTTP_PROTOCOL
-
     # The factory reads its settings from the environment, which worker processes inherit.
     if db:
         os.environ["CONVTUNE_DB_URL"] = db
     if device:
         os.environ["CONVTUNE_DEVICE"] = parse_device(device)
+    print(f"convtune: database {describe_url(os.environ.get('CONVTUNE_DB_URL') or default_url())}",
+          file=sys.stderr)
     uvicorn.run(
-        "api.app:create_app", factory=True, host=host, port=port, workers=workers,
+        APP_FACTORY, factory=True, host=host, port=port, workers=workers,
         log_level=log_level, http=HTTP_PROTOCOL,
     )

@@ -6,19 +6,19 @@ works on a machine without CuPy or a GPU.
 
 from __future__ import annotations
 
-import hashlib
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from pathlib import Path
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
 import numpy as np
 
-from tuner.runtime import Timing, TimingPolicy
+from algorithms.runtime import Timing, TimingPolicy
 
-_KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 _DLPACK_CUDA = 2  # kDLCUDA in DLPack's device-type enum
+
+#: CuPy has no bfloat16: such arrays are uint16 arrays of the bits (the kernels' bf16_t).
+_STORAGE = {"bfloat16": "uint16"}
 
 
 def cuda_available() -> tuple[bool, str]:
@@ -34,15 +34,6 @@ def cuda_available() -> tuple[bool, str]:
     if count < 1:
         return False, "CuPy sees no CUDA device"
     return True, f"{count} CUDA device(s), CuPy {cupy.__version__}"
-
-
-def kernel_sources_hash() -> str:
-    """sha256 of every kernels/*.cu and *.cuh (names and text), in name order."""
-    digest = hashlib.sha256()
-    for path in sorted([*_KERNELS_DIR.glob("*.cu"), *_KERNELS_DIR.glob("*.cuh")]):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 class CudaRuntime:
@@ -64,10 +55,14 @@ class CudaRuntime:
         self._flush: Any = None  # allocated on the first timing
 
     # --- buffers ---------------------------------------------------------------------------
+    def storage_dtype(self, dtype: str) -> str:
+        """The CuPy dtype holding `dtype`: bfloat16 as its uint16 bits, others as they are."""
+        return _STORAGE.get(dtype, dtype)
+
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
-        """An uninitialised C-contiguous device array."""
+        """An uninitialised C-contiguous device array (bfloat16: uint16 bits)."""
         with self._dev:
-            return self._cupy.empty(shape, dtype=dtype)
+            return self._cupy.empty(shape, dtype=self.storage_dtype(dtype))
 
     def workspace(self, nbytes: int) -> Any:
         """A 1-D uint8 device workspace of `nbytes` (None for 0)."""
@@ -85,13 +80,19 @@ class CudaRuntime:
             if dtype == "float64":
                 return gen.standard_normal(shape, dtype=np.float64)
             # float16 has no generator of its own: draw float32 and round.
-            return gen.standard_normal(shape, dtype=np.float32).astype(dtype, copy=False)
+            drawn = gen.standard_normal(shape, dtype=np.float32)
+            if dtype == "bfloat16":  # round to nearest even, keep the high 16 bits
+                bits = drawn.view(np.uint32)
+                rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
+                return (rounded >> 16).astype(np.uint16)
+            return drawn.astype(dtype, copy=False)
 
-    def to_numpy(self, array: Any) -> np.ndarray:
-        """A host copy (synchronous)."""
-        if isinstance(array, np.ndarray):
-            return array
-        return self._cupy.asnumpy(array)
+    def to_numpy(self, array: Any, dtype: str | None = None) -> np.ndarray:
+        """A host copy (synchronous); bfloat16 bits come back as NumPy bfloat16."""
+        host = array if isinstance(array, np.ndarray) else self._cupy.asnumpy(array)
+        if dtype in _STORAGE and host.dtype == np.dtype(_STORAGE[dtype]):
+            return host.view(dtype)
+        return host
 
     def adopt(self, array: Any) -> Any | None:
         """The caller's array as a CuPy array without a copy, or None for a host array.
@@ -136,9 +137,12 @@ class CudaRuntime:
             return self._cupy.from_dlpack(array)
 
     def contiguous(self, array: Any, dtype: str) -> Any:
-        """C-contiguous in `dtype` on this device; a no-op when it already is."""
+        """C-contiguous in `dtype`'s storage on this device; a no-op when it already is."""
+        storage = self.storage_dtype(dtype)
+        if isinstance(array, np.ndarray) and array.dtype.name == dtype != storage:
+            array = array.view(storage)  # host bfloat16 (ml_dtypes) to its bits
         with self._dev:
-            return self._cupy.ascontiguousarray(self._cupy.asarray(array, dtype=dtype))
+            return self._cupy.ascontiguousarray(self._cupy.asarray(array, dtype=storage))
 
     def synchronize(self) -> None:
         """Wait for all work queued on the device."""
@@ -163,6 +167,42 @@ class CudaRuntime:
     def activate(self) -> AbstractContextManager[None]:
         """Make this GPU current: kernels, streams, cuBLAS and cuFFT follow the current one."""
         return cast(AbstractContextManager[None], self._dev)
+
+    # --- streams -------------------------------------------------------------------------
+    def lane(self) -> Hashable:
+        """CuPy's current stream on this device (what work enqueued now is ordered on)."""
+        with self._dev:
+            return int(self._cupy.cuda.get_current_stream().ptr)
+
+    @contextmanager
+    def caller_stream(self, array: Any) -> Iterator[None]:
+        """This GPU current, and for a torch tensor torch's current stream as CuPy's.
+
+        PyTorch and CuPy keep separate notions of the current stream: work for a tensor
+        must be ordered on torch's, or it races the ops around it.
+        """
+        with self._dev:
+            if type(array).__module__.partition(".")[0] != "torch":
+                yield
+                return
+            import torch
+
+            ptr = int(torch.cuda.current_stream(self.index).cuda_stream)
+            if ptr == int(self._cupy.cuda.get_current_stream().ptr):
+                yield
+                return
+            with self._cupy.cuda.ExternalStream(ptr, self.index):
+                yield
+
+    def elapsed_ms(self, fn: Callable[[], None]) -> float:
+        """Events around `fn` on the current stream; waits for the end event only."""
+        with self._dev:
+            start, end = self._cupy.cuda.Event(), self._cupy.cuda.Event()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return float(self._cupy.cuda.get_elapsed_time(start, end))
 
     # --- timing --------------------------------------------------------------------------
     @property

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import platform
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
 
-from tuner.runtime import Timing, TimingPolicy
+from algorithms.runtime import Timing, TimingPolicy
 
 
 def _processor_model() -> str:
@@ -23,6 +24,23 @@ def _processor_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _blas_threads() -> int:
+    """Threads the loaded BLAS will use ($OPENBLAS_NUM_THREADS and friends included)."""
+    from threadpoolctl import threadpool_info
+
+    counts = [int(i.get("num_threads") or 0) for i in threadpool_info()
+              if i.get("user_api") == "blas"]
+    return max(counts, default=1)
+
+
+def _cpus_allowed() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. under taskset or a cgroup)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _blas_name() -> str:
@@ -52,9 +70,13 @@ class CpuRuntime:
         """Fresh standard-normal values (never zeros: zeros time and verify optimistically)."""
         return rng.standard_normal(shape, dtype=np.float64).astype(dtype)
 
-    def to_numpy(self, array: Any) -> np.ndarray:
+    def to_numpy(self, array: Any, dtype: str | None = None) -> np.ndarray:
         """The array as NumPy (no copy when it already is)."""
         return np.asarray(array)
+
+    def storage_dtype(self, dtype: str) -> str:
+        """NumPy holds every problem dtype (bfloat16 through ml_dtypes)."""
+        return dtype
 
     def adopt(self, array: Any) -> np.ndarray | None:
         """The caller's array as NumPy when it lives on the host, else None."""
@@ -82,6 +104,20 @@ class CpuRuntime:
         """Nothing to select on the host."""
         return nullcontext()
 
+    def lane(self) -> Hashable:
+        """The calling thread: CPU work runs where it is called."""
+        return threading.get_ident()
+
+    def caller_stream(self, array: Any) -> AbstractContextManager[None]:
+        """The host has no streams."""
+        return nullcontext()
+
+    def elapsed_ms(self, fn: Callable[[], None]) -> float:
+        """Wall time of one call."""
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
     def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
         """Warm up, then time runs until the budget or max_reps is reached."""
         for _ in range(policy.warmup):
@@ -105,6 +141,9 @@ class CpuRuntime:
             "name": _processor_model(),
             "arch": platform.machine(),
             "units": os.cpu_count() or 1,
+            # Timings taken with 1 BLAS thread or 2 allowed cores are not valid for 16.
+            "blas_threads": _blas_threads(),
+            "cpus_allowed": _cpus_allowed(),
             "memory_bytes": self.memory_bytes(),
             "numpy": np.__version__,
             "blas": _blas_name(),

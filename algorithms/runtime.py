@@ -1,10 +1,13 @@
-"""What the tuner needs from a device: buffers, random data, timing, identity."""
+"""What the tuner needs from a device: buffers, random data, timing, identity.
+
+Each backend package implements `Runtime` in its `runtime.py`; the tuner only sees this
+protocol and the timing policy it passes in."""
 
 from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -80,7 +83,13 @@ class Runtime(Protocol):
 
     def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> Any: ...
 
-    def to_numpy(self, array: Any) -> np.ndarray: ...
+    def to_numpy(self, array: Any, dtype: str | None = None) -> np.ndarray:
+        """A host copy; `dtype` names what storage arrays hold (bfloat16 bits on CuPy)."""
+        ...
+
+    def storage_dtype(self, dtype: str) -> str:
+        """The array dtype that holds a problem's `dtype` here (CuPy has no bfloat16)."""
+        ...
 
     def adopt(self, array: Any) -> Any | None: ...
 
@@ -93,6 +102,21 @@ class Runtime(Protocol):
         ...
 
     def activate(self) -> AbstractContextManager[None]: ...
+
+    def lane(self) -> Hashable:
+        """What work enqueued now is ordered on: the thread (CPU) or current stream (GPU).
+
+        Plans keep one workspace per lane, so that lanes running at once never share one.
+        """
+        ...
+
+    def caller_stream(self, array: Any) -> AbstractContextManager[None]:
+        """Make the stream the caller of `array` works on current (torch's, for a tensor)."""
+        ...
+
+    def elapsed_ms(self, fn: Callable[[], None]) -> float:
+        """Run `fn` once and say how long its work took (waits for that work only)."""
+        ...
 
     def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing: ...
 

@@ -1,0 +1,207 @@
+"""The cost of the call around the kernels: cached finds, plans, convolve(), a whole model.
+
+Usage: python benchmarks/bench_overhead.py [--device cpu|cuda] [--batch N] [--out f.json]
+
+Measured side by side in one run (issue 9's targets):
+1. a cached `find_best_algorithm`, in process (microseconds per call);
+2. `plan(x, w, out=y)`, host time per call (the work is enqueued, not waited for, on a GPU);
+3. a cached `convolve()` per call, wall time including the work, against `F.conv2d`
+   (PyTorch; cuDNN on a GPU with benchmark mode on and TF32 off) on the same arrays;
+4. a ResNet-50 (torchvision's architecture, built here: torchvision is not always
+   installable) forward pass after `tuner.nn.convert` against the same model in PyTorch.
+   "predicted" is PyTorch's time minus its convolutions plus our plans' times for the same
+   convolutions, each timed alone: the converted model should be within 5% of it.
+Tuning happens first, into a throwaway database, and is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import date
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tuner import ConvProblem, convolve, find_best_algorithm, plan
+from tuner.nn import convert
+from tuner.plans import untracked
+
+SMALL = dict(n=1, c=64, h=56, w=56, k=64, r=3, s=3, pad=1)  # issue 9's small problem
+
+
+def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], seconds: float) -> float:
+    """Median over 5 rounds of the mean time per call, in microseconds (work included)."""
+    fn()
+    sync()
+    rounds = []
+    for _ in range(5):
+        calls, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / 5:
+            fn()
+            calls += 1
+        sync()
+        rounds.append((time.perf_counter() - start) / calls * 1e6)
+    return float(np.median(rounds))
+
+
+def bottleneck(c_in: int, width: int, stride: int) -> nn.Module:
+    """torchvision's ResNet-50 bottleneck (the 3x3 carries the stride, v1.5)."""
+    out = width * 4
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(c_in, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width),
+                nn.ReLU(), nn.Conv2d(width, out, 1, bias=False), nn.BatchNorm2d(out),
+            )
+            self.skip: nn.Module = nn.Identity()
+            if stride != 1 or c_in != out:
+                self.skip = nn.Sequential(nn.Conv2d(c_in, out, 1, stride, bias=False),
+                                          nn.BatchNorm2d(out))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.body(x) + self.skip(x))
+
+    return Block()
+
+
+def resnet50() -> nn.Module:
+    """ResNet-50 as torchvision builds it (weights random: speed does not depend on them)."""
+    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
+                               nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    c = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            layers.append(bottleneck(c, width, stride if i == 0 else 1))
+            c = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 1000)]
+    return nn.Sequential(*layers)
+
+
+def conv_calls(model: nn.Module, x: torch.Tensor) -> list[tuple[nn.Conv2d, torch.Tensor]]:
+    """Every convolution of one forward pass with the input it sees."""
+    seen: list[tuple[nn.Conv2d, torch.Tensor]] = []
+    hooks = [m.register_forward_pre_hook(lambda m, a: seen.append((m, a[0])))
+             for m in model.modules() if isinstance(m, nn.Conv2d)]
+    with torch.no_grad():
+        model(x)
+    for h in hooks:
+        h.remove()
+    return seen
+
+
+def convolutions_ms(calls: list[tuple[nn.Conv2d, torch.Tensor]],
+                    sync: Callable[[], None]) -> float:
+    """The convolutions of one forward pass, each timed alone, summed (milliseconds)."""
+    return sum(per_call_us(partial(m, a), sync, 0.2) for m, a in calls) / 1e3
+
+
+def main() -> None:
+    """Run the benchmark; print Markdown, optionally write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch", type=int, default=None, help="ResNet-50 batch (cpu 1, gpu 32)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="timing per measure")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    gpu = device.type == "cuda"
+    batch = args.batch or (32 if gpu else 1)
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False  # both sides FP32-accurate
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    results: dict[str, Any] = {}
+
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        db = f"sqlite:///{tmp}/bench.db"
+        problem = ConvProblem(**SMALL)  # type: ignore[arg-type]
+        where = "cuda:0" if gpu else "cpu"
+        find_best_algorithm(problem, where, db=db)  # tunes
+        find_best_algorithm(problem, where, db=db)  # stored, now kept in memory
+        results["cached_find_us"] = per_call_us(
+            lambda: find_best_algorithm(problem, where, db=db), lambda: None, args.seconds)
+
+        x = torch.randn(problem.input_shape, device=device)
+        w = torch.randn(problem.filter_shape, device=device)
+        y = torch.empty(problem.output_shape, device=device)
+        chosen = plan(problem, where, db=db)
+        chosen(x, w, out=y)
+        started = time.perf_counter()
+        for _ in range(200):
+            chosen(x, w, out=y)
+        results["plan_host_us"] = (time.perf_counter() - started) / 200 * 1e6
+        sync()
+        results["plan_us"] = per_call_us(lambda: chosen(x, w, out=y), sync, args.seconds)
+        # The algorithm alone on the same buffers: what the plan adds is the difference.
+        xa, wa, ya = (chosen._runtime.adopt(untracked(a)) for a in (x, w, y))
+        workspace = chosen.workspace()
+        results["kernel_us"] = per_call_us(
+            lambda: chosen.implementation.run(xa, wa, ya, workspace, problem, chosen.config),
+            sync, args.seconds)
+        results["plan_overhead_us"] = results["plan_us"] - results["kernel_us"]
+        results["convolve_us"] = per_call_us(
+            lambda: convolve(x, w, padding=1, db=db), sync, args.seconds)
+        results["torch_conv2d_us"] = per_call_us(
+            lambda: F.conv2d(x, w, padding=1), sync, args.seconds)
+        results["plan_algorithm"] = f"{chosen.algorithm}/{chosen.config}"
+
+        model = resnet50().to(device).eval()
+        image = torch.randn(batch, 3, 224, 224, device=device)
+        calls = conv_calls(model, image)
+        torch_model_ms = per_call_us(lambda: model(image), sync, args.seconds * 2) / 1e3
+        torch_convs_ms = convolutions_ms(calls, sync)
+        convert(model, db=db)
+        ours = conv_calls(model, image)  # the converted modules; tunes every convolution
+        ours_convs_ms = convolutions_ms(ours, sync)
+        ours_model_ms = per_call_us(lambda: model(image), sync, args.seconds * 2) / 1e3
+        predicted = torch_model_ms - torch_convs_ms + ours_convs_ms
+        results["resnet50"] = {
+            "batch": batch, "convolutions": len(calls), "torch_ms": torch_model_ms,
+            "converted_ms": ours_model_ms, "torch_convs_ms": torch_convs_ms,
+            "our_convs_ms": ours_convs_ms, "predicted_ms": predicted,
+            "converted_over_predicted": ours_model_ms / predicted,
+            "converted_over_torch": ours_model_ms / torch_model_ms,
+        }
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip()
+    name = torch.cuda.get_device_name(device) if gpu else "CPU"
+    results |= {"date": date.today().isoformat(), "device": name, "commit": commit,
+                "torch": torch.__version__, "threads": torch.get_num_threads()}
+    r = results["resnet50"]
+    print(f"{results['date']}, {name} ({results['threads']} threads), commit {commit}, "
+          f"torch {torch.__version__}\n")
+    print("| measure | ours | PyTorch | target |\n|---|---|---|---|")
+    print(f"| cached `find_best_algorithm` | {results['cached_find_us']:.1f} us | | <= 20 us |")
+    print(f"| `plan(x, w, out=y)` host time per call (work included on the CPU) | "
+          f"{results['plan_host_us']:.1f} us | | <= 15 us |")
+    print(f"| `plan(x, w, out=y)` with its work ({results['plan_algorithm']}) | "
+          f"{results['plan_us']:.1f} us | | |")
+    print(f"| the same algorithm called directly | {results['kernel_us']:.1f} us | | |")
+    print(f"| what the plan adds | {results['plan_overhead_us']:.1f} us | | <= 15 us |")
+    print(f"| cached `convolve()`, n1 c64 56x56 k64 3x3 | {results['convolve_us']:.1f} us | "
+          f"{results['torch_conv2d_us']:.1f} us (`F.conv2d`) | <= 1.0x `F.conv2d` |")
+    print(f"| ResNet-50 b{batch} forward, {r['convolutions']} convolutions | "
+          f"{r['converted_ms']:.2f} ms (predicted {r['predicted_ms']:.2f}: "
+          f"{r['converted_over_predicted']:.3f}x) | {r['torch_ms']:.2f} ms "
+          f"({r['converted_over_torch']:.2f}x ours) | within 5% of predicted |")
+    print(f"| ResNet-50 convolutions alone, summed | {r['our_convs_ms']:.2f} ms | "
+          f"{r['torch_convs_ms']:.2f} ms | |")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""The find path: one problem's measurements on one device (or similar devices or
+problems) read back, and new measurements written. Plain values in and out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from sqlalchemy import BigInteger, Text, and_, bindparam, cast, or_, select, update
+from sqlalchemy.orm import Session
+
+from db.keys import (
+    PROBLEM_FIELDS,
+    PROBLEM_MATCH,
+    ensure_device,
+    ensure_problem,
+    find_problem_id,
+    out_of_range,
+    problem_params,
+)
+from db.migrations import GENERATION_KEY
+from db.models import Device, Measurement, Meta, Problem
+from db.rows import ROW_FIELDS, MeasurementRow, as_utc, measurement_row, plain_row
+
+_LOAD_STATEMENT = (
+    select(*(Measurement.__table__.c[f] for f in ROW_FIELDS))
+    .join(Device, Measurement.device_id == Device.id)
+    .join(Problem, Measurement.problem_id == Problem.id)
+    .where(Device.fingerprint == bindparam("fingerprint"))
+    .where(*PROBLEM_MATCH)
+)
+
+
+def load_measurements(
+    *, session: Session, fingerprint: str, key: Mapping[str, Any], impl_hashes: Mapping[str, str]
+) -> list[MeasurementRow]:
+    """Stored measurements of one problem on one device made by the current implementations.
+
+    `impl_hashes` maps algorithm name to its current implementation hash: rows made by
+    other (older) code are not returned, so they are never served as current.
+    """
+    if out_of_range(key) is not None:
+        return []  # never stored
+    params = {"fingerprint": fingerprint, **problem_params(key)}
+    out = []
+    for row in session.execute(_LOAD_STATEMENT, params).mappings():
+        if impl_hashes.get(row["algorithm"]) == row["impl_hash"]:
+            out.append(plain_row(dict(row)))
+    return out
+
+
+def load_fleet_measurements(
+    *,
+    session: Session,
+    kind: str,
+    name: str,
+    arch: str,
+    exclude_fingerprint: str,
+    key: Mapping[str, Any],
+    impl_hashes: Mapping[str, str],
+) -> list[tuple[dict[str, Any], list[MeasurementRow]]]:
+    """Other devices' current measurements of one problem, for lookups across hardware.
+
+    Devices of the same `kind` whose `name` or `arch` matches (the caller ranks them),
+    except `exclude_fingerprint`; only rows made by the current implementations
+    (`impl_hashes`, as in `load_measurements`). Returns (device, rows) pairs, where device
+    holds fingerprint, kind, name, arch, units and info.
+    """
+    problem_id = find_problem_id(session=session, key=key)
+    if problem_id is None or not impl_hashes:
+        return []
+    current = [
+        and_(Measurement.algorithm == algorithm, Measurement.impl_hash == digest)
+        for algorithm, digest in impl_hashes.items()
+    ]
+    found = session.execute(
+        select(Device, Measurement)
+        .join(Measurement, Measurement.device_id == Device.id)
+        .where(
+            Device.kind == kind,
+            or_(Device.name == name, Device.arch == arch),
+            Device.fingerprint != exclude_fingerprint,
+            Measurement.problem_id == problem_id,
+            or_(*current),
+        )
+        .order_by(Device.id, Measurement.id)
+    )
+    out: dict[int, tuple[dict[str, Any], list[MeasurementRow]]] = {}
+    for d, m in found:
+        if d.id not in out:
+            out[d.id] = ({
+                "fingerprint": d.fingerprint, "kind": d.kind, "name": d.name,
+                "arch": d.arch, "units": d.units, "info": json.loads(d.info),
+            }, [])
+        out[d.id][1].append(measurement_row(m))
+    return list(out.values())
+
+
+def load_similar_measurements(
+    *,
+    session: Session,
+    fingerprint: str,
+    like: Mapping[str, Any],
+    impl_hashes: Mapping[str, str],
+) -> list[tuple[dict[str, Any], list[MeasurementRow]]]:
+    """One device's current measurements of every problem whose fields equal `like`'s.
+
+    `like` names a subset of the problem fields (say r, s, strides, dilations, dtype);
+    returns (problem key, rows) pairs, rows filtered by `impl_hashes` as in
+    `load_measurements`.
+    """
+    unknown = set(like) - set(PROBLEM_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown problem fields {sorted(unknown)}")
+    if out_of_range(like) is not None:
+        return []  # never stored
+    found = session.execute(
+        select(Problem, *(Measurement.__table__.c[f] for f in ROW_FIELDS))
+        .join(Measurement, Measurement.problem_id == Problem.id)
+        .join(Device, Measurement.device_id == Device.id)
+        .where(Device.fingerprint == fingerprint)
+        .where(*(getattr(Problem, f) == v for f, v in like.items()))
+        .order_by(Problem.id, Measurement.id)
+    )
+    out: dict[int, tuple[dict[str, Any], list[MeasurementRow]]] = {}
+    for problem, *values in found:
+        row = dict(zip(ROW_FIELDS, values, strict=True))
+        if impl_hashes.get(row["algorithm"]) != row["impl_hash"]:
+            continue
+        key = {f: getattr(problem, f) for f in PROBLEM_FIELDS}
+        out.setdefault(problem.id, (key, []))[1].append(plain_row(row))
+    return list(out.values())
+
+
+_BUMP_GENERATION = (
+    update(Meta)
+    .where(Meta.key == GENERATION_KEY)
+    .values(value=cast(cast(Meta.value, BigInteger) + 1, Text))
+)
+_GENERATION = select(Meta.value).where(Meta.key == GENERATION_KEY)
+
+
+def lock_for_write(*, session: Session) -> None:
+    """Take the store's write lock before reading what a write depends on; count the write.
+
+    One UPDATE of the `generation` meta row: on SQLite it starts the write transaction now,
+    so no other process can commit between our reads and our inserts (an SQLite read
+    transaction that later writes fails at once with "database is locked" if someone
+    committed meanwhile, busy timeout or not); on PostgreSQL it locks that row, so
+    concurrent merges and saves run one after another instead of colliding on unique keys.
+    The bump itself tells other processes' answer caches that measurements changed.
+    """
+    session.execute(_BUMP_GENERATION)
+
+
+def generation(*, session: Session) -> int:
+    """How many writes of measurements the store has seen (see lock_for_write)."""
+    value = session.execute(_GENERATION).scalar()
+    return int(value) if value is not None else 0
+
+
+def save_measurements(
+    *,
+    session: Session,
+    fingerprint: str,
+    device_info: Mapping[str, Any],
+    key: Mapping[str, Any],
+    rows: Sequence[MeasurementRow],
+) -> None:
+    """Insert or replace measurements (unique per device, problem, algorithm, config, hash)."""
+    if not rows:
+        return
+    lock_for_write(session=session)
+    device_id = ensure_device(session=session, fingerprint=fingerprint, info=device_info)
+    problem_id = ensure_problem(session=session, key=key)
+    for row in rows:
+        existing = session.execute(
+            select(Measurement).where(
+                Measurement.device_id == device_id,
+                Measurement.problem_id == problem_id,
+                Measurement.algorithm == row.algorithm,
+                Measurement.config == row.config,
+                Measurement.impl_hash == row.impl_hash,
+            )
+        ).scalar()
+        values = asdict(row)
+        values["measured_at"] = as_utc(row.measured_at)
+        if existing is None:
+            session.add(Measurement(device_id=device_id, problem_id=problem_id, **values))
+        else:
+            for name, value in values.items():
+                setattr(existing, name, value)
+    session.flush()

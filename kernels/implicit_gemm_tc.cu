@@ -1,0 +1,254 @@
+// Tensor-core implicit-GEMM convolution (mma.sync, sm_80+): per group g,
+// Y_g (kg x N*P*Q) = W_g (kg x cg*R*S) . X_g, with X_g gathered from the NCHW input while its
+// shared-memory tiles are filled (never formed in memory).
+//
+// Block tile BM (output channels) x BN (output pixels over the batch), K-step BK = 16; WM x WN
+// warps, each computing a (BM/WM) x (BN/WN) warp tile as MI x NI mma tiles of 16 x 8.
+//   float:           m16n8k8 TF32. PASSES 3 (math "fp32", 3xTF32): each operand x is split
+//                    into big = tf32(x) and small = tf32(x - big) and the warp accumulates
+//                    small.big + big.small + big.big in FP32 (small.small, about 2^-22 of
+//                    the product, is dropped), which keeps FP32 accuracy; PASSES 1 (math
+//                    "tf32"): big.big only.
+//   half_t / bf16_t: m16n8k16, FP32 accumulation; fragments read with ldmatrix (A as x4, B
+//                    as x2.trans from its K-major rows).
+// Pipeline: STAGES shared-memory stages. float tiles are filled with 4-byte cp.async
+// (zero-fill for padding and edges), STAGES-1 tiles in flight during the multiply; a 16-bit
+// element is too small for cp.async's 4-byte minimum and NCHW gathers give no contiguous
+// pairs, so 16-bit tiles go through registers: the loads of step kt + STAGES - 1 are issued
+// before the multiply of step kt and stored to the ring after it. One barrier per K-step.
+//
+// Loading: A (filter) element e = tid + i*THREADS is row e / BK, k e % BK (a warp reads
+// contiguous filter rows); B (input) column n = tid % BN is fixed per thread, its rows are
+// tid / BN + i * (THREADS / BN), so the column's image/pixel decomposition happens once.
+// Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM). All tensors < 2^31 elements.
+#include "common.cuh"
+
+template <typename T, int BM, int BN, int WM, int WN, int STAGES, int PASSES>
+__global__ void __launch_bounds__(WM * WN * 32)
+    implicit_gemm_tc_conv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                          CONV_SHAPE_PARAMS, unsigned int rs_mul, unsigned int rs_shr,
+                          unsigned int s_mul, unsigned int s_shr, unsigned int pq_mul,
+                          unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr) {
+    constexpr int BK = 16;
+    constexpr int THREADS = WM * WN * 32;
+    constexpr bool F32 = sizeof(T) == 4;
+    // Row padding: 16-bit rows stay multiples of 16 bytes for ldmatrix. For the TF32 fragment
+    // reads (lane g, t reads A[g][t] and B[t][g]) an A row stride of 20 floats and a B row
+    // stride of BN + 8 floats put the 32 lanes in 32 distinct banks (BN + 4 gave 2-way
+    // conflicts on B).
+    constexpr int APAD = F32 ? 4 : 8;
+    constexpr int BPAD = 8;
+    constexpr int WTM = BM / WM, WTN = BN / WN;
+    constexpr int MI = WTM / 16, NI = WTN / 8;
+    constexpr int A_LOADS = BM * BK / THREADS;
+    constexpr int B_ROWS = THREADS / BN;  // rows of B one pass of the block fills
+    constexpr int B_LOADS = BK / B_ROWS;
+    static_assert(WTM % 16 == 0 && WTN % 8 == 0, "warp tiles are whole mma tiles");
+    static_assert(BM * BK % THREADS == 0 && THREADS % BN == 0 && BK % B_ROWS == 0,
+                  "tiles must split evenly over the threads");
+    static_assert(STAGES >= 2, "a pipeline needs two stages");
+    static_assert(F32 || PASSES == 1, "16-bit operands take one pass");
+
+    __shared__ __align__(16) T As[STAGES][BM][BK + APAD];
+    __shared__ __align__(16) T Bs[STAGES][BK][BN + BPAD];
+
+    const int cg = C / groups;
+    const int kg = K / groups;
+    const int RS = R * S;
+    const int CRS = cg * RS;
+    const int PQ = P * Q;
+    const int NPQ = N * PQ;
+    const int HW = H * W;
+    const int mblocks = (kg + BM - 1) / BM;
+    const int grp = blockIdx.y / mblocks;
+    const int m0 = (blockIdx.y - grp * mblocks) * BM;
+    const int n0 = blockIdx.x * BN;
+    const int tid = threadIdx.x;
+    const int lane = tid % 32, warp = tid / 32;
+    const int wm = (warp / WN) * WTM, wn = (warp % WN) * WTN;
+    const int g = lane / 4, t = lane % 4;  // the mma fragment coordinates of this lane
+
+    const T* wg = w + static_cast<long long>(grp) * kg * CRS;
+    const unsigned long long as_base = smem_addr(&As[0][0][0]);
+    const unsigned long long bs_base = smem_addr(&Bs[0][0][0]);
+
+    // This thread's column of B: the receptive field's top-left corner.
+    const int b_col = tid % BN;
+    const int b_row = tid / BN;
+    int col_off = 0, h0 = 0, w0 = 0;
+    const bool col_ok = n0 + b_col < NPQ;
+    if (col_ok) {
+        const int img = fast_div(n0 + b_col, pq_mul, pq_shr);
+        const int pq = n0 + b_col - img * PQ;
+        const int p = fast_div(pq, q_mul, q_shr);
+        h0 = p * str_h - pad_h;
+        w0 = (pq - p * Q) * str_w - pad_w;
+        col_off = (img * C + grp * cg) * HW;
+    }
+
+    // 16-bit tiles of a later K-step, held in registers across the multiply (see the loop).
+    unsigned short a_regs[F32 ? 1 : A_LOADS], b_regs[F32 ? 1 : B_LOADS];
+
+    // Fill stage `st` with the K-step starting at k0: asynchronously for float; for 16-bit
+    // into shared memory, or only into a_regs/b_regs when `to_regs` (store_regs ends it).
+    auto load_stage = [&](int st, int k0, bool to_regs) {
+#pragma unroll
+        for (int i = 0; i < A_LOADS; ++i) {
+            const int e = tid + i * THREADS;
+            const int m = e / BK, k = e % BK;
+            const bool ok = m0 + m < kg && k0 + k < CRS;
+            const T* src = ok ? wg + (m0 + m) * CRS + k0 + k : w;
+            if constexpr (F32) {
+                cp_async<4>(as_base + ((st * BM + m) * (BK + APAD) + k) * 4ull, src, ok);
+            } else {
+                const unsigned short v = ok ? src->bits : 0;
+                if (to_regs) {
+                    a_regs[F32 ? 0 : i] = v;
+                } else {
+                    As[st][m][k].bits = v;
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < B_LOADS; ++i) {
+            const int k = b_row + i * B_ROWS;
+            const int kk = k0 + k;
+            const int c = fast_div(kk, rs_mul, rs_shr);
+            const int rs = kk - c * RS;
+            const int r = fast_div(rs, s_mul, s_shr);
+            const int ih = h0 + r * dil_h;
+            const int iw = w0 + (rs - r * S) * dil_w;
+            const bool ok = col_ok && kk < CRS &&
+                            static_cast<unsigned int>(ih) < static_cast<unsigned int>(H) &&
+                            static_cast<unsigned int>(iw) < static_cast<unsigned int>(W);
+            const T* src = ok ? x + col_off + c * HW + ih * W + iw : x;
+            if constexpr (F32) {
+                cp_async<4>(bs_base + ((st * BK + k) * (BN + BPAD) + b_col) * 4ull, src, ok);
+            } else {
+                const unsigned short v = ok ? src->bits : 0;
+                if (to_regs) {
+                    b_regs[F32 ? 0 : i] = v;
+                } else {
+                    Bs[st][k][b_col].bits = v;
+                }
+            }
+        }
+    };
+
+    auto store_regs = [&](int st) {
+        if constexpr (!F32) {
+#pragma unroll
+            for (int i = 0; i < A_LOADS; ++i) {
+                const int e = tid + i * THREADS;
+                As[st][e / BK][e % BK].bits = a_regs[i];
+            }
+#pragma unroll
+            for (int i = 0; i < B_LOADS; ++i) Bs[st][b_row + i * B_ROWS][b_col].bits = b_regs[i];
+        }
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
+        }
+    }
+
+    const int ktiles = (CRS + BK - 1) / BK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < ktiles) load_stage(s, s * BK, false);
+        cp_async_commit();  // one group per stage, empty past the end, so the count is fixed
+    }
+    for (int kt = 0; kt < ktiles; ++kt) {
+        cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
+        __syncthreads();              // ... and everyone's; stage (kt-1) % STAGES is free
+        const int next = kt + STAGES - 1;
+        const bool fetch = next < ktiles;
+        // 16-bit: the global loads are issued now and stored after the multiply, so their
+        // latency hides behind it; stage next % STAGES was freed by the barrier above.
+        if (fetch) load_stage(next % STAGES, next * BK, !F32);
+        cp_async_commit();
+        const int st = kt % STAGES;
+        if constexpr (F32) {
+#pragma unroll
+            for (int kk = 0; kk < BK; kk += 8) {
+                unsigned int a_big[MI][4], a_small[MI][4];
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    const int row = wm + i * 16 + g;
+#pragma unroll
+                    for (int v = 0; v < 4; ++v) {
+                        // a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
+                        const float val = As[st][row + 8 * (v & 1)][kk + t + 4 * (v >> 1)];
+                        a_big[i][v] = tf32_rna(val);
+                        a_small[i][v] = PASSES == 3 ? tf32_rna(val - __uint_as_float(a_big[i][v])) : 0u;
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {
+                    const int col = wn + j * 8 + g;
+                    unsigned int b_big[2], b_small[2];
+#pragma unroll
+                    for (int v = 0; v < 2; ++v) {  // b0 (k = t, n = g), b1 (k = t + 4, n = g)
+                        const float val = Bs[st][kk + t + 4 * v][col];
+                        b_big[v] = tf32_rna(val);
+                        b_small[v] = PASSES == 3 ? tf32_rna(val - __uint_as_float(b_big[v])) : 0u;
+                    }
+#pragma unroll
+                    for (int i = 0; i < MI; ++i) {
+                        if constexpr (PASSES == 3) {  // small terms first: they are the smallest
+                            mma_tf32(acc[i][j], a_small[i], b_big);
+                            mma_tf32(acc[i][j], a_big[i], b_small);
+                        }
+                        mma_tf32(acc[i][j], a_big[i], b_big);
+                    }
+                }
+            }
+        } else {
+            unsigned int a_frag[MI][4];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+                // Lane l gives row l % 16 of the 16x16 tile, at column 8 * (l / 16).
+                const int row = wm + i * 16 + lane % 16;
+                ldmatrix_x4(a_frag[i], as_base + ((st * BM + row) * (BK + APAD) +
+                                                  8 * (lane / 16)) * 2ull);
+            }
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                // Lanes 0..15 give K rows 0..15 of the 16x8 B tile (lanes 16..31 are unused).
+                unsigned int b_frag[2];
+                ldmatrix_x2_trans(b_frag, bs_base + ((st * BK + lane % 16) * (BN + BPAD) +
+                                                     wn + j * 8) * 2ull);
+#pragma unroll
+                for (int i = 0; i < MI; ++i) mma_k16(x, acc[i][j], a_frag[i], b_frag);
+            }
+            if (fetch) store_regs(next % STAGES);
+        }
+    }
+    cp_async_wait<0>();  // only empty groups remain; nothing may be in flight at exit
+
+    // Epilogue: c0, c1 at (g, 2t), (g, 2t+1); c2, c3 at (g+8, ...). Column n = (img, pq)
+    // lands at y[img][grp*kg + m][pq].
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + wn + j * 8 + 2 * t + h;
+            if (n >= NPQ) continue;
+            const int img = fast_div(n, pq_mul, pq_shr);
+            T* yb = y + (img * K + grp * kg) * PQ + (n - img * PQ);
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+#pragma unroll
+                for (int v = 0; v < 2; ++v) {
+                    const int m = m0 + wm + i * 16 + g + 8 * v;
+                    if (m < kg) store_acc(yb + m * PQ, acc[i][j][2 * v + h]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,114 @@
+// One-warp kernels that exercise each warp-level PTX wrapper of kernels/common.cuh, for
+// tests/test_cuda_emu_warp.py: each gathers its fragments straight from global memory by the
+// PTX ISA layout, runs the instruction, and scatters the result, so the test can compare it
+// with a NumPy model. `bug` injects one mistake (0: none) that the tests must catch.
+#include "common.cuh"
+
+// D (16x8) = A (16x8) . B (8x8) + C, TF32 m16n8k8. bug 1: a1 and a2 swapped (wrong fragment
+// index); bug 2: raw floats instead of cvt.rna (the low 13 bits are dropped, not rounded).
+__global__ void __launch_bounds__(32) mma_tf32_kernel(const float* a, const float* b,
+                                                      const float* c, float* d, int bug) {
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    const float av[4] = {a[g * 8 + t], a[(g + 8) * 8 + t], a[g * 8 + t + 4],
+                         a[(g + 8) * 8 + t + 4]};
+    const float bv[2] = {b[t * 8 + g], b[(t + 4) * 8 + g]};
+    unsigned int af[4], bf[2];
+    for (int i = 0; i < 4; ++i) af[i] = bug == 2 ? __float_as_uint(av[i]) : tf32_rna(av[i]);
+    for (int i = 0; i < 2; ++i) bf[i] = bug == 2 ? __float_as_uint(bv[i]) : tf32_rna(bv[i]);
+    if (bug == 1) {
+        const unsigned int tmp = af[1];
+        af[1] = af[2];
+        af[2] = tmp;
+    }
+    float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t],
+                    c[(g + 8) * 8 + 2 * t + 1]};
+    __syncthreads();
+    mma_tf32(acc, af, bf);
+    d[g * 8 + 2 * t] = acc[0];
+    d[g * 8 + 2 * t + 1] = acc[1];
+    d[(g + 8) * 8 + 2 * t] = acc[2];
+    d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+// D (16x8) = A (16x16) . B (16x8) + C in float16 / bfloat16 (T), fragments from global.
+// bug 1: B registers swapped; bug 3: lanes 16..31 skip the mma (divergence).
+template <typename T>
+__global__ void __launch_bounds__(32) mma_k16_kernel(const T* a, const T* b, const float* c,
+                                                     float* d, int bug) {
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    const unsigned short* as = &a[0].bits;
+    const unsigned short* bs = &b[0].bits;
+    auto pack = [](unsigned short lo, unsigned short hi) {
+        return static_cast<unsigned int>(lo) | (static_cast<unsigned int>(hi) << 16);
+    };
+    unsigned int af[4], bf[2];
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
+        af[i] = pack(as[row * 16 + col], as[row * 16 + col + 1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+        const int k = 2 * t + 8 * i;
+        bf[i] = pack(bs[k * 8 + g], bs[(k + 1) * 8 + g]);
+    }
+    if (bug == 1) {
+        const unsigned int tmp = bf[0];
+        bf[0] = bf[1];
+        bf[1] = tmp;
+    }
+    float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t],
+                    c[(g + 8) * 8 + 2 * t + 1]};
+    __syncthreads();
+    if (bug != 3 || lane < 16) mma_k16(a, acc, af, bf);
+    d[g * 8 + 2 * t] = acc[0];
+    d[g * 8 + 2 * t + 1] = acc[1];
+    d[(g + 8) * 8 + 2 * t] = acc[2];
+    d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+// src: 32 rows of 8 b16 into shared; ldmatrix.x4 with lane l giving row l (out[lane*4 + j]),
+// then ldmatrix.x2.trans with lane l < 16 giving row l (out[128 + lane*2 + j]).
+// bug 1: lane gives row (l + 1) % 32; bug 2: row address 8 bytes off (misaligned).
+__global__ void __launch_bounds__(32) ldmatrix_kernel(const unsigned short* src,
+                                                      unsigned int* out, int bug) {
+    __shared__ __align__(16) unsigned short tile[32][8];
+    const int lane = threadIdx.x;
+    for (int j = 0; j < 8; ++j) tile[lane][j] = src[lane * 8 + j];
+    __syncthreads();
+    const int row = bug == 1 ? (lane + 1) % 32 : lane;
+    const unsigned long long address = smem_addr(&tile[row][0]) + (bug == 2 ? 8 : 0);
+    unsigned int r4[4];
+    ldmatrix_x4(r4, address);
+    unsigned int r2[2];
+    ldmatrix_x2_trans(r2, smem_addr(&tile[lane % 16][0]));
+    for (int j = 0; j < 4; ++j) out[lane * 4 + j] = r4[j];
+    for (int j = 0; j < 2; ++j) out[128 + lane * 2 + j] = r2[j];
+}
+
+// Two cp.async groups per thread into shared, each zero-filled where lane % 5 == 4, then out =
+// shared. Group 0: 16 bytes at src[lane*4], group 1: 8 then 4 bytes at src[128 + lane*3].
+// bug 1: no wait before reading; bug 2: wait_group 1 then read group 1 too; bug 3: misaligned
+// 16-byte source; bug 4: destination is a global address.
+__global__ void __launch_bounds__(32) cp_async_kernel(const float* src, float* out, float* junk,
+                                                      int bug) {
+    __shared__ __align__(16) float s0[32 * 4];
+    __shared__ __align__(16) float s1[32 * 4];
+    const int lane = threadIdx.x;
+    const bool ok = lane % 5 != 4;
+    const float* g0 = src + lane * 4 + (bug == 3 ? 1 : 0);
+    cp_async<16>(bug == 4 ? reinterpret_cast<unsigned long long>(junk) : smem_addr(&s0[lane * 4]),
+                 g0, ok);
+    cp_async_commit();
+    cp_async<8>(smem_addr(&s1[lane * 4]), src + 128 + lane * 4, ok);
+    cp_async<4>(smem_addr(&s1[lane * 4 + 2]), src + 128 + lane * 4 + 2, ok);
+    s1[lane * 4 + 3] = 7.0f;
+    cp_async_commit();
+    if (bug == 2) {
+        cp_async_wait<1>();
+    } else if (bug != 1) {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+    for (int j = 0; j < 4; ++j) out[lane * 4 + j] = s0[lane * 4 + j];
+    for (int j = 0; j < 4; ++j) out[128 + lane * 4 + j] = s1[lane * 4 + j];
+    if (bug == 1 || bug == 2) cp_async_wait<0>();
+}

@@ -1,0 +1,50 @@
+"""Databases that are not ours: refused before anything is written, with one clear line."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tuner.cli import main
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _foreign(tmp_path: Path) -> Path:
+    path = tmp_path / "other-app.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    conn.execute("INSERT INTO invoices (total) VALUES (12.5)")
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_foreign_sqlite_file_is_refused_and_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 12 (5): `convtune results --db sqlite:///other-app.db` added our tables to
+    # another application's database and switched it to WAL mode.
+    path = _foreign(tmp_path)
+    before = _digest(path)
+    assert main(["results", "--db", f"sqlite:///{path}"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "another application's database" in err
+    assert _digest(path) == before
+    assert not Path(f"{path}-wal").exists()
+
+
+def test_corrupt_file_is_refused_with_what_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "broken.db"
+    path.write_bytes(b"definitely not sqlite " * 100)
+    before = _digest(path)
+    assert main(["results", "--db", f"sqlite:///{path}"]) == 1
+    assert "not a usable SQLite database" in capsys.readouterr().err
+    assert _digest(path) == before

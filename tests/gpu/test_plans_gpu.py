@@ -1,0 +1,103 @@
+"""Plans on a GPU: the caller's stream, no synchronisation, CUDA graph capture and replay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from algorithms.problem import ConvProblem
+from algorithms.reference import reference_conv, relative_error, tolerance
+from tuner import plan
+
+PROBLEM = ConvProblem(n=2, c=16, h=20, w=18, k=24, r=3, s=3, pad=1)
+
+#: Spins for about `cycles` clocks, then writes `value` over x: a slow producer on a stream.
+_SLOW_FILL = r"""
+extern "C" __global__ void slow_fill(float* x, long long n, float value, long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {}
+    for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) x[i] = value;
+}
+"""
+
+
+def _host(array: Any) -> np.ndarray:
+    import cupy
+
+    return array.cpu().numpy() if hasattr(array, "cpu") else cupy.asnumpy(array)
+
+
+def _check(y: Any, x: Any, w: Any, algorithm: str) -> None:
+    ref = reference_conv(_host(x), _host(w), PROBLEM)
+    error = relative_error(_host(y), ref)
+    assert error <= tolerance(PROBLEM.dtype, algorithm), f"{algorithm}: {error:.3g}"
+
+
+@pytest.mark.parametrize("algorithm", ["implicit_gemm", "im2col_gemm", "fft"])
+def test_plan_runs_in_order_on_the_callers_stream(db_url: str, algorithm: str) -> None:
+    import cupy
+
+    chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm=algorithm)
+    rng = cupy.random.default_rng()
+    x = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
+    w = rng.standard_normal(PROBLEM.filter_shape, dtype=np.float32)
+    y = cupy.empty(PROBLEM.output_shape, np.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    slow = cupy.RawKernel(_SLOW_FILL, "slow_fill")
+    with stream:
+        chosen(x, w, out=y)  # this stream's workspace
+        stream.synchronize()
+        # Ordered after the slow producer only if the plan runs on `stream`.
+        slow((64,), (256,), (x, np.int64(x.size), np.float32(0.5), np.int64(50_000_000)))
+        chosen(x, w, out=y)
+    stream.synchronize()
+    assert float(x[0, 0, 0, 0]) == 0.5
+    _check(y, x, w, algorithm)
+
+
+@pytest.mark.parametrize("algorithm", ["implicit_gemm", "im2col_gemm", "fft"])
+def test_cupy_graph_capture_replays(db_url: str, algorithm: str) -> None:
+    import cupy
+
+    chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm=algorithm)
+    rng = cupy.random.default_rng()
+    x = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
+    w = rng.standard_normal(PROBLEM.filter_shape, dtype=np.float32)
+    y = cupy.empty(PROBLEM.output_shape, np.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        chosen(x, w, out=y)  # warm-up on the capturing stream (its workspace, plans)
+        stream.synchronize()
+        stream.begin_capture()
+        chosen(x, w, out=y)
+        graph = stream.end_capture()
+        for _ in range(2):  # fresh inputs each replay: the graph reads them, not copies
+            x[...] = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
+            y.fill(np.nan)
+            graph.launch(stream)
+            stream.synchronize()
+            _check(y, x, w, algorithm)
+
+
+def test_torch_stream_and_graph(db_url: str) -> None:
+    torch = pytest.importorskip("torch")
+    chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm="im2col_gemm")
+    x = torch.randn(PROBLEM.input_shape, device="cuda")
+    w = torch.randn(PROBLEM.filter_shape, device="cuda")
+    y = torch.empty(PROBLEM.output_shape, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        assert chosen(x, w, out=y) is y  # enqueued on `side`, torch's current stream
+    torch.cuda.current_stream().wait_stream(side)
+    _check(y, x, w, chosen.algorithm)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        chosen(x, w, out=y)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(y, x, w, chosen.algorithm)

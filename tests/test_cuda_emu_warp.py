@@ -1,0 +1,153 @@
+"""The warp-level PTX of tests/cuda_emu/warp.h against NumPy models of the PTX ISA layouts.
+
+Each instruction runs in a one-warp kernel (tests/cuda_emu/warp_kernels.cu) that gathers its
+fragments by the documented layout; the result must equal the model. Each check is shown to
+bite by an injected bug (the kernels' `bug` argument):
+
+| instruction | injected bug | caught as |
+|---|---|---|
+| mma m16n8k8 tf32 | a1/a2 fragment registers swapped | result != model |
+| mma m16n8k8 tf32 | raw floats instead of cvt.rna.tf32 | result != model (low bits dropped) |
+| mma m16n8k16 f16/bf16 | b0/b1 fragment registers swapped | result != model |
+| mma m16n8k16 f16 | lanes 16..31 skip the mma | abort: not reached by every lane |
+| ldmatrix x4 / x2.trans | lane gives the next lane's row | result != model |
+| ldmatrix | row address 8 bytes off | abort: misaligned shared address |
+| cp.async + wait_group | no wait before reading | abort: ASan use-after-poison |
+| cp.async + wait_group | wait_group 1, then read group 1 | abort: ASan use-after-poison |
+| cp.async 16 B | source 4 bytes off | abort: misaligned cp.async source |
+| cp.async | global address as destination | abort: outside shared memory |
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.cuda_emu.build import missing_tools, sanitizer_env
+
+ROOT_DIR = Path(__file__).resolve().parents[1]
+
+_missing = missing_tools()
+pytestmark = pytest.mark.skipif(_missing is not None, reason=f"cannot emulate: {_missing}")
+
+
+def _run(tmp_path: Path, kernel: str, bug: int,
+         arrays: list[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
+    """(the kernel's arrays after the launch, or None if it aborted; its stderr)."""
+    src, dst = tmp_path / "in.npz", tmp_path / "out.npz"
+    named: dict[str, Any] = {f"a{i}": a for i, a in enumerate(arrays)}
+    np.savez(src, **named)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.cuda_emu.warp_run", kernel, str(bug), str(src), str(dst)],
+        capture_output=True, text=True, cwd=ROOT_DIR, env=sanitizer_env(), timeout=600)
+    if done.returncode != 0:
+        return None, done.stderr
+    out = np.load(dst)
+    return [out[f"a{i}"] for i in range(len(arrays))], done.stderr
+
+
+def tf32(x: np.ndarray) -> np.ndarray:
+    """cvt.rna.tf32.f32: 10 mantissa bits, ties away from zero."""
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (uint16), round to nearest even."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bits -> float32."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    return bool(np.abs(got - want).max() <= 1e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("bug", [0, 1, 2])
+def test_mma_tf32(tmp_path: Path, bug: int) -> None:
+    rng = np.random.default_rng(1)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((16, 8), (8, 8), (16, 8)))
+    out, err = _run(tmp_path, "mma_tf32_kernel", bug, [a, b, c, np.full((16, 8), np.nan,
+                                                                         np.float32)])
+    assert out is not None, err
+    want = tf32(a).astype(np.float64) @ tf32(b) + c
+    assert _close(out[3], want) == (bug == 0)
+
+
+@pytest.mark.parametrize(("dtype", "bug"), [("half_t", 0), ("half_t", 1), ("bf16_t", 0),
+                                            ("bf16_t", 1)])
+def test_mma_k16(tmp_path: Path, dtype: str, bug: int) -> None:
+    rng = np.random.default_rng(2)
+    a32, b32 = rng.standard_normal((16, 16)), rng.standard_normal((16, 8))
+    c = rng.standard_normal((16, 8)).astype(np.float32)
+    if dtype == "half_t":
+        a_bits, b_bits = (m.astype(np.float16).view(np.uint16) for m in (a32, b32))
+        a_val, b_val = (m.view(np.float16).astype(np.float64) for m in (a_bits, b_bits))
+    else:
+        a_bits, b_bits = to_bf16(a32), to_bf16(b32)
+        a_val, b_val = from_bf16(a_bits).astype(np.float64), from_bf16(b_bits)
+    out, err = _run(tmp_path, f"mma_k16_kernel<{dtype}>", bug,
+                    [a_bits, b_bits, c, np.full((16, 8), np.nan, np.float32)])
+    assert out is not None, err
+    assert _close(out[3], a_val @ b_val + c) == (bug == 0)
+
+
+# Regression guard for a divergent warp at mma.sync: lanes 16..31 skipping it must not pass.
+def test_mma_divergence_is_detected(tmp_path: Path) -> None:
+    z = np.zeros((16, 16), np.uint16)
+    out, err = _run(tmp_path, "mma_k16_kernel<half_t>", 3,
+                    [z, z[:, :8].copy(), np.zeros((16, 8), np.float32),
+                     np.zeros((16, 8), np.float32)])
+    assert out is None and "not reached by every lane" in err, err
+
+
+def _ldmatrix_model(src: np.ndarray) -> np.ndarray:
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    out = np.zeros(192, np.uint32)
+    for j in range(4):  # x4: matrix j = rows 8j..8j+7
+        m = src[8 * j:8 * j + 8].astype(np.uint32)
+        out[lane * 4 + j] = m[g, 2 * t] | (m[g, 2 * t + 1] << 16)
+    for j in range(2):  # x2.trans: lane l gets column l/4, rows 2(l%4) and 2(l%4)+1
+        m = src[8 * j:8 * j + 8].astype(np.uint32)
+        out[128 + lane * 2 + j] = m[2 * t, g] | (m[2 * t + 1, g] << 16)
+    return out
+
+
+@pytest.mark.parametrize("bug", [0, 1, 2])
+def test_ldmatrix(tmp_path: Path, bug: int) -> None:
+    src = np.random.default_rng(3).integers(0, 65536, (32, 8)).astype(np.uint16)
+    out, err = _run(tmp_path, "ldmatrix_kernel", bug, [src, np.zeros(192, np.uint32)])
+    if bug == 2:
+        assert out is None and "misaligned shared-memory address" in err, err
+        return
+    assert out is not None, err
+    assert np.array_equal(out[1], _ldmatrix_model(src)) == (bug == 0)
+
+
+@pytest.mark.parametrize(("bug", "message"), [
+    (0, None), (1, "use-after-poison"), (2, "use-after-poison"),
+    (3, "misaligned cp.async source"), (4, "cp.async destination outside shared memory")])
+def test_cp_async(tmp_path: Path, bug: int, message: str | None) -> None:
+    src = np.random.default_rng(4).standard_normal(256).astype(np.float32) + 10
+    out, err = _run(tmp_path, "cp_async_kernel", bug,
+                    [src, np.full(256, np.nan, np.float32), np.zeros(4, np.float32)])
+    if message is not None:
+        assert out is None and message in err, err
+        return
+    assert out is not None, err
+    zero = (np.arange(32) % 5 == 4)[:, None]
+    want0 = np.where(zero, 0, src[:128].reshape(32, 4))
+    want1 = np.where(zero, 0, src[128:].reshape(32, 4))
+    want1[:, 3] = 7.0
+    assert np.array_equal(out[1][:128].reshape(32, 4), want0)
+    assert np.array_equal(out[1][128:].reshape(32, 4), want1)

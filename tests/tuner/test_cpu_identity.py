@@ -1,0 +1,51 @@
+"""The CPU fingerprint covers what changes CPU timings: BLAS threads and allowed CPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ("import json; from tuner.devices import identify; d = identify('cpu'); "
+          "print(json.dumps({'fp': d.fingerprint, 'info': d.info}))")
+
+
+def _identity(**env: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, check=True,
+                          timeout=120)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_blas_thread_count_changes_the_fingerprint() -> None:
+    # Issue 12 (10): OPENBLAS_NUM_THREADS=1 served timings taken with 2 threads as
+    # "measured here": the fingerprint ignored the BLAS thread count.
+    one = _identity(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    two = _identity(OPENBLAS_NUM_THREADS="2", OMP_NUM_THREADS="2", MKL_NUM_THREADS="2")
+    assert one["info"]["blas_threads"] == 1  # type: ignore[index]
+    assert two["info"]["blas_threads"] == 2  # type: ignore[index]
+    assert one["fp"] != two["fp"]
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2
+    or shutil.which("taskset") is None,
+    reason="needs Linux, taskset and two allowed CPUs",
+)
+def test_cpu_affinity_changes_the_fingerprint() -> None:
+    # Issue 12 (10): a process pinned to one core shared the fingerprint of an unpinned one.
+    full = _identity()
+    pinned = subprocess.run(
+        ["taskset", "-c", "0", sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, timeout=120,
+    )
+    one = json.loads(pinned.stdout)
+    assert one["info"]["cpus_allowed"] == 1 and full["info"]["cpus_allowed"] >= 2
+    assert one["fp"] != full["fp"]

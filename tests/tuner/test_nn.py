@@ -1,0 +1,81 @@
+"""The PyTorch module: outputs and gradients equal nn.Conv2d's (float64 oracle), on the CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from tuner.nn import Conv2d, convert  # noqa: E402
+
+CASES: dict[str, dict[str, Any]] = {
+    "pad1_bias": dict(padding=1),
+    "same_dilated": dict(padding="same", dilation=2, bias=False),
+    "same_even_kernel": dict(padding="same", kernel_size=4),
+    "valid_strided": dict(padding="valid", stride=2),
+    "reflect_groups": dict(padding=2, padding_mode="reflect", stride=(2, 1), groups=2),
+    "circular_asym": dict(padding=(1, 2), padding_mode="circular"),
+}
+
+
+def _pair(case: str) -> tuple[Any, Any]:
+    args = dict(in_channels=4, out_channels=6, kernel_size=3) | CASES[case]
+    reference = nn.Conv2d(**args).double()
+    model = nn.Sequential(nn.Conv2d(**args).double())
+    model[0].load_state_dict(reference.state_dict())
+    return reference, model
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_forward_and_gradients_match_nn_conv2d(case: str, db_url: str) -> None:
+    reference, model = _pair(case)
+    convert(model, db=db_url)
+    assert isinstance(model[0], Conv2d)
+    x = torch.randn(2, 4, 9, 8, dtype=torch.float64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    y, y_ref = model(x), reference(x_ref)
+    assert y.shape == y_ref.shape
+    torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-9)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    y_ref.backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-9, atol=1e-9)
+    ours = model[0]
+    torch.testing.assert_close(ours.weight.grad, reference.weight.grad, rtol=1e-9, atol=1e-9)
+    if reference.bias is not None:
+        assert ours.bias is not None
+        torch.testing.assert_close(ours.bias.grad, reference.bias.grad)
+
+
+def test_convert_keeps_parameters_and_state_dict(db_url: str) -> None:
+    inner = nn.Sequential(nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4))
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), inner)
+    params = [id(p) for p in model.parameters()]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.eval()
+    assert convert(model, db=db_url) is model
+    assert isinstance(model[0], Conv2d) and isinstance(inner[0], Conv2d)
+    assert not model[0].training
+    assert [id(p) for p in model.parameters()] == params  # optimizers stay valid
+    assert list(model.state_dict()) == list(state)
+    lone = convert(nn.Conv2d(2, 2, 3), db=db_url)
+    assert isinstance(lone, Conv2d)
+
+
+def test_constructor_is_nn_conv2d_s(db_url: str) -> None:
+    ours = Conv2d(4, 6, 3, stride=2, padding=1, bias=False, db=db_url, workspace_limit=0)
+    theirs = nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=False)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(1, 4, 8, 8)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-4, atol=1e-5)
+
+
+def test_torch_compile_keeps_one_graph(db_url: str) -> None:
+    reference, model = _pair("pad1_bias")
+    convert(model, db=db_url)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)  # no graph break
+    x = torch.randn(2, 4, 9, 8, dtype=torch.float64)
+    torch.testing.assert_close(compiled(x), reference(x), rtol=1e-9, atol=1e-9)

@@ -1,0 +1,155 @@
+"""Plans: run with no lookup and no allocation, per-thread workspaces, the caller's arrays."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from algorithms.cpu.runtime import CpuRuntime
+from algorithms.problem import ConvProblem
+from algorithms.reference import reference_conv, relative_error, tolerance
+from db.engine import open_store
+from tests.tuner.fakes import random_inputs
+from tuner import convolve, plan, run_convolution
+from tuner.results import AlgorithmResult
+from tuner.service import Service
+
+PROBLEM = ConvProblem(n=2, c=4, h=9, w=8, k=6, r=3, s=3, pad=1)
+
+
+def check(y: np.ndarray, x: np.ndarray, w: np.ndarray, problem: ConvProblem,
+          algorithm: str) -> None:
+    error = relative_error(y, reference_conv(x, w, problem))
+    assert error <= tolerance(problem.dtype, algorithm), error
+
+
+def test_plan_runs_into_out_without_lookup_or_allocation(
+    db_url: str, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chosen = plan(PROBLEM, device="cpu", db=db_url, algorithm="im2col_gemm")
+    assert chosen.algorithm == "im2col_gemm" and chosen.workspace_bytes > 0
+    chosen(*random_inputs(PROBLEM, rng))  # this thread's workspace exists from now on
+
+    def forbidden(*_args: Any, **_kw: Any) -> None:
+        raise AssertionError("the hot path allocated or looked something up")
+
+    monkeypatch.setattr(CpuRuntime, "empty", forbidden)
+    monkeypatch.setattr(CpuRuntime, "workspace", forbidden)
+    monkeypatch.setattr(Service, "best", forbidden)
+    out = np.full(PROBLEM.output_shape, np.nan, np.float32)
+    for _ in range(2):  # fresh inputs each time: nothing stale is reused
+        x, w = random_inputs(PROBLEM, rng)
+        assert chosen(x, w, out=out) is out
+        check(out, x, w, PROBLEM, chosen.algorithm)
+
+
+def test_plans_are_cached_and_rebuilt_when_the_choice_changes(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facade = Service(open_store(db_url))
+    first = facade.plan(PROBLEM, "cpu")
+    assert facade.plan(PROBLEM, "cpu") is first
+    other = "direct" if first.algorithm != "direct" else "im2col_gemm"
+    retuned = AlgorithmResult(algorithm=other, config="default", status="ok", time_ms=0.1,
+                              workspace_bytes=0, source="measured here")
+    monkeypatch.setattr(Service, "best", lambda *_a, **_k: retuned)
+    rebuilt = facade.plan(PROBLEM, "cpu")
+    assert rebuilt is not first and rebuilt.algorithm == other
+
+
+def test_threads_share_a_plan_with_a_workspace_each(
+    db_url: str, rng: np.random.Generator
+) -> None:
+    chosen = plan(PROBLEM, device="cpu", db=db_url, algorithm="im2col_gemm")
+    inputs = [random_inputs(PROBLEM, rng) for _ in range(4)]
+    outputs: list[Any] = [None] * 4
+    barrier = threading.Barrier(4)
+
+    def work(i: int) -> None:
+        barrier.wait()
+        for _ in range(5):
+            outputs[i] = chosen(*inputs[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (x, w), y in zip(inputs, outputs, strict=True):
+        check(y, x, w, PROBLEM, chosen.algorithm)
+    assert len({id(chosen.workspace())} | {id(ws) for ws in chosen._workspaces.values()}) >= 4
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"x": np.zeros((2, 4, 9, 9), np.float32)}, "x has shape"),
+        ({"w": np.zeros((6, 4, 3, 3), np.float64)}, "w is float64"),
+        ({"out": np.zeros((2, 6, 9, 9), np.float32)}, "out has shape"),
+        ({"out": np.zeros((2, 6, 8, 9), np.float32).transpose(0, 1, 3, 2)},
+         "out must be C-contiguous"),
+    ],
+)
+def test_plan_refuses_arrays_that_do_not_fit(
+    db_url: str, rng: np.random.Generator, change: dict[str, Any], message: str
+) -> None:
+    chosen = plan(PROBLEM, device="cpu", db=db_url)
+    x, w = random_inputs(PROBLEM, rng)
+    arrays = {"x": x, "w": w, "out": None, **change}
+    with pytest.raises(ValueError, match=message):
+        chosen(arrays["x"], arrays["w"], out=arrays["out"])
+
+
+def test_convolve_writes_out_and_untimed_runs_report_no_time(
+    db_url: str, rng: np.random.Generator
+) -> None:
+    x, w = random_inputs(PROBLEM, rng)
+    out = np.empty(PROBLEM.output_shape, np.float32)
+    assert convolve(x, w, padding=1, db=db_url, out=out) is out
+    untimed = run_convolution(x, w, padding=1, db=db_url, timed=False)
+    timed = run_convolution(x, w, padding=1, db=db_url)
+    assert untimed.elapsed_ms is None and timed.elapsed_ms is not None
+    assert timed.elapsed_ms > 0
+    for y in (out, untimed.y, timed.y):
+        check(y, x, w, PROBLEM, timed.algorithm)
+
+
+def test_torch_in_torch_out(db_url: str) -> None:
+    # Issue 9: a CPU torch tensor came back as a NumPy array, and one that requires grad
+    # raised a raw RuntimeError.
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 4, 9, 8, requires_grad=True)
+    w = torch.randn(6, 4, 3, 3)
+    y = convolve(x, w, padding=1, db=db_url)
+    assert isinstance(y, torch.Tensor) and y.shape == (2, 6, 9, 8)
+    expected = torch.nn.functional.conv2d(x.detach().double(), w.double(), padding=1)
+    assert torch.allclose(y.double(), expected, rtol=1e-4, atol=1e-4)
+    out = torch.empty(2, 6, 9, 8)
+    assert convolve(x, w, padding=1, db=db_url, out=out) is out
+    assert torch.allclose(out, y)
+    xb, wb = x.detach().bfloat16(), w.bfloat16()
+    half = convolve(xb, wb, padding=1, db=db_url)
+    assert half.dtype == torch.bfloat16
+    # Against the same rounded inputs: what is left is bfloat16's output rounding (2**-9).
+    rounded = torch.nn.functional.conv2d(xb.double(), wb.double(), padding=1)
+    assert torch.allclose(half.double(), rounded, rtol=1e-2, atol=1e-2)
+
+
+def test_non_finite_inputs_pass_through_unless_checked(
+    db_url: str, rng: np.random.Generator
+) -> None:
+    # Issue 12 (9): NaN/inf flowed through with no documented policy. The policy: pass
+    # through (like cuDNN) by default; check_finite=True refuses them, naming the input.
+    x, w = random_inputs(PROBLEM, rng)
+    x[0, 0, 0, 0] = np.nan
+    y = convolve(x, w, padding=1, db=db_url)
+    assert np.isnan(y).any()
+    with pytest.raises(ValueError, match="x contains NaN"):
+        convolve(x, w, padding=1, db=db_url, check_finite=True)
+    x[0, 0, 0, 0] = 0.5
+    w[0, 0, 0, 0] = np.inf
+    with pytest.raises(ValueError, match="w contains NaN or infinity"):
+        convolve(x, w, padding=1, db=db_url, check_finite=True)

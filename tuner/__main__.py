@@ -1,0 +1,7 @@
+"""`python -m tuner`: the convtune command line."""
+
+import sys
+
+from tuner.cli import main
+
+sys.exit(main())

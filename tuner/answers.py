@@ -1,0 +1,105 @@
+"""The in-process answer cache: a find answered once is answered again from memory.
+
+Keyed by everything an answer depends on: device fingerprint, problem (every field,
+precision included), workspace limit and find mode. Invalidation:
+- a write by this process (a tuning, an import, a pull) drops the entries of what it wrote
+  at once, through `invalidate` / `clear`;
+- a write by another process bumps the store's `generation` counter (db.find); the cache
+  reads it at most once every `check_s` seconds ($CONVTUNE_CACHE_CHECK_S, default 2 s; 0
+  reads it before every answer) and drops everything when it moved. Other processes'
+  writes therefore show within `check_s` seconds.
+An answer computed while an invalidation happened is not kept (a local generation guards
+every put), so a stale answer never survives a re-tune in this process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Hashable
+from typing import Any
+
+from algorithms.problem import ConvProblem
+from db import find as store_find
+from db.engine import Store
+from tuner.env import env_number
+
+#: Default seconds between two reads of the store's generation counter.
+CHECK_S = 2.0
+#: Most answers kept; the oldest go first beyond that.
+MAX_ENTRIES = 65536
+
+
+def check_interval() -> float:
+    """$CONVTUNE_CACHE_CHECK_S as seconds (default CHECK_S)."""
+    return env_number("CONVTUNE_CACHE_CHECK_S", CHECK_S, float)
+
+
+class AnswerCache:
+    """Answers per key, dropped when this process or another writes what they depend on."""
+
+    def __init__(self, store: Store, check_s: float | None = None) -> None:
+        self.store = store
+        self.check_s = check_interval() if check_s is None else check_s
+        self._answers: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+        self._local = 0  # bumped by every invalidation in this process
+        self._seen: int | None = None  # the store generation the entries reflect
+        self._own = 0  # writes by this process since `_seen` was read
+        self._next_check = 0.0
+
+    def token(self) -> int:
+        """Take before computing an answer; pass to `put` (a put after a change is dropped)."""
+        return self._local
+
+    def get(self, key: Hashable) -> Any | None:
+        """The cached answer for `key`, or None."""
+        if time.monotonic() >= self._next_check:
+            self._check_store()
+        return self._answers.get(key)
+
+    def put(self, key: Hashable, token: int, answer: Any) -> None:
+        """Keep `answer` unless something was invalidated since `token` was taken."""
+        with self._lock:
+            if token != self._local:
+                return
+            if len(self._answers) >= MAX_ENTRIES:
+                del self._answers[next(iter(self._answers))]
+            self._answers[key] = answer
+
+    def invalidate(self, fingerprint: str, problem: ConvProblem) -> None:
+        """Drop every answer about `problem` on the device `fingerprint`.
+
+        Called after this process committed one write of that problem's measurements.
+        """
+        with self._lock:
+            self._local += 1
+            self._own += 1
+            for key in [k for k in self._answers if _about(k, fingerprint, problem)]:
+                del self._answers[key]
+
+    def clear(self) -> None:
+        """Drop every answer (after this process committed one write of many problems)."""
+        with self._lock:
+            self._local += 1
+            self._own += 1
+            self._answers.clear()
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def _check_store(self) -> None:
+        with self.store.session() as session:
+            now = store_find.generation(session=session)
+        with self._lock:
+            self._next_check = time.monotonic() + self.check_s
+            # Our own writes were invalidated precisely already; any other one drops all.
+            if self._seen is not None and now != self._seen + self._own:
+                self._local += 1
+                self._answers.clear()
+            self._seen, self._own = now, 0
+
+
+def _about(key: Hashable, fingerprint: str, problem: ConvProblem) -> bool:
+    return isinstance(key, tuple) and len(key) >= 2 and key[0] == fingerprint \
+        and key[1] == problem

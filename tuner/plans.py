@@ -1,0 +1,154 @@
+"""Plans: a tuned choice bound to one problem on one device, run with no lookup.
+
+A `Plan` holds the chosen algorithm and configuration, the implementation, and its
+workspace. Calling it checks the arrays (shapes, dtype, device: attribute reads only),
+enqueues the algorithm on the caller's current stream and returns: nothing is looked up,
+nothing is synchronised, and nothing is allocated when `out` is given. That makes a plan
+safe to capture in a CUDA graph once it has run on the capturing stream.
+
+Workspaces are per lane: one per thread on the CPU, one per stream on a GPU, so that
+threads or streams running the same plan at once never share scratch memory. The
+creating lane's workspace is allocated with the plan; another lane's on its first call.
+Arrays come back in the caller's kind: NumPy for NumPy, CuPy for CuPy, torch for torch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from typing import Any
+
+from algorithms.base import Algorithm
+from algorithms.problem import ConvProblem
+from algorithms.runtime import Runtime
+from tuner.results import AlgorithmResult
+
+
+def is_torch(array: Any) -> bool:
+    """Whether `array` is a torch tensor (without importing torch)."""
+    return type(array).__module__.partition(".")[0] == "torch"
+
+
+def dtype_name(array: Any) -> str:
+    """The dtype of a NumPy, CuPy or torch array as a problem dtype name ("float32")."""
+    return str(getattr(array, "dtype", "")).removeprefix("torch.")
+
+
+def untracked(array: Any) -> Any:
+    """A torch tensor detached from autograd, as NumPy when on the CPU (no copy either way).
+
+    Other arrays come back unchanged. A tensor that requires grad refuses both the array
+    interfaces and `.numpy()`; the autograd wrapper (tuner.nn) records the graph instead.
+    """
+    if not is_torch(array):
+        return array
+    tensor = array.detach()
+    if tensor.device.type != "cpu":
+        # CuPy has no bfloat16: the GPU backend holds it as uint16 bits (storage_dtype).
+        if dtype_name(tensor) == "bfloat16":
+            import torch
+
+            return tensor.view(torch.uint16)
+        return tensor
+    if dtype_name(tensor) == "bfloat16":  # NumPy knows bfloat16 only through ml_dtypes
+        import torch
+
+        return tensor.view(torch.int16).numpy().view("bfloat16")
+    return tensor.numpy()
+
+
+class Plan:
+    """One problem's tuned algorithm on one device, ready to run: `plan(x, w, out=None)`."""
+
+    def __init__(
+        self, problem: ConvProblem, device: str, choice: AlgorithmResult,
+        implementation: Algorithm, runtime: Runtime,
+    ) -> None:
+        self.problem = problem
+        self.device = device
+        #: The result this plan runs (algorithm, config, time, source).
+        self.choice = choice
+        self.algorithm = choice.algorithm
+        self.config = choice.config
+        self.workspace_bytes = implementation.workspace_bytes(problem, choice.config)
+        self.implementation = implementation
+        self._runtime = runtime
+        self._workspaces: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+        with runtime.activate():
+            self.workspace()  # the creating lane's, now rather than on the first call
+
+    def __repr__(self) -> str:
+        return (f"Plan({self.problem.describe()} on {self.device}: {self.algorithm}/"
+                f"{self.config}, workspace {self.workspace_bytes} B)")
+
+    def workspace(self) -> Any:
+        """This lane's workspace (thread on the CPU, current stream on a GPU)."""
+        if not self.workspace_bytes:
+            return None
+        lane = self._runtime.lane()
+        found = self._workspaces.get(lane)
+        if found is None:
+            with self._lock:
+                found = self._workspaces.get(lane)
+                if found is None:
+                    found = self._workspaces[lane] = self._runtime.workspace(
+                        self.workspace_bytes
+                    )
+        return found
+
+    def _adopt(self, array: Any, what: str, shape: tuple[int, ...]) -> Any:
+        adopted = self._runtime.adopt(untracked(array))
+        if adopted is None:
+            raise ValueError(f"{what} must be an array on {self.device}")
+        if tuple(adopted.shape) != shape:
+            raise ValueError(f"{what} has shape {tuple(adopted.shape)}; this plan needs {shape}")
+        held = dtype_name(adopted)
+        if held not in (self.problem.dtype, self._runtime.storage_dtype(self.problem.dtype)):
+            raise ValueError(f"{what} is {held}; this plan needs {self.problem.dtype}")
+        return adopted
+
+    def __call__(self, x: Any, w: Any, out: Any = None) -> Any:
+        """y = conv(x, w) into `out` (or a new array), enqueued on the caller's stream.
+
+        For the backward directions the operands are (dy, w) -> dx and (x, dy) -> dw.
+
+        Returns `out` itself when given, else a new array of the caller's kind.
+        """
+        out = self.torch_output(x, out)
+        y = self.enqueue(x, w, out)
+        return y if out is None else out
+
+    def torch_output(self, x: Any, out: Any) -> Any:
+        """`out`, or for a torch `x` a new tensor beside it (torch's allocator and stream)."""
+        if out is None and is_torch(x):
+            return x.new_empty(self.problem.operand_shapes[2])
+        return out
+
+    def enqueue(self, x: Any, w: Any, out: Any = None) -> Any:
+        """Like calling the plan, but returns the backend's array (NumPy or CuPy)."""
+        problem = self.problem
+        a_shape, b_shape, out_shape = problem.operand_shapes
+        a_name, b_name, _ = problem.operand_names
+        xa = self._adopt(x, a_name, a_shape)
+        wa = self._adopt(w, b_name, b_shape)
+        runtime = self._runtime
+        if out is not None:
+            ya = self._adopt(out, "out", out_shape)
+            if not ya.flags.c_contiguous:
+                raise ValueError("out must be C-contiguous")
+        with runtime.caller_stream(x):
+            if out is None:
+                ya = runtime.empty(out_shape, problem.dtype)
+            # Algorithms read C-contiguous inputs: a strided view costs one copy here.
+            xa = runtime.contiguous(xa, problem.dtype)
+            wa = runtime.contiguous(wa, problem.dtype)
+            self.implementation.run(xa, wa, ya, self.workspace(), problem, self.config)
+        return ya
+
+    def timed(self, x: Any, w: Any, out: Any = None) -> tuple[Any, float]:
+        """Run once and wait for it: (backend array, milliseconds the work took)."""
+        result: list[Any] = []
+        with self._runtime.caller_stream(x):
+            elapsed = self._runtime.elapsed_ms(lambda: result.append(self.enqueue(x, w, out)))
+        return result[0], elapsed

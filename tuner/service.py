@@ -1,0 +1,278 @@
+"""The facade every front end goes through: one long-lived `Service` per store.
+
+The Python API, the CLI, the HTTP service and the PyTorch module all call a `Service`
+(`service(db)` returns the one for a database URL). It holds the store, the tuner, the
+in-process answer cache and the plans, and offers the listings (results, devices,
+algorithms) and the bundle moves, so that no front end imports `db` or the registry.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from algorithms.problem import ConvProblem
+from algorithms.registry import (
+    ALGORITHM_NAMES,
+    BACKEND_MODULES,
+    algorithms_for,
+    backend,
+    get_algorithm,
+)
+from db import reports
+from db.engine import Store, StoreUnusable, default_url, open_store
+from db.rows import MeasurementRow  # the fields of each listed result (api.schemas)
+from tuner import bundles
+from tuner import results as R
+from tuner.answers import AnswerCache
+from tuner.candidates import validate_workspace_limit, within_limit
+from tuner.devices import backend_of, cuda_available, get_runtime, identify, parse_device
+from tuner.plans import Plan
+from tuner.results import AlgorithmResult
+from tuner.tuning import Tuner, best_of, per_algorithm
+
+
+class Answer:
+    """One cached find: the ranked configurations, and per algorithm on first demand."""
+
+    __slots__ = ("_per_algorithm", "ranked")
+
+    def __init__(self, ranked: list[AlgorithmResult]) -> None:
+        # What this call measured is, for every later answer, stored on this device.
+        self.ranked = tuple(
+            replace(r, source=R.MEASURED_HERE) if r.source == R.FRESH else r for r in ranked
+        )
+        self._per_algorithm: tuple[AlgorithmResult, ...] | None = None
+
+    def per_algorithm(self) -> list[AlgorithmResult]:
+        """One result per algorithm, fastest usable first."""
+        if self._per_algorithm is None:
+            self._per_algorithm = tuple(per_algorithm(list(self.ranked)))
+        return list(self._per_algorithm)
+
+
+class Service:
+    """A store with its tuner, answer cache and plans; safe to share between threads."""
+
+    def __init__(self, store: Store, *, tuner: Tuner | None = None,
+                 cache_check_s: float | None = None) -> None:
+        self.store = store
+        self.answers = AnswerCache(store, cache_check_s)
+        self.tuner = tuner or Tuner(store, on_store=self.answers.invalidate)
+        self._plans: OrderedDict[tuple[Any, ...], Plan] = OrderedDict()
+        self._plan_lock = threading.Lock()
+
+    @property
+    def location(self) -> str:
+        """Where the store lives: its URL, any password hidden."""
+        return describe_url(self.store.url)
+
+    # --- finds -----------------------------------------------------------------------------
+    def _answer(
+        self, problem: ConvProblem, device: str, workspace_limit: int | None, mode: str
+    ) -> Answer | list[AlgorithmResult]:
+        if not isinstance(problem, ConvProblem):
+            raise ValueError(f"problem must be a ConvProblem, got {type(problem).__name__}")
+        workspace_limit = validate_workspace_limit(workspace_limit)
+        if mode == "tune":  # measures again; the tuner invalidates what it stores
+            return self.tuner.find_candidates(problem, device, workspace_limit, mode=mode)
+        key = (self.tuner.identify(device).fingerprint, problem, workspace_limit, mode)
+        hit = self.answers.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        token = self.answers.token()
+        ranked = self.tuner.find_candidates(problem, device, workspace_limit, mode=mode)
+        answer = Answer(ranked)
+        self.answers.put(key, token, answer)
+        return ranked
+
+    def find_candidates(
+        self, problem: ConvProblem, device: str, workspace_limit: int | None = None,
+        *, mode: str = "auto",
+    ) -> list[AlgorithmResult]:
+        """One result per configuration, fastest usable first (Tuner.find_candidates)."""
+        found = self._answer(problem, device, workspace_limit, mode)
+        return list(found.ranked) if isinstance(found, Answer) else found
+
+    def find(
+        self, problem: ConvProblem, device: str, workspace_limit: int | None = None,
+        *, mode: str = "auto",
+    ) -> list[AlgorithmResult]:
+        """One result per algorithm, fastest usable first (Tuner.find)."""
+        found = self._answer(problem, device, workspace_limit, mode)
+        return found.per_algorithm() if isinstance(found, Answer) else per_algorithm(found)
+
+    def best(
+        self, problem: ConvProblem, device: str, workspace_limit: int | None = None,
+        *, mode: str = "auto",
+    ) -> AlgorithmResult:
+        """The fastest usable configuration; NoUsableAlgorithm when there is none."""
+        found = self._answer(problem, device, workspace_limit, mode)
+        ranked = found.ranked if isinstance(found, Answer) else found
+        if ranked and ranked[0].usable:
+            return ranked[0]
+        return best_of(list(ranked), problem, device, workspace_limit)
+
+    def named(
+        self, problem: ConvProblem, device: str, name: str, workspace_limit: int | None = None
+    ) -> AlgorithmResult:
+        """The named algorithm's best stored configuration, else its first that fits."""
+        backend = backend_of(device)
+        support = get_algorithm(backend, name).supports(problem)
+        if not support:
+            raise ValueError(f"algorithm {name!r} does not support {problem.describe()}: "
+                             f"{support.reason}")
+        workspace_limit = validate_workspace_limit(workspace_limit)
+        candidates, _ = self.tuner.candidates(problem, backend)
+        fitting, _over = within_limit([c for c in candidates if c.algorithm.name == name],
+                                      workspace_limit)
+        if not fitting:
+            raise ValueError(f"algorithm {name!r} needs more workspace than "
+                             f"workspace_limit={workspace_limit} for {problem.describe()}")
+        try:
+            ranked = self.find_candidates(problem, device, workspace_limit, mode="cached")
+        except LookupError:
+            ranked = []
+        for result in ranked:
+            if result.algorithm == name and result.usable:
+                return result
+        first = fitting[0]
+        return AlgorithmResult(
+            algorithm=name, config=first.config, status=R.OK, time_ms=None,
+            workspace_bytes=first.workspace_bytes, source=R.NOT_MEASURED,
+        )
+
+    # --- plans ------------------------------------------------------------------------------
+    def plan(
+        self, problem: ConvProblem, device: str, workspace_limit: int | None = None,
+        *, algorithm: str | None = None,
+    ) -> Plan:
+        """A runnable plan of the best (or the named) algorithm, tuning first if needed.
+
+        Plans are kept per (device, problem, limit, algorithm), at most MAX_PLANS of them,
+        and rebuilt when a re-tune or another process's results change the choice.
+        """
+        if algorithm is None:
+            choice = self.best(problem, device, workspace_limit)
+        else:
+            choice = self.named(problem, device, algorithm, workspace_limit)
+        key = (device, problem, workspace_limit, algorithm)
+        found = self._plans.get(key)
+        if found is not None and (found.algorithm, found.config) == (
+            choice.algorithm, choice.config
+        ):
+            return found
+        built = Plan(problem, device, choice, get_algorithm(backend_of(device), choice.algorithm),
+                     get_runtime(device))
+        with self._plan_lock:
+            self._plans[key] = built
+            while len(self._plans) > MAX_PLANS:
+                self._plans.popitem(last=False)  # the oldest plan, and its workspace
+        return built
+
+    def largest_workspace(
+        self, problem: ConvProblem, device: str, workspace_limit: int | None
+    ) -> int:
+        """The largest workspace a tuning of `problem` would allocate under the limit."""
+        candidates, _ = self.tuner.candidates(problem, backend_of(device))
+        allowed, _over = within_limit(candidates, validate_workspace_limit(workspace_limit))
+        return max((c.workspace_bytes for c in allowed), default=0)
+
+    @staticmethod
+    def availability(device: str) -> tuple[bool, str]:
+        """Whether `device`'s backend can run here, and why not (cheap)."""
+        return backend(backend_of(device)).available()
+
+    @staticmethod
+    def memory_bytes(device: str) -> int | None:
+        """Memory free for buffers on `device` (None where the OS does not say)."""
+        return get_runtime(device).memory_bytes()
+
+    # --- listings ---------------------------------------------------------------------------
+    def results(
+        self, filters: Mapping[str, Any] | None = None, *, limit: int = 100, offset: int = 0
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """Stored measurements, newest first: (total, page). See db.reports.list_results."""
+        with self.store.session() as session:
+            return reports.list_results(
+                session=session, filters=filters, limit=limit, offset=offset
+            )
+
+    def devices(self, default: str | None = None) -> dict[str, Any]:
+        """Devices here (with fingerprints), CUDA availability, and devices in the store."""
+        ok, why = cuda_available()
+        here = [identify("cpu")]
+        if ok:
+            here.append(identify(parse_device("cuda")))
+        with self.store.session() as session:
+            stored = reports.list_devices(session=session)
+        return {
+            "default": parse_device(default),
+            "here": [
+                {"device": d.device, "fingerprint": d.fingerprint, "info": d.info} for d in here
+            ],
+            "cuda": {"available": ok, "reason": why},
+            "database": stored,
+        }
+
+    @staticmethod
+    def algorithms() -> dict[str, Any]:
+        """Every algorithm name ever registered, with the backends that can run it here."""
+        available: dict[str, list[str]] = {name: [] for name in ALGORITHM_NAMES}
+        errors: dict[str, str] = {}
+        for name in BACKEND_MODULES:
+            try:
+                for algorithm in algorithms_for(name):
+                    available[algorithm.name].append(name)
+            except Exception as exc:  # a backend that cannot load is reported, not fatal
+                errors[name] = f"{type(exc).__name__}: {exc}"
+        return {"algorithms": available, "backend_errors": errors}
+
+    # --- bundles ----------------------------------------------------------------------------
+    def export_bundle(self, *, device: str | None = None) -> str:
+        """The store's measurements (or those of devices whose fingerprint starts with
+        `device`) as bundle text."""
+        return bundles.export_bundle(self.store, device=device)
+
+    def import_bundle(self, data: str | bytes) -> dict[str, int]:
+        """Validate and merge a bundle; every cached answer is dropped afterwards."""
+        counts = bundles.import_bundle(self.store, data)  # nothing written if it raises
+        self.answers.clear()
+        return counts
+
+
+#: Plans kept per Service: each may hold a workspace, so the oldest go first beyond this.
+MAX_PLANS = 256
+
+__all__ = ["MAX_PLANS", "Answer", "MeasurementRow", "Service", "StoreUnusable", "default_url",
+           "describe_url", "service"]
+
+def describe_url(url: str) -> str:
+    """A database URL fit to print: the password masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy can parse: say nothing more about it
+        return "(unparsable database URL)"
+
+
+_SERVICES: dict[str, Service] = {}
+_LOCK = threading.Lock()
+
+
+def service(db: str | None = None) -> Service:
+    """The long-lived Service of database URL `db` (default: $CONVTUNE_DB_URL or the cache)."""
+    url = db or default_url()
+    store = open_store(url)
+    found = _SERVICES.get(url)
+    if found is not None and found.store is store:
+        return found
+    with _LOCK:
+        found = _SERVICES.get(url)
+        if found is None or found.store is not store:  # new, or its store was closed
+            found = _SERVICES[url] = Service(store)
+        return found
