@@ -5,22 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from tuner.env import env_number
 from tuner.service import default_url
 
 MIB = 1024 * 1024
 
 
-def _int_env(name: str, default: int) -> int:
-    text = os.environ.get(name)
-    if text is None or not text.strip():
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"${name} must be an integer, got {text!r}") from None
-    if value < 0:
-        raise ValueError(f"${name} must be non-negative, got {value}")
-    return value
+def _int(name: str, default: int) -> int:
+    return env_number(name, default, int)
 
 
 @dataclass(frozen=True)
@@ -61,13 +53,11 @@ class Settings:
             device=os.environ.get("CONVTUNE_DEVICE") or None,
             api_token=os.environ.get("CONVTUNE_API_TOKEN") or None,
             read_token=os.environ.get("CONVTUNE_READ_TOKEN") or None,
-            max_body_bytes=_int_env("CONVTUNE_MAX_BODY_BYTES", base.max_body_bytes),
-            max_tensor_elements=_int_env(
-                "CONVTUNE_MAX_TENSOR_ELEMENTS", base.max_tensor_elements
-            ),
-            max_problem_flops=_int_env("CONVTUNE_MAX_PROBLEM_FLOPS", base.max_problem_flops),
-            max_jobs=_int_env("CONVTUNE_MAX_JOBS", base.max_jobs),
-            max_job_problems=_int_env("CONVTUNE_MAX_JOB_PROBLEMS", base.max_job_problems),
-            job_workers=max(1, _int_env("CONVTUNE_JOB_WORKERS", base.job_workers)),
-            jobs_kept=_int_env("CONVTUNE_JOBS_KEPT", base.jobs_kept),
+            max_body_bytes=_int("CONVTUNE_MAX_BODY_BYTES", base.max_body_bytes),
+            max_tensor_elements=_int("CONVTUNE_MAX_TENSOR_ELEMENTS", base.max_tensor_elements),
+            max_problem_flops=_int("CONVTUNE_MAX_PROBLEM_FLOPS", base.max_problem_flops),
+            max_jobs=_int("CONVTUNE_MAX_JOBS", base.max_jobs),
+            max_job_problems=_int("CONVTUNE_MAX_JOB_PROBLEMS", base.max_job_problems),
+            job_workers=max(1, _int("CONVTUNE_JOB_WORKERS", base.job_workers)),
+            jobs_kept=_int("CONVTUNE_JOBS_KEPT", base.jobs_kept),
         )

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from db.find import lock_for_write
 from db.keys import PROBLEM_FIELDS, ensure_device, ensure_problem
 from db.models import Device, Measurement, Problem
-from db.rows import MeasurementRow, as_utc, measurement_row
+from db.rows import MeasurementRow, as_utc, canonical_json, measurement_row
 
 #: How many ids one IN (...) names (SQLite allows 32766 parameters, PostgreSQL 65535).
 _CHUNK = 500
@@ -61,7 +61,7 @@ def export_records(
     for _m, p in rows:
         problems.setdefault(p.id, {f: getattr(p, f) for f in PROBLEM_FIELDS})
     # Number problems by their key so two stores with the same data export the same file.
-    ordered = sorted(problems, key=lambda pid: json.dumps(problems[pid], sort_keys=True))
+    ordered = sorted(problems, key=lambda pid: canonical_json(problems[pid]))
     number = {pid: i for i, pid in enumerate(ordered)}
     measurements = sorted(
         ((by_id[m.device_id], number[p.id], measurement_row(m)) for m, p in rows),

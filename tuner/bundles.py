@@ -39,7 +39,14 @@ from algorithms.registry import ALGORITHM_NAMES
 from db.bundles import export_records, merge_records
 from db.engine import Store
 from db.migrations import SCHEMA_VERSION
-from db.rows import MeasurementRow, utcnow
+from db.rows import (
+    DEVICE_TEXT_LIMITS,
+    INT32_MAX,
+    INT64_MAX,
+    MeasurementRow,
+    canonical_json,
+    utcnow,
+)
 from tuner.devices import fingerprint_of
 from tuner.results import STATUSES
 from tuner.version import TUNER_VERSION
@@ -49,12 +56,7 @@ VERSION = 1
 MEDIA_TYPE = "application/x-ndjson"
 
 _DEVICE_FIELDS = {"kind": str, "name": str, "arch": str, "units": int}
-#: Longest value of each device text column (db.models.Device).
-_DEVICE_TEXT_LIMITS = {"kind": 16, "name": 256, "arch": 64}
 _OPTIONAL_FLOATS = ("time_ms", "spread_ms", "min_ms", "max_error", "rel_error")
-#: The largest values the store's INTEGER and BIGINT columns hold (PostgreSQL enforces them).
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
 
 
 class BundleError(ValueError):
@@ -80,7 +82,7 @@ class Bundle:
 
 
 def _line(record: dict[str, Any]) -> str:
-    return json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    return canonical_json(record) + "\n"
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -155,7 +157,7 @@ def _device(record: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]:
         value = info.get(name)
         if not isinstance(value, kind) or isinstance(value, bool):
             raise BundleError(f"bundle line {number}: device {fp} info field {name!r} is {value!r}")
-    for name, limit in _DEVICE_TEXT_LIMITS.items():
+    for name, limit in DEVICE_TEXT_LIMITS.items():
         value = info[name]
         if len(value) > limit or "\x00" in value:
             raise BundleError(

@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import ClassVar
 
 from algorithms.base import AlgorithmBase
-from algorithms.cuda._loader import CTYPES
+from algorithms.cuda._loader import CTYPES, ceil_div
+from algorithms.problem import ConvProblem
+
+#: CUDA's limit on gridDim.y (and z).
+GRID_Y_LIMIT = 65535
 
 
 class CudaAlgorithm(AlgorithmBase):
@@ -19,3 +23,10 @@ class CudaAlgorithm(AlgorithmBase):
     backend: ClassVar[str] = "cuda"
     #: The storage dtypes the kernels are instantiated for.
     dtypes: ClassVar[tuple[str, ...]] = tuple(CTYPES)
+
+
+def gemm_grid(problem: ConvProblem, bm: int, bn: int) -> tuple[int, int, int]:
+    """An implicit GEMM's grid of bm x bn tiles: (pixel tiles, groups x channel tiles, 1)."""
+    out_h, out_w = problem.out_hw
+    kg = problem.k // problem.groups
+    return (ceil_div(problem.n * out_h * out_w, bn), problem.groups * ceil_div(kg, bm), 1)

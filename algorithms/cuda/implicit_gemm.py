@@ -27,10 +27,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from algorithms.base import SUPPORTED, Support, unsupported
-from algorithms.cuda._base import CudaAlgorithm
+from algorithms.cuda._base import GRID_Y_LIMIT, CudaAlgorithm, gemm_grid
 from algorithms.cuda._loader import (
     CTYPES,
-    ceil_div,
     fastdiv_args,
     get_kernel,
     shape_args,
@@ -69,7 +68,6 @@ CONFIGS: dict[str, Tile] = {
 
 DTYPES = ("float32", "float16")
 _PACKED_LIMIT = 1 << 14  # signed 16-bit (h, w) halves, with room for the sentinel
-_GRID_Y_LIMIT = 65535
 
 
 def name_expression(dtype: str, config: str) -> str:
@@ -89,10 +87,7 @@ def shipped_kernels() -> tuple[str, ...]:
 
 def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
     """(pixel tiles over the whole batch, groups x channel tiles, 1)."""
-    t = CONFIGS[config]
-    out_h, out_w = problem.out_hw
-    kg = problem.k // problem.groups
-    return (ceil_div(problem.n * out_h * out_w, t.bn), problem.groups * ceil_div(kg, t.bm), 1)
+    return gemm_grid(problem, CONFIGS[config].bm, CONFIGS[config].bn)
 
 
 class ImplicitGemmCuda(CudaAlgorithm):
@@ -113,7 +108,7 @@ class ImplicitGemmCuda(CudaAlgorithm):
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
         """The tile configurations whose grid fits this problem."""
-        return tuple(c for c in CONFIGS if launch_grid(problem, c)[1] <= _GRID_Y_LIMIT)
+        return tuple(c for c in CONFIGS if launch_grid(problem, c)[1] <= GRID_Y_LIMIT)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str

@@ -30,11 +30,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from algorithms.base import SUPPORTED, Support, unsupported
-from algorithms.cuda._base import CudaAlgorithm
+from algorithms.cuda._base import GRID_Y_LIMIT, CudaAlgorithm, gemm_grid
 from algorithms.cuda._loader import (
     CTYPES,
     DEFAULT_SMEM_LIMIT,
-    ceil_div,
     fastdiv_args,
     get_kernel,
     shape_args,
@@ -77,7 +76,6 @@ CONFIGS: dict[str, TcTile] = {
 TC_CTYPES: dict[str, str] = {**{d: CTYPES[d] for d in ("float32", "float16")},
                              "bfloat16": "bf16_t"}
 DTYPES = tuple(TC_CTYPES)
-_GRID_Y_LIMIT = 65535
 
 
 def passes(dtype: str, math: str) -> int:
@@ -120,10 +118,7 @@ def shipped_kernels() -> tuple[str, ...]:
 
 def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
     """(pixel tiles over the whole batch, groups x channel tiles, 1)."""
-    t = CONFIGS[config]
-    out_h, out_w = problem.out_hw
-    kg = problem.k // problem.groups
-    return (ceil_div(problem.n * out_h * out_w, t.bn), problem.groups * ceil_div(kg, t.bm), 1)
+    return gemm_grid(problem, CONFIGS[config].bm, CONFIGS[config].bn)
 
 
 class ImplicitGemmTcCuda(CudaAlgorithm):
@@ -142,7 +137,7 @@ class ImplicitGemmTcCuda(CudaAlgorithm):
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
         """The tile configurations whose grid fits this problem."""
-        return tuple(c for c in CONFIGS if launch_grid(problem, c)[1] <= _GRID_Y_LIMIT)
+        return tuple(c for c in CONFIGS if launch_grid(problem, c)[1] <= GRID_Y_LIMIT)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
