@@ -9,58 +9,23 @@ also compiled with NVRTC, as CuPy will on the GPU.
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from algorithms.cuda import shipped_kernels
 from algorithms.cuda._loader import COMPILE_OPTIONS, KERNELS_DIR, kernel_source
+from benchmarks.kernel_resources import NVCC, compile_all, usages
 
-NVCC = shutil.which("nvcc")
 ARCHS = ("sm_80", "sm_90")
 
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 
 
-def _instantiation_source(filename: str, names: tuple[str, ...]) -> str:
-    keep = ",\n".join(f"    (void*)&{name}" for name in names)
-    return f'#include "{filename}"\n\nvoid* convtune_keep[] = {{\n{keep}\n}};\n'
-
-
-def _compile(src: Path, arch: str) -> subprocess.CompletedProcess[str]:
-    assert NVCC is not None
-    cmd = [
-        NVCC, "-std=c++17", f"-arch={arch}", "-I", str(KERNELS_DIR),
-        "-Werror", "all-warnings", "--resource-usage", "-c", str(src),
-        "-o", str(src.with_suffix(f".{arch}.o")),
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], str]:
     """(kernel file, arch) -> nvcc's combined output, compiled in parallel."""
-    work = tmp_path_factory.mktemp("kernels")
-    jobs: dict[tuple[str, str], Path] = {}
-    for filename, names in shipped_kernels().items():
-        src = work / f"keep_{Path(filename).stem}.cu"
-        src.write_text(_instantiation_source(filename, names))
-        for arch in ARCHS:
-            jobs[(filename, arch)] = src
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {key: pool.submit(_compile, src, key[1]) for key, src in jobs.items()}
-        results = {key: fut.result() for key, fut in futures.items()}
-    out: dict[tuple[str, str], str] = {}
-    for key, proc in results.items():
-        text = proc.stdout + proc.stderr
-        assert proc.returncode == 0, f"nvcc failed for {key}:\n{text}"
-        out[key] = text
-    return out
+    return compile_all(ARCHS, tmp_path_factory.mktemp("kernels"))
 
 
 @needs_nvcc
@@ -78,13 +43,12 @@ def test_compiles_without_warnings_or_spills(
 ) -> None:
     text = reports[(filename, arch)]
     assert "warning" not in text.lower(), text
-    entries = re.findall(r"Compiling entry function '(\w+)'", text)
-    assert len(entries) == len(shipped_kernels()[filename]), text
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
-    assert len(spills) == len(entries), text
-    assert all(s == ("0", "0") for s in spills), f"register spills in {filename} ({arch}):\n{text}"
-    stacks = re.findall(r"(\d+) bytes stack frame", text)
-    assert all(s == "0" for s in stacks), f"local memory in {filename} ({arch}):\n{text}"
+    found = usages(text)
+    assert len(found) == len(shipped_kernels()[filename]), text
+    spilled = [u.entry for u in found if u.spill_stores or u.spill_loads]
+    assert not spilled, f"register spills in {filename} ({arch}): {spilled}\n{text}"
+    stacked = [u.entry for u in found if u.stack_bytes]
+    assert not stacked, f"local memory in {filename} ({arch}): {stacked}\n{text}"
 
 
 def _nvrtc() -> object | None:
@@ -119,3 +83,22 @@ def test_loader_source_compiles_with_nvrtc(filename: str, arch: str) -> None:
         assert all(nvrtc.getLoweredName(prog, name) for name in names)
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def test_resource_parser_sees_spills_and_stack() -> None:
+    # The spill check must be able to fail: a report with spills parses as spilled.
+    report = (
+        "ptxas info    : Compiling entry function '_Z1kPf' for 'sm_90'\n"
+        "ptxas info    : Function properties for _Z1kPf\n"
+        "    48 bytes stack frame, 40 bytes spill stores, 44 bytes spill loads\n"
+        "ptxas info    : Used 255 registers, 33792 bytes smem, 416 bytes cmem[0]\n"
+        "ptxas info    : Compiling entry function '_Z1gPf' for 'sm_90'\n"
+        "ptxas info    : Function properties for _Z1gPf\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 32 registers, 416 bytes cmem[0]\n"
+    )
+    spilled, clean = usages(report)
+    assert (spilled.entry, spilled.registers, spilled.shared_bytes) == ("_Z1kPf", 255, 33792)
+    assert (spilled.stack_bytes, spilled.spill_stores, spilled.spill_loads) == (48, 40, 44)
+    assert (clean.registers, clean.shared_bytes, clean.spill_stores, clean.stack_bytes) == (
+        32, 0, 0, 0)
