@@ -34,6 +34,7 @@ from typing import ClassVar, Final
 import numpy as np
 from scipy.fft import next_fast_len
 
+from algorithms.cpu._by_forward import ByForward
 from algorithms.cpu._common import CpuAlgorithm, WorkspaceLayout, compute_dtype
 from algorithms.problem import ConvProblem
 
@@ -129,7 +130,7 @@ def _filter_spectrum(
     return buf["w_freq"].reshape(plan.freqs, g, cg, kg)
 
 
-class FftConv(CpuAlgorithm):
+class _FftConvForward(CpuAlgorithm):
     """Convolution theorem with per-frequency channel GEMMs."""
 
     name: ClassVar[str] = "fft"
@@ -185,3 +186,7 @@ class FftConv(CpuAlgorithm):
         np.fft.irfft(kept_rows, n=fw, axis=-1, out=y_rows, norm=_NORM)
         kept = y_rows[:, :, : (out_w - 1) * sw + 1 : sw]
         np.copyto(y.reshape(n * k, out_h, out_w), kept)
+
+
+class FftConv(ByForward, _FftConvForward):
+    """The forward algorithm above, and both backward directions through it."""

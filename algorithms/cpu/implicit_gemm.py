@@ -27,6 +27,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from algorithms.cpu._by_forward import ByForward
 from algorithms.cpu._common import CpuAlgorithm, WorkspaceLayout, compute_dtype
 from algorithms.problem import ConvProblem
 
@@ -82,7 +83,7 @@ def _flat(buffer: np.ndarray, *shape: int) -> np.ndarray:
     return buffer.reshape(-1)[: int(np.prod(shape))].reshape(shape)
 
 
-class ImplicitGemmConv(CpuAlgorithm):
+class _ImplicitGemmConvForward(CpuAlgorithm):
     """GEMM over gathered input tiles; bounded workspace."""
 
     name: ClassVar[str] = "implicit_gemm"
@@ -184,3 +185,7 @@ class ImplicitGemmConv(CpuAlgorithm):
             # Steps hold whole (r, s) cycles, so the mask broadcasts over the channels.
             np.copyto(tile.reshape(-1, *pad_rows.shape[1:]), 0, where=pad_rows)
         return tile
+
+
+class ImplicitGemmConv(ByForward, _ImplicitGemmConvForward):
+    """The forward algorithm above, and both backward directions through it."""

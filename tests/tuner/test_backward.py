@@ -26,10 +26,11 @@ PROBLEM = ConvProblem(n=2, c=4, h=9, w=8, k=6, r=3, s=3, pad=1, stride=2, groups
 def test_backward_problems_are_tuned_and_stored_apart(direction: str, db_url: str) -> None:
     problem = replace(PROBLEM, direction=direction)
     results = {r.algorithm: r for r in find_algorithms(problem, "cpu", db=db_url)}
-    assert results["direct"].status == R.OK and results["im2col_gemm"].status == R.OK
-    for name in ("fft", "implicit_gemm"):  # say precisely why not
-        assert results[name].status == R.UNSUPPORTED
-        assert direction in (results[name].error or "")
+    for name in ("direct", "im2col_gemm", "implicit_gemm", "fft"):
+        assert results[name].status == R.OK, results[name].error
+    # An algorithm without the direction says precisely why not.
+    assert results["implicit_gemm_tc"].status == R.UNSUPPORTED
+    assert direction in (results["implicit_gemm_tc"].error or "")
     again = find_algorithms(problem, "cpu", db=db_url, mode="cached")
     assert {r.source for r in again if r.usable} == {R.MEASURED_HERE}
     # The forward problem of the same geometry is another problem: nothing stored for it.
@@ -37,7 +38,7 @@ def test_backward_problems_are_tuned_and_stored_apart(direction: str, db_url: st
         find_best_algorithm(PROBLEM, "cpu", db=db_url, mode="cached")
 
 
-@pytest.mark.parametrize("algorithm", [None, "direct", "im2col_gemm"])
+@pytest.mark.parametrize("algorithm", [None, "direct", "im2col_gemm", "implicit_gemm", "fft"])
 def test_public_backward_calls_match_the_reference(
     algorithm: str | None, db_url: str, rng: np.random.Generator
 ) -> None:
