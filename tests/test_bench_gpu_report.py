@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
-from benchmarks.bench_gpu import markdown, summarize
+from algorithms.problem import ConvProblem
+from algorithms.reference import reference, relative_error
+from benchmarks.bench_gpu import markdown, summarize, torch_conv
 
 
 def _row(network: str, layer: str, speed: float | None,
@@ -44,3 +47,16 @@ def test_markdown_lists_every_layer_and_the_summary() -> None:
     assert "| ours/cuDNN speed, all | 0.750 |" in table
     assert "| layers counted, all | 1 |" in table
     assert "64 x 128 x 576" in table
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
+def test_cudnn_side_computes_the_problems_direction(direction: str) -> None:
+    # bench_gpu compares our gradients with PyTorch's: its call must be the same gradient.
+    torch = pytest.importorskip("torch")
+    problem = ConvProblem(n=2, c=4, h=9, w=8, k=6, r=3, s=2, pad=1, stride=2, dilation=(1, 2),
+                          groups=2, dtype="float64", direction=direction)
+    rng = np.random.default_rng()
+    a_shape, b_shape, _ = problem.operand_shapes
+    a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+    ours = torch_conv(torch, problem, torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    assert relative_error(ours, reference(a, b, problem)) < 1e-12
