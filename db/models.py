@@ -104,6 +104,10 @@ class Measurement(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     tuner_version: Mapped[str] = mapped_column(String(32))
+    #: When this store wrote the row, by its own clock (schema 5): merges rank a row by
+    #: min(measured_at, recorded_at), so a future measured_at from a wrong or forged clock
+    #: cannot outrank later imports. measured_at stays as data.
+    recorded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Claim(Base):
