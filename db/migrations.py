@@ -8,14 +8,15 @@ from datetime import datetime, timezone
 from sqlalchemy import Connection, DateTime, MetaData, Table, column, inspect, select, text
 from sqlalchemy import table as light_table
 
-from db.models import PROBLEM_INT_FIELDS, Base, Claim, Meta, Problem
+from db.models import PROBLEM_INT_FIELDS, Base, Claim, Job, Meta, Problem
 
 #: The schema this code writes. Bump it together with a new entry in MIGRATIONS.
 #: 1: devices, problems, measurements. 2: + claims (several tuners sharing one store).
 #: 3: + the `generation` meta row, bumped by every write of measurements (answer caches).
 #: 4: + problems.math ("fp32"/"tf32"), part of the problem's unique key.
 #: 5: + measurements.recorded_at (the store's own clock, for merge precedence).
-SCHEMA_VERSION = 5
+#: 6: + jobs (background jobs of the HTTP service, readable by every worker process).
+SCHEMA_VERSION = 6
 
 #: The meta key counting writes of measurements: processes that cache answers in memory
 #: compare it to know when another process changed the store.
@@ -80,10 +81,16 @@ def _add_recorded_at(conn: Connection) -> None:
     conn.execute(measurements.update().values(recorded_at=datetime.now(timezone.utc)))
 
 
+def _add_jobs(conn: Connection) -> None:
+    """5 -> 6: the jobs table (rows of version 5 are untouched)."""
+    Job.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
+
 #: MIGRATIONS[v] upgrades a version-v database to version v + 1, in one transaction.
 #: Steps only add (tables, columns with defaults, keys that widen): stored names are forever.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     1: _add_claims, 2: _add_generation, 3: _add_math, 4: _add_recorded_at,
+    5: _add_jobs,
 }
 
 

@@ -158,3 +158,12 @@ def test_version_5_records_old_rows_at_the_upgrade(store_url: str) -> None:
             problems={0: PROBLEM.key()}, measurements=[(gpu().fingerprint, 0, later_row)],
         )
     assert counts["replaced"] == 1
+
+
+def test_version_6_adds_the_jobs_table(store_url: str) -> None:
+    # Bug (issue 12 item 7): jobs lived in one worker's memory; version 6 stores them.
+    make_version_1(store_url)
+    store = open_store(store_url)
+    with store.engine.connect() as conn:
+        assert inspect(conn).has_table("jobs")
+    assert len(stored(store)) == 2

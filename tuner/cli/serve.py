@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from typing import Annotated
 
 import typer
@@ -17,6 +19,8 @@ from tuner.service import default_url, describe_url
 APP_FACTORY = "api.app:create_app"
 #: uvicorn's h11 protocol with TCP_NODELAY per connection (see api/protocol.py).
 HTTP_PROTOCOL = "api.protocol:NoDelayH11Protocol"
+#: prometheus_client's multiprocess directory (api.metrics reads the same variable).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 @app.command()
@@ -46,7 +50,17 @@ def serve(
         os.environ["CONVTUNE_DEVICE"] = parse_device(device)
     print(f"convtune: database {describe_url(os.environ.get('CONVTUNE_DB_URL') or default_url())}",
           file=sys.stderr)
-    uvicorn.run(
-        APP_FACTORY, factory=True, host=host, port=port, workers=workers,
-        log_level=log_level, http=HTTP_PROTOCOL,
-    )
+    # Several workers are several processes: their metrics are summed through files in a
+    # fresh directory (a reused one would add a previous server's counts).
+    metrics_dir = None
+    if workers > 1 and not os.environ.get(MULTIPROC_ENV):
+        metrics_dir = os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="convtune-metrics-")
+    try:
+        uvicorn.run(
+            APP_FACTORY, factory=True, host=host, port=port, workers=workers,
+            log_level=log_level, http=HTTP_PROTOCOL,
+        )
+    finally:
+        if metrics_dir is not None:
+            del os.environ[MULTIPROC_ENV]
+            shutil.rmtree(metrics_dir, ignore_errors=True)
