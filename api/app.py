@@ -10,6 +10,7 @@ from fastapi import APIRouter, FastAPI, Request, status
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deps import read_tokens, token_refusal, write_tokens
@@ -168,6 +169,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": f"database error: {detail}"},
                             status.HTTP_503_SERVICE_UNAVAILABLE)
 
+    async def client_gone(request: Request, _exc: Exception) -> JSONResponse:
+        # The client left, or its body missed its deadline (api.protocol): nobody reads this.
+        log.info("client disconnected during %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": "request timeout"}, status.HTTP_408_REQUEST_TIMEOUT)
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return JSONResponse(
@@ -182,6 +188,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DeviceFault, device_lost)
     app.add_exception_handler(StoreUnusable, store_broken)
     app.add_exception_handler(SQLAlchemyError, store_broken)
+    app.add_exception_handler(ClientDisconnect, client_gone)
     app.add_exception_handler(Exception, unexpected)
 
 

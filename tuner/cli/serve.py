@@ -13,6 +13,7 @@ import typer
 from tuner.cli import app
 from tuner.cli.core import DbOpt, DeviceOpt
 from tuner.devices import parse_device
+from tuner.env import http_timeouts
 from tuner.service import default_url, describe_url
 
 # The HTTP layer sits on top of the tuner: uvicorn imports it by name, the CLI never does.
@@ -38,7 +39,8 @@ def serve(
 ) -> None:
     """Serve the HTTP API (POST /v1/find, /v1/convolve, /v1/jobs; GET /v1/results, ...).
 
-    Settings come from $CONVTUNE_* (CONVTUNE_API_TOKEN, CONVTUNE_MAX_BODY_BYTES, ...);
+    Settings come from $CONVTUNE_* (CONVTUNE_API_TOKEN, CONVTUNE_MAX_BODY_BYTES,
+    CONVTUNE_HEADER_TIMEOUT_S, CONVTUNE_BODY_TIMEOUT_S, ...);
     --db and --device override CONVTUNE_DB_URL and CONVTUNE_DEVICE.
     """
     import uvicorn
@@ -48,6 +50,7 @@ def serve(
         os.environ["CONVTUNE_DB_URL"] = db
     if device:
         os.environ["CONVTUNE_DEVICE"] = parse_device(device)
+    http_timeouts()  # a malformed $CONVTUNE_*_TIMEOUT_S: one line now, not per connection
     print(f"convtune: database {describe_url(os.environ.get('CONVTUNE_DB_URL') or default_url())}",
           file=sys.stderr)
     # Several workers are several processes: their metrics are summed through files in a
