@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request, status
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -45,7 +46,9 @@ class BodyTooLarge(HTTPException):
 #: are reads. A find may tune too: its route checks the write scope unless mode="cached".
 WRITE_ROUTES = ("/v1/convolve", "/v1/jobs", "/v1/bundles")
 #: Reads that stay open whatever the tokens: health, metrics and the documentation.
-OPEN_ROUTES = ("/healthz", "/metrics", "/docs", "/redoc", "/openapi.json")
+OPEN_ROUTES = ("/healthz", "/metrics", "/docs", "/redoc", "/openapi.json", "/static-docs/")
+#: Where the documentation pages' scripts and styles are served from (not a CDN).
+DOCS_STATIC = "/static-docs"
 
 
 class TokenGateMiddleware:
@@ -206,7 +209,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         job_manager.shutdown()
 
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc load their scripts from this server, not a CDN, so
+    # they work on hosts without internet access (the pages were blank there).
+    app = FastAPIOffline(
+        static_url=DOCS_STATIC,
+        # Swagger UI's default validator badge is an image from validator.swagger.io.
+        swagger_ui_parameters={"validatorUrl": None},
         title="convtune",
         version=TUNER_VERSION,
         summary="Pick the fastest convolution algorithm for a problem on a device, and run it.",
