@@ -32,7 +32,9 @@ def stdout() -> Console:
 
 DbOpt = Annotated[
     str | None,
-    typer.Option("--db", help="SQLAlchemy URL (default: $CONVTUNE_DB_URL or the user cache)."),
+    typer.Option(
+        "--db", help="SQLAlchemy URL (default: $CONVTUNE_DB_URL or the user data directory)."
+    ),
 ]
 DeviceOpt = Annotated[
     str | None, typer.Option("--device", help="cpu, cuda or cuda:N (default: first GPU, else cpu).")
