@@ -23,6 +23,7 @@ from tuner.service import Service, service
 
 log = logging.getLogger("convtune.api")
 
+
 class JobQueueFull(RuntimeError):
     """As many jobs as allowed are already queued or running."""
 

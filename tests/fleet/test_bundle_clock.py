@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -112,3 +113,19 @@ def test_wrong_result_rows_keep_their_infinite_error(db_url: str, other_url: str
     # An infinite error is what made the row wrong_result: it round-trips.
     text = bundle_of(other_url, row("fft", None, status="wrong_result", rel_error=float("inf")))
     assert import_bundle(open_store(db_url), text)["added"] == 1
+
+
+def test_a_clock_running_ahead_within_the_skew_wins_only_until_the_next_measurement(
+    store_url: str, tmp_path: Path
+) -> None:
+    # Bug (issue 12 item 2): a host whose clock ran minutes ahead out-ranked measurements
+    # made after it by hosts with a right clock. Precedence is the receiving store's
+    # clock: the fast row counts as of its import, so a later measurement replaces it.
+    store = open_store(store_url)
+    ahead = bundle_of(f"sqlite:///{tmp_path / 'ahead.db'}",
+                      row("fft", 1.0, at=utcnow() + timedelta(minutes=4)))
+    assert import_bundle(store, ahead)["added"] == 1
+    later = bundle_of(f"sqlite:///{tmp_path / 'later.db'}",
+                      row("fft", 3.0, at=utcnow() + timedelta(seconds=1)))
+    assert import_bundle(store, later)["replaced"] == 1
+    assert [r["time_ms"] for r in stored(store)] == [3.0]
