@@ -26,7 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, unsupported
+from algorithms.base import Support, depthwise_limits
 from algorithms.cpu._common import (
     CpuAlgorithm,
     TapWindow,
@@ -38,16 +38,6 @@ from algorithms.problem import ConvProblem
 
 #: Largest per-chunk buffer: a few MB keeps one tap's multiply-add inside L2/L3.
 CHUNK_BYTES = 4 << 20
-
-
-def depthwise_limits(problem: ConvProblem) -> Support:
-    """Supported when every group holds one input channel (groups == c), with the reason."""
-    if problem.groups != problem.c:
-        return unsupported(
-            f"depthwise needs groups == c (one input channel per group), "
-            f"got groups={problem.groups}, c={problem.c}"
-        )
-    return SUPPORTED
 
 
 @dataclass(frozen=True)
