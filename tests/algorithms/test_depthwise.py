@@ -74,8 +74,7 @@ def test_several_chunks_of_images(monkeypatch: pytest.MonkeyPatch, direction: st
     problem = ConvProblem(**SHAPES["m3_dilation2_s2"], dtype=dtype, direction=direction)
     assert _check(problem) <= tolerance(dtype, "depthwise")
     # Two images per chunk over n = 3: the last chunk is short.
-    per_image = 2 * 13 * 9 * 4  # the largest per-image buffer: x (c=2, 13x9), in float32
-    monkeypatch.setattr(depthwise, "CHUNK_BYTES", 2 * per_image)
+    monkeypatch.setattr(depthwise, "CHUNK_BYTES", 2 * depthwise._plan(problem).per_image)
     assert depthwise._plan(problem).images == 2
     assert _check(problem) <= tolerance(dtype, "depthwise")
 
@@ -88,17 +87,17 @@ def test_refuses_groups_other_than_c_with_the_reason(groups: int) -> None:
     assert "groups == c" in support.reason and f"groups={groups}" in support.reason
 
 
-def test_workspace_is_bounded_by_the_chunk() -> None:
-    # A MobileNet-v2 depthwise layer at batch 32: the product buffer stays near CHUNK_BYTES
-    # however large the batch, and 16-bit storage adds its float32 copies.
-    small = ConvProblem(n=32, c=96, h=112, w=112, k=96, r=3, s=3, pad=1, stride=2, groups=96)
-    big = ConvProblem(n=256, c=96, h=112, w=112, k=96, r=3, s=3, pad=1, stride=2, groups=96)
-    nbytes = DEPTHWISE.workspace_bytes(small, DEFAULT_CONFIG)
-    assert nbytes == DEPTHWISE.workspace_bytes(big, DEFAULT_CONFIG)
-    assert nbytes <= depthwise.CHUNK_BYTES + 256
-    half = ConvProblem(n=32, c=96, h=112, w=112, k=96, r=3, s=3, pad=1, stride=2, groups=96,
-                       dtype="float16")
-    assert DEPTHWISE.workspace_bytes(half, DEFAULT_CONFIG) > nbytes
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_workspace_does_not_grow_with_the_batch(direction: str) -> None:
+    # MobileNet-v2 depthwise layers: one chunk of images, whatever the batch; 16-bit storage
+    # computes in float32 buffers, so it needs as much as float32.
+    def nbytes(n: int, h: int, dtype: str = "float32") -> int:
+        problem = ConvProblem(n=n, c=96, h=h, w=h, k=96, r=3, s=3, pad=1, stride=2, groups=96,
+                              dtype=dtype, direction=direction)
+        return DEPTHWISE.workspace_bytes(problem, DEFAULT_CONFIG)
+
+    assert nbytes(32, 112) == nbytes(256, 112) == nbytes(32, 112, "float16")
+    assert nbytes(32, 14) == nbytes(256, 14) <= depthwise.CHUNK_BYTES + 4 * 256
 
 
 def test_tuner_lists_depthwise_for_a_mobilenet_layer(db_url: str) -> None:
