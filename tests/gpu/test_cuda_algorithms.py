@@ -131,6 +131,8 @@ def test_run_only_enqueues_on_the_current_stream(runtime: Any) -> None:
     x_host, w_host, ref = _host_case(problem)
     stream = cupy.cuda.Stream(non_blocking=True)
     for algorithm in ALGORITHMS.values():
+        if not algorithm.supports(problem):  # depthwise: "odd" is a dense layer
+            continue
         config = algorithm.configs(problem)[0]
         with stream:
             x, w = cupy.asarray(x_host), cupy.asarray(w_host)
