@@ -28,6 +28,7 @@ oh*wq), each buffer aligned:
   + backward_data: cn*c*m*V*E wide dy + cn*c*V*E tap product
   + backward_filter: cn*c*m*V*E wide dy + k*r*s*E filter accumulator
   + 16-bit storage: cn*c*max(h*w, m*oh*ow)*4 contiguous float32 staging
+    (forward and backward_data: + k*r*s*4, the filter in float32)
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ def _plan(problem: ConvProblem) -> _Plan:
         layout.add(name, (images, count), dtype)
     if problem.direction == "backward_filter":
         layout.add("dw", (c, m, problem.r, problem.s), dtype)
+    elif "stage" in per_image:  # the filter in float32: a 16-bit ufunc operand casts slowly
+        layout.add("w", (c, m, problem.r, problem.s), dtype)
     return _Plan(phases, images, nbytes, layout)
 
 
@@ -164,8 +167,10 @@ class _Chunks:
                 self._backward_filter(a[part], b.reshape(y_shape)[part])
             out.reshape(dw.shape)[...] = dw  # rounds to 16-bit storage where it applies
             return
-        # In the compute dtype: a 16-bit operand would make every tap's ufunc cast (slowly).
-        w = b.reshape(self.c, self.m, p.r, p.s).astype(compute_dtype(p), copy=False)
+        w = b.reshape(self.c, self.m, p.r, p.s)
+        if "w" in self.buf:
+            w = self.buf["w"]
+            w[...] = b.reshape(w.shape)
         for part in chunks:
             if p.direction == "forward":
                 self._forward(a[part], w, out.reshape(y_shape)[part])
