@@ -17,12 +17,18 @@ from typing import Any
 
 import pytest
 
-from algorithms.cuda import shipped_kernels
+from algorithms.cuda import depthwise, shipped_kernels
 from algorithms.cuda._loader import CTYPES
 from algorithms.problem import DTYPES
 from tests.cuda_emu.build import build_all, missing_tools
 from tests.cuda_emu.cases import ALGORITHMS, run_cases
-from tests.cuda_shapes import ALIGN_SHAPES, NETWORK_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
+from tests.cuda_shapes import (
+    ALIGN_SHAPES,
+    DEPTHWISE_SHAPES,
+    NETWORK_SHAPES,
+    OTHER_DTYPE_SHAPES,
+    SHAPES,
+)
 from tests.precision import make_problem
 
 _missing = missing_tools()
@@ -63,6 +69,24 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
+#: The depthwise kernel runs SHAPES' depthwise layers through the loop below, and these in
+#: the dtypes named (every dtype, so every shipped instance: all four tiles fit each shape),
+#: plus dw_asymmetric one element off alignment in every dtype.
+#: Mutations of kernels/depthwise.cu these cases catch (each tried by hand once, float32
+#: cases; "n of 8": how many of the 8 float32 depthwise cases fail):
+#:   halo one column short (in_w without its + 1)         -> relative error 0.02-0.34, 7 of 8
+#:   halo bound ih <= H instead of ih < H                   -> ASan heap overflow past x, or
+#:                                                             relative error 0.14, 8 of 8
+#:   the __syncthreads() after staging removed              -> results differ between
+#:                                                             schedules (a race), 8 of 8
+#:   taps of channel c from w + c * RS (multiplier lost)    -> relative error 1.0-1.3, the 3
+#:                                                             multiplier > 1 cases
+_DW_DTYPES: dict[str, tuple[str, ...]] = {
+    "dw_dilated_m2": tuple(DTYPES), "dw_5x5_tall": ("float32", "bfloat16"),
+    "dw_asymmetric": ("float32", "float16"), "dw_7x7_m3": ("float32", "bfloat16"),
+}
+
+
 def _case(case_id: str, name: str, problem: dict[str, Any],
           offsets: list[int] | None = None) -> dict[str, Any] | None:
     if not ALGORITHMS[name].supports(make_problem(**problem)):
@@ -95,6 +119,13 @@ def _cases() -> list[dict[str, Any]]:
         cases.append(_case(f"implicit_gemm_tc-pq_odd_k_odd-{dtype}-{math}-offset",
                            "implicit_gemm_tc", {**ALIGN_SHAPES["pq_odd_k_odd"], "dtype": dtype,
                                                 "math": math}, [item, item, item]))
+    for shape, dw_dtypes in _DW_DTYPES.items():
+        cases += [_case(f"depthwise-{shape}-{d}", "depthwise", {**DEPTHWISE_SHAPES[shape],
+                                                                "dtype": d}) for d in dw_dtypes]
+    for dtype, item in DTYPES.items():
+        cases.append(_case(f"depthwise-dw_asymmetric-{dtype}-offset", "depthwise",
+                           {**DEPTHWISE_SHAPES["dw_asymmetric"], "dtype": dtype},
+                           [item, item, item]))
     return [c for c in cases if c is not None]
 
 
@@ -124,6 +155,13 @@ def test_every_algorithm_and_dtype_is_covered() -> None:
     assert tc == set(_TC_SHAPES)
     assert {d for n, d in covered if n == "implicit_gemm"} == {"float32", "float16"}
     assert {d for n, d in covered if n == "fft"} == set(CTYPES)  # fft has no bfloat16
+    assert {d for n, d in covered if n == "depthwise"} == set(DTYPES)
+
+
+def test_every_shipped_depthwise_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:
+    launched = {name for case_id, case in CASES.items() if case["algorithm"] == "depthwise"
+                for name, _args in verdicts[case_id].get("launches", [])}
+    assert launched == set(depthwise.shipped_kernels())
 
 
 @pytest.mark.parametrize("y_off", [0, 4, 8, 12])
