@@ -63,6 +63,28 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
+#: The backward directions' kernels (direct_bwd_data, direct_bwd_filter, col2im and the
+#: im2col_gemm GEMM layouts) on these geometries, each against the float64 reference of its
+#: direction: stride holes (taps fewer than the stride: some dx get no term), padding, dilation
+#: 2, groups 2, odd sizes, n > 1, and a deep batch for backward_filter's float16 sums.
+_BWD_SHAPES: dict[str, dict[str, Any]] = {
+    "odd": SHAPES["odd"],
+    "holes_1x1_s2": dict(n=3, c=4, h=9, w=8, k=6, r=1, s=1, stride=2),
+    "holes_s3_pad": dict(n=2, c=3, h=10, w=11, k=4, r=2, s=2, pad=1, stride=3),
+    "dil2_groups2": dict(n=2, c=6, h=11, w=9, k=4, r=3, s=3, pad=2, dilation=2, groups=2),
+    "stride_pair": SHAPES["stride_pair"],
+    "dilation_stride": SHAPES["dilation_stride"],
+    "groups_strided": SHAPES["groups_strided"],
+    "pad_gt_filter": SHAPES["pad_gt_filter"],
+    "deep_batch": dict(n=48, c=2, h=6, w=6, k=3, r=3, s=3, pad=1),
+}
+#: Shapes of _BWD_SHAPES also run in float16 and float64.
+_BWD_OTHER_DTYPES = ("odd", "holes_s3_pad", "dil2_groups2", "deep_batch")
+#: The algorithms that compute the backward directions on the GPU.
+_BWD_ALGORITHMS = ("direct", "im2col_gemm")
+_BWD_DIRECTIONS = ("backward_data", "backward_filter")
+
+
 def _case(case_id: str, name: str, problem: dict[str, Any],
           offsets: list[int] | None = None) -> dict[str, Any] | None:
     if not ALGORITHMS[name].supports(make_problem(**problem)):
@@ -95,6 +117,17 @@ def _cases() -> list[dict[str, Any]]:
         cases.append(_case(f"implicit_gemm_tc-pq_odd_k_odd-{dtype}-{math}-offset",
                            "implicit_gemm_tc", {**ALIGN_SHAPES["pq_odd_k_odd"], "dtype": dtype,
                                                 "math": math}, [item, item, item]))
+    for name in _BWD_ALGORITHMS:
+        for direction in _BWD_DIRECTIONS:
+            for shape, kw in _BWD_SHAPES.items():
+                dtypes = ["float32", *(("float16", "float64") if shape in _BWD_OTHER_DTYPES
+                                       else ())]
+                cases += [_case(f"{name}-{direction}-{shape}-{d}", name,
+                                {**kw, "dtype": d, "direction": direction}) for d in dtypes]
+            item = 4
+            cases.append(_case(f"{name}-{direction}-pq_odd_k_odd-float32-offset", name,
+                               {**ALIGN_SHAPES["pq_odd_k_odd"], "direction": direction},
+                               [item, item, item]))
     return [c for c in cases if c is not None]
 
 
@@ -124,6 +157,17 @@ def test_every_algorithm_and_dtype_is_covered() -> None:
     assert tc == set(_TC_SHAPES)
     assert {d for n, d in covered if n == "implicit_gemm"} == {"float32", "float16"}
     assert {d for n, d in covered if n == "fft"} == set(CTYPES)  # fft has no bfloat16
+
+
+def test_every_backward_kernel_and_dtype_is_covered() -> None:
+    covered = {(c["algorithm"], c["problem"].get("direction"), c["problem"]["dtype"])
+               for c in CASES.values()}
+    for name in _BWD_ALGORITHMS:
+        for direction in _BWD_DIRECTIONS:
+            for dtype in CTYPES:
+                supported = ALGORITHMS[name].supports(
+                    make_problem(**_BWD_SHAPES["odd"], dtype=dtype, direction=direction))
+                assert ((name, direction, dtype) in covered) == bool(supported)
 
 
 @pytest.mark.parametrize("y_off", [0, 4, 8, 12])

@@ -43,24 +43,27 @@ def gemm_strided_batched(
     dtype: str, transa: int, transb: int, m: int, n: int, k: int,
     a: int, lda: int, stride_a: int,
     b: int, ldb: int, stride_b: int,
-    c: int, ldc: int, stride_c: int, batch: int,
+    c: int, ldc: int, stride_c: int, batch: int, accumulate: bool = False,
 ) -> None:
-    """C_i = op(A_i) @ op(B_i) for i < batch, column-major, on the current CuPy stream."""
+    """C_i = op(A_i) @ op(B_i) (C_i += ... when `accumulate`) for i < batch, column-major.
+
+    Enqueued on the current CuPy stream.
+    """
     item = np.dtype(dtype).itemsize
     for first in range(0, batch, MAX_BATCH):
         skip = first * item
         _gemm(dtype, transa, transb, m, n, k, a + skip * stride_a, lda, stride_a,
               b + skip * stride_b, ldb, stride_b, c + skip * stride_c, ldc, stride_c,
-              min(MAX_BATCH, batch - first))
+              min(MAX_BATCH, batch - first), accumulate)
 
 
 def _gemm(
     dtype: str, transa: int, transb: int, m: int, n: int, k: int,
     a: int, lda: int, stride_a: int,
     b: int, ldb: int, stride_b: int,
-    c: int, ldc: int, stride_c: int, batch: int,
+    c: int, ldc: int, stride_c: int, batch: int, accumulate: bool = False,
 ) -> None:
-    """One cuBLAS strided-batched call (batch <= MAX_BATCH)."""
+    """One cuBLAS strided-batched call (batch <= MAX_BATCH); beta = 1 when `accumulate`."""
     cupy = require_cupy()
     from cupy_backends.cuda.libs import cublas
 
@@ -71,7 +74,7 @@ def _gemm(
     cublas.setPointerMode(handle, _POINTER_MODE_HOST)
     cublas.setMathMode(handle, _DEFAULT_MATH)
     alpha = _ALPHA[dtype].ctypes.data
-    beta = _BETA[dtype].ctypes.data
+    beta = (_ALPHA if accumulate else _BETA)[dtype].ctypes.data
     try:
         if dtype == "float16":
             cublas.gemmStridedBatchedEx(

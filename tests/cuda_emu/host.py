@@ -53,8 +53,8 @@ def dev_at(a: np.ndarray, misalign: int) -> DeviceArray:
 
 def fake_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
               a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
-              c: int, ldc: int, sc: int, batch: int) -> None:
-    """cuBLAS strided-batched GEMM semantics (column-major) on raw host addresses."""
+              c: int, ldc: int, sc: int, batch: int, accumulate: bool = False) -> None:
+    """cuBLAS strided-batched GEMM semantics (column-major, beta 0 or 1) on raw host addresses."""
     dt = np.dtype(dtype)
     item = dt.itemsize
     assert 1 <= batch <= MAX_GEMM_BATCH, f"cuBLAS batch count {batch}"
@@ -75,7 +75,8 @@ def fake_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
         c_m = mat(c + i * sc * item, m, n, ldc)
         prod = op(a_m, transa).astype(np.complex128 if dt.kind == "c" else np.float64) @ op(
             b_m, transb)
-        c_m[...] = prod.astype(dt)
+        # beta = 1 reads C in its storage type, as cuBLAS does.
+        c_m[...] = (prod + c_m if accumulate else prod).astype(dt)
 
 
 class FakePlan:
