@@ -11,10 +11,10 @@ backward_filter: one block per dw element reduces over the batch and the output 
 configurations "reduceT": T threads per block.
 
 Supports float16 (float accumulation), float32 and float64; any stride, padding, dilation and
-groups. Not supported: a batch over 65535 images, tensors of 2**31 elements or more, a forward
-problem whose one-channel input patch plus filter slice exceeds 48 KB of shared memory for
-every configuration (very large dilation or stride), or a backward_data grid over 65535
-channel blocks.
+groups. Not supported: a batch over 65535 images (except backward_filter), tensors of 2**31
+elements or more, a forward problem whose one-channel input patch plus filter slice exceeds
+48 KB of shared memory for every configuration (very large dilation or stride), or a
+backward_data grid over 65535 channel blocks.
 
 Workspace: 0 bytes.
 """
@@ -112,7 +112,8 @@ class DirectCuda(CudaAlgorithm):
 
     def _limits(self, problem: ConvProblem) -> Support:
         """Any stride, padding, dilation and groups that fit the limits above."""
-        if problem.n > _GRID_YZ_LIMIT:
+        # backward_filter puts no batch on the grid (each block loops over the images).
+        if problem.n > _GRID_YZ_LIMIT and problem.direction != "backward_filter":
             return unsupported(f"batch {problem.n} exceeds the grid limit {_GRID_YZ_LIMIT}")
         if not tensors_fit_int32(problem):
             return unsupported("a tensor has 2**31 elements or more (32-bit indexing)")
