@@ -78,6 +78,20 @@ _BWD_SHAPES: dict[str, dict[str, Any]] = {
     "pad_gt_filter": SHAPES["pad_gt_filter"],
     "deep_batch": dict(n=48, c=2, h=6, w=6, k=3, r=3, s=3, pad=1),
 }
+#: Mutations of the backward kernels these cases catch (each injected once, every backward
+#: case run; `n` of 68 failed):
+#:   tap_output without the stride-hole test (o * str == num)   -> 14: every stride > 1 case
+#:                                      of both backward_data kernels, relative error ~1.7
+#:   tap_output's range test o <= O instead of o < O            -> 24: ASan heap-buffer-overflow
+#:   col2im's pad_h - 1 (padding off by one)                    -> 18: relative error ~1.3
+#:   col2im skipping the last column tap (s + 1 < S)            -> 18: relative error 0.4-0.7
+#:   direct_bwd_filter's tree without its __syncthreads()       -> 18: results differ between
+#:                                                                 schedules (a race)
+#:   direct_bwd_filter dropping the batch's last term            -> 17: relative error 7e-3
+#:   direct_bwd_data without the channel clamp (ch = cc)        -> 15: ASan heap-buffer-overflow
+#:   im2col_gemm backward_filter, accumulate=img > 0 (chunks
+#:   overwrite dW instead of adding)                            -> 13: every chunk=1/4/16 run
+#:   im2col_gemm backward_data GEMM with W untransposed (OP_N)  -> 18: relative error >= 178
 #: Shapes of _BWD_SHAPES also run in float16 and float64.
 _BWD_OTHER_DTYPES = ("odd", "holes_s3_pad", "dil2_groups2", "deep_batch")
 #: The algorithms that compute the backward directions on the GPU.
