@@ -72,3 +72,14 @@ __global__ void __launch_bounds__(256, 4)
         store_acc(dxn + i, acc);
     }
 }
+
+// float16 backward_filter: cuBLAS sums dW over the batch in a float32 workspace (so no
+// partial sum is rounded to float16); this rounds the finished sum to storage once.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    round_to_storage(const float* __restrict__ src, T* __restrict__ dst, int total) {
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
+         u += gridDim.x * blockDim.x) {
+        store_acc(dst + u, src[u]);
+    }
+}

@@ -21,7 +21,7 @@ from algorithms.cuda import shipped_kernels
 from algorithms.cuda._loader import CTYPES
 from algorithms.problem import DTYPES
 from tests.cuda_emu.build import build_all, missing_tools
-from tests.cuda_emu.cases import ALGORITHMS, run_cases
+from tests.cuda_emu.cases import ALGORITHMS, SCHEDULES, run_cases
 from tests.cuda_shapes import ALIGN_SHAPES, NETWORK_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
 from tests.precision import make_problem
 
@@ -182,6 +182,15 @@ def test_every_backward_kernel_and_dtype_is_covered() -> None:
                 supported = ALGORITHMS[name].supports(
                     make_problem(**_BWD_SHAPES["odd"], dtype=dtype, direction=direction))
                 assert ((name, direction, dtype) in covered) == bool(supported)
+
+
+def test_float16_backward_filter_sums_in_float32(verdicts: dict[str, dict[str, Any]]) -> None:
+    """im2col_gemm's float16 dW is summed over the batch in float32, rounded once at the end."""
+    verdict = verdicts["im2col_gemm-backward_filter-deep_batch-float16"]
+    assert verdict["status"] == "ok", verdict["message"]
+    names = [name for name, _args in verdict["launches"]]
+    configs = len(verdict["errors"])
+    assert names.count("round_to_storage<half_t>") == configs * len(SCHEDULES)
 
 
 @pytest.mark.parametrize("y_off", [0, 4, 8, 12])

@@ -11,14 +11,15 @@ backward_data: col[img, group] = W[group]^T @ dy[img, group] by cuBLAS into the 
 layout, then the col2im kernel, where each dx element gathers its column entries (no atomics).
 backward_filter: im2col of the chunk as going forward, then dW[group] += dy[img, group] @
 col[img, group]^T, one cuBLAS call per image (batched over groups, beta = 1 after the first
-image of the batch), so dW accumulates over the batch in its own dtype.
+image of the batch), so dW accumulates over the batch: in its own dtype for float32 and
+float64; for float16 in a float32 workspace, rounded to float16 once at the end.
 
 Supports float16 (cuBLAS with float32 compute), float32 and float64; any stride, padding,
-dilation and groups; backward_filter in float32 and float64 only (float16 storage would round
-the batch's running sum). A chunk's column matrix must have fewer than 2**31 elements.
+dilation and groups. A chunk's column matrix must have fewer than 2**31 elements.
 
-Workspace (every direction): align(chunk * C * R * S * P * Q * itemsize), chunk = images per
-GEMM round; it must be aligned to the element size (run() checks).
+Workspace: align(chunk * C * R * S * P * Q * itemsize), chunk = images per GEMM round (every
+direction), plus align(K * C/groups * R * S * 4) for float16 backward_filter (the float32
+sum); it must be aligned to the element size (run() checks).
 Configurations: "chunk=1", "chunk=4", "chunk=16", "chunk=all" (those with chunk >= n are
 left out except "chunk=all").
 """
@@ -30,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, align, unsupported
+from algorithms.base import SUPPORTED, Support, align, unsupported, workspace_view
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._cublas import OP_N, OP_T, gemm_strided_batched
 from algorithms.cuda._loader import (
@@ -63,9 +64,15 @@ def col2im_expression(dtype: str) -> str:
     return f"col2im<{CTYPES[dtype]}>"
 
 
+def round_expression(dtype: str) -> str:
+    """The instance rounding a float32 sum to `dtype` storage (float16 backward_filter)."""
+    return f"round_to_storage<{CTYPES[dtype]}>"
+
+
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for."""
-    return (*(name_expression(d) for d in CTYPES), *(col2im_expression(d) for d in CTYPES))
+    return (*(name_expression(d) for d in CTYPES), *(col2im_expression(d) for d in CTYPES),
+            round_expression("float16"))
 
 
 def chunk_images(problem: ConvProblem, config: str) -> int:
@@ -88,11 +95,6 @@ class Im2colGemmCuda(CudaAlgorithm):
 
     def _limits(self, problem: ConvProblem) -> Support:
         """Every shape whose single-image column matrix fits 32-bit indexing."""
-        if problem.direction == "backward_filter" and problem.dtype == "float16":
-            # dW accumulates over the images in its storage type (cuBLAS beta = 1): float16
-            # would round every image's partial sum.
-            return unsupported("backward_filter in float16 would accumulate the batch in "
-                               "float16 storage (float32 and float64 only)")
         if not tensors_fit_int32(problem, column_elements(problem, 1)):
             return unsupported("a tensor or one image's column matrix has 2**31+ elements")
         return SUPPORTED
@@ -108,8 +110,8 @@ class Im2colGemmCuda(CudaAlgorithm):
         return tuple(out)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
-        """The column matrix of one chunk (every direction: im2col's or col2im's input)."""
-        return align(column_elements(problem, chunk_images(problem, config)) * problem.itemsize)
+        """The column matrix of one chunk, then float16 backward_filter's float32 sum."""
+        return _sum_offset(problem, config) + _sum_bytes(problem)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
@@ -119,6 +121,10 @@ class Im2colGemmCuda(CudaAlgorithm):
         # the element (CuPy allocations are 256-byte aligned; a sliced uint8 one may not be).
         require_aligned("im2col_gemm: workspace", workspace, problem.itemsize)
         chunk = chunk_images(problem, config)
+        dw_sum = y
+        if _sum_bytes(problem):
+            dw_sum = workspace_view(workspace, _sum_offset(problem, config),
+                                    problem.filter_shape, np.float32)
         for n0 in range(0, problem.n, chunk):
             nb = min(chunk, problem.n - n0)
             if problem.direction == "backward_data":
@@ -126,9 +132,26 @@ class Im2colGemmCuda(CudaAlgorithm):
                 continue
             _im2col(x, workspace, problem, n0, nb)
             if problem.direction == "backward_filter":
-                _backward_filter_chunk(w, workspace, y, problem, n0, nb)
+                _backward_filter_chunk(w, workspace, dw_sum, problem, n0, nb)
             else:
                 _forward_chunk(workspace, w, y, problem, n0, nb)
+        if dw_sum is not y:
+            total = int(np.prod(problem.filter_shape))
+            kernel = get_kernel(KERNEL_FILE, round_expression(problem.dtype))
+            kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+                   (dw_sum, y, np.int32(total)))
+
+
+def _sum_bytes(problem: ConvProblem) -> int:
+    """Bytes of float16 backward_filter's float32 dW sum (0 otherwise)."""
+    if problem.direction != "backward_filter" or problem.dtype != "float16":
+        return 0
+    return align(int(np.prod(problem.filter_shape)) * 4)
+
+
+def _sum_offset(problem: ConvProblem, config: str) -> int:
+    """Where the float32 dW sum starts: after the chunk's column matrix."""
+    return align(column_elements(problem, chunk_images(problem, config)) * problem.itemsize)
 
 
 @dataclass(frozen=True)
@@ -223,8 +246,10 @@ def _backward_filter_chunk(dy: Any, col: Any, dw: Any, problem: ConvProblem,
     # dW (kg x cg*R*S, row-major) += dy col^T; column-major dW^T = col dy^T:
     # m = cg*R*S, n = kg, k = P*Q, the column matrix transposed. Images add into dW one
     # after another (beta = 1 after the batch's first), since one batched call cannot sum
-    # its own members.
+    # its own members; `dw` is the float32 sum for float16 (see _sum_bytes).
     pq, crs, kg = _dims(problem)
+    float32_c = _sum_bytes(problem) > 0
+    dw_item = 4 if float32_c else problem.itemsize
     item = problem.itemsize
     act = dy.data.ptr + n0 * problem.k * pq * item
     for img in range(nb):
@@ -233,6 +258,6 @@ def _backward_filter_chunk(dy: Any, col: Any, dw: Any, problem: ConvProblem,
             problem.dtype, OP_T, OP_N, crs, kg, pq,
             col.data.ptr + b.col * item, pq, b.col_stride,
             act + b.act * item, pq, b.act_stride,
-            dw.data.ptr + b.filt * item, crs, b.filt_stride, b.count,
-            accumulate=n0 + img > 0,
+            dw.data.ptr + b.filt * dw_item, crs, b.filt_stride, b.count,
+            accumulate=n0 + img > 0, float32_c=float32_c,
         )
