@@ -120,7 +120,8 @@ def _checked_launch(filename: str, name_expression: str) -> Callable[..., None]:
 
 def _checked_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
                   a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
-                  c: int, ldc: int, sc: int, batch: int) -> None:
+                  c: int, ldc: int, sc: int, batch: int, accumulate: bool = False,
+                  float32_c: bool = False) -> None:
     assert min(m, n, k, batch) >= 1 and max(m, n, k, lda, ldb, ldc) <= 2**31 - 1
     assert batch <= _cublas.MAX_BATCH
     assert ldc >= m and lda >= (m if transa == 0 else k) and ldb >= (k if transb == 0 else n)
@@ -156,16 +157,17 @@ BIG_PROBLEMS: dict[str, dict[str, Any]] = {
 }
 
 
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
 @pytest.mark.parametrize("shape", list(BIG_PROBLEMS))
 @pytest.mark.parametrize("name", ["direct", "im2col_gemm", "implicit_gemm", "depthwise"])
 def test_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch, name: str,
-                                            shape: str) -> None:
+                                            shape: str, direction: str) -> None:
     """Whatever supports() accepts launches within grid, block and shared-memory limits."""
     for module in (direct, im2col_gemm, implicit_gemm, depthwise):
         monkeypatch.setattr(module, "get_kernel", _checked_launch)
     monkeypatch.setattr(_cublas, "_gemm", _checked_gemm)
     LAUNCHES.clear()
-    problem = ConvProblem(**BIG_PROBLEMS[shape])
+    problem = ConvProblem(**BIG_PROBLEMS[shape], direction=direction)
     algorithm = ALGOS[name]
     if not algorithm.supports(problem):
         assert algorithm.supports(problem).reason
@@ -203,7 +205,9 @@ def test_gemm_batches_are_split_for_cublas(monkeypatch: pytest.MonkeyPatch) -> N
     batch, item = 2 * _cublas.MAX_BATCH + 5, 8
     _cublas.gemm_strided_batched("complex64", 2, 0, 3, 4, 5, 1000, 5, 15, 2000, 5, 0,
                                  3000, 3, 12, batch)
-    assert [c[-1] for c in calls] == [_cublas.MAX_BATCH, _cublas.MAX_BATCH, 5]
+    assert [c[-3] for c in calls] == [_cublas.MAX_BATCH, _cublas.MAX_BATCH, 5]
+    # beta = 0 and C in the operands' type unless asked otherwise.
+    assert [c[-2:] for c in calls] == [(False, False)] * 3
     for i, call in enumerate(calls):
         first = i * _cublas.MAX_BATCH
         assert call[:6] == ("complex64", 2, 0, 3, 4, 5)
