@@ -8,6 +8,11 @@
 // each filter tap it loads. Lanes run along the output width, so loads of the footprint
 // (row-major over the whole block) and stores of y are coalesced. No workspace.
 //
+// KR, KS > 0 fix the filter size at compile time (a 3x3 instance): the tap loops unroll, so
+// tap offsets become immediates and the per-output instruction count drops, which matters
+// for a kernel that must issue little more than its loads to keep up with HBM. 0 reads R and
+// S at run time.
+//
 // Grid: x = N * C * tiles_h * tiles_w, tiles fastest (neighbouring blocks share halo rows in
 // L2). Dynamic shared memory: (in_h * in_w + M * R * S) accumulator words, where
 // in_h = (TILE_H - 1) * str_h + (R - 1) * dil_h + 1 and likewise in_w; computed by
@@ -17,7 +22,7 @@
 // Registers capped at 64 per thread (1024 resident threads per SM, half of an H100's): a
 // memory-bound kernel wants many loads in flight, and without the minimum-blocks argument
 // ptxas 13 capped these at 32 and spilled the double instances.
-template <typename T, int TW, int TH, int PH>
+template <typename T, int TW, int TH, int PH, int KR, int KS>
 __global__ void __launch_bounds__(TW * TH, 1024 / (TW * TH))
     depthwise_conv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                    CONV_SHAPE_PARAMS, int tiles_w, int tiles) {
@@ -28,7 +33,9 @@ __global__ void __launch_bounds__(TW * TH, 1024 / (TW * TH))
     A* s_in = reinterpret_cast<A*>(smem_raw);
 
     const int M = K / C;  // channel multiplier (groups == C)
-    const int RS = R * S;
+    const int RR = KR > 0 ? KR : R;
+    const int SS = KS > 0 ? KS : S;
+    const int RS = RR * SS;
     const int in_h = (TILE_H - 1) * str_h + (R - 1) * dil_h + 1;
     const int in_w = (TW - 1) * str_w + (S - 1) * dil_w + 1;
     const int in_tile = in_h * in_w;
@@ -69,10 +76,12 @@ __global__ void __launch_bounds__(TW * TH, 1024 / (TW * TH))
         A acc[PH];
 #pragma unroll
         for (int i = 0; i < PH; ++i) acc[i] = A(0);
-        for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int r = 0; r < RR; ++r) {
             const A* srow = si + r * dil_h * in_w;
-            for (int s = 0; s < S; ++s) {
-                const A wv = sw[r * S + s];
+#pragma unroll
+            for (int s = 0; s < SS; ++s) {
+                const A wv = sw[r * SS + s];
                 const A* sp = srow + s * dil_w;
 #pragma unroll
                 for (int i = 0; i < PH; ++i) acc[i] += sp[i * str_h * in_w] * wv;

@@ -70,8 +70,8 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
 
 
 #: The depthwise kernel runs SHAPES' depthwise layers through the loop below, and these in
-#: the dtypes named (every dtype, so every shipped instance: all four tiles fit each shape),
-#: plus dw_asymmetric one element off alignment in every dtype.
+#: the dtypes named (dw_dilated_m2, a 3x3, in every dtype: every shipped instance, the _3x3
+#: ones included, runs), plus dw_asymmetric one element off alignment in every dtype.
 #: Mutations of kernels/depthwise.cu these cases catch (each tried by hand once, float32
 #: cases; "n of 8": how many of the 8 float32 depthwise cases fail):
 #:   halo one column short (in_w without its + 1)         -> relative error 0.02-0.34, 7 of 8
@@ -81,6 +81,8 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
 #:                                                             schedules (a race), 8 of 8
 #:   taps of channel c from w + c * RS (multiplier lost)    -> relative error 1.0-1.3, the 3
 #:                                                             multiplier > 1 cases
+#:   compiled-in 3x3 loops one filter row short (KR - 1)    -> relative error 1.2-1.3 in the
+#:                                                             _3x3 configs, the 4 3x3 cases
 _DW_DTYPES: dict[str, tuple[str, ...]] = {
     "dw_dilated_m2": tuple(DTYPES), "dw_5x5_tall": ("float32", "bfloat16"),
     "dw_asymmetric": ("float32", "float16"), "dw_7x7_m3": ("float32", "bfloat16"),

@@ -223,3 +223,12 @@ def test_depthwise_limits_say_why() -> None:
     assert algorithm.supports(ConvProblem(**BIG_PROBLEMS["depthwise_near_int32"]))
     over = ConvProblem(**{**BIG_PROBLEMS["depthwise_near_int32"], "h": 256, "w": 256})
     assert "2**31" in algorithm.supports(over).reason
+
+
+def test_depthwise_offers_compiled_in_filter_sizes_only_for_them() -> None:
+    configs = {(r, s): set(ALGOS["depthwise"].configs(
+        ConvProblem(n=1, c=4, h=9, w=9, k=4, r=r, s=s, pad=1, groups=4)))
+        for r, s in ((3, 3), (5, 5), (3, 1))}
+    assert {"32x16p2_3x3", "16x16p2_3x3"} <= configs[(3, 3)]
+    assert configs[(5, 5)] == configs[(3, 1)] == set(configs[(3, 3)]) - {
+        "32x16p2_3x3", "16x16p2_3x3"}

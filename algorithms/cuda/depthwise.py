@@ -12,7 +12,8 @@ Workspace: 0 bytes.
 
 Configurations "<TILE_W>x<TILE_H>p<PH>": a TILE_W x TILE_H tile of output pixels per block,
 TILE_W x TILE_H / PH threads, PH vertically adjacent outputs per thread. Large tiles share
-their halo over more outputs; small ones waste fewer threads on 7x7 and 14x14 images.
+their halo over more outputs; small ones waste fewer threads on 7x7 and 14x14 images. A
+"_3x3" suffix: the same tile with the filter size compiled in (offered for 3x3 filters).
 """
 
 from __future__ import annotations
@@ -39,11 +40,16 @@ KERNEL_FILE = "depthwise.cu"
 
 @dataclass(frozen=True)
 class DwTile:
-    """One block's output tile: TW x (TH * PH) pixels, TW x TH threads."""
+    """One block's output tile: TW x (TH * PH) pixels, TW x TH threads; a fixed filter size."""
 
     tw: int  # threads (and output columns) along the width
     th: int  # threads along the height
     ph: int  # output rows per thread
+    taps: tuple[int, int] = (0, 0)  # (r, s) compiled in, or (0, 0): any, read at run time
+
+    def fits(self, problem: ConvProblem) -> bool:
+        """Whether this instance computes `problem`'s filter size."""
+        return self.taps in ((0, 0), (problem.r, problem.s))
 
     @property
     def tile_h(self) -> int:
@@ -57,6 +63,10 @@ CONFIGS: dict[str, DwTile] = {
     "32x16p2": DwTile(32, 8, 2),
     "16x16p2": DwTile(16, 8, 2),
     "8x8p1": DwTile(8, 8, 1),
+    # MobileNet's 3x3 with the tap loops unrolled, at two tiles. Not at 32x32p4: unrolled,
+    # its double instance needs more than the 64-register cap and spilled 196 bytes.
+    "32x16p2_3x3": DwTile(32, 8, 2, (3, 3)),
+    "16x16p2_3x3": DwTile(16, 8, 2, (3, 3)),
 }
 
 #: Storage dtype -> C++ type (bfloat16 is kernels/common.cuh's bf16_t, uint16 bits in CuPy).
@@ -66,7 +76,7 @@ DW_CTYPES: dict[str, str] = {**CTYPES, "bfloat16": "bf16_t"}
 def name_expression(dtype: str, config: str) -> str:
     """The kernel template instance for a dtype and configuration."""
     t = CONFIGS[config]
-    return f"depthwise_conv<{DW_CTYPES[dtype]}, {t.tw}, {t.th}, {t.ph}>"
+    return f"depthwise_conv<{DW_CTYPES[dtype]}, {t.tw}, {t.th}, {t.ph}, {t.taps[0]}, {t.taps[1]}>"
 
 
 def shipped_kernels() -> tuple[str, ...]:
@@ -113,8 +123,9 @@ class DepthwiseCuda(CudaAlgorithm):
         return SUPPORTED
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """The tiles whose footprint and taps fit the default shared-memory limit."""
-        return tuple(c for c in CONFIGS if smem_bytes(problem, c) <= DEFAULT_SMEM_LIMIT)
+        """The instances for this filter size whose footprint and taps fit shared memory."""
+        return tuple(c for c, t in CONFIGS.items()
+                     if t.fits(problem) and smem_bytes(problem, c) <= DEFAULT_SMEM_LIMIT)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
