@@ -13,6 +13,7 @@ the tuner.quiet gate, so none of our background threads runs inside one.
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -30,6 +31,8 @@ from tuner.candidates import Candidate
 from tuner.env import env_number
 from tuner.quiet import timed_region
 from tuner.version import TUNER_VERSION
+
+log = logging.getLogger("convtune.measuring")
 
 #: Default race factor ($CONVTUNE_RACE_FACTOR) and confirmation size ($CONVTUNE_CONFIRM_TOP).
 RACE_FACTOR = 1.5
@@ -107,6 +110,8 @@ class Measurer:
             try:
                 self._confirm(problem, candidates, rows, timings, (x, w, y))
             except Exception:  # keep the first pass's times; the fault probe decides
+                log.warning("confirmation round of %s failed; keeping the first pass's "
+                            "times", problem.describe(), exc_info=True)
                 fault = runtime.fault()
                 if fault is not None:
                     return Measured(rows, fault)
