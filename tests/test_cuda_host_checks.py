@@ -75,6 +75,8 @@ def test_misaligned_workspace_is_refused_on_the_host(name: str) -> None:
         algorithm.run(x, w, y, workspace, problem, config)
 
 
+# Pins: a 2-byte-aligned workspace put float16 backward_filter's float32 dW sum off its
+# 4-byte alignment (a fault on the GPU); run() must refuse it on the host.
 def test_float16_backward_filter_workspace_must_hold_float32() -> None:
     """im2col_gemm's float16 dW sum is float32: a 2-byte-aligned workspace is refused."""
     problem = ConvProblem(**SHAPES["odd"], dtype="float16", direction="backward_filter")
