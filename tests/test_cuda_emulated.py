@@ -172,7 +172,8 @@ def _cases() -> list[dict[str, Any]]:
                                 {**kw, "dtype": d, "direction": direction}) for d in dtypes]
             item = 4
             cases.append(_case(f"{name}-{direction}-pq_odd_k_odd-float32-offset", name,
-                               {**ALIGN_SHAPES["pq_odd_k_odd"], "direction": direction},
+                               {**ALIGN_SHAPES["pq_odd_k_odd"], "dtype": "float32",
+                                "direction": direction},
                                [item, item, item]))
     return [c for c in cases if c is not None]
 
@@ -213,7 +214,7 @@ def test_every_shipped_depthwise_instance_runs(verdicts: dict[str, dict[str, Any
 
 
 def test_every_backward_kernel_and_dtype_is_covered() -> None:
-    covered = {(c["algorithm"], c["problem"].get("direction"), c["problem"]["dtype"])
+    covered = {(c["algorithm"], c["problem"].get("direction"), c["problem"].get("dtype", "float32"))
                for c in CASES.values()}
     for name in _BWD_ALGORITHMS:
         for direction in _BWD_DIRECTIONS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -72,6 +73,21 @@ def test_misaligned_workspace_is_refused_on_the_host(name: str) -> None:
     y = dev(np.zeros(problem.output_shape, problem.dtype))
     with pytest.raises(ValueError, match="aligned"):
         algorithm.run(x, w, y, workspace, problem, config)
+
+
+# Pins: a 2-byte-aligned workspace put float16 backward_filter's float32 dW sum off its
+# 4-byte alignment (a fault on the GPU); run() must refuse it on the host.
+def test_float16_backward_filter_workspace_must_hold_float32() -> None:
+    """im2col_gemm's float16 dW sum is float32: a 2-byte-aligned workspace is refused."""
+    problem = ConvProblem(**SHAPES["odd"], dtype="float16", direction="backward_filter")
+    algorithm = ALGOS["im2col_gemm"]
+    config = algorithm.configs(problem)[0]
+    column = algorithm.workspace_bytes(replace(problem, direction="forward"), config)
+    assert algorithm.workspace_bytes(problem, config) == column + 1280  # align(7*5*9 * 4)
+    workspace = dev_at(np.zeros(algorithm.workspace_bytes(problem, config) + 8, np.uint8), 2)
+    x, dy, dw = (dev(np.zeros(s, np.float16)) for s in problem.operand_shapes)
+    with pytest.raises(ValueError, match="4-byte aligned"):
+        algorithm.run(x, dy, dw, workspace, problem, config)
 
 
 def test_fft_sizes_are_never_1() -> None:

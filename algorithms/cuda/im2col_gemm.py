@@ -118,8 +118,10 @@ class Im2colGemmCuda(CudaAlgorithm):
     ) -> None:
         """Enqueue the direction's column kernels and GEMMs, chunk by chunk."""
         # The column matrix is stored element by element: the workspace must be aligned to
-        # the element (CuPy allocations are 256-byte aligned; a sliced uint8 one may not be).
-        require_aligned("im2col_gemm: workspace", workspace, problem.itemsize)
+        # the element (CuPy allocations are 256-byte aligned; a sliced uint8 one may not be),
+        # and to 4 bytes where it also holds float16 backward_filter's float32 sum.
+        require_aligned("im2col_gemm: workspace", workspace,
+                        4 if _sum_bytes(problem) else problem.itemsize)
         chunk = chunk_images(problem, config)
         dw_sum = y
         if _sum_bytes(problem):
