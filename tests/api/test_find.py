@@ -120,7 +120,7 @@ def test_best_null_when_nothing_usable(
         ({**TINY, "bogus": 1}, {}, "bogus"),
         ({k: v for k, v in TINY.items() if k != "k"}, {}, "k"),
         ({**TINY, "h": 10**9}, {}, "h"),
-        (TINY, {"mode": "fast"}, "mode"),
+        (TINY, {"mode": "quick"}, "mode"),
         (TINY, {"workspace_limit": -1}, "workspace_limit"),
         (TINY, {"workspace_limit": "lots"}, "workspace_limit"),
     ],
