@@ -34,7 +34,7 @@ from tuner.candidates import validate_workspace_limit, within_limit
 from tuner.devices import backend_of, cuda_available, get_runtime, identify, parse_device
 from tuner.plans import Plan
 from tuner.results import AlgorithmResult
-from tuner.tuning import Tuner, best_of, check_mode, per_algorithm
+from tuner.tuning import MODES, Tuner, best_of, check_mode, per_algorithm
 
 #: Sources whose answer rests on rows of other problems or devices.
 BORROWED = frozenset({R.PREDICTED, R.SAME_MODEL, R.SAME_ARCHITECTURE})
@@ -268,8 +268,8 @@ class Service:
 #: Plans kept per Service: each may hold a workspace, so the oldest go first beyond this.
 MAX_PLANS = 256
 
-__all__ = ["MAX_PLANS", "Answer", "MeasurementRow", "Service", "StoreUnusable", "default_url",
-           "describe_url", "service"]
+__all__ = ["MAX_PLANS", "MODES", "Answer", "MeasurementRow", "Service", "StoreUnusable",
+           "default_url", "describe_url", "service"]
 
 def describe_url(url: str) -> str:
     """A database URL fit to print: the password masked."""

@@ -161,6 +161,8 @@ def test_tune_all_directions(capsys: pytest.CaptureFixture[str]) -> None:
         (["results", "--limit", "0"], "Invalid value for '--limit'"),
         (["nosuchcommand"], "No such command"),
         (["find", "--n", "1"], "Missing option"),
+        ([*FIND, "--mode", "quick"], "Invalid value for '--mode'"),
+        (["tune", "--model", "alexnet", "--mode", "FAST"], "Invalid value for '--mode'"),
     ],
 )
 def test_usage_errors_are_one_line(
@@ -176,3 +178,11 @@ def test_usage_errors_are_one_line(
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"convtune {TUNER_VERSION}"
+
+
+def test_heuristic_tune_measures_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    # An empty database: nothing to predict from, and nothing measured to find that out.
+    assert main(["tune", "--model", "alexnet", "--device", "cpu", "--mode", "heuristic"]) == 1
+    assert "nothing to predict" in capsys.readouterr().err
+    assert main(["results", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == 0
