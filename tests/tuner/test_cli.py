@@ -58,6 +58,10 @@ def test_tune_network_then_results_and_devices(capsys: pytest.CaptureFixture[str
     assert len(tuned) == 5 and all(r["status"] == "ok" for r in tuned)
     assert main(["tune", "--model", "alexnet", "--batch", "1", "--device", "cpu"]) == 0
     assert "0 measured now, 5 from the database" in capsys.readouterr().out.replace("\n", " ")
+    # VGG-16's 3x3 layers are predicted from AlexNet's (too few rows for the model yet).
+    assert main(["tune", "--model", "vgg16", "--device", "cpu", "--mode", "heuristic"]) == 0
+    assert "0 measured now, 0 from the database, 9 predicted" in \
+        capsys.readouterr().out.replace("\n", " ")
     assert main(["results", "--json", "--limit", "3"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed["total"] >= 20 and len(listed["results"]) == 3

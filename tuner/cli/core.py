@@ -269,9 +269,11 @@ def tune(
     wins: dict[str, int] = {}
     for row in rows:
         wins[row["algorithm"]] = wins.get(row["algorithm"], 0) + 1
+    predicted = sum(row["source"] == "predicted" for row in rows)
+    guessed = f", {predicted} predicted" if predicted else ""
     stdout().print(
-        f"{len(rows)} convolutions ({fresh} measured now, {len(rows) - fresh} from the database) "
-        f"in {elapsed:.1f} s; wins: "
+        f"{len(rows)} convolutions ({fresh} measured now, "
+        f"{len(rows) - fresh - predicted} from the database{guessed}) in {elapsed:.1f} s; wins: "
         + ", ".join(
             f"{name} {count}" for name, count in sorted(wins.items(), key=lambda kv: -kv[1])
         )
