@@ -45,7 +45,7 @@ from tuner.features import Encoder, Sample, log_ms_per_flop, problem_of
 #: Fewest usable measurements, and distinct problems, a model is fitted from.
 MIN_ROWS = 40
 MIN_PROBLEMS = 4
-#: Regressors in the bag (each one fit costs about 0.1-0.5 s on a few thousand rows).
+#: Regressors in the bag (each fit of 500 rows took 0.3-0.6 s on a busy 2-core host).
 MEMBERS = 5
 #: "Within 10% of the fastest", the closeness `confidence` counts.
 NEAR = 1.10
@@ -130,9 +130,11 @@ def _member(
 
 def _regressor(rows: int, seed: int) -> HistGradientBoostingRegressor:
     # Small leaves on small stores (the default 20 would forbid any split on 40 rows);
-    # no early stopping, so that a fit is the same on every run.
+    # no early stopping, so that a fit is the same on every run. 100 trees: on the
+    # leave-one-network-out store of BENCHMARKS.md, 200 ranked no better and fit twice as
+    # long (a fit follows every write of measurements).
     return HistGradientBoostingRegressor(
-        max_iter=200, learning_rate=0.1, max_leaf_nodes=15,
+        max_iter=100, learning_rate=0.1, max_leaf_nodes=15,
         min_samples_leaf=max(2, min(20, rows // 30)), l2_regularization=1e-3,
         early_stopping=False, random_state=seed,
     )
