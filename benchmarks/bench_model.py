@@ -111,6 +111,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     policy = TimingPolicy(warmup=1, budget_s=args.budget_s, min_reps=3, max_reps=20)
+    # Read before the run: the code that runs is the code checked out when it started.
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip()
 
     with tempfile.TemporaryDirectory() as tmp:
         url = args.db or f"sqlite:///{tmp}/bench_model.db"
@@ -137,8 +140,6 @@ def main() -> None:
             "baseline": score([by_usual(train, t) for t in truth], truth).__dict__,
         })
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()
     report = {"date": date.today().isoformat(), "commit": commit,
               "device": identify("cpu").info, "batch": args.batch, "scale": args.scale,
               "budget_s": args.budget_s, "tuning_s": round(tuning_s), "rows": rows}
