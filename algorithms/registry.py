@@ -20,7 +20,7 @@ from algorithms.runtime import Runtime
 
 #: Every algorithm name ever used, in order of introduction. Append only.
 ALGORITHM_NAMES: tuple[str, ...] = (
-    "direct", "im2col_gemm", "implicit_gemm", "fft", "implicit_gemm_tc",
+    "direct", "im2col_gemm", "implicit_gemm", "fft", "implicit_gemm_tc", "winograd", "depthwise",
 )
 
 #: Backends and the package that implements each (imported on first use).

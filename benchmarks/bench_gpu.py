@@ -20,8 +20,11 @@ dw from x and dy), cuDNN's through torch.nn.grad.conv2d_input / conv2d_weight.
 - for forward 3x3 layers, cupy.matmul FP32 on a GEMM of the same M (out channels), N (n*P*Q) and K
   (c*R*S) next to implicit_gemm.
 Per layer: ms, TFLOP/s (direct-convolution FLOPs, problem.flops), ours/cuDNN speed ratio;
-geometric means at the end. JSON goes to --out after every layer (a cut-off run keeps what it
-measured); a Markdown table is printed last.
+geometric means at the end. Depthwise layers (groups == c) are memory-bound, so they get a
+table of their own in effective GB/s (x, w and y once each, problem.buffer_bytes, over the
+time) against the HBM copy rate (--hbm-gbps, about 3,000 GB/s on an H100). JSON goes to
+--out after every layer (a cut-off run keeps what it measured); a Markdown table is printed
+last.
 """
 
 from __future__ import annotations
@@ -100,8 +103,33 @@ def torch_conv(torch: Any, problem: ConvProblem, a: Any, b: Any) -> Any:
     return torch.nn.functional.conv2d(a, b, None, *geometry)
 
 
+#: An H100's HBM copy rate, measured with a device-to-device copy (issue 10), in GB/s.
+HBM_COPY_GBPS = 3000.0
+
+
 def _tflops(problem: ConvProblem, ms: float | None) -> float | None:
     return problem.flops / (ms * 1e-3) / 1e12 if ms else None
+
+
+def _gbps(nbytes: int, ms: float | None) -> float | None:
+    return nbytes / (ms * 1e-3) / 1e9 if ms else None
+
+
+def bandwidth(row: dict[str, Any], nbytes: int, hbm_gbps: float) -> dict[str, Any]:
+    """A depthwise layer's effective GB/s: our pick, the depthwise algorithm and cuDNN.
+
+    `nbytes` is what the layer must move at least (x, w and y once each); each rate is
+    that over the measured time, and each `_vs_hbm` its fraction of the HBM copy rate.
+    """
+    rates = {
+        "tuned_gbps": _gbps(nbytes, row["tuned"].get("ms")),
+        "depthwise_gbps": _gbps(nbytes, row["algorithms"].get("depthwise", {}).get("ms")),
+        "cudnn_gbps": _gbps(nbytes, row["cudnn"].get("ms")),
+    }
+    out: dict[str, Any] = {"bytes": nbytes, "hbm_gbps": hbm_gbps, **rates}
+    for key, rate in rates.items():
+        out[key.replace("_gbps", "_vs_hbm")] = rate / hbm_gbps if rate else None
+    return out
 
 
 def _runner(algorithm: Any, x: Any, w: Any, y: Any, ws: Any, problem: ConvProblem,
@@ -233,6 +261,8 @@ class Bench:
         if (problem.direction == "forward" and problem.r == 3 and problem.s == 3
                 and problem.groups == 1):
             row["gemm"] = self.gemm(problem, row["algorithms"].get("implicit_gemm", {}))
+        if problem.groups == problem.c:
+            row["bandwidth"] = bandwidth(row, problem.buffer_bytes, self.args.hbm_gbps)
         return row  # the layer's buffers go back to the pool; the caller frees them
 
     def tuned(self, problem: ConvProblem, candidates: list[tuple[float, str, str, float]],
@@ -330,6 +360,16 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{_fmt(g['matmul_tflops'], '.1f')} | "
                          f"{_fmt(g['implicit_gemm_tflops'], '.1f')} | "
                          f"{_fmt(g['implicit_vs_matmul'], '.2f')} |")
+    dw_rows = [r for r in report["rows"] if "bandwidth" in r]
+    if dw_rows:
+        lines += ["", "| depthwise layer | MB moved | tuned | tuned GB/s | depthwise GB/s | "
+                  "cuDNN GB/s | depthwise / HBM copy |", "|---|---|---|---|---|---|---|"]
+        for r in dw_rows:
+            b, tuned = r["bandwidth"], r["tuned"]
+            lines.append(f"| {r['network']}/{r['layer']} | {b['bytes'] / 1e6:.1f} | "
+                         f"{tuned.get('algorithm', '-')}/{tuned.get('config', '-')} | "
+                         f"{_fmt(b['tuned_gbps'], '.0f')} | {_fmt(b['depthwise_gbps'], '.0f')} | "
+                         f"{_fmt(b['cudnn_gbps'], '.0f')} | {_fmt(b['depthwise_vs_hbm'], '.2f')} |")
     lines += ["", "| summary | geometric mean or count |", "|---|---|"]
     for key, value in report["summary"].items():
         lines.append(f"| {key} | {_fmt(value, '.0f' if key.startswith('layers') else '.3f')} |")
@@ -337,7 +377,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Geometric means of ours/cuDNN speed (per network and overall) and of GEMM ratios.
+    """Geometric means of ours/cuDNN speed, of GEMM ratios and of depthwise GB/s vs HBM.
 
     A layer without both timings (ours failed, cuDNN skipped) is left out of a mean, and the
     `layers counted` entries say how many layers each mean covers, so a gap cannot hide.
@@ -355,6 +395,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
               if r.get("gemm", {}).get("implicit_vs_matmul")]
     out["implicit_gemm/cupy.matmul, 3x3"] = _geomean(ratios)
     out["layers counted, 3x3 GEMM"] = float(len(ratios))
+    fractions = [r["bandwidth"]["depthwise_vs_hbm"] for r in rows
+                 if r.get("bandwidth", {}).get("depthwise_vs_hbm")]
+    out["depthwise GB/s / HBM copy, depthwise layers"] = _geomean(fractions)
+    out["layers counted, depthwise GB/s"] = float(len(fractions))
     return out
 
 
@@ -376,6 +420,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-reps", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-torch", action="store_true", help="skip cuDNN (PyTorch)")
+    p.add_argument("--hbm-gbps", type=float, default=HBM_COPY_GBPS,
+                   help="the device's HBM copy rate, GB/s (depthwise layers are judged by it)")
     p.add_argument("--tuner", action="store_true",
                    help="ask the real tuner for our pick (slower: it verifies on the host)")
     return p.parse_args(argv)

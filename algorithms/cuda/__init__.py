@@ -12,7 +12,16 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from algorithms.cuda import _loader, direct, fft, im2col_gemm, implicit_gemm, implicit_gemm_tc
+from algorithms.cuda import (
+    _loader,
+    depthwise,
+    direct,
+    fft,
+    im2col_gemm,
+    implicit_gemm,
+    implicit_gemm_tc,
+)
+from algorithms.cuda.depthwise import DepthwiseCuda
 from algorithms.cuda.direct import DirectCuda
 from algorithms.cuda.fft import FftCuda
 from algorithms.cuda.im2col_gemm import Im2colGemmCuda
@@ -26,6 +35,7 @@ register(Im2colGemmCuda())
 register(ImplicitGemmCuda())
 register(FftCuda())
 register(ImplicitGemmTcCuda())
+register(DepthwiseCuda())
 
 #: Devices are "cuda:N".
 INDEXED = True
@@ -66,10 +76,12 @@ def shipped_kernels() -> dict[str, tuple[str, ...]]:
         implicit_gemm.KERNEL_FILE: implicit_gemm.shipped_kernels(),
         fft.KERNEL_FILE: fft.shipped_kernels(),
         implicit_gemm_tc.KERNEL_FILE: implicit_gemm_tc.shipped_kernels(),
+        depthwise.KERNEL_FILE: depthwise.shipped_kernels(),
     }
 
 
 __all__ = [
-    "DirectCuda", "FftCuda", "Im2colGemmCuda", "ImplicitGemmCuda", "ImplicitGemmTcCuda",
+    "DepthwiseCuda", "DirectCuda", "FftCuda", "Im2colGemmCuda", "ImplicitGemmCuda",
+    "ImplicitGemmTcCuda",
     "shipped_kernels",
 ]

@@ -1,4 +1,4 @@
-"""The four CUDA algorithms, every configuration, against the float64 reference on the GPU.
+"""The CUDA algorithms, every configuration, against the float64 reference on the GPU.
 
 Before each run y is filled with NaN (an unwritten element fails the check) and the
 workspace with 0xFF bytes (NaN as float, so reading scratch before writing it shows).
@@ -22,6 +22,8 @@ from tests.cuda_shapes import ALIGN_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
 pytestmark = pytest.mark.gpu
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in algorithms_for("cuda")}
+#: Reserved names implemented on another branch; the merge that lands them empties this set.
+NOT_YET_IMPLEMENTED = {"winograd"}
 
 _inputs: dict[ConvProblem, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -49,13 +51,13 @@ def _cases() -> list[Any]:
     for shape in SHAPES:
         dtypes = ["float32"] + (["float16", "float64"] if shape in OTHER_DTYPE_SHAPES else [])
         for dtype in dtypes:
-            for name in ALGORITHM_NAMES:
+            for name in ALGORITHMS:
                 params.append(pytest.param(name, shape, dtype, id=f"{name}-{shape}-{dtype}"))
     return params
 
 
-def test_all_four_are_registered() -> None:
-    assert set(ALGORITHMS) == set(ALGORITHM_NAMES)
+def test_every_name_is_registered() -> None:
+    assert set(ALGORITHMS) == set(ALGORITHM_NAMES) - NOT_YET_IMPLEMENTED
 
 
 @pytest.mark.parametrize(("name", "shape", "dtype"), _cases())
@@ -102,7 +104,7 @@ def _at_offset(host: np.ndarray, offset: int) -> Any:
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("shape", list(ALIGN_SHAPES))
-@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+@pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_element_aligned_buffers(runtime: Any, name: str, shape: str, dtype: str) -> None:
     """x, w and y one element past a 256-byte boundary: no misaligned access, right answers."""
     problem = ConvProblem(**ALIGN_SHAPES[shape], dtype=dtype)
@@ -129,6 +131,8 @@ def test_run_only_enqueues_on_the_current_stream(runtime: Any) -> None:
     x_host, w_host, ref = _host_case(problem)
     stream = cupy.cuda.Stream(non_blocking=True)
     for algorithm in ALGORITHMS.values():
+        if not algorithm.supports(problem):  # depthwise: "odd" is a dense layer
+            continue
         config = algorithm.configs(problem)[0]
         with stream:
             x, w = cupy.asarray(x_host), cupy.asarray(w_host)
