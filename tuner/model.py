@@ -45,7 +45,7 @@ from tuner.features import Encoder, Sample, log_ms_per_flop, problem_of
 #: Fewest usable measurements, and distinct problems, a model is fitted from.
 MIN_ROWS = 40
 MIN_PROBLEMS = 4
-#: Regressors in the bag (each fit of 500 rows took 0.3-0.6 s on a busy 2-core host).
+#: Regressors in the bag (a bag of five took 1.2-1.4 s on 300-520 rows, busy 2-core host).
 MEMBERS = 5
 #: "Within 10% of the fastest", the closeness `confidence` counts.
 NEAR = 1.10
