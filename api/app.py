@@ -43,7 +43,8 @@ class BodyTooLarge(HTTPException):
 
 
 #: Routes of the write scope (they tune, run work or change the store); other /v1 routes
-#: are reads. A find may tune too: its route checks the write scope unless mode="cached".
+#: are reads. A find may tune too: its route checks the write scope unless its mode never
+#: measures (cached, heuristic).
 WRITE_ROUTES = ("/v1/convolve", "/v1/jobs", "/v1/bundles")
 #: Reads that stay open whatever the tokens: health, metrics and the documentation.
 OPEN_ROUTES = ("/healthz", "/metrics", "/docs", "/redoc", "/openapi.json", "/static-docs/")

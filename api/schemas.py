@@ -52,7 +52,8 @@ WorkspaceLimit = Annotated[
     Strict(),
     Field(ge=0, le=MAX_WORKSPACE, description="Bytes of workspace allowed (0: none)."),
 ]
-Mode = Literal["auto", "cached", "tune"]
+#: Find modes (tuner.tuning.MODES): add, never rename.
+Mode = Literal["auto", "cached", "tune", "exhaustive", "fast", "heuristic"]
 
 
 class ProblemIn(BaseModel):
@@ -109,7 +110,11 @@ class FindRequest(BaseModel):
     mode: Mode = Field(
         default="auto",
         description="cached: only the database (404 if unknown); tune: measure now; "
-                    "auto: cached, else tune.",
+                    "auto: cached, else tune; exhaustive: the same as auto; fast: the "
+                    "database, else measure only the cost model's predicted top k "
+                    "(the rest come back unmeasured, source 'not measured'); heuristic: "
+                    "never measure, the database else the model's prediction (source "
+                    "'predicted', with a confidence; 404 if nothing to predict from).",
     )
 
 
@@ -131,9 +136,11 @@ class AlgorithmResultOut(fields_of(  # type: ignore[misc]
     status="ok, unsupported, over_workspace_limit, failed, wrong_result",
     source="fresh (measured by this call), measured here (stored, this device), "
     "not measured, or from a cached lookup elsewhere: same model, same architecture, "
-    "predicted (scaled from the nearest measured problem)",
+    "predicted (by the cost model, else scaled from the nearest measured problem)",
     device="Fingerprint of the device measured on.",
-    note="Where a predicted answer came from.",
+    note="Where a predicted answer came from, or why a candidate was not measured.",
+    confidence="A cost model's prediction only: the share of its ensemble that puts this "
+    "candidate within 10% of the fastest (for the first, about the chance that it is).",
 )):
     """One candidate's answer (the fields of tuner.AlgorithmResult)."""
 

@@ -141,6 +141,32 @@ def load_similar_measurements(
     return list(out.values())
 
 
+def load_timed_measurements(
+    *, session: Session, kind: str
+) -> list[tuple[dict[str, Any], int, MeasurementRow]]:
+    """Every usable (ok, timed) measurement on devices of one kind, for fitting a model.
+
+    Returns (problem key, device units, row) triples. Where a device measured the same
+    problem and configuration with several implementations, only the newest row is kept:
+    it reflects the code that runs now (rows of removed configurations still teach the
+    model how the problem behaves).
+    """
+    found = session.execute(
+        select(Problem, Device.id, Device.units, *(Measurement.__table__.c[f] for f in ROW_FIELDS))
+        .join(Measurement, Measurement.problem_id == Problem.id)
+        .join(Device, Measurement.device_id == Device.id)
+        .where(Device.kind == kind, Measurement.status == "ok", Measurement.time_ms > 0)
+        .order_by(Measurement.measured_at, Measurement.id)
+    )
+    newest: dict[tuple[int, int, str, str], tuple[dict[str, Any], int, MeasurementRow]] = {}
+    keys: dict[int, dict[str, Any]] = {}
+    for problem, device_id, units, *values in found:
+        row = plain_row(dict(zip(ROW_FIELDS, values, strict=True)))
+        key = keys.setdefault(problem.id, {f: getattr(problem, f) for f in PROBLEM_FIELDS})
+        newest[(device_id, problem.id, row.algorithm, row.config)] = (key, units, row)
+    return list(newest.values())
+
+
 _BUMP_GENERATION = (
     update(Meta)
     .where(Meta.key == GENERATION_KEY)

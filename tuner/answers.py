@@ -3,7 +3,8 @@
 Keyed by everything an answer depends on: device fingerprint, problem (every field,
 precision included), workspace limit and find mode. Invalidation:
 - a write by this process (a tuning, an import, a pull) drops the entries of what it wrote
-  at once, through `invalidate` / `clear`;
+  at once, through `invalidate` / `clear`, and every `broad` entry (predictions and
+  stand-in devices' answers, which rest on other rows);
 - a write by another process bumps the store's `generation` counter (db.find); the cache
   reads it at most once every `check_s` seconds ($CONVTUNE_CACHE_CHECK_S, default 2 s; 0
   reads it before every answer) and drops everything when it moved. Other processes'
@@ -42,6 +43,7 @@ class AnswerCache:
         self.store = store
         self.check_s = check_interval() if check_s is None else check_s
         self._answers: dict[Hashable, Any] = {}
+        self._broad: set[Hashable] = set()  # keys of answers any write may change
         self._lock = threading.Lock()
         self._local = 0  # bumped by every invalidation in this process
         self._seen: int | None = None  # the store generation the entries reflect
@@ -58,14 +60,22 @@ class AnswerCache:
             self._check_store()
         return self._answers.get(key)
 
-    def put(self, key: Hashable, token: int, answer: Any) -> None:
-        """Keep `answer` unless something was invalidated since `token` was taken."""
+    def put(self, key: Hashable, token: int, answer: Any, *, broad: bool = False) -> None:
+        """Keep `answer` unless something was invalidated since `token` was taken.
+
+        A `broad` answer (a prediction, a stand-in device's) depends on more than its own
+        problem's rows, so every invalidation drops it.
+        """
         with self._lock:
             if token != self._local:
                 return
             if len(self._answers) >= MAX_ENTRIES:
-                del self._answers[next(iter(self._answers))]
+                oldest = next(iter(self._answers))
+                del self._answers[oldest]
+                self._broad.discard(oldest)
             self._answers[key] = answer
+            if broad:
+                self._broad.add(key)
 
     def invalidate(self, fingerprint: str, problem: ConvProblem) -> None:
         """Drop every answer about `problem` on the device `fingerprint`.
@@ -77,6 +87,9 @@ class AnswerCache:
             self._own += 1
             for key in [k for k in self._answers if _about(k, fingerprint, problem)]:
                 del self._answers[key]
+            for key in self._broad:
+                self._answers.pop(key, None)
+            self._broad.clear()
 
     def clear(self) -> None:
         """Drop every answer (after this process committed one write of many problems)."""
@@ -84,6 +97,7 @@ class AnswerCache:
             self._local += 1
             self._own += 1
             self._answers.clear()
+            self._broad.clear()
 
     def __len__(self) -> int:
         return len(self._answers)
@@ -97,6 +111,7 @@ class AnswerCache:
             if self._seen is not None and now != self._seen + self._own:
                 self._local += 1
                 self._answers.clear()
+                self._broad.clear()
             self._seen, self._own = now, 0
 
 

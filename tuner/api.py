@@ -26,7 +26,9 @@ def find_algorithms(
 
     Answers from the database what this (problem, device) has measured with the current
     code, and measures (then stores) the rest. `workspace_limit` is in bytes (None: no
-    limit, 0: only algorithms without workspace); `mode` is "auto", "cached" or "tune".
+    limit, 0: only algorithms without workspace). `mode` (see Tuner.find): "auto" (or its
+    synonym "exhaustive"), "cached", "tune", "fast" (measure only the cost model's predicted
+    top $CONVTUNE_FAST_K) or "heuristic" (measure nothing, predict what is not stored).
     """
     return service(db).find(problem, parse_device(device), workspace_limit, mode=mode)
 
@@ -39,7 +41,11 @@ def find_best_algorithm(
     *,
     mode: str = "auto",
 ) -> AlgorithmResult:
-    """The fastest usable algorithm under `workspace_limit`; NoUsableAlgorithm if none."""
+    """The fastest usable algorithm under `workspace_limit`; NoUsableAlgorithm if none.
+
+    `mode` as in find_algorithms: with "heuristic" the answer may be a prediction (its
+    source "predicted"), with "fast" the best of the candidates measured.
+    """
     return service(db).best(problem, parse_device(device), workspace_limit, mode=mode)
 
 

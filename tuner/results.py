@@ -1,9 +1,13 @@
-"""What a tuning answers: one result per candidate, with where the answer came from."""
+"""What a tuning answers: one result per candidate, with where the answer came from, and
+how results rank."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from algorithms.problem import ConvProblem
+from tuner.errors import NoUsableAlgorithm
 
 # Status values are stored in the database: add, never rename.
 OK = "ok"
@@ -20,7 +24,7 @@ NOT_MEASURED = "not measured"  # unsupported or over the limit: nothing to time
 # Borrowed from another device by a mode="cached" lookup (tuner.lookup): re-tune if it matters.
 SAME_MODEL = "same model"  # the same GPU/CPU model with other driver or library versions
 SAME_ARCHITECTURE = "same architecture"  # same compute capability, nearest SM count
-PREDICTED = "predicted"  # scaled from this device's nearest measured problem
+PREDICTED = "predicted"  # from the cost model, else scaled from the nearest measured problem
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,10 @@ class AlgorithmResult:
     device: str = ""
     measured_at: str | None = None
     note: str | None = None  # e.g. which measured problem a prediction was scaled from
+    #: A model's prediction only: the share of its ensemble that puts this configuration
+    #: within 10% of the fastest (for the first, about the chance that it is); see
+    #: tuner.model. None for measurements and for FLOP-scaled predictions.
+    confidence: float | None = None
 
     @property
     def usable(self) -> bool:
@@ -95,3 +103,46 @@ def _prefer_less_workspace(usable: list[AlgorithmResult]) -> list[AlgorithmResul
     # Ranking a ranking again (per_algorithm does) must not repeat the note.
     note = why if not lean.note else lean.note if why in lean.note else f"{lean.note}; {why}"
     return [replace(lean, note=note)] + [r for r in usable if r is not lean]
+
+
+def per_algorithm(ranked: list[AlgorithmResult]) -> list[AlgorithmResult]:
+    """One result per algorithm (its most telling configuration), fastest usable first."""
+    best: dict[str, AlgorithmResult] = {}
+    for result in ranked:  # ranked: the first seen per algorithm is its best
+        current = best.get(result.algorithm)
+        if current is None or _more_telling(result, current):
+            best[result.algorithm] = result
+    return rank(list(best.values()))
+
+
+def best_of(
+    ranked: list[AlgorithmResult], problem: ConvProblem, device: str,
+    workspace_limit: int | None,
+) -> AlgorithmResult:
+    """The first of a ranking if usable; NoUsableAlgorithm naming every status otherwise."""
+    if ranked and ranked[0].usable:
+        return ranked[0]
+    summary = "; ".join(
+        f"{r.algorithm}{'/' + r.config if r.config else ''}: {r.status}"
+        + (f" ({r.error})" if r.error else "")
+        for r in ranked
+    )
+    raise NoUsableAlgorithm(
+        f"no usable algorithm for {problem.describe()} on {device} "
+        f"with workspace_limit={workspace_limit}: {summary}"
+    )
+
+
+def _more_telling(new: AlgorithmResult, current: AlgorithmResult) -> bool:
+    """Whether `new` represents its algorithm better than `current` does.
+
+    Usable beats unusable, faster beats slower; among unusable ones a measured failure
+    says more than "over the limit", and the smallest over-limit workspace says the most.
+    """
+    if current.usable or (not new.usable and current.status in (FAILED, WRONG_RESULT)):
+        return False
+    if new.usable:
+        return True
+    if new.status in (FAILED, WRONG_RESULT):
+        return True
+    return new.workspace_bytes < current.workspace_bytes

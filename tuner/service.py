@@ -36,7 +36,10 @@ from tuner.candidates import validate_workspace_limit, within_limit
 from tuner.devices import backend_of, cuda_available, get_runtime, identify, parse_device
 from tuner.plans import Plan
 from tuner.results import AlgorithmResult
-from tuner.tuning import Tuner, best_of, per_algorithm
+from tuner.tuning import MODES, Tuner, best_of, check_mode, per_algorithm
+
+#: Sources whose answer rests on rows of other problems or devices.
+BORROWED = frozenset({R.PREDICTED, R.SAME_MODEL, R.SAME_ARCHITECTURE})
 
 
 class Answer:
@@ -81,6 +84,7 @@ class Service:
         if not isinstance(problem, ConvProblem):
             raise ValueError(f"problem must be a ConvProblem, got {type(problem).__name__}")
         workspace_limit = validate_workspace_limit(workspace_limit)
+        mode = check_mode(mode)
         if mode == "tune":  # measures again; the tuner invalidates what it stores
             return self.tuner.find_candidates(problem, device, workspace_limit, mode=mode)
         key = (self.tuner.identify(device).fingerprint, problem, workspace_limit, mode)
@@ -90,8 +94,23 @@ class Service:
         token = self.answers.token()
         ranked = self.tuner.find_candidates(problem, device, workspace_limit, mode=mode)
         answer = Answer(ranked)
-        self.answers.put(key, token, answer)
+        # A prediction or a stand-in device's answer rests on other problems' or devices'
+        # rows: any write may change it, not only one of this problem on this device.
+        self.answers.put(key, token, answer, broad=any(r.source in BORROWED for r in ranked))
         return ranked
+
+    def cached_find(
+        self, problem: ConvProblem, device: str, workspace_limit: int | None = None,
+        *, mode: str = "auto",
+    ) -> list[AlgorithmResult] | None:
+        """The answer of `find` when the answer cache holds it (no store access), else None."""
+        mode = check_mode(mode)
+        if mode == "tune" or not isinstance(problem, ConvProblem):
+            return None
+        key = (self.tuner.identify(device).fingerprint, problem,
+               validate_workspace_limit(workspace_limit), mode)
+        hit = self.answers.get(key)
+        return hit.per_algorithm() if isinstance(hit, Answer) else None
 
     def find_candidates(
         self, problem: ConvProblem, device: str, workspace_limit: int | None = None,
@@ -266,8 +285,8 @@ class Service:
 #: Plans kept per Service: each may hold a workspace, so the oldest go first beyond this.
 MAX_PLANS = 256
 
-__all__ = ["MAX_PLANS", "Answer", "MeasurementRow", "Service", "StoreUnusable", "default_url",
-           "describe_url", "service"]
+__all__ = ["MAX_PLANS", "MODES", "Answer", "MeasurementRow", "Service", "StoreUnusable",
+           "default_url", "describe_url", "service"]
 
 def describe_url(url: str) -> str:
     """A database URL fit to print: the password masked."""

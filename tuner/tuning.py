@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 
 import numpy as np
 
@@ -29,13 +28,28 @@ from tuner.candidates import (
 )
 from tuner.claims import Claimer, ClaimPolicy, new_owner
 from tuner.devices import DeviceIdentity, backend_of, get_runtime, identify
-from tuner.errors import DeviceFault, NotInDatabase, NoUsableAlgorithm
-from tuner.lookup import fallback_order, flops_ratio, nearest_problems, same_kind
+from tuner.env import env_number
+from tuner.errors import DeviceFault, NotInDatabase
+from tuner.lookup import fallback_order
 from tuner.measuring import Measurer
-from tuner.results import AlgorithmResult, rank
+from tuner.predicting import not_measured, predict, top_candidates
+from tuner.results import AlgorithmResult, best_of, per_algorithm, rank
 
-#: The find modes: answer from the store only, measure everything now, or store-then-measure.
-MODES = ("cached", "tune", "auto")
+#: The find modes (stored in no table, but part of every front end: add, never rename).
+#: auto: the store, then measure every missing candidate; exhaustive: the same (cuDNN's and
+#: MIOpen's name for it); tune: measure every candidate again; cached: never measure, borrow
+#: from other devices or predict; fast: the store, then measure only the model's top
+#: `fast_k` missing candidates; heuristic: never measure, predict what is not stored.
+MODES = ("cached", "tune", "auto", "exhaustive", "fast", "heuristic")
+#: Default number of candidates a fast find measures ($CONVTUNE_FAST_K).
+FAST_K = 4
+
+
+def check_mode(mode: object) -> str:
+    """A find mode, "exhaustive" read as its synonym "auto"; ValueError for anything else."""
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    return "auto" if mode == "exhaustive" else mode
 
 Stored = dict[tuple[str, str], AlgorithmResult]
 
@@ -78,6 +92,7 @@ class Tuner:
         claim_ttl_s: float | None = None,
         claim_wait_s: float | None = None,
         on_store: Callable[[str, ConvProblem], None] | None = None,
+        fast_k: int | None = None,
     ) -> None:
         self.store = store
         self._policy = policy
@@ -88,6 +103,10 @@ class Tuner:
         self._runtime = runtime
         self._on_store = on_store
         self._claim_s = (claim_ttl_s, claim_wait_s)
+        if fast_k is not None and (isinstance(fast_k, bool) or not isinstance(fast_k, int)
+                                   or fast_k < 1):
+            raise ValueError(f"fast_k must be a positive int, got {fast_k!r}")
+        self._fast_k = fast_k
         #: Who holds this tuner's claims: host:pid:uuid, unique across a fleet.
         self.owner = new_owner()
 
@@ -97,6 +116,11 @@ class Tuner:
     def policy(self) -> TimingPolicy:
         """How candidates are timed: the one given, else from the environment."""
         return self._policy or TimingPolicy.from_env()
+
+    @property
+    def fast_k(self) -> int:
+        """How many candidates a fast find measures: the value given, else $CONVTUNE_FAST_K."""
+        return self._fast_k or env_number("CONVTUNE_FAST_K", FAST_K, int, positive=True)
 
     @property
     def claims(self) -> ClaimPolicy:
@@ -129,8 +153,7 @@ class Tuner:
         mode: str = "auto",
     ) -> list[AlgorithmResult]:
         """One result per configuration, fastest usable first (see `find`)."""
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        mode = check_mode(mode)
         workspace_limit = validate_workspace_limit(workspace_limit)
         identity = self.identify(device)
         candidates, results = self.candidates(problem, backend_of(device))
@@ -140,6 +163,8 @@ class Tuner:
             with _lock_for((identity.fingerprint, problem)):
                 _, remeasured = self._measure_claimed(problem, identity, allowed, force=True)
             return rank(results + remeasured)
+        if mode in ("fast", "heuristic"):
+            return rank(results + self._by_model(problem, identity, allowed, mode))
 
         stored = self._load(problem, identity, allowed)
         missing = [c for c in allowed if c.key not in stored]
@@ -183,6 +208,15 @@ class Tuner:
         problem of the same kind (times scaled by FLOPs, `note` naming that problem), and
         raises NotInDatabase when none of these exists.
         mode="tune" measures every candidate again.
+        mode="exhaustive" is "auto" (cuDNN's and MIOpen's name for it).
+        mode="fast" answers from the store when it covers every candidate, else measures
+        the `fast_k` candidates the prediction (tuner.predicting: the cost model, else the
+        nearest measured problem) ranks fastest, and any it cannot rank; the others come
+        back unmeasured (source "not measured", time null, the prediction in the note).
+        With nothing to predict from it measures every candidate.
+        mode="heuristic" never measures: this device's stored results, the rest predicted
+        (source "predicted", the note naming the predictor, a model's `confidence`);
+        NotInDatabase when nothing predicts.
         """
         return per_algorithm(self.find_candidates(problem, device, workspace_limit, mode=mode))
 
@@ -269,37 +303,35 @@ class Tuner:
             }
             if len(found) == len(allowed):
                 return [from_row(row, device["fingerprint"], source) for row in found.values()]
-        return self._predict(problem, identity, allowed)
+        return predict(self.store, problem, identity, allowed)
 
-    def _predict(
-        self, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate]
-    ) -> list[AlgorithmResult] | None:
-        """Every allowed candidate scaled from this device's nearest measured problem."""
-        if not allowed:
-            return None
-        with self.store.session() as session:
-            measured = store_find.load_similar_measurements(
-                session=session, fingerprint=identity.fingerprint, like=same_kind(problem),
-                impl_hashes=_hashes(allowed),
-            )
-        for other, rows in nearest_problems(problem, measured):
-            found = {(r.algorithm, r.config): r for r in rows}
-            if any(c.key not in found for c in allowed):
-                continue
-            scale = flops_ratio(problem, other)
-            near = ConvProblem.from_key(dict(other)).describe()
-            out = []
-            for cand in allowed:
-                row = found[cand.key]
-                result = from_row(row, identity.fingerprint, R.PREDICTED)
-                out.append(replace(
-                    result, workspace_bytes=cand.workspace_bytes, reps=0, max_error=None,
-                    rel_error=None, spread_ms=None,
-                    time_ms=None if row.time_ms is None else row.time_ms * scale,
-                    note=f"predicted from {near} (x{scale:.3g} the FLOPs)",
-                ))
-            return out
-        return None
+    # --- fast and heuristic finds: a prediction decides what to measure, if anything ------
+    def _by_model(
+        self, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate],
+        mode: str,
+    ) -> list[AlgorithmResult]:
+        """What this device stored, the rest measured (fast: the predicted top `fast_k`
+        only; every candidate while nothing predicts) or predicted (heuristic)."""
+        known = self._load(problem, identity, allowed)
+        if all(c.key in known for c in allowed):
+            return list(known.values())
+        predicted = predict(self.store, problem, identity, allowed)
+        if mode == "heuristic":
+            if predicted is None:
+                raise NotInDatabase(
+                    f"nothing to predict {problem.describe()} on "
+                    f"{identity.info.get('name', identity.device)} from: too few measurements "
+                    "for a model, and no measured problem of the same kind on this device"
+                )
+            return [known.get((p.algorithm, p.config), p) for p in predicted]
+        chosen = allowed if predicted is None else top_candidates(predicted, allowed, self.fast_k)
+        if any(c.key not in known for c in chosen):
+            with _lock_for((identity.fingerprint, problem)):
+                stored, fresh = self._measure_claimed(problem, identity, chosen, force=False)
+            known.update(stored)
+            known.update({(r.algorithm, r.config): r for r in fresh})
+        guesses = {(p.algorithm, p.config): p for p in predicted or ()}
+        return [known.get(c.key) or not_measured(guesses[c.key]) for c in allowed]
 
     # --- store ------------------------------------------------------------------------------------
     def _load(
@@ -342,46 +374,3 @@ def from_row(row: MeasurementRow, fingerprint: str, source: str) -> AlgorithmRes
         spread_ms=row.spread_ms, reps=row.reps, error=row.error, source=source,
         device=fingerprint, measured_at=row.measured_at.isoformat(),
     )
-
-
-def per_algorithm(ranked: list[AlgorithmResult]) -> list[AlgorithmResult]:
-    """One result per algorithm (its most telling configuration), fastest usable first."""
-    best: dict[str, AlgorithmResult] = {}
-    for result in ranked:  # ranked: the first seen per algorithm is its best
-        current = best.get(result.algorithm)
-        if current is None or _more_telling(result, current):
-            best[result.algorithm] = result
-    return rank(list(best.values()))
-
-
-def best_of(
-    ranked: list[AlgorithmResult], problem: ConvProblem, device: str,
-    workspace_limit: int | None,
-) -> AlgorithmResult:
-    """The first of a ranking if usable; NoUsableAlgorithm naming every status otherwise."""
-    if ranked and ranked[0].usable:
-        return ranked[0]
-    summary = "; ".join(
-        f"{r.algorithm}{'/' + r.config if r.config else ''}: {r.status}"
-        + (f" ({r.error})" if r.error else "")
-        for r in ranked
-    )
-    raise NoUsableAlgorithm(
-        f"no usable algorithm for {problem.describe()} on {device} "
-        f"with workspace_limit={workspace_limit}: {summary}"
-    )
-
-
-def _more_telling(new: AlgorithmResult, current: AlgorithmResult) -> bool:
-    """Whether `new` represents its algorithm better than `current` does.
-
-    Usable beats unusable, faster beats slower; among unusable ones a measured failure
-    says more than "over the limit", and the smallest over-limit workspace says the most.
-    """
-    if current.usable or (not new.usable and current.status in (R.FAILED, R.WRONG_RESULT)):
-        return False
-    if new.usable:
-        return True
-    if new.status in (R.FAILED, R.WRONG_RESULT):
-        return True
-    return new.workspace_bytes < current.workspace_bytes

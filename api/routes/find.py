@@ -16,13 +16,17 @@ from tuner.errors import NotInDatabase
 
 router = APIRouter(prefix="/v1", tags=["find"])
 
+#: Modes that never measure: a read-scope token may ask, and nothing is allocated.
+READ_MODES = frozenset({"cached", "heuristic"})
+
 
 @router.post(
     "/find",
     response_model=FindResponse,
     responses={
         401: {"model": ErrorOut, "description": "Missing or wrong bearer token."},
-        404: {"model": ErrorOut, "description": "mode=cached and the problem is not stored."},
+        404: {"model": ErrorOut, "description": "mode=cached or heuristic, and the problem "
+              "is neither stored nor predictable."},
         413: {"model": ErrorOut, "description": "Problem over the size limits or memory."},
         422: {"model": ErrorOut, "description": "Invalid problem, device or mode."},
     },
@@ -33,23 +37,27 @@ async def find(
 ) -> dict[str, Any]:
     """Every algorithm once, fastest usable first; `best` is null when none is usable.
 
-    mode "cached" is a read (the read scope); a find that may measure needs the write token.
+    Modes that never measure (cached, heuristic) are reads (the read scope); a find that
+    may measure needs the write token.
     """
-    if body.mode != "cached":
+    reads = body.mode in READ_MODES
+    if not reads:
         await require_token(settings, credentials)
     problem = body.problem.to_problem()
     device = request_device(facade, body.device, settings)
-    if body.mode != "cached":  # only a find that may measure allocates anything
+    if not reads:  # only a find that may measure allocates anything
         enforce_limits(facade, problem, device, body.workspace_limit, settings)
-    call = partial(facade.find, problem, device, body.workspace_limit, mode=body.mode)
-    try:
-        # A cached find is one indexed read (WAL readers never wait for writers): run it
-        # on the event loop, since a hop to a worker thread costs more than the read.
-        # Anything that may measure runs in the threadpool.
-        results = call() if body.mode == "cached" else await run_in_threadpool(call)
-    except NotInDatabase:
-        metrics.record_find(None)
-        raise
+    # An answer already in memory is served on the event loop, since a hop to a worker
+    # thread costs more than the lookup; anything else (a store read, a model fit, a
+    # measurement) runs in the threadpool.
+    results = facade.cached_find(problem, device, body.workspace_limit, mode=body.mode)
+    if results is None:
+        call = partial(facade.find, problem, device, body.workspace_limit, mode=body.mode)
+        try:
+            results = await run_in_threadpool(call)
+        except NotInDatabase:
+            metrics.record_find(None)
+            raise
     metrics.record_find(results)
     best = results[0] if results and results[0].usable else None
     return {

@@ -120,7 +120,7 @@ def test_best_null_when_nothing_usable(
         ({**TINY, "bogus": 1}, {}, "bogus"),
         ({k: v for k, v in TINY.items() if k != "k"}, {}, "k"),
         ({**TINY, "h": 10**9}, {}, "h"),
-        (TINY, {"mode": "fast"}, "mode"),
+        (TINY, {"mode": "quick"}, "mode"),
         (TINY, {"workspace_limit": -1}, "workspace_limit"),
         (TINY, {"workspace_limit": "lots"}, "workspace_limit"),
     ],
@@ -273,3 +273,19 @@ def test_servers_own_missing_gpu_is_503_and_unhealthy(
     assert stored_rows(db_url) == 0
     assert make_client().get("/healthz").json() == {"status": "ok", "device": "cpu",
                                                     "reason": None}
+
+
+def test_heuristic_is_a_read_that_measures_nothing(
+    make_client: Any, db_url: str
+) -> None:
+    # A find that never measures needs no write token, and on an empty store has nothing
+    # to predict from: 404, with no row written.
+    client = make_client(api_token="secret", read_token="reader")
+    response = client.post("/v1/find", json={"problem": TINY, "device": "cpu",
+                                             "mode": "heuristic"},
+                           headers={"Authorization": "Bearer reader"})
+    assert response.status_code == 404, response.text
+    assert stored_rows(db_url) == 0
+    fast = client.post("/v1/find", json={"problem": TINY, "device": "cpu", "mode": "fast"},
+                       headers={"Authorization": "Bearer reader"})
+    assert fast.status_code == 401

@@ -59,6 +59,10 @@ def test_tune_network_then_results_and_devices(capsys: pytest.CaptureFixture[str
     assert len(tuned) == 5 and all(r["status"] == "ok" for r in tuned)
     assert main(["tune", "--model", "alexnet", "--batch", "1", "--device", "cpu"]) == 0
     assert "0 measured now, 5 from the database" in capsys.readouterr().out.replace("\n", " ")
+    # VGG-16's 3x3 layers are predicted from AlexNet's (too few rows for the model yet).
+    assert main(["tune", "--model", "vgg16", "--device", "cpu", "--mode", "heuristic"]) == 0
+    assert "0 measured now, 0 from the database, 9 predicted" in \
+        capsys.readouterr().out.replace("\n", " ")
     assert main(["results", "--json", "--limit", "3"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed["total"] >= 20 and len(listed["results"]) == 3
@@ -162,6 +166,8 @@ def test_tune_all_directions(capsys: pytest.CaptureFixture[str]) -> None:
         (["results", "--limit", "0"], "Invalid value for '--limit'"),
         (["nosuchcommand"], "No such command"),
         (["find", "--n", "1"], "Missing option"),
+        ([*FIND, "--mode", "quick"], "Invalid value for '--mode'"),
+        (["tune", "--model", "alexnet", "--mode", "FAST"], "Invalid value for '--mode'"),
     ],
 )
 def test_usage_errors_are_one_line(
@@ -177,3 +183,11 @@ def test_usage_errors_are_one_line(
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"convtune {TUNER_VERSION}"
+
+
+def test_heuristic_tune_measures_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    # An empty database: nothing to predict from, and nothing measured to find that out.
+    assert main(["tune", "--model", "alexnet", "--device", "cpu", "--mode", "heuristic"]) == 1
+    assert "nothing to predict" in capsys.readouterr().err
+    assert main(["results", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == 0

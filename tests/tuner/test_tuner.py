@@ -68,7 +68,7 @@ def test_bad_workspace_limit_and_mode(db_url: str) -> None:
         with pytest.raises(ValueError, match="workspace_limit"):
             tuner.find(small_problem(), "cpu", workspace_limit=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="mode"):
-        tuner.find(small_problem(), "cpu", mode="fast")
+        tuner.find(small_problem(), "cpu", mode="quick")
 
 
 def test_second_find_answers_from_database(db_url: str) -> None:

@@ -23,7 +23,7 @@ from tuner.networks import NETWORKS, network_problems
 from tuner.onnx_shapes import onnx_problems
 from tuner.quiet import periodic
 from tuner.results import AlgorithmResult
-from tuner.service import Service, service
+from tuner.service import MODES, Service, service
 
 
 def stdout() -> Console:
@@ -50,6 +50,18 @@ DirectionOpt = Annotated[
 MathOpt = Annotated[
     str, typer.Option("--math", help="fp32 (FP32-accurate) or tf32 (TF32 allowed; float32).")
 ]
+def _mode(value: str) -> str:
+    if value not in MODES:
+        raise typer.BadParameter(f"must be one of {', '.join(MODES)}, got {value!r}")
+    return value
+
+
+ModeOpt = Annotated[str, typer.Option(
+    "--mode", callback=_mode,
+    help="auto (= exhaustive): the database, then measure what it lacks; cached: never "
+         "measure; tune: measure everything again; fast: measure only the cost model's "
+         "top $CONVTUNE_FAST_K (default 4); heuristic: never measure, predict.",
+)]
 LimitOpt = Annotated[
     int | None,
     typer.Option("--workspace-limit", help="Workspace limit in bytes (0: none allowed)."),
@@ -134,7 +146,7 @@ def find(
     workspace_limit: LimitOpt = None,
     device: DeviceOpt = None,
     db: DbOpt = None,
-    mode: Annotated[str, typer.Option("--mode", help="auto, cached or tune.")] = "auto",
+    mode: ModeOpt = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Rank every algorithm for one convolution (measuring what the database lacks)."""
@@ -191,6 +203,7 @@ def tune(
     workspace_limit: LimitOpt = None,
     device: DeviceOpt = None,
     db: DbOpt = None,
+    mode: ModeOpt = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Tune every distinct convolution of a network (--model or --onnx), print the winners."""
@@ -229,7 +242,7 @@ def tune(
         task = progress.add_task(f"tuning {model} on {dev}", total=len(work))
         for b, layer, problem in work:
             progress.update(task, description=f"{model} n={b} {layer}")
-            best = facade.best(problem, dev, workspace_limit)
+            best = facade.best(problem, dev, workspace_limit, mode=mode)
             rows.append(
                 {
                     "batch": b,
@@ -263,9 +276,11 @@ def tune(
     wins: dict[str, int] = {}
     for row in rows:
         wins[row["algorithm"]] = wins.get(row["algorithm"], 0) + 1
+    predicted = sum(row["source"] == "predicted" for row in rows)
+    guessed = f", {predicted} predicted" if predicted else ""
     stdout().print(
-        f"{len(rows)} convolutions ({fresh} measured now, {len(rows) - fresh} from the database) "
-        f"in {elapsed:.1f} s; wins: "
+        f"{len(rows)} convolutions ({fresh} measured now, "
+        f"{len(rows) - fresh - predicted} from the database{guessed}) in {elapsed:.1f} s; wins: "
         + ", ".join(
             f"{name} {count}" for name, count in sorted(wins.items(), key=lambda kv: -kv[1])
         )

@@ -1,0 +1,229 @@
+"""The learned cost model and the find modes it drives: fast (measure its top k) and
+heuristic (measure nothing)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from algorithms.problem import ConvProblem
+from algorithms.runtime import TimingPolicy
+from db import find as store_find
+from db.engine import Store, open_store
+from db.models import Measurement
+from db.rows import MeasurementRow, utcnow
+from tests.tuner.fakes import Fake, small_problem
+from tuner import model as M
+from tuner import results as R
+from tuner.devices import identify
+from tuner.errors import NotInDatabase
+from tuner.features import config_numbers
+from tuner.service import Service
+from tuner.tuning import Tuner
+
+QUICK = TimingPolicy(warmup=0, budget_s=0.0, min_reps=2, max_reps=2)
+#: Ground truth of the synthetic store: milliseconds per GFLOP of each fake algorithm.
+SPEED = {"fast": 1.0, "mid": 2.5, "slow": 8.0, "slowest": 20.0}
+
+
+def training_problems() -> list[ConvProblem]:
+    """Twelve 3x3 problems of different sizes (the unseen ones below are not among them)."""
+    return [small_problem(n=n, c=c, k=k, h=hw, w=hw)
+            for n in (1, 2, 4) for c, k in ((4, 8), (8, 16)) for hw in (8, 12)]
+
+
+def seed(store: Store, speeds: dict[str, float], problems: list[ConvProblem]) -> None:
+    """Store one measurement per (problem, algorithm): time = FLOPs x speed (the truth)."""
+    cpu = identify("cpu")
+    for p in problems:
+        rows = [MeasurementRow(
+            algorithm=name, config="default", impl_hash=Fake.impl_hash, status=R.OK,
+            time_ms=p.flops * 1e-9 * ms_per_gflop, spread_ms=0.0, min_ms=None, reps=3,
+            workspace_bytes=0, max_error=0.0, rel_error=0.0, error=None,
+            measured_at=utcnow(), tuner_version="test",
+        ) for name, ms_per_gflop in speeds.items()]
+        store.write(functools.partial(
+            _save, fingerprint=cpu.fingerprint, info=cpu.info, problem=p, rows=rows))
+
+
+def _save(session: Session, *, fingerprint: str, info: dict[str, object],
+          problem: ConvProblem, rows: list[MeasurementRow]) -> None:
+    store_find.save_measurements(session=session, fingerprint=fingerprint, device_info=info,
+                                 key=problem.key(), rows=rows)
+
+
+def rows_of(store: Store, problem: ConvProblem) -> int:
+    with store.session() as session:
+        problem_id = store_find.find_problem_id(session=session, key=problem.key())
+        return int(session.execute(select(func.count()).select_from(Measurement).where(
+            Measurement.problem_id == problem_id)).scalar() or 0)
+
+
+def fakes() -> dict[str, Fake]:
+    return {name: Fake(name) for name in SPEED}
+
+
+def tuner(store: Store, algos: dict[str, Fake], **kw: object) -> Tuner:
+    return Tuner(store, policy=QUICK, algorithms=algos.values(), **kw)  # type: ignore[arg-type]
+
+
+UNSEEN = small_problem(n=3, c=6, k=12, h=10, w=10)
+
+
+def test_the_model_ranks_the_truly_faster_algorithm_first(db_url: str) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    model = M.fit(M.samples_from_store(store, "cpu")[1])
+    assert model is not None
+    got = tuner(store, fakes()).find(UNSEEN, "cpu", mode="heuristic")
+    assert [r.algorithm for r in got] == ["fast", "mid", "slow", "slowest"]
+    assert {r.source for r in got} == {R.PREDICTED}
+    assert all((r.note or "").startswith("model (48 measurements of 12 problems)") for r in got)
+    assert got[0].confidence == 1.0 and got[-1].confidence == 0.0
+    # The time is learned per FLOP, so an unseen size is predicted near the truth.
+    truth = UNSEEN.flops * 1e-9 * SPEED["fast"]
+    assert got[0].time_ms == pytest.approx(truth, rel=0.5)
+
+
+def test_heuristic_mode_measures_nothing(db_url: str) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    algos = fakes()
+    best = tuner(store, algos).best(UNSEEN, "cpu", mode="heuristic")
+    assert (best.algorithm, best.source) == ("fast", R.PREDICTED)
+    assert all(a.runs == 0 for a in algos.values())
+    assert rows_of(store, UNSEEN) == 0
+
+
+def test_heuristic_mode_prefers_what_this_device_stored(db_url: str) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    got = tuner(store, fakes()).find(training_problems()[0], "cpu", mode="heuristic")
+    assert {r.source for r in got} == {R.MEASURED_HERE}
+
+
+def test_fast_mode_measures_only_the_predicted_top_k(db_url: str) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    algos = fakes()
+    got = {r.algorithm: r for r in tuner(store, algos, fast_k=2).find(UNSEEN, "cpu",
+                                                                      mode="fast")}
+    assert {n for n, a in algos.items() if a.runs} == {"fast", "mid"}
+    assert rows_of(store, UNSEEN) == 2
+    assert got["fast"].source == R.FRESH and got["fast"].usable
+    skipped = got["slowest"]
+    assert (skipped.source, skipped.time_ms, skipped.status) == (R.NOT_MEASURED, None, R.OK)
+    assert "fast mode: not measured (predicted" in (skipped.note or "")
+    # Once every candidate is stored, a fast find measures nothing.
+    tuner(store, algos).find(UNSEEN, "cpu")
+    again = fakes()
+    tuner(store, again, fast_k=2).find(UNSEEN, "cpu", mode="fast")
+    assert all(a.runs == 0 for a in again.values())
+
+
+def test_fast_mode_measures_an_algorithm_the_model_never_saw(db_url: str) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    algos = {**fakes(), "new": Fake("new")}
+    tuner(store, algos, fast_k=1).find(UNSEEN, "cpu", mode="fast")
+    assert {n for n, a in algos.items() if a.runs} == {"fast", "new"}
+
+
+def test_fast_mode_on_an_empty_store_measures_everything(db_url: str) -> None:
+    algos = fakes()
+    got = tuner(open_store(db_url), algos, fast_k=1).find(UNSEEN, "cpu", mode="fast")
+    assert all(a.runs for a in algos.values())
+    assert {r.source for r in got} == {R.FRESH}
+
+
+def test_too_small_a_store_falls_back_to_the_nearest_problem(db_url: str) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems()[:2])  # 8 rows: below MIN_ROWS
+    assert M.model_cache(store).model("cpu") is None
+    got = tuner(store, fakes()).find(UNSEEN, "cpu", mode="heuristic")
+    assert got[0].algorithm == "fast"
+    assert all("predicted from" in (r.note or "") and r.confidence is None for r in got)
+
+
+def test_heuristic_with_nothing_to_predict_from_is_not_in_database(db_url: str) -> None:
+    with pytest.raises(NotInDatabase, match="nothing to predict"):
+        tuner(open_store(db_url), fakes()).find(UNSEEN, "cpu", mode="heuristic")
+
+
+def counting(store: Store) -> tuple[M.ModelCache, list[int]]:
+    fits: list[int] = []
+
+    def fit(samples: object) -> M.CostModel | None:
+        fits.append(1)
+        return M.fit(samples)  # type: ignore[arg-type]
+
+    cache = M.ModelCache(store, fit)
+    M._CACHES[store] = cache
+    return cache, fits
+
+
+def test_the_model_is_refit_after_a_write_and_not_on_cached_reads(db_url: str) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    _, fits = counting(store)
+    algos = fakes()
+    facade = Service(store, tuner=tuner(store, algos), cache_check_s=0)
+    for _ in range(3):
+        assert facade.best(UNSEEN, "cpu", mode="heuristic").algorithm == "fast"
+    other = small_problem(n=5, c=6, k=12, h=10, w=10)
+    facade.best(other, "cpu", mode="heuristic")
+    assert len(fits) == 1  # one fit per generation, however many finds ask
+    facade.find(small_problem(n=3, c=8, k=8), "cpu")  # a write bumps the generation
+    assert facade.best(UNSEEN, "cpu", mode="heuristic").source == R.PREDICTED
+    assert len(fits) == 2
+
+
+def test_a_prediction_cached_in_the_service_is_dropped_by_any_write(db_url: str) -> None:
+    # The answer cache dropped only the written problem's answers, so a prediction for
+    # another problem kept answering from the model as it was before the write.
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    facade = Service(store, cache_check_s=60)
+    facade.tuner = tuner(store, fakes(), on_store=facade.answers.invalidate)
+    facade.find(UNSEEN, "cpu", mode="heuristic")
+    assert facade.cached_find(UNSEEN, "cpu", mode="heuristic") is not None
+    facade.find(small_problem(n=3, c=8, k=8), "cpu")
+    assert facade.cached_find(UNSEEN, "cpu", mode="heuristic") is None
+
+
+@pytest.mark.parametrize("bad", ["quick", "", "FAST", None, 3])
+def test_bad_modes_are_refused_in_one_line(db_url: str, bad: object) -> None:
+    facade = Service(open_store(db_url), tuner=tuner(open_store(db_url), fakes()))
+    calls: list[Callable[[], object]] = [
+        lambda: facade.find(UNSEEN, "cpu", mode=bad),  # type: ignore[arg-type]
+        lambda: facade.best(UNSEEN, "cpu", mode=bad),  # type: ignore[arg-type]
+        lambda: facade.tuner.find(UNSEEN, "cpu", mode=bad),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="mode must be one of") as info:
+            call()
+        assert "\n" not in str(info.value)
+
+
+def test_exhaustive_is_auto(db_url: str) -> None:
+    algos = fakes()
+    got = tuner(open_store(db_url), algos).find(UNSEEN, "cpu", mode="exhaustive")
+    assert all(a.runs for a in algos.values()) and {r.source for r in got} == {R.FRESH}
+
+
+def test_fast_k_is_validated(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="fast_k"):
+        tuner(open_store(db_url), fakes(), fast_k=0)
+    monkeypatch.setenv("CONVTUNE_FAST_K", "zero")
+    with pytest.raises(ValueError, match="CONVTUNE_FAST_K"):
+        _ = tuner(open_store(db_url), fakes()).fast_k
+
+
+def test_config_numbers_are_read_in_order() -> None:
+    assert config_numbers("128x64x8")[:3] == (128.0, 64.0, 8.0)
+    assert config_numbers("chunk=all")[0] > config_numbers("chunk=16")[0]
+    assert config_numbers("default") == (-1.0,) * 4

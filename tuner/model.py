@@ -1,0 +1,201 @@
+"""A cost model learned from the store: predicted times for configurations never measured.
+
+What it learns: every usable measurement of one device kind (cpu, cuda) in the store,
+described by tuner.features (the problem, the device's unit count, the algorithm and the
+config's numbers), predicting log(time_ms) as log(FLOPs) + a learned log(ms per FLOP).
+The learner is scikit-learn's HistGradientBoostingRegressor (TVM's and MIOpen's TunaNet
+cost models are boosted trees or small nets for the same reason: tabular features, few
+thousand rows, fast to fit).
+
+Confidence. The model is a bag of MEMBERS regressors, each fitted on a bootstrap sample of
+the measured *problems* (not rows: a problem's configurations rise and fall together, so
+resampling problems is what mimics meeting an unseen one). For each candidate:
+- `time_ms` is the geometric mean of the members' predictions;
+- `spread` is the standard deviation of their log-times: the time is uncertain by about a
+  factor exp(spread);
+- `confidence` is the share of members that predict the candidate within NEAR (10%) of
+  their own fastest: for the top candidate, an estimate of the chance that it is within
+  10% of the true best. It is 1.0 when every member agrees. It says nothing about
+  problems unlike any measured one, where all members extrapolate alike: the note of a
+  prediction names how much the model was trained on.
+
+The fitted models of a store are cached per device kind and refitted when the store's
+generation counter (db.find.generation, bumped by every write of measurements) moves;
+a store with fewer than MIN_ROWS usable rows or MIN_PROBLEMS problems of a kind has no
+model, and callers fall back to scaling the nearest measured problem by FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.ensemble import HistGradientBoostingRegressor
+from threadpoolctl import threadpool_limits
+
+from db import find as store_find
+from db.engine import Store
+from tuner.features import Encoder, Sample, log_ms_per_flop, problem_of
+
+#: Fewest usable measurements, and distinct problems, a model is fitted from.
+MIN_ROWS = 40
+MIN_PROBLEMS = 4
+#: Regressors in the bag (a bag of five took 1.2-1.4 s on 300-520 rows, busy 2-core host).
+MEMBERS = 5
+#: "Within 10% of the fastest", the closeness `confidence` counts.
+NEAR = 1.10
+# ONE_THREAD: fits and predictions run on one thread. On a few thousand rows the per-tree
+# overhead dominates, and OpenMP's spinning workers on a busy host (a server, a shared CI
+# machine) made a 48-row fit take 18 s instead of 0.8 s.
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The model's answer for one candidate."""
+
+    algorithm: str
+    config: str
+    time_ms: float
+    spread: float  # std of the members' log(time): uncertain by a factor of about exp(spread)
+    confidence: float  # share of members predicting it within NEAR of their fastest
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """A fitted bag of regressors, and what it was fitted on."""
+
+    encoder: Encoder
+    members: tuple[Any, ...]
+    rows: int
+    problems: int
+
+    def knows(self, algorithm: str) -> bool:
+        """Whether `algorithm` was among the measurements fitted (else it cannot be ranked)."""
+        return self.encoder.knows(algorithm)
+
+    def predict(self, samples: Sequence[Sample]) -> list[Prediction]:
+        """One prediction per sample, in order; the samples are the candidates of one
+        problem (confidence compares them with each other)."""
+        if not samples:
+            return []
+        x = self.encoder.matrix(samples)
+        flops = np.log([s.problem.flops for s in samples])
+        with threadpool_limits(1):  # see ONE_THREAD
+            logs = np.stack([m.predict(x) for m in self.members]) + flops  # members x samples
+        best = logs.min(axis=1, keepdims=True)
+        near = (logs <= best + math.log(NEAR)).mean(axis=0)
+        mean, spread = logs.mean(axis=0), logs.std(axis=0)
+        return [
+            Prediction(s.algorithm, s.config, float(math.exp(mean[i])), float(spread[i]),
+                       float(near[i]))
+            for i, s in enumerate(samples)
+        ]
+
+    def describe(self) -> str:
+        """What the model was fitted on, for notes."""
+        return f"{self.rows} measurements of {self.problems} problems"
+
+
+def fit(samples: Sequence[Sample], *, seed: int = 0, members: int = MEMBERS) -> CostModel | None:
+    """A bag of `members` boosted-tree regressors fitted on `samples`; None if too few."""
+    problems = sorted({s.problem for s in samples}, key=repr)
+    if len(samples) < MIN_ROWS or len(problems) < MIN_PROBLEMS:
+        return None
+    encoder = Encoder.for_samples(samples)
+    x, y = encoder.matrix(samples), log_ms_per_flop(samples)
+    index = {p: i for i, p in enumerate(problems)}
+    of_row = np.array([index[s.problem] for s in samples])
+    rng = np.random.default_rng(seed)
+    fitted = []
+    with threadpool_limits(1):  # see ONE_THREAD
+        for m in range(members):
+            fitted.append(_member(x, y, of_row, len(problems), rng, seed + m))
+    return CostModel(encoder, tuple(fitted), len(samples), len(problems))
+
+
+def _member(
+    x: np.ndarray, y: np.ndarray, of_row: np.ndarray, problems: int,
+    rng: np.random.Generator, seed: int,
+) -> HistGradientBoostingRegressor:
+    # A bootstrap of problems: each row repeats as often as its problem was drawn.
+    draws = np.bincount(rng.integers(0, problems, problems), minlength=problems)
+    repeat = np.repeat(np.arange(len(y)), draws[of_row])
+    return _regressor(len(repeat), seed).fit(x[repeat], y[repeat])
+
+
+def _regressor(rows: int, seed: int) -> HistGradientBoostingRegressor:
+    # Small leaves on small stores (the default 20 would forbid any split on 40 rows);
+    # no early stopping, so that a fit is the same on every run. 100 trees: on the
+    # leave-one-network-out store of BENCHMARKS.md, 200 ranked no better and fit twice as
+    # long (a fit follows every write of measurements).
+    return HistGradientBoostingRegressor(
+        max_iter=100, learning_rate=0.1, max_leaf_nodes=15,
+        min_samples_leaf=max(2, min(20, rows // 30)), l2_regularization=1e-3,
+        early_stopping=False, random_state=seed,
+    )
+
+
+def samples_from_store(store: Store, kind: str) -> tuple[int, list[Sample]]:
+    """(generation, samples): every usable measurement of device kind `kind`."""
+    with store.session() as session:
+        generation = store_find.generation(session=session)
+        rows = store_find.load_timed_measurements(session=session, kind=kind)
+    return generation, [
+        Sample(problem_of(key), units, row.algorithm, row.config, row.workspace_bytes,
+               row.time_ms)
+        for key, units, row in rows
+    ]
+
+
+class ModelCache:
+    """The fitted models of one store, per device kind, refitted when its generation moves.
+
+    Asking costs one read of the generation counter; a fit happens at most once per
+    generation and kind (the answer cache in front keeps repeated finds away entirely).
+    """
+
+    def __init__(
+        self, store: Store,
+        fitter: Callable[[Sequence[Sample]], CostModel | None] = fit,
+    ) -> None:
+        self.store = store
+        self._fit = fitter
+        self._models: dict[str, tuple[int, CostModel | None]] = {}
+        self._lock = threading.Lock()
+        #: How many fits this cache ran (tests assert refits happen only on writes).
+        self.fits = 0
+
+    def model(self, kind: str) -> CostModel | None:
+        """The model of device kind `kind` for the store as it is now; None if too small."""
+        with self.store.session() as session:
+            now = store_find.generation(session=session)
+        found = self._models.get(kind)
+        if found is not None and found[0] == now:
+            return found[1]
+        with self._lock:  # one fit at a time; a second asker reuses the first one's
+            found = self._models.get(kind)
+            if found is not None and found[0] == now:
+                return found[1]
+            generation, samples = samples_from_store(self.store, kind)
+            model = self._fit(samples)
+            self.fits += 1
+            self._models[kind] = (generation, model)
+            return model
+
+
+_CACHES: weakref.WeakKeyDictionary[Store, ModelCache] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+
+
+def model_cache(store: Store) -> ModelCache:
+    """The one ModelCache of `store` in this process (every tuner of it shares the fits)."""
+    with _CACHES_LOCK:
+        found = _CACHES.get(store)
+        if found is None:
+            found = _CACHES[store] = ModelCache(store)
+        return found

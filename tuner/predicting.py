@@ -1,0 +1,122 @@
+"""Predicted answers for configurations this device has not measured for a problem.
+
+First choice: the store's learned cost model (tuner.model) for the device's kind. When the
+store is too small to fit one: this device's nearest measured problem of the same kind,
+its times scaled by FLOPs (tuner.lookup). Every predicted result has source PREDICTED, no
+measurement fields, and a note saying which predictor answered; a model's prediction also
+carries a `confidence` (see tuner.model).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from algorithms.problem import ConvProblem
+from db import find as store_find
+from db.engine import Store
+from tuner import results as R
+from tuner.candidates import Candidate
+from tuner.devices import DeviceIdentity
+from tuner.features import Sample
+from tuner.lookup import flops_ratio, nearest_problems, same_kind
+from tuner.model import CostModel, model_cache
+from tuner.results import AlgorithmResult, rank
+
+
+def predict(
+    store: Store, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate]
+) -> list[AlgorithmResult] | None:
+    """A predicted result per allowed candidate, or None when nothing to predict from."""
+    if not allowed:
+        return None
+    model = model_cache(store).model(str(identity.info.get("kind", "")))
+    if model is not None:
+        return from_model(model, problem, identity, allowed)
+    return scaled_nearest(store, problem, identity, allowed)
+
+
+def from_model(
+    model: CostModel, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate]
+) -> list[AlgorithmResult]:
+    """The model's prediction per candidate; an algorithm it never saw gets no time."""
+    units = int(identity.info.get("units") or 0)
+    known = [c for c in allowed if model.knows(c.algorithm.name)]
+    predictions = model.predict([
+        Sample(problem, units, c.algorithm.name, c.config, c.workspace_bytes) for c in known
+    ])
+    out = []
+    for cand, p in zip(known, predictions, strict=True):
+        out.append(_predicted(cand, identity, time_ms=p.time_ms, confidence=p.confidence, note=(
+            f"model ({model.describe()}): its members differ by ±{math.expm1(p.spread):.0%}; "
+            f"{p.confidence:.0%} of them put it within 10% of the fastest"
+        )))
+    for cand in allowed:
+        if not model.knows(cand.algorithm.name):
+            out.append(_predicted(cand, identity, time_ms=None, confidence=None, note=(
+                f"not predicted: the model has no measurement of {cand.algorithm.name}"
+            )))
+    return out
+
+
+def scaled_nearest(
+    store: Store, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate]
+) -> list[AlgorithmResult] | None:
+    """Every allowed candidate scaled from this device's nearest measured problem, or None."""
+    hashes = {c.algorithm.name: c.impl_hash for c in allowed}
+    with store.session() as session:
+        measured = store_find.load_similar_measurements(
+            session=session, fingerprint=identity.fingerprint, like=same_kind(problem),
+            impl_hashes=hashes,
+        )
+    for other, rows in nearest_problems(problem, measured):
+        found = {(r.algorithm, r.config): r for r in rows}
+        if any(c.key not in found for c in allowed):
+            continue
+        scale = flops_ratio(problem, other)
+        near = ConvProblem.from_key(dict(other)).describe()
+        out = []
+        for cand in allowed:
+            row = found[cand.key]
+            predicted = _predicted(
+                cand, identity, time_ms=None if row.time_ms is None else row.time_ms * scale,
+                confidence=None, note=f"predicted from {near} (x{scale:.3g} the FLOPs)",
+            )
+            # The neighbour's failures stand: a config that failed there likely fails here.
+            out.append(replace(predicted, status=row.status, error=row.error,
+                               measured_at=row.measured_at.isoformat()))
+        return out
+    return None
+
+
+def top_candidates(
+    predicted: list[AlgorithmResult], allowed: list[Candidate], k: int
+) -> list[Candidate]:
+    """The `k` predicted fastest candidates, and every one nothing could rank (an algorithm
+    the model never saw: measuring it is the only way to learn about it)."""
+    by_key = {c.key: c for c in allowed}
+    fastest = [r for r in rank(predicted) if r.usable][:k]
+    unranked = [r for r in predicted if r.status == R.OK and r.time_ms is None]
+    return [by_key[(r.algorithm, r.config)] for r in fastest + unranked]
+
+
+def not_measured(prediction: AlgorithmResult) -> AlgorithmResult:
+    """A candidate a fast find left unmeasured: its predicted time in the note only, so
+    that it never outranks a measured one."""
+    guess = "no prediction" if prediction.time_ms is None else \
+        f"predicted {prediction.time_ms:.3g} ms"
+    return replace(
+        prediction, status=R.OK, time_ms=None, error=None, source=R.NOT_MEASURED,
+        measured_at=None, note=f"fast mode: not measured ({guess})",
+    )
+
+
+def _predicted(
+    cand: Candidate, identity: DeviceIdentity, *, time_ms: float | None,
+    confidence: float | None, note: str,
+) -> AlgorithmResult:
+    return AlgorithmResult(
+        algorithm=cand.algorithm.name, config=cand.config, status=R.OK, time_ms=time_ms,
+        workspace_bytes=cand.workspace_bytes, source=R.PREDICTED, device=identity.fingerprint,
+        note=note, confidence=confidence,
+    )
