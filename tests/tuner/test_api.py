@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import func, select
 
 from algorithms.reference import reference_conv, relative_error
-from algorithms.registry import ALGORITHM_NAMES
+from algorithms.registry import algorithms_for
 from db.engine import open_store
 from db.models import Measurement
 from tests.tuner.fakes import random_inputs, small_problem
@@ -28,11 +28,14 @@ def stored_rows(db_url: str) -> int:
 
 def test_find_algorithms_lists_all_four_fastest_first(db_url: str) -> None:
     found = find_algorithms(small_problem(), device="cpu")
-    assert sorted(r.algorithm for r in found) == sorted(ALGORITHM_NAMES)
-    # implicit_gemm_tc is GPU-only: listed, but refused on the CPU.
-    assert {r.algorithm for r in found if not r.usable} == {"implicit_gemm_tc"}
+    names = [a.name for a in algorithms_for("cpu")]
+    assert sorted(r.algorithm for r in found) == sorted(names)
+    # Listed but refused: implicit_gemm_tc is GPU-only, depthwise needs groups == c
+    # (winograd serves this 3x3 stride-1 layer). Only the names this checkout implements.
+    refused = {"implicit_gemm_tc", "depthwise"} & set(names)
+    assert {r.algorithm for r in found if not r.usable} == refused
     usable = [r for r in found if r.usable]
-    assert len(usable) == len(ALGORITHM_NAMES) - 1
+    assert len(usable) == len(names) - len(refused)
     times = [r.time_ms or 0.0 for r in usable]
     assert times == sorted(times)
     assert all(r.rel_error is not None and r.rel_error < 1e-4 for r in usable)
@@ -114,7 +117,7 @@ def test_float16_keeps_dtype(rng: np.random.Generator) -> None:
         ((2, 4, 8, 8), (6, 4, 3, 3), {"stride": 0}, "stride"),
         ((2, 4, 8, 8), (6, 4, 3, 3), {"padding": -1}, "pad"),
         ((2, 4, 8, 8), (6, 4, 3, 3), {"workspace_limit": -5}, "workspace_limit"),
-        ((2, 4, 8, 8), (6, 4, 3, 3), {"algorithm": "winograd"}, "unknown algorithm"),
+        ((2, 4, 8, 8), (6, 4, 3, 3), {"algorithm": "no_such_algorithm"}, "unknown algorithm"),
         ((2, 4, 8, 8), (6, 4, 3, 3), {"device": "tpu"}, "unknown device"),
     ],
 )
