@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from algorithms.cuda import shipped_kernels
+from algorithms.cuda import shipped_kernels, winograd
 from algorithms.cuda._loader import CTYPES
 from algorithms.problem import DTYPES
 from tests.cuda_emu.build import build_all, missing_tools
@@ -63,6 +63,16 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
+#: Winograd's own edges besides the shared SHAPES it supports (odd, pad_gt_filter, ...):
+#: padding 0 and 2, asymmetric padding, one output pixel, tiles cut by the output edge in
+#: both directions for both tile sides, in every CUDA dtype.
+_WINOGRAD_SHAPES: dict[str, dict[str, Any]] = {
+    "wino_pad0": dict(n=2, c=3, h=9, w=8, k=5, r=3, s=3),
+    "wino_pad2_asym": dict(n=2, c=5, h=7, w=10, k=3, r=3, s=3, pad=(2, 1)),
+    "wino_one_output": dict(n=3, c=4, h=3, w=3, k=2, r=3, s=3),
+}
+
+
 def _case(case_id: str, name: str, problem: dict[str, Any],
           offsets: list[int] | None = None) -> dict[str, Any] | None:
     if not ALGORITHMS[name].supports(make_problem(**problem)):
@@ -95,6 +105,8 @@ def _cases() -> list[dict[str, Any]]:
         cases.append(_case(f"implicit_gemm_tc-pq_odd_k_odd-{dtype}-{math}-offset",
                            "implicit_gemm_tc", {**ALIGN_SHAPES["pq_odd_k_odd"], "dtype": dtype,
                                                 "math": math}, [item, item, item]))
+    cases += [_case(f"winograd-{shape}-{dtype}", "winograd", {**kw, "dtype": dtype})
+              for shape, kw in _WINOGRAD_SHAPES.items() for dtype in CTYPES]
     return [c for c in cases if c is not None]
 
 
@@ -124,6 +136,13 @@ def test_every_algorithm_and_dtype_is_covered() -> None:
     assert tc == set(_TC_SHAPES)
     assert {d for n, d in covered if n == "implicit_gemm"} == {"float32", "float16"}
     assert {d for n, d in covered if n == "fft"} == set(CTYPES)  # fft has no bfloat16
+    assert {d for n, d in covered if n == "winograd"} == set(CTYPES)
+
+
+def test_every_winograd_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:
+    launched = {name for case_id, verdict in verdicts.items() if case_id.startswith("winograd")
+                for name, _args in verdict.get("launches", [])}
+    assert launched == set(winograd.shipped_kernels())
 
 
 @pytest.mark.parametrize("y_off", [0, 4, 8, 12])

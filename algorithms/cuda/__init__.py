@@ -12,12 +12,21 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from algorithms.cuda import _loader, direct, fft, im2col_gemm, implicit_gemm, implicit_gemm_tc
+from algorithms.cuda import (
+    _loader,
+    direct,
+    fft,
+    im2col_gemm,
+    implicit_gemm,
+    implicit_gemm_tc,
+    winograd,
+)
 from algorithms.cuda.direct import DirectCuda
 from algorithms.cuda.fft import FftCuda
 from algorithms.cuda.im2col_gemm import Im2colGemmCuda
 from algorithms.cuda.implicit_gemm import ImplicitGemmCuda
 from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda
+from algorithms.cuda.winograd import WinogradCuda
 from algorithms.registry import algorithm_sources, hash_sources, register
 from algorithms.runtime import Runtime
 
@@ -26,6 +35,7 @@ register(Im2colGemmCuda())
 register(ImplicitGemmCuda())
 register(FftCuda())
 register(ImplicitGemmTcCuda())
+register(WinogradCuda())
 
 #: Devices are "cuda:N".
 INDEXED = True
@@ -66,10 +76,11 @@ def shipped_kernels() -> dict[str, tuple[str, ...]]:
         implicit_gemm.KERNEL_FILE: implicit_gemm.shipped_kernels(),
         fft.KERNEL_FILE: fft.shipped_kernels(),
         implicit_gemm_tc.KERNEL_FILE: implicit_gemm_tc.shipped_kernels(),
+        winograd.KERNEL_FILE: winograd.shipped_kernels(),
     }
 
 
 __all__ = [
     "DirectCuda", "FftCuda", "Im2colGemmCuda", "ImplicitGemmCuda", "ImplicitGemmTcCuda",
-    "shipped_kernels",
+    "WinogradCuda", "shipped_kernels",
 ]

@@ -24,7 +24,15 @@ from typing import Any
 import numpy as np
 
 from algorithms.base import Algorithm
-from algorithms.cuda import _cublas, direct, fft, im2col_gemm, implicit_gemm, implicit_gemm_tc
+from algorithms.cuda import (
+    _cublas,
+    direct,
+    fft,
+    im2col_gemm,
+    implicit_gemm,
+    implicit_gemm_tc,
+    winograd,
+)
 from algorithms.reference import reference_conv, relative_error
 from tests.cuda_emu.build import EmulatedKernel, sanitizer_env
 from tests.cuda_emu.host import FakePlan, dev, dev_at, fake_gemm
@@ -43,6 +51,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "implicit_gemm": implicit_gemm.ImplicitGemmCuda(),
     "fft": fft.FftCuda(),
     "implicit_gemm_tc": implicit_gemm_tc.ImplicitGemmTcCuda(),
+    "winograd": winograd.WinogradCuda(),
 }
 #: (schedule, seed) pairs each configuration runs under; see runtime.h.
 SCHEDULES = ((0, 0), (1, 0))
@@ -55,7 +64,7 @@ def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
 
 def install() -> None:
     """Route every GPU library call of algorithms/cuda to the emulator and host stand-ins."""
-    for module in (direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc):
+    for module in (direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, winograd):
         module.get_kernel = _kernel  # type: ignore[attr-defined]
     _cublas._gemm = fake_gemm  # type: ignore[assignment]
     fft._plan = FakePlan  # type: ignore[assignment]

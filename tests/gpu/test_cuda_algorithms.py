@@ -1,4 +1,4 @@
-"""The four CUDA algorithms, every configuration, against the float64 reference on the GPU.
+"""The CUDA algorithms, every configuration, against the float64 reference on the GPU.
 
 Before each run y is filled with NaN (an unwritten element fails the check) and the
 workspace with 0xFF bytes (NaN as float, so reading scratch before writing it shows).
@@ -22,6 +22,11 @@ from tests.cuda_shapes import ALIGN_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
 pytestmark = pytest.mark.gpu
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in algorithms_for("cuda")}
+#: Names with no CUDA implementation in this checkout: "depthwise" is reserved here and
+#: implemented on its own branch.
+NOT_YET_IMPLEMENTED = {"depthwise"}
+#: The names this checkout implements, in registry order (parametrises the tests below).
+NAMES = tuple(n for n in ALGORITHM_NAMES if n not in NOT_YET_IMPLEMENTED)
 
 _inputs: dict[ConvProblem, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -49,13 +54,13 @@ def _cases() -> list[Any]:
     for shape in SHAPES:
         dtypes = ["float32"] + (["float16", "float64"] if shape in OTHER_DTYPE_SHAPES else [])
         for dtype in dtypes:
-            for name in ALGORITHM_NAMES:
+            for name in NAMES:
                 params.append(pytest.param(name, shape, dtype, id=f"{name}-{shape}-{dtype}"))
     return params
 
 
-def test_all_four_are_registered() -> None:
-    assert set(ALGORITHMS) == set(ALGORITHM_NAMES)
+def test_every_name_is_registered() -> None:
+    assert set(ALGORITHMS) == set(NAMES)
 
 
 @pytest.mark.parametrize(("name", "shape", "dtype"), _cases())
@@ -102,7 +107,7 @@ def _at_offset(host: np.ndarray, offset: int) -> Any:
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("shape", list(ALIGN_SHAPES))
-@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+@pytest.mark.parametrize("name", NAMES)
 def test_element_aligned_buffers(runtime: Any, name: str, shape: str, dtype: str) -> None:
     """x, w and y one element past a 256-byte boundary: no misaligned access, right answers."""
     problem = ConvProblem(**ALIGN_SHAPES[shape], dtype=dtype)
