@@ -65,10 +65,22 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
 
 #: Winograd's own edges besides the shared SHAPES it supports (odd, pad_gt_filter, ...):
 #: padding 0 and 2, asymmetric padding, one output pixel, tiles cut by the output edge in
-#: both directions for both tile sides, in every CUDA dtype.
+#: both directions for both tile sides, more tile columns than rows, every CUDA dtype.
+#: Mutations these cases catch (each tried once; "n/23" = winograd cases that fail):
+#:   f2x2 G[1][2] 0.5 -> 0.25 (filter transform)       -> 23/23, relative error 0.19-0.49
+#:   f4x4 B^T[0][2] -5 -> -4 (input transform)         -> 22/23 (not single_pixel: the
+#:                                                         coefficient meets only padding)
+#:   f4x4 A^T[3][3] 8 -> 7 (output transform)          -> 19/23 (not the <4-pixel outputs)
+#:   output crop oh < P -> oh <= P                      -> 22/23, ASan heap-buffer-overflow
+#:                                                         WRITE in winograd_output
+#:   input bound ih < H -> ih <= H                      -> 23/23, ASan heap-buffer-overflow
+#:                                                         READ in winograd_input
+#:   host: GEMM filter stride k*c -> 0                  -> 23/23, wrong results
+#:   host: tiles_h and tiles_w divisors swapped         -> 14/23 (every tiling that is not
+#:                                                         square), unwritten outputs
 _WINOGRAD_SHAPES: dict[str, dict[str, Any]] = {
     "wino_pad0": dict(n=2, c=3, h=9, w=8, k=5, r=3, s=3),
-    "wino_pad2_asym": dict(n=2, c=5, h=7, w=10, k=3, r=3, s=3, pad=(2, 1)),
+    "wino_pad2_asym": dict(n=2, c=5, h=7, w=14, k=3, r=3, s=3, pad=(2, 1)),
     "wino_one_output": dict(n=3, c=4, h=3, w=3, k=2, r=3, s=3),
 }
 
