@@ -7,7 +7,9 @@ and both are offered; a layer where f4x4 does not is recorded as wrong_result by
 
 from __future__ import annotations
 
+import importlib
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,7 @@ from sqlalchemy import select
 from algorithms import winograd
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference_conv, relative_error, tolerance
-from algorithms.registry import get_algorithm
+from algorithms.registry import algorithm_sources, get_algorithm
 from db.engine import open_store
 from db.models import Measurement
 from tuner import find_algorithms
@@ -152,3 +154,11 @@ def test_the_tuner_measures_both_configs(db_url: str) -> None:
             .where(Measurement.algorithm == "winograd")).all()
     assert {config for config, _status, _err in rows} == set(winograd.CONFIGS)
     assert all(status == "ok" and err is not None and err <= 1e-5 for _c, status, err in rows)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_the_shared_transforms_are_in_every_backend_hash(backend: str) -> None:
+    # Pins: algorithms/winograd.py lives outside the backend folders; were it left out of
+    # algorithm_sources, editing a matrix would keep serving stale stored measurements.
+    package = Path(importlib.import_module(f"algorithms.{backend}").__file__ or "").parent
+    assert Path(winograd.__file__).resolve() in algorithm_sources(package)
