@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ class Transforms:
         """Input tile side, m + 2."""
         return self.m + 2
 
-    def array(self, which: str, dtype: type = np.float64) -> np.ndarray:
+    def array(self, which: str, dtype: type[np.floating[Any]] = np.float64) -> np.ndarray:
         """One matrix ("bt", "g" or "at") as a NumPy array of `dtype`."""
         rows: tuple[tuple[Fraction, ...], ...] = getattr(self, which)
         return np.array([[float(v) for v in row] for row in rows], dtype=dtype)

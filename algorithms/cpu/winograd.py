@@ -17,6 +17,8 @@ Workspace (E: compute element size, Ht = tiles_h*m + 2, Wt = tiles_w*m + 2; each
     n*c*Ht*Wt*E (bordered input) + alpha*n*c*tiles_h*Wt*E (row-transformed input)
   + P*k*c*E (U) + P*c*T*E (V) + P*k*T*E (M) + m*alpha*k*T*E (row-transformed M)
   + n*k*tiles_h*m*tiles_w*m*E (tiled output) + max(n*c*tiles_h*Wt, alpha*k*T)*E (scratch)
+Allocated per call outside it: the float64 filter transform (alpha^2*k*c*8 bytes, and
+einsum's (alpha, k, c, 3) intermediate) before it is rounded into U; no other temporaries.
 Configs: "f2x2" and "f4x4" (the output tile side).
 """
 
@@ -115,7 +117,10 @@ class WinogradConv(CpuAlgorithm):
         xp.fill(0)
         # th*m >= out_h = h + 2*ph - 2, so the whole input lies inside the border.
         np.copyto(xp[:, :, ph:ph + problem.h, pw:pw + problem.w], x, casting="unsafe")
-        bt = tr.array("bt")
+        # Coefficients in the compute dtype: a float64 scalar would make every float32 sum
+        # run in float64 through conversion buffers.
+        dtype = compute_dtype(problem).type
+        bt = tr.array("bt", dtype)
         rows = buf["rows"]
         tile_rows = [xp[:, :, i:i + (th - 1) * m + 1:m, :] for i in range(a)]
         for xi in range(a):  # rows[xi] = sum_i B^T[xi, i] * (row i of every tile)
@@ -128,7 +133,7 @@ class WinogradConv(CpuAlgorithm):
 
         np.matmul(buf["u"], buf["v"], out=buf["m"])
 
-        at = tr.array("at")
+        at = tr.array("at", dtype)
         prod = buf["m"].reshape(a, a, k, -1)
         s = buf["s"]
         for i in range(m):  # s[i] = sum_xi A^T[i, xi] * M[xi]
