@@ -30,6 +30,16 @@ def unsupported(reason: str) -> Support:
     return Support(False, reason)
 
 
+def depthwise_limits(problem: ConvProblem) -> Support:
+    """Whether every group holds one input channel (groups == c), as each depthwise needs."""
+    if problem.groups != problem.c:
+        return unsupported(
+            f"depthwise needs groups == c (one input channel per group), "
+            f"got groups={problem.groups}, c={problem.c}"
+        )
+    return SUPPORTED
+
+
 @runtime_checkable
 class Algorithm(Protocol):
     """A stateless convolution algorithm on one backend.

@@ -8,8 +8,10 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request, status
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deps import read_tokens, token_refusal, write_tokens
@@ -44,7 +46,9 @@ class BodyTooLarge(HTTPException):
 #: are reads. A find may tune too: its route checks the write scope unless mode="cached".
 WRITE_ROUTES = ("/v1/convolve", "/v1/jobs", "/v1/bundles")
 #: Reads that stay open whatever the tokens: health, metrics and the documentation.
-OPEN_ROUTES = ("/healthz", "/metrics", "/docs", "/redoc", "/openapi.json")
+OPEN_ROUTES = ("/healthz", "/metrics", "/docs", "/redoc", "/openapi.json", "/static-docs/")
+#: Where the documentation pages' scripts and styles are served from (not a CDN).
+DOCS_STATIC = "/static-docs"
 
 
 class TokenGateMiddleware:
@@ -168,6 +172,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": f"database error: {detail}"},
                             status.HTTP_503_SERVICE_UNAVAILABLE)
 
+    async def client_gone(request: Request, _exc: Exception) -> JSONResponse:
+        # The client left, or its body missed its deadline (api.protocol): nobody reads this.
+        log.info("client disconnected during %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": "request timeout"}, status.HTTP_408_REQUEST_TIMEOUT)
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return JSONResponse(
@@ -182,6 +191,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DeviceFault, device_lost)
     app.add_exception_handler(StoreUnusable, store_broken)
     app.add_exception_handler(SQLAlchemyError, store_broken)
+    app.add_exception_handler(ClientDisconnect, client_gone)
     app.add_exception_handler(Exception, unexpected)
 
 
@@ -199,7 +209,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         job_manager.shutdown()
 
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc load their scripts from this server, not a CDN, so
+    # they work on hosts without internet access (the pages were blank there).
+    app = FastAPIOffline(
+        static_url=DOCS_STATIC,
+        # Swagger UI's default validator badge is an image from validator.swagger.io.
+        swagger_ui_parameters={"validatorUrl": None},
         title="convtune",
         version=TUNER_VERSION,
         summary="Pick the fastest convolution algorithm for a problem on a device, and run it.",

@@ -1,10 +1,15 @@
-"""Background tuning jobs: a bounded queue in front of a small worker pool."""
+"""Background tuning jobs: a bounded queue in front of a small worker pool.
+
+Each job's snapshot is written to the store on every change (Service.save_job) and polls
+read it from there, so that with `serve --workers N` any worker process answers for a job
+another one runs; the in-memory jobs are only this process's unfinished ones.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -14,7 +19,9 @@ from typing import Any
 from algorithms.problem import ConvProblem
 from api.metrics import Metrics
 from tuner.results import AlgorithmResult
-from tuner.service import service
+from tuner.service import Service, service
+
+log = logging.getLogger("convtune.api")
 
 
 class JobQueueFull(RuntimeError):
@@ -76,7 +83,8 @@ class Job:
 
 
 class JobManager:
-    """Runs jobs on `workers` threads; refuses a job when `max_jobs` are unfinished.
+    """Runs jobs on `workers` threads; refuses a job when `max_jobs` of this process are
+    unfinished. Jobs are kept in the store, so any worker process answers `get`.
 
     Two jobs (or a job and a request) for the same problem and device never measure it at
     the same time: the tuner's per-(device, problem) lock serialises them, and the second
@@ -96,12 +104,29 @@ class JobManager:
         self._max_jobs = max_jobs
         self._kept = kept
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="convtune-job")
-        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._jobs: dict[str, Job] = {}  # this process's unfinished jobs
+        # Held while a job changes and is written, so the store sees the changes in order.
         self._lock = threading.Lock()
         self._stopping = threading.Event()
 
+    def _service(self) -> Service:
+        return service(self._db_url)
+
     def _finder(self) -> Callable[..., list[AlgorithmResult]]:
-        return self._given_find or service(self._db_url).find
+        return self._given_find or self._service().find
+
+    def _save(self, job: Job) -> None:
+        """Write `job` to the store (the caller holds the lock); forget it once finished."""
+        if job.state in ("done", "failed"):
+            self._jobs.pop(job.id, None)  # even if the write fails: it no longer counts
+        self._service().save_job(job.id, job.as_dict(), kept=self._kept)
+
+    def _save_quietly(self, job: Job) -> None:
+        # In a job thread nobody awaits the error: log it; the poll shows the last state.
+        try:
+            self._save(job)
+        except Exception:
+            log.exception("could not store the state of job %s", job.id)
 
     def submit(
         self, items: list[JobItem], device: str, workspace_limit: int | None
@@ -111,23 +136,21 @@ class JobManager:
         with self._lock:
             if self._stopping.is_set():
                 raise JobsStopped("the server is shutting down; submit the job again later")
-            unfinished = sum(j.state in ("queued", "running") for j in self._jobs.values())
-            if unfinished >= self._max_jobs:
+            if len(self._jobs) >= self._max_jobs:
                 raise JobQueueFull(
-                    f"{unfinished} jobs are queued or running (the limit); try again later"
+                    f"{len(self._jobs)} jobs are queued or running (the limit); try again later"
                 )
+            self._save(job)  # stored before it runs: a poll never misses a queued job
             self._jobs[job.id] = job
-            self._evict()
             snapshot = job.as_dict()
             # Under the lock: shutdown() cannot close the pool between the check and here.
             self._pool.submit(self._run, job)
         return snapshot
 
     def get(self, job_id: str) -> dict[str, Any] | None:
-        """A snapshot of a job, or None when unknown (or long finished)."""
-        with self._lock:
-            job = self._jobs.get(job_id)
-            return None if job is None else job.as_dict()
+        """A snapshot of a job run by any worker process, or None when unknown (or long
+        finished)."""
+        return self._service().job(job_id)
 
     def shutdown(self) -> None:
         """Stop taking work; running jobs stop after their current problem."""
@@ -135,25 +158,23 @@ class JobManager:
             self._stopping.set()
             self._pool.shutdown(wait=False, cancel_futures=True)
             # Jobs that never started will not: say so instead of "queued" forever.
-            for job in self._jobs.values():
+            for job in list(self._jobs.values()):
                 if job.state == "queued":
                     job.state, job.finished_at = "failed", _now()
                     job.error = "the server shut down before the job started"
-
-    def _evict(self) -> None:
-        finished = [j.id for j in self._jobs.values() if j.state in ("done", "failed")]
-        for job_id in finished[: max(0, len(finished) - self._kept)]:
-            del self._jobs[job_id]
+                    self._save_quietly(job)
 
     def _run(self, job: Job) -> None:
         with self._lock:
             job.state, job.started_at = "running", _now()
+            self._save_quietly(job)
         failed = 0
         for item in job.items:
             if self._stopping.is_set():
                 with self._lock:
                     job.state, job.finished_at = "failed", _now()
                     job.error = "the server shut down before the job finished"
+                    self._save_quietly(job)
                 self._metrics.jobs.labels("failed").inc()
                 return
             try:
@@ -167,6 +188,7 @@ class JobManager:
                 failed += 1
             with self._lock:
                 item.best, item.error, item.state = best, error, state
+                self._save_quietly(job)
         with self._lock:
             job.finished_at = _now()
             if failed:
@@ -174,4 +196,5 @@ class JobManager:
                 job.error = f"{failed} of {len(job.items)} problems failed"
             else:
                 job.state = "done"
+            self._save_quietly(job)
         self._metrics.jobs.labels(job.state).inc()

@@ -1,11 +1,19 @@
-"""Prometheus metrics with a per-app registry, and the middleware that records requests."""
+"""Prometheus metrics with a per-app registry, and the middleware that records requests.
+
+Under `serve --workers N` each worker is a process with its own counters; `serve` then sets
+$PROMETHEUS_MULTIPROC_DIR (prometheus_client's multiprocess mode: every process writes its
+values to files there) and /metrics sums every worker's files, so a scrape answered by any
+worker shows the same, never decreasing, totals.
+"""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tuner import results as R
@@ -51,6 +59,19 @@ class Metrics:
             self.find_cache.labels("miss" if fresh else "hit").inc()
         if fresh:
             self.tunings.labels(origin).inc()
+
+
+#: Set (by `serve --workers N`, or by hand) before prometheus_client is imported.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text of `registry`, or of every process's metrics in multiprocess mode."""
+    if os.environ.get(MULTIPROC_ENV):
+        combined = CollectorRegistry()
+        MultiProcessCollector(combined)
+        return generate_latest(combined)
+    return generate_latest(registry)
 
 
 class MetricsMiddleware:

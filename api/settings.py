@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from tuner.env import env_number
 from tuner.service import default_url
+from tuner.signing import fleet_key
 
 MIB = 1024 * 1024
 
@@ -28,6 +29,9 @@ class Settings:
     #: Token of the read scope (cached finds, GETs; $CONVTUNE_READ_TOKEN): unset, reads
     #: are open; set, reads need it or the write token ($CONVTUNE_API_TOKEN).
     read_token: str | None = None
+    #: Fleet key ($CONVTUNE_FLEET_KEY): when set, pushed bundles must carry its HMAC
+    #: signature (tuner.signing) and exported bundles are signed with it.
+    fleet_key: str | None = None
     #: Largest request body accepted, in bytes ($CONVTUNE_MAX_BODY_BYTES).
     max_body_bytes: int = 64 * MIB
     #: Largest tensor (input, filter or output) of any problem, in elements
@@ -53,6 +57,7 @@ class Settings:
             device=os.environ.get("CONVTUNE_DEVICE") or None,
             api_token=os.environ.get("CONVTUNE_API_TOKEN") or None,
             read_token=os.environ.get("CONVTUNE_READ_TOKEN") or None,
+            fleet_key=fleet_key(),
             max_body_bytes=_int("CONVTUNE_MAX_BODY_BYTES", base.max_body_bytes),
             max_tensor_elements=_int("CONVTUNE_MAX_TENSOR_ELEMENTS", base.max_tensor_elements),
             max_problem_flops=_int("CONVTUNE_MAX_PROBLEM_FLOPS", base.max_problem_flops),

@@ -15,11 +15,16 @@ PyTorch), then times, with CUDA events and L2 flushed before each run (CudaRunti
 - PyTorch conv2d with cudnn.benchmark on, in the matching mode: TF32 off for math fp32
   (strict FP32, like ours), on for math tf32; the relative error of each side is reported
   next to its time,
-- for 3x3 layers, cupy.matmul FP32 on a GEMM of the same M (out channels), N (n*P*Q) and K
+--direction backward_data / backward_filter measures the gradients instead (dx from dy and w;
+dw from x and dy), cuDNN's through torch.nn.grad.conv2d_input / conv2d_weight.
+- for forward 3x3 layers, cupy.matmul FP32 on a GEMM of the same M (out channels), N (n*P*Q) and K
   (c*R*S) next to implicit_gemm.
 Per layer: ms, TFLOP/s (direct-convolution FLOPs, problem.flops), ours/cuDNN speed ratio;
-geometric means at the end. JSON goes to --out after every layer (a cut-off run keeps what it
-measured); a Markdown table is printed last.
+geometric means at the end. Depthwise layers (groups == c) are memory-bound, so they get a
+table of their own in effective GB/s (x, w and y once each, problem.buffer_bytes, over the
+time) against the HBM copy rate (--hbm-gbps, about 3,000 GB/s on an H100). JSON goes to
+--out after every layer (a cut-off run keeps what it measured); a Markdown table is printed
+last.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,23 +78,58 @@ _FALLBACK_LAYERS: dict[str, list[tuple[str, int, int, int, int, int, int]]] = {
 }
 
 
-def layer_problems(network: str, batch: int, dtype: str,
-                   math: str = "fp32") -> list[tuple[str, ConvProblem]]:
+def layer_problems(network: str, batch: int, dtype: str, math: str = "fp32",
+                   direction: str = "forward") -> list[tuple[str, ConvProblem]]:
     """(layer name, problem) for each distinct convolution of a network."""
     try:
         from tuner.networks import network_problems
     except ImportError:
         return [
             (name, ConvProblem(n=batch, c=c, h=hw, w=hw, k=k, r=f, s=f, pad=p, stride=s,
-                               dtype=dtype, math=math))
+                               dtype=dtype, math=math, direction=direction))
             for name, hw, c, k, f, p, s in _FALLBACK_LAYERS[network]
         ]
-    return [(layer.name, problem)
+    return [(layer.name, replace(problem, direction=direction))
             for layer, problem in network_problems(network, batch, dtype, math)]
+
+
+def torch_conv(torch: Any, problem: ConvProblem, a: Any, b: Any) -> Any:
+    """PyTorch's result of the problem's direction from its operands (a, b)."""
+    geometry = (problem.stride, problem.pad, problem.dilation, problem.groups)
+    if problem.direction == "backward_data":
+        return torch.nn.grad.conv2d_input(problem.input_shape, b, a, *geometry)
+    if problem.direction == "backward_filter":
+        return torch.nn.grad.conv2d_weight(a, problem.filter_shape, b, *geometry)
+    return torch.nn.functional.conv2d(a, b, None, *geometry)
+
+
+#: An H100's HBM copy rate, measured with a device-to-device copy (issue 10), in GB/s.
+HBM_COPY_GBPS = 3000.0
 
 
 def _tflops(problem: ConvProblem, ms: float | None) -> float | None:
     return problem.flops / (ms * 1e-3) / 1e12 if ms else None
+
+
+def _gbps(nbytes: int, ms: float | None) -> float | None:
+    return nbytes / (ms * 1e-3) / 1e9 if ms else None
+
+
+def bandwidth(row: dict[str, Any], nbytes: int, hbm_gbps: float) -> dict[str, Any]:
+    """A depthwise layer's effective GB/s: our pick, the depthwise algorithm and cuDNN.
+
+    `nbytes` is what the layer must move at least (x, w and y once each); each rate is
+    that over the measured time, and each `_vs_hbm` its fraction of the HBM copy rate.
+    """
+    rates = {
+        "tuned_gbps": _gbps(nbytes, row["tuned"].get("ms")),
+        "depthwise_gbps": _gbps(nbytes, row["algorithms"].get("depthwise", {}).get("ms")),
+        "cudnn_gbps": _gbps(nbytes, row["cudnn"].get("ms")),
+    }
+    out: dict[str, Any] = {"bytes": nbytes, "hbm_gbps": hbm_gbps, **rates}
+    for key, rate in rates.items():
+        out[key.replace("_gbps", "_vs_hbm")] = rate / hbm_gbps if rate else None
+    return out
 
 
 def _runner(algorithm: Any, x: Any, w: Any, y: Any, ws: Any, problem: ConvProblem,
@@ -134,15 +175,18 @@ class Bench:
         return timing.median_ms, timing.spread_ms
 
     def reference(self, x: Any, w: Any, problem: ConvProblem) -> Any:
-        """A float64 convolution on the GPU (cuDNN's through torch, else our im2col_gemm)."""
+        """A float64 result on the GPU (PyTorch's, else our im2col_gemm; forward on the host
+        without PyTorch for the backward directions)."""
         cupy = self.cupy
         if self.torch is not None:
             torch = self.torch
             xt = torch.from_dlpack(x.astype(cupy.float64))
             wt = torch.from_dlpack(w.astype(cupy.float64))
-            yt = torch.nn.functional.conv2d(xt, wt, None, problem.stride, problem.pad,
-                                            problem.dilation, problem.groups)
-            return cupy.from_dlpack(yt.contiguous())
+            return cupy.from_dlpack(torch_conv(torch, problem, xt, wt).contiguous())
+        if problem.direction != "forward":
+            from algorithms.reference import reference
+
+            return cupy.asarray(reference(cupy.asnumpy(x), cupy.asnumpy(w), problem))
         p64 = ConvProblem.from_key({**problem.key(), "dtype": "float64"})
         algorithm = get_algorithm("cuda", "im2col_gemm")
         config = algorithm.configs(p64)[0]
@@ -161,9 +205,11 @@ class Bench:
         """Check and time everything on one layer."""
         cupy = self.cupy
         rt = self.rt
-        x = rt.random(problem.input_shape, problem.dtype, self.rng)
-        w = rt.random(problem.filter_shape, problem.dtype, self.rng)
-        y = rt.empty(problem.output_shape, problem.dtype)
+        # The direction's operands: (x, w) -> y, (dy, w) -> dx or (x, dy) -> dw.
+        a_shape, b_shape, out_shape = problem.operand_shapes
+        x = rt.random(a_shape, problem.dtype, self.rng)
+        w = rt.random(b_shape, problem.dtype, self.rng)
+        y = rt.empty(out_shape, problem.dtype)
         ref = self.reference(x, w, problem)
         row: dict[str, Any] = {
             "network": network, "layer": name, "problem": problem.key(),
@@ -212,8 +258,11 @@ class Bench:
         row["cudnn"] = self.cudnn(problem, x, w, ref)
         if row["tuned"].get("ms") and row["cudnn"].get("ms"):
             row["speed_vs_cudnn"] = row["cudnn"]["ms"] / row["tuned"]["ms"]
-        if problem.r == 3 and problem.s == 3 and problem.groups == 1:
+        if (problem.direction == "forward" and problem.r == 3 and problem.s == 3
+                and problem.groups == 1):
             row["gemm"] = self.gemm(problem, row["algorithms"].get("implicit_gemm", {}))
+        if problem.groups == problem.c:
+            row["bandwidth"] = bandwidth(row, problem.buffer_bytes, self.args.hbm_gbps)
         return row  # the layer's buffers go back to the pool; the caller frees them
 
     def tuned(self, problem: ConvProblem, candidates: list[tuple[float, str, str, float]],
@@ -243,15 +292,15 @@ class Bench:
                 "tflops": _tflops(problem, ms), "rel_error": err}
 
     def cudnn(self, problem: ConvProblem, x: Any, w: Any, ref: Any) -> dict[str, Any]:
-        """PyTorch conv2d (cuDNN, benchmark mode, TF32 as `math` says) on the same buffers."""
+        """PyTorch's convolution of the direction (cuDNN, benchmark mode, TF32 as `math` says)
+        on the same buffers."""
         if self.torch is None:
             return {"skipped": "PyTorch with CUDA is not available"}
         torch = self.torch
         xt, wt = torch.from_dlpack(x), torch.from_dlpack(w)
 
         def conv() -> Any:
-            return torch.nn.functional.conv2d(xt, wt, None, problem.stride, problem.pad,
-                                              problem.dilation, problem.groups)
+            return torch_conv(torch, problem, xt, wt)
 
         try:
             out = conv()
@@ -311,6 +360,16 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{_fmt(g['matmul_tflops'], '.1f')} | "
                          f"{_fmt(g['implicit_gemm_tflops'], '.1f')} | "
                          f"{_fmt(g['implicit_vs_matmul'], '.2f')} |")
+    dw_rows = [r for r in report["rows"] if "bandwidth" in r]
+    if dw_rows:
+        lines += ["", "| depthwise layer | MB moved | tuned | tuned GB/s | depthwise GB/s | "
+                  "cuDNN GB/s | depthwise / HBM copy |", "|---|---|---|---|---|---|---|"]
+        for r in dw_rows:
+            b, tuned = r["bandwidth"], r["tuned"]
+            lines.append(f"| {r['network']}/{r['layer']} | {b['bytes'] / 1e6:.1f} | "
+                         f"{tuned.get('algorithm', '-')}/{tuned.get('config', '-')} | "
+                         f"{_fmt(b['tuned_gbps'], '.0f')} | {_fmt(b['depthwise_gbps'], '.0f')} | "
+                         f"{_fmt(b['cudnn_gbps'], '.0f')} | {_fmt(b['depthwise_vs_hbm'], '.2f')} |")
     lines += ["", "| summary | geometric mean or count |", "|---|---|"]
     for key, value in report["summary"].items():
         lines.append(f"| {key} | {_fmt(value, '.0f' if key.startswith('layers') else '.3f')} |")
@@ -318,7 +377,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Geometric means of ours/cuDNN speed (per network and overall) and of GEMM ratios.
+    """Geometric means of ours/cuDNN speed, of GEMM ratios and of depthwise GB/s vs HBM.
 
     A layer without both timings (ours failed, cuDNN skipped) is left out of a mean, and the
     `layers counted` entries say how many layers each mean covers, so a gap cannot hide.
@@ -336,6 +395,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
               if r.get("gemm", {}).get("implicit_vs_matmul")]
     out["implicit_gemm/cupy.matmul, 3x3"] = _geomean(ratios)
     out["layers counted, 3x3 GEMM"] = float(len(ratios))
+    fractions = [r["bandwidth"]["depthwise_vs_hbm"] for r in rows
+                 if r.get("bandwidth", {}).get("depthwise_vs_hbm")]
+    out["depthwise GB/s / HBM copy, depthwise layers"] = _geomean(fractions)
+    out["layers counted, depthwise GB/s"] = float(len(fractions))
     return out
 
 
@@ -348,6 +411,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--math", default="fp32", choices=["fp32", "tf32"],
                    help="fp32: FP32-accurate on both sides; tf32: TF32 allowed on both")
+    p.add_argument("--direction", default="forward",
+                   choices=["forward", "backward_data", "backward_filter"])
     p.add_argument("--layers", type=int, default=0, help="only the first N layers of each")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--budget", type=float, default=0.1, help="seconds of timing per candidate")
@@ -355,6 +420,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-reps", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-torch", action="store_true", help="skip cuDNN (PyTorch)")
+    p.add_argument("--hbm-gbps", type=float, default=HBM_COPY_GBPS,
+                   help="the device's HBM copy rate, GB/s (depthwise layers are judged by it)")
     p.add_argument("--tuner", action="store_true",
                    help="ask the real tuner for our pick (slower: it verifies on the host)")
     return p.parse_args(argv)
@@ -376,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     for spec in args.networks.split(","):
         network, batch = spec.split(":")
-        layers = layer_problems(network, int(batch), args.dtype, args.math)
+        layers = layer_problems(network, int(batch), args.dtype, args.math, args.direction)
         if args.layers:
             layers = layers[: args.layers]
         for name, problem in layers:

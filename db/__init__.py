@@ -3,7 +3,8 @@
 - `models`, `migrations`, `engine`: the schema, its upgrades, opening a store;
 - `rows`: plain values (a measurement row, UTC times, column bounds);
 - `keys`: device and problem ids; `find`: the find path's reads and writes;
-- `reports`: listings; `claims`: who measures what; `bundles`: export and merge.
+- `reports`: listings; `claims`: who measures what; `bundles`: export and merge;
+- `jobs`: the HTTP service's background jobs.
 """
 
 from db.engine import Store, default_url, open_store

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from db.find import lock_for_write
 from db.keys import PROBLEM_FIELDS, ensure_device, ensure_problem
 from db.models import Device, Measurement, Problem
-from db.rows import MeasurementRow, as_utc, canonical_json, measurement_row
+from db.rows import MeasurementRow, as_utc, canonical_json, measurement_row, utcnow
 
 #: How many ids one IN (...) names (SQLite allows 32766 parameters, PostgreSQL 65535).
 _CHUNK = 500
@@ -74,6 +74,11 @@ def export_records(
     )
 
 
+def _rank(measured_at: datetime, recorded_at: datetime) -> datetime:
+    """A row's merge precedence: its measured_at, but never later than this store's clock."""
+    return min(as_utc(measured_at), as_utc(recorded_at))
+
+
 def merge_records(
     *,
     session: Session,
@@ -86,11 +91,16 @@ def merge_records(
     `devices` maps fingerprint to info, `problems` maps a bundle-local id to a problem key,
     and each measurement names its device fingerprint and problem id. A measurement is
     identified by (device, problem, algorithm, config, impl_hash): a new one is added, a
-    newer one (measured_at) replaces the stored one, and an older or equally old one is
-    ignored, so merging is idempotent and never loses the newest result.
-    Returns counts: added, replaced, unchanged, older_ignored.
+    newer one replaces the stored one, and an older or equally old one is ignored, so
+    merging is idempotent and never loses the newest result.
+
+    "Newer" is by a clock this store controls: a row ranks by min(measured_at, the time
+    this store recorded it), so a measured_at in the future (a wrong clock on the tuning
+    host, or a forged bundle) counts as no later than its import and cannot outrank every
+    later merge. Returns counts: added, replaced, unchanged, older_ignored.
     """
     lock_for_write(session=session)
+    now = utcnow()
     device_ids = {
         fp: ensure_device(session=session, fingerprint=fp, info=info)
         for fp, info in devices.items()
@@ -109,30 +119,31 @@ def merge_records(
     stored: dict[tuple[int, int, str, str, str], tuple[int, datetime]] = {}
     wanted_problems = sorted({ident[1] for ident in incoming})
     for ids in _chunks(wanted_problems):
-        for mid, did, pid, alg, cfg, digest, at in session.execute(
+        for mid, did, pid, alg, cfg, digest, at, recorded in session.execute(
             select(
                 Measurement.id, Measurement.device_id, Measurement.problem_id,
                 Measurement.algorithm, Measurement.config, Measurement.impl_hash,
-                Measurement.measured_at,
+                Measurement.measured_at, Measurement.recorded_at,
             ).where(
                 Measurement.problem_id.in_(ids),
                 Measurement.device_id.in_(sorted(set(device_ids.values()))),
             )
         ):
-            stored[(did, pid, alg, cfg, digest)] = (mid, as_utc(at))
+            stored[(did, pid, alg, cfg, digest)] = (mid, _rank(at, recorded or at))
     counts = {"added": 0, "replaced": 0, "unchanged": 0, "older_ignored": 0}
     inserts: list[dict[str, Any]] = []
     updates: list[dict[str, Any]] = []
     for ident, row in incoming.items():
-        values = asdict(row)
+        values = {**asdict(row), "recorded_at": now}
         found = stored.get(ident)
+        rank = _rank(row.measured_at, now)
         if found is None:
             inserts.append({"device_id": ident[0], "problem_id": ident[1], **values})
             counts["added"] += 1
-        elif row.measured_at > found[1]:
+        elif rank > found[1]:
             updates.append({"id": found[0], **values})
             counts["replaced"] += 1
-        elif row.measured_at == found[1]:
+        elif rank == found[1]:
             counts["unchanged"] += 1
         else:
             counts["older_ignored"] += 1

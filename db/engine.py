@@ -33,14 +33,55 @@ T = TypeVar("T")
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 
 
+DB_FILE = "convtune.db"
+
+
 def default_url() -> str:
-    """$CONVTUNE_DB_URL, else an SQLite file under the user's cache directory."""
+    """$CONVTUNE_DB_URL, else an SQLite file under the user's data directory.
+
+    Measurements are worth keeping (they take minutes to hours to redo), and cache
+    directories are what cleaners empty, so the default lives in the data directory;
+    a database left in the cache directory by convtune 0.1 is copied over once.
+    """
     url = os.environ.get(ENV_URL)
     if url:
         return url
-    from platformdirs import user_cache_dir
+    from platformdirs import user_cache_dir, user_data_dir
 
-    return f"sqlite:///{Path(user_cache_dir('convtune')) / 'convtune.db'}"
+    path = Path(user_data_dir("convtune")) / DB_FILE
+    adopt_database(Path(user_cache_dir("convtune")) / DB_FILE, path)
+    return f"sqlite:///{path}"
+
+
+def adopt_database(old: Path, new: Path) -> bool:
+    """Copy the SQLite database `old` to `new` unless `new` exists; True if copied.
+
+    sqlite3's backup API takes a consistent copy even while another process writes `old`
+    (its WAL included); the copy appears at `new` only when complete, and never replaces
+    a database another process adopted first. `old` stays, for older convtune versions.
+    """
+    if new.exists() or not old.is_file():
+        return False
+    new.parent.mkdir(parents=True, exist_ok=True)
+    partial = new.with_name(f"{new.name}.{os.getpid()}.{threading.get_ident()}.partial")
+    try:
+        source = sqlite3.connect(f"{old.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            target = sqlite3.connect(partial)
+            try:
+                source.backup(target)
+            finally:
+                target.close()
+        finally:
+            source.close()
+        os.link(partial, new)  # unlike a rename, fails if someone else got there first
+        return True
+    except FileExistsError:
+        return False
+    except sqlite3.DatabaseError:
+        return False  # not a database: leave it where it is; a new one starts at `new`
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 class Store:

@@ -22,7 +22,14 @@ from db.keys import (
 )
 from db.migrations import GENERATION_KEY
 from db.models import Device, Measurement, Meta, Problem
-from db.rows import ROW_FIELDS, MeasurementRow, as_utc, measurement_row, plain_row
+from db.rows import (
+    ROW_FIELDS,
+    MeasurementRow,
+    as_utc,
+    measurement_row,
+    plain_row,
+    utcnow,
+)
 
 _LOAD_STATEMENT = (
     select(*(Measurement.__table__.c[f] for f in ROW_FIELDS))
@@ -187,6 +194,7 @@ def save_measurements(
         ).scalar()
         values = asdict(row)
         values["measured_at"] = as_utc(row.measured_at)
+        values["recorded_at"] = utcnow()
         if existing is None:
             session.add(Measurement(device_id=device_id, problem_id=problem_id, **values))
         else:

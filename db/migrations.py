@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timezone
 
-from sqlalchemy import Connection, MetaData, Table, inspect, select, text
+from sqlalchemy import Connection, DateTime, MetaData, Table, column, inspect, select, text
+from sqlalchemy import table as light_table
 
-from db.models import PROBLEM_INT_FIELDS, Base, Claim, Meta, Problem
+from db.models import PROBLEM_INT_FIELDS, Base, Claim, Job, Meta, Problem
 
 #: The schema this code writes. Bump it together with a new entry in MIGRATIONS.
 #: 1: devices, problems, measurements. 2: + claims (several tuners sharing one store).
 #: 3: + the `generation` meta row, bumped by every write of measurements (answer caches).
 #: 4: + problems.math ("fp32"/"tf32"), part of the problem's unique key.
-SCHEMA_VERSION = 4
+#: 5: + measurements.recorded_at (the store's own clock, for merge precedence).
+#: 6: + jobs (background jobs of the HTTP service, readable by every worker process).
+SCHEMA_VERSION = 6
 
 #: The meta key counting writes of measurements: processes that cache answers in memory
 #: compare it to know when another process changed the store.
@@ -62,10 +66,31 @@ def _add_math(conn: Connection) -> None:
     conn.execute(text(f"ALTER TABLE problems ADD UNIQUE ({new_key})"))
 
 
+def _add_recorded_at(conn: Connection) -> None:
+    """4 -> 5: measurements.recorded_at, set to the upgrade time for every existing row.
+
+    The store cannot know when it received old rows; the upgrade time is the latest it can
+    vouch for, and it caps the precedence of any future-dated row imported before.
+    """
+    kind = DateTime(timezone=True)
+    conn.execute(text(
+        f"ALTER TABLE measurements ADD COLUMN recorded_at {kind.compile(dialect=conn.dialect)}"
+    ))
+    # A lightweight table, not the model: this step must keep doing what it did in schema 5.
+    measurements = light_table("measurements", column("recorded_at", kind))
+    conn.execute(measurements.update().values(recorded_at=datetime.now(timezone.utc)))
+
+
+def _add_jobs(conn: Connection) -> None:
+    """5 -> 6: the jobs table (rows of version 5 are untouched)."""
+    Job.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
+
 #: MIGRATIONS[v] upgrades a version-v database to version v + 1, in one transaction.
 #: Steps only add (tables, columns with defaults, keys that widen): stored names are forever.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
-    1: _add_claims, 2: _add_generation, 3: _add_math,
+    1: _add_claims, 2: _add_generation, 3: _add_math, 4: _add_recorded_at,
+    5: _add_jobs,
 }
 
 

@@ -104,6 +104,10 @@ class Measurement(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     tuner_version: Mapped[str] = mapped_column(String(32))
+    #: When this store wrote the row, by its own clock (schema 5): merges rank a row by
+    #: min(measured_at, recorded_at), so a future measured_at from a wrong or forged clock
+    #: cannot outrank later imports. measured_at stays as data.
+    recorded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Claim(Base):
@@ -121,3 +125,16 @@ class Claim(Base):
     owner: Mapped[str] = mapped_column(String(256))  # host:pid:uuid of the claiming tuner
     claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class Job(Base):
+    """A background tuning job of `convtune serve` (schema 6), so that every worker process
+    answers polls: the process running it writes each change, any process reads it."""
+
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    result: Mapped[str] = mapped_column(Text)  # canonical JSON of the job's snapshot
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)

@@ -67,6 +67,22 @@ __device__ __forceinline__ int fast_div(int n, unsigned int mul, unsigned int sh
     return static_cast<int>((__umulhi(un, mul) + un) >> shift);
 }
 
+// The input coordinate that output coordinate `o` reads through filter tap `t` (one axis):
+// the forward index map, shared by every kernel that walks it either way.
+__device__ __forceinline__ int tap_input(int o, int t, int pad, int str, int dil) {
+    return o * str - pad + t * dil;
+}
+
+// Its inverse: the output coordinate whose tap `t` reads input coordinate `i`, or -1 when
+// there is none (i + pad - t * dil negative, between two strides: a "hole", or >= O). The
+// sign test comes first because C++ division truncates toward zero.
+__device__ __forceinline__ int tap_output(int i, int t, int pad, int str, int dil, int O) {
+    const int num = i + pad - t * dil;
+    if (num < 0) return -1;
+    const int o = num / str;
+    return (o * str == num && o < O) ? o : -1;
+}
+
 // The shape of a convolution, in the order algorithms.cuda._loader.shape_args() passes it.
 #define CONV_SHAPE_PARAMS                                                                  \
     int N, int C, int H, int W, int K, int R, int S, int P, int Q, int pad_h, int pad_w,  \

@@ -5,6 +5,10 @@
 // Grid: x = tiles_h * tiles_w (row-major over output tiles), y = groups * ceil(kg / KPT),
 // z = N. Dynamic shared memory: cb * (in_tile_h * in_tile_w + KPT * R * S) accumulator words,
 // computed by algorithms/cuda/direct.py (direct_smem_words).
+//
+// The backward directions (below the forward kernel) need neither shared tiles nor a
+// workspace: direct_bwd_data gathers each dx element from the dy positions that read it,
+// direct_bwd_filter reduces each dw element over the batch and the output pixels.
 #include "common.cuh"
 
 // Registers are capped at 128 per thread (as for a 512-thread block): room for KPT
@@ -35,8 +39,8 @@ __global__ void __launch_bounds__(TH * TW, 512 / (TH * TW))
     const int tile_q = blockIdx.x - tile_p * tiles_w;
     const int p0 = tile_p * TH;
     const int q0 = tile_q * TW;
-    const int ih0 = p0 * str_h - pad_h;
-    const int iw0 = q0 * str_w - pad_w;
+    const int ih0 = tap_input(p0, 0, pad_h, str_h, dil_h);
+    const int iw0 = tap_input(q0, 0, pad_w, str_w, dil_w);
     const int tid = threadIdx.y * TW + threadIdx.x;
 
     const T* xg = x + (static_cast<long long>(n) * C + g * cg) * H * W;
@@ -100,4 +104,108 @@ __global__ void __launch_bounds__(TH * TW, 512 / (TH * TW))
             if (k0 + kk < kg) store_acc(yp + static_cast<long long>(kk) * P * Q, acc[kk]);
         }
     }
+}
+
+// backward_data: dx[n][g*cg + c][ih][iw] = sum over the group's k and the taps (r, s) whose
+// output position (p, q) is integral and in range (tap_output) of dy[n][k][p][q] * w[k][c][r][s].
+// One thread per input pixel computes CPT channels, so each dy load serves CPT products.
+// Grid: x = ceil(H * W / 256), y = groups * cblocks (cblocks = ceil(cg / CPT)), z = N.
+template <typename T, int CPT>
+__global__ void __launch_bounds__(256)
+    direct_bwd_data(const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx,
+                    CONV_SHAPE_PARAMS, int cblocks) {
+    typedef typename AccOf<T>::type A;
+    const int cg = C / groups;
+    const int kg = K / groups;
+    const int RS = R * S;
+    const int PQ = P * Q;
+    const int g = blockIdx.y / cblocks;
+    const int c0 = (blockIdx.y - g * cblocks) * CPT;  // first input channel, within group
+    const int n = blockIdx.z;
+    const int hw = blockIdx.x * blockDim.x + threadIdx.x;
+    if (hw >= H * W) return;
+    const int ih = hw / W;
+    const int iw = hw - ih * W;
+    const int cn = min(CPT, cg - c0);
+    const T* dyg = dy + (static_cast<long long>(n) * K + g * kg) * PQ;
+    const T* wg = w + (static_cast<long long>(g) * kg * cg + c0) * RS;
+
+    A acc[CPT];
+#pragma unroll
+    for (int cc = 0; cc < CPT; ++cc) acc[cc] = A(0);
+    for (int r = 0; r < R; ++r) {
+        const int p = tap_output(ih, r, pad_h, str_h, dil_h, P);
+        if (p < 0) continue;
+        for (int s = 0; s < S; ++s) {
+            const int q = tap_output(iw, s, pad_w, str_w, dil_w, Q);
+            if (q < 0) continue;
+            const T* dyp = dyg + p * Q + q;
+            const T* wp = wg + r * S + s;
+            for (int k = 0; k < kg; ++k) {
+                const A v = load_acc(dyp + static_cast<long long>(k) * PQ);
+#pragma unroll
+                for (int cc = 0; cc < CPT; ++cc) {
+                    // Channels past cg re-read the last one (no branch); they are not stored.
+                    const int ch = min(cc, cn - 1);
+                    acc[cc] += v * load_acc(wp + (static_cast<long long>(k) * cg + ch) * RS);
+                }
+            }
+        }
+    }
+    T* dxp = dx + ((static_cast<long long>(n) * C + g * cg + c0) * H + ih) * W + iw;
+#pragma unroll
+    for (int cc = 0; cc < CPT; ++cc) {
+        if (cc < cn) store_acc(dxp + static_cast<long long>(cc) * H * W, acc[cc]);
+    }
+}
+
+// backward_filter: one block per dw element (k, c, r, s), flattened in dw's own order on
+// grid x, reduces dy[n][k][p][q] * x[n][g*cg + c][tap_input(p, r)][tap_input(q, s)] over
+// n, p, q: each thread sums a strided share in the accumulator type (float for half), then
+// a fixed-order shared-memory tree adds the THREADS partial sums. Only N*P*Q/THREADS terms
+// are summed serially, which keeps the error small at large N; the order never depends on
+// scheduling, so the result is deterministic.
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    direct_bwd_filter(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw,
+                      CONV_SHAPE_PARAMS, unsigned int pq_mul, unsigned int pq_shr,
+                      unsigned int q_mul, unsigned int q_shr) {
+    typedef typename AccOf<T>::type A;
+    __shared__ A part[THREADS];
+    const int cg = C / groups;
+    const int kg = K / groups;
+    const int RS = R * S;
+    const int PQ = P * Q;
+    const int e = blockIdx.x;
+    const int kc = e / RS;
+    const int rs = e - kc * RS;
+    const int k = kc / cg;
+    const int c = kc - k * cg;
+    const int r = rs / S;
+    const int s = rs - r * S;
+    const T* xc = x + static_cast<long long>(k / kg * cg + c) * H * W;
+    const T* dyk = dy + static_cast<long long>(k) * PQ;
+
+    A acc = A(0);
+    const int total = N * PQ;  // one channel of dy over the batch: < 2^31 like dy itself
+    for (int i = threadIdx.x; i < total; i += THREADS) {
+        const int img = fast_div(i, pq_mul, pq_shr);
+        const int pq = i - img * PQ;
+        const int p = fast_div(pq, q_mul, q_shr);
+        const int q = pq - p * Q;
+        const int ih = tap_input(p, r, pad_h, str_h, dil_h);
+        const int iw = tap_input(q, s, pad_w, str_w, dil_w);
+        if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
+            const A v = load_acc(dyk + static_cast<long long>(img) * K * PQ + pq);
+            acc += v * load_acc(xc + (static_cast<long long>(img) * C * H + ih) * W + iw);
+        }
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+#pragma unroll
+    for (int half = THREADS / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) store_acc(dw + e, part[0]);
 }

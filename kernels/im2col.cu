@@ -5,6 +5,11 @@
 // with cuBLAS. Element i of col decomposes as i = (row, pq) with row = (img*C + c)*RS + rs,
 // so consecutive threads write consecutive addresses and read consecutive (strided) pixels.
 // Every element is written (zeros for padding). Total elements must be < 2^31.
+//
+// col2im is its adjoint for backward_data: given the same column layout (filled with
+// W^T dy by cuBLAS), each dx element of the chunk GATHERS the column entries that im2col
+// would have copied from it: one per tap (r, s) whose output position is integral (not a
+// stride hole) and in range. No atomics, a fixed summation order: deterministic.
 #include "common.cuh"
 
 template <typename T>
@@ -27,12 +32,54 @@ __global__ void __launch_bounds__(256)
         const int q = pq - p * Q;
         const int r = fast_div(rs, s_mul, s_shr);
         const int s = rs - r * S;
-        const int ih = p * str_h - pad_h + r * dil_h;
-        const int iw = q * str_w - pad_w + s * dil_w;
+        const int ih = tap_input(p, r, pad_h, str_h, dil_h);
+        const int iw = tap_input(q, s, pad_w, str_w, dil_w);
         typename AccOf<T>::type v = 0;
         if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
             v = load_acc(xn + (static_cast<long long>(plane) * H + ih) * W + iw);
         }
         store_acc(col + i, v);
+    }
+}
+
+// At least 4 blocks per SM: with the thread count alone ptxas capped this kernel at 32
+// registers and spilled; 64 fit its tap loops.
+template <typename T>
+__global__ void __launch_bounds__(256, 4)
+    col2im(const T* __restrict__ col, T* __restrict__ dx, CONV_SHAPE_PARAMS, int n0, int total,
+           unsigned int hw_mul, unsigned int hw_shr, unsigned int w_mul, unsigned int w_shr) {
+    const int RS = R * S;
+    const int PQ = P * Q;
+    T* dxn = dx + static_cast<long long>(n0) * C * H * W;
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
+         u += gridDim.x * blockDim.x) {
+        const int i = static_cast<int>(u);
+        const int plane = fast_div(i, hw_mul, hw_shr);  // img * C + c
+        const int hw = i - plane * (H * W);
+        const int ih = fast_div(hw, w_mul, w_shr);
+        const int iw = hw - ih * W;
+        // This plane's rows of the column matrix: [r][s][p][q].
+        const T* cp = col + static_cast<long long>(plane) * RS * PQ;
+        typename AccOf<T>::type acc = 0;
+        for (int r = 0; r < R; ++r) {
+            const int p = tap_output(ih, r, pad_h, str_h, dil_h, P);
+            if (p < 0) continue;
+            for (int s = 0; s < S; ++s) {
+                const int q = tap_output(iw, s, pad_w, str_w, dil_w, Q);
+                if (q >= 0) acc += load_acc(cp + (r * S + s) * PQ + p * Q + q);
+            }
+        }
+        store_acc(dxn + i, acc);
+    }
+}
+
+// float16 backward_filter: cuBLAS sums dW over the batch in a float32 workspace (so no
+// partial sum is rounded to float16); this rounds the finished sum to storage once.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    round_to_storage(const float* __restrict__ src, T* __restrict__ dst, int total) {
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
+         u += gridDim.x * blockDim.x) {
+        store_acc(dst + u, src[u]);
     }
 }

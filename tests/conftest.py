@@ -13,7 +13,7 @@ from db.engine import close_stores
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # Never touch the user's cache database; keep timing short on a 2-core CI machine.
+    # Never touch the user's own database; keep timing short on a 2-core CI machine.
     monkeypatch.setenv("CONVTUNE_DB_URL", f"sqlite:///{tmp_path / 'convtune.db'}")
     monkeypatch.setenv("CONVTUNE_BUDGET_S", "0.01")
     monkeypatch.setenv("CONVTUNE_MIN_REPS", "2")

@@ -50,6 +50,21 @@ SHAPES: dict[str, dict[str, Any]] = {
     "many_frequencies": dict(n=1, c=2, h=370, w=370, k=2, r=3, s=3, pad=1),
 }
 
+#: Depthwise shapes (groups == c) beyond those of SHAPES, for the depthwise kernel alone:
+#: several tiles in both directions, odd sizes, multipliers, dilation with stride, 5x5.
+DEPTHWISE_SHAPES: dict[str, dict[str, Any]] = {
+    # 37 wide and 19 tall at stride 2: 19x10 outputs, dilation 2, multiplier 2.
+    "dw_dilated_m2": dict(n=2, c=3, h=19, w=37, k=6, r=3, s=3, pad=2, stride=2, dilation=2,
+                          groups=3),
+    # 35 rows: more than one 32-row tile; a 5x5 halo of 2 on every side.
+    "dw_5x5_tall": dict(n=1, c=2, h=35, w=9, k=2, r=5, s=5, pad=2, groups=2),
+    # Every pair asymmetric; 2x1 filter taps of a 3x2 filter read padding only at the edges.
+    "dw_asymmetric": dict(n=3, c=4, h=9, w=20, k=4, r=3, s=2, pad=(1, 0), stride=(1, 2),
+                          dilation=(2, 1), groups=4),
+    # MobileNet-v2's 7x7 block (c=960 scaled down): a tile larger than the image, multiplier 3.
+    "dw_7x7_m3": dict(n=2, c=5, h=7, w=7, k=15, r=3, s=3, pad=1, groups=5),
+}
+
 #: The network layers of SHAPES (too big to emulate on a CPU at these batch sizes).
 NETWORK_SHAPES = tuple(name for name in SHAPES if name.startswith(("r50_", "vgg_")))
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
-from benchmarks.bench_gpu import markdown, summarize
+from algorithms.problem import ConvProblem
+from algorithms.reference import reference, relative_error
+from benchmarks.bench_gpu import bandwidth, markdown, summarize, torch_conv
 
 
 def _row(network: str, layer: str, speed: float | None,
@@ -44,3 +47,50 @@ def test_markdown_lists_every_layer_and_the_summary() -> None:
     assert "| ours/cuDNN speed, all | 0.750 |" in table
     assert "| layers counted, all | 1 |" in table
     assert "64 x 128 x 576" in table
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
+def test_cudnn_side_computes_the_problems_direction(direction: str) -> None:
+    # bench_gpu compares our gradients with PyTorch's: its call must be the same gradient.
+    torch = pytest.importorskip("torch")
+    problem = ConvProblem(n=2, c=4, h=9, w=8, k=6, r=3, s=2, pad=1, stride=2, dilation=(1, 2),
+                          groups=2, dtype="float64", direction=direction)
+    rng = np.random.default_rng()
+    a_shape, b_shape, _ = problem.operand_shapes
+    a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+    ours = torch_conv(torch, problem, torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    assert relative_error(ours, reference(a, b, problem)) < 1e-12
+
+
+def _depthwise_row(layer: str, depthwise_ms: float | None) -> dict[str, Any]:
+    row = _row("mobilenet_v2", layer, 0.5)
+    row["tuned"] = {"algorithm": "depthwise", "config": "32x32p4", "ms": 0.25}
+    row["algorithms"] = {"depthwise": {"ms": depthwise_ms} if depthwise_ms else {}}
+    row["bandwidth"] = bandwidth(row, 600_000_000, 3000.0)
+    return row
+
+
+def test_depthwise_bandwidth_against_the_hbm_copy_rate() -> None:
+    # 600 MB in 0.25 ms is 2,400 GB/s: 0.8 of a 3,000 GB/s copy; cuDNN's 0.5 ms is 1,200.
+    row = _depthwise_row("block2.1.dw3x3", 0.25)
+    b = row["bandwidth"]
+    assert b["tuned_gbps"] == pytest.approx(2400.0)
+    assert b["depthwise_gbps"] == pytest.approx(2400.0)
+    assert b["cudnn_gbps"] == pytest.approx(1200.0)
+    assert b["depthwise_vs_hbm"] == pytest.approx(0.8)
+    assert b["cudnn_vs_hbm"] == pytest.approx(0.4)
+    untimed = _depthwise_row("block3.1.dw3x3", None)["bandwidth"]
+    assert untimed["depthwise_gbps"] is None and untimed["depthwise_vs_hbm"] is None
+
+
+def test_depthwise_table_and_mean_count_only_timed_layers() -> None:
+    rows = [_depthwise_row("a", 0.25), _depthwise_row("b", 1.0), _depthwise_row("c", None),
+            _row("resnet50", "res2.3x3", 0.75)]
+    summary = summarize(rows)
+    # 0.8 and 0.2 of the copy rate: geometric mean 0.4; the untimed layer is counted out.
+    assert summary["depthwise GB/s / HBM copy, depthwise layers"] == pytest.approx(0.4)
+    assert summary["layers counted, depthwise GB/s"] == 2
+    table = markdown({"rows": rows, "summary": summary})
+    assert "| mobilenet_v2/a | 600.0 | depthwise/32x32p4 | 2400 | 2400 | 1200 | 0.80 |" in table
+    assert "| mobilenet_v2/c | 600.0 | depthwise/32x32p4 | 2400 | - | 1200 | - |" in table
+    assert "res2.3x3 | 600" not in table  # dense layers stay out of the depthwise table

@@ -17,12 +17,18 @@ from typing import Any
 
 import pytest
 
-from algorithms.cuda import shipped_kernels, winograd
+from algorithms.cuda import depthwise, shipped_kernels, winograd
 from algorithms.cuda._loader import CTYPES
 from algorithms.problem import DTYPES
 from tests.cuda_emu.build import build_all, missing_tools
-from tests.cuda_emu.cases import ALGORITHMS, run_cases
-from tests.cuda_shapes import ALIGN_SHAPES, NETWORK_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
+from tests.cuda_emu.cases import ALGORITHMS, SCHEDULES, run_cases
+from tests.cuda_shapes import (
+    ALIGN_SHAPES,
+    DEPTHWISE_SHAPES,
+    NETWORK_SHAPES,
+    OTHER_DTYPE_SHAPES,
+    SHAPES,
+)
 from tests.precision import make_problem
 
 _missing = missing_tools()
@@ -84,6 +90,60 @@ _WINOGRAD_SHAPES: dict[str, dict[str, Any]] = {
     "wino_one_output": dict(n=3, c=4, h=3, w=3, k=2, r=3, s=3),
 }
 
+#: The depthwise kernel runs SHAPES' depthwise layers through the loop below, and these in
+#: the dtypes named (dw_dilated_m2, a 3x3, in every dtype: every shipped instance, the _3x3
+#: ones included, runs), plus dw_asymmetric one element off alignment in every dtype.
+#: Mutations of kernels/depthwise.cu these cases catch (each tried by hand once, float32
+#: cases; "n of 8": how many of the 8 float32 depthwise cases fail):
+#:   halo one column short (in_w without its + 1)         -> relative error 0.02-0.34, 7 of 8
+#:   halo bound ih <= H instead of ih < H                   -> ASan heap overflow past x, or
+#:                                                             relative error 0.14, 8 of 8
+#:   the __syncthreads() after staging removed              -> results differ between
+#:                                                             schedules (a race), 8 of 8
+#:   taps of channel c from w + c * RS (multiplier lost)    -> relative error 1.0-1.3, the 3
+#:                                                             multiplier > 1 cases
+#:   compiled-in 3x3 loops one filter row short (KR - 1)    -> relative error 1.2-1.3 in the
+#:                                                             _3x3 configs, the 4 3x3 cases
+_DW_DTYPES: dict[str, tuple[str, ...]] = {
+    "dw_dilated_m2": tuple(DTYPES), "dw_5x5_tall": ("float32", "bfloat16"),
+    "dw_asymmetric": ("float32", "float16"), "dw_7x7_m3": ("float32", "bfloat16"),
+}
+
+#: The backward directions' kernels (direct_bwd_data, direct_bwd_filter, col2im and the
+#: im2col_gemm GEMM layouts) on these geometries, each against the float64 reference of its
+#: direction: stride holes (taps fewer than the stride: some dx get no term), padding, dilation
+#: 2, groups 2, odd sizes, n > 1, and a deep batch for backward_filter's float16 sums.
+_BWD_SHAPES: dict[str, dict[str, Any]] = {
+    "odd": SHAPES["odd"],
+    "holes_1x1_s2": dict(n=3, c=4, h=9, w=8, k=6, r=1, s=1, stride=2),
+    "holes_s3_pad": dict(n=2, c=3, h=10, w=11, k=4, r=2, s=2, pad=1, stride=3),
+    "dil2_groups2": dict(n=2, c=6, h=11, w=9, k=4, r=3, s=3, pad=2, dilation=2, groups=2),
+    "stride_pair": SHAPES["stride_pair"],
+    "dilation_stride": SHAPES["dilation_stride"],
+    "groups_strided": SHAPES["groups_strided"],
+    "pad_gt_filter": SHAPES["pad_gt_filter"],
+    "deep_batch": dict(n=48, c=2, h=6, w=6, k=3, r=3, s=3, pad=1),
+}
+#: Mutations of the backward kernels these cases catch (each injected once, every backward
+#: case run; `n` of 68 failed):
+#:   tap_output without the stride-hole test (o * str == num)   -> 14: every stride > 1 case
+#:                                      of both backward_data kernels, relative error ~1.7
+#:   tap_output's range test o <= O instead of o < O            -> 24: ASan heap-buffer-overflow
+#:   col2im's pad_h - 1 (padding off by one)                    -> 18: relative error ~1.3
+#:   col2im skipping the last column tap (s + 1 < S)            -> 18: relative error 0.4-0.7
+#:   direct_bwd_filter's tree without its __syncthreads()       -> 18: results differ between
+#:                                                                 schedules (a race)
+#:   direct_bwd_filter dropping the batch's last term            -> 17: relative error 7e-3
+#:   direct_bwd_data without the channel clamp (ch = cc)        -> 15: ASan heap-buffer-overflow
+#:   im2col_gemm backward_filter, accumulate=img > 0 (chunks
+#:   overwrite dW instead of adding)                            -> 13: every chunk=1/4/16 run
+#:   im2col_gemm backward_data GEMM with W untransposed (OP_N)  -> 18: relative error >= 178
+#: Shapes of _BWD_SHAPES also run in float16 and float64.
+_BWD_OTHER_DTYPES = ("odd", "holes_s3_pad", "dil2_groups2", "deep_batch")
+#: The algorithms that compute the backward directions on the GPU.
+_BWD_ALGORITHMS = ("direct", "im2col_gemm")
+_BWD_DIRECTIONS = ("backward_data", "backward_filter")
+
 
 def _case(case_id: str, name: str, problem: dict[str, Any],
           offsets: list[int] | None = None) -> dict[str, Any] | None:
@@ -119,6 +179,24 @@ def _cases() -> list[dict[str, Any]]:
                                                 "math": math}, [item, item, item]))
     cases += [_case(f"winograd-{shape}-{dtype}", "winograd", {**kw, "dtype": dtype})
               for shape, kw in _WINOGRAD_SHAPES.items() for dtype in CTYPES]
+    for shape, dw_dtypes in _DW_DTYPES.items():
+        cases += [_case(f"depthwise-{shape}-{d}", "depthwise", {**DEPTHWISE_SHAPES[shape],
+                                                                "dtype": d}) for d in dw_dtypes]
+    for dtype, item in DTYPES.items():
+        cases.append(_case(f"depthwise-dw_asymmetric-{dtype}-offset", "depthwise",
+                           {**DEPTHWISE_SHAPES["dw_asymmetric"], "dtype": dtype},
+                           [item, item, item]))
+    for name in _BWD_ALGORITHMS:
+        for direction in _BWD_DIRECTIONS:
+            for shape, kw in _BWD_SHAPES.items():
+                dtypes = ["float32", *(("float16", "float64") if shape in _BWD_OTHER_DTYPES
+                                       else ())]
+                cases += [_case(f"{name}-{direction}-{shape}-{d}", name,
+                                {**kw, "dtype": d, "direction": direction}) for d in dtypes]
+            item = 4
+            cases.append(_case(f"{name}-{direction}-pq_odd_k_odd-float32-offset", name,
+                               {**ALIGN_SHAPES["pq_odd_k_odd"], "direction": direction},
+                               [item, item, item]))
     return [c for c in cases if c is not None]
 
 
@@ -149,12 +227,39 @@ def test_every_algorithm_and_dtype_is_covered() -> None:
     assert {d for n, d in covered if n == "implicit_gemm"} == {"float32", "float16"}
     assert {d for n, d in covered if n == "fft"} == set(CTYPES)  # fft has no bfloat16
     assert {d for n, d in covered if n == "winograd"} == set(CTYPES)
+    assert {d for n, d in covered if n == "depthwise"} == set(DTYPES)
 
 
 def test_every_winograd_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:
     launched = {name for case_id, verdict in verdicts.items() if case_id.startswith("winograd")
                 for name, _args in verdict.get("launches", [])}
     assert launched == set(winograd.shipped_kernels())
+
+
+def test_every_shipped_depthwise_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:
+    launched = {name for case_id, case in CASES.items() if case["algorithm"] == "depthwise"
+                for name, _args in verdicts[case_id].get("launches", [])}
+    assert launched == set(depthwise.shipped_kernels())
+
+
+def test_every_backward_kernel_and_dtype_is_covered() -> None:
+    covered = {(c["algorithm"], c["problem"].get("direction"), c["problem"].get("dtype", "float32"))
+               for c in CASES.values()}
+    for name in _BWD_ALGORITHMS:
+        for direction in _BWD_DIRECTIONS:
+            for dtype in CTYPES:
+                supported = ALGORITHMS[name].supports(
+                    make_problem(**_BWD_SHAPES["odd"], dtype=dtype, direction=direction))
+                assert ((name, direction, dtype) in covered) == bool(supported)
+
+
+def test_float16_backward_filter_sums_in_float32(verdicts: dict[str, dict[str, Any]]) -> None:
+    """im2col_gemm's float16 dW is summed over the batch in float32, rounded once at the end."""
+    verdict = verdicts["im2col_gemm-backward_filter-deep_batch-float16"]
+    assert verdict["status"] == "ok", verdict["message"]
+    names = [name for name, _args in verdict["launches"]]
+    configs = len(verdict["errors"])
+    assert names.count("round_to_storage<half_t>") == configs * len(SCHEDULES)
 
 
 @pytest.mark.parametrize("y_off", [0, 4, 8, 12])

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from algorithms.cuda import _cublas, direct, fft, im2col_gemm, implicit_gemm
+from algorithms.cuda import _cublas, depthwise, direct, fft, im2col_gemm, implicit_gemm
 from algorithms.cuda._loader import fastdiv
 from algorithms.problem import ConvProblem
 from tests.cuda_emu.cases import ALGORITHMS as ALGOS
@@ -120,7 +120,8 @@ def _checked_launch(filename: str, name_expression: str) -> Callable[..., None]:
 
 def _checked_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
                   a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
-                  c: int, ldc: int, sc: int, batch: int) -> None:
+                  c: int, ldc: int, sc: int, batch: int, accumulate: bool = False,
+                  float32_c: bool = False) -> None:
     assert min(m, n, k, batch) >= 1 and max(m, n, k, lda, ldb, ldc) <= 2**31 - 1
     assert batch <= _cublas.MAX_BATCH
     assert ldc >= m and lda >= (m if transa == 0 else k) and ldb >= (k if transb == 0 else n)
@@ -148,19 +149,25 @@ BIG_PROBLEMS: dict[str, dict[str, Any]] = {
     "k_tiles_over_grid_yz": dict(n=1, c=1, h=2, w=2, k=600000, r=1, s=1),
     "near_int32": dict(n=64, c=512, h=224, w=224, k=64, r=3, s=3, pad=1),
     "huge_dilation": dict(n=1, c=2, h=300, w=300, k=2, r=3, s=3, dilation=100),
+    # Depthwise: just under 2**31 input elements, and a footprint over 48 KB for every tile.
+    "depthwise_near_int32": dict(n=64, c=512, h=255, w=255, k=512, r=3, s=3, pad=1,
+                                 groups=512),
+    "depthwise_huge_dilation": dict(n=1, c=2, h=300, w=300, k=4, r=3, s=3, dilation=100,
+                                    groups=2),
 }
 
 
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
 @pytest.mark.parametrize("shape", list(BIG_PROBLEMS))
-@pytest.mark.parametrize("name", ["direct", "im2col_gemm", "implicit_gemm"])
+@pytest.mark.parametrize("name", ["direct", "im2col_gemm", "implicit_gemm", "depthwise"])
 def test_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch, name: str,
-                                            shape: str) -> None:
+                                            shape: str, direction: str) -> None:
     """Whatever supports() accepts launches within grid, block and shared-memory limits."""
-    for module in (direct, im2col_gemm, implicit_gemm):
+    for module in (direct, im2col_gemm, implicit_gemm, depthwise):
         monkeypatch.setattr(module, "get_kernel", _checked_launch)
     monkeypatch.setattr(_cublas, "_gemm", _checked_gemm)
     LAUNCHES.clear()
-    problem = ConvProblem(**BIG_PROBLEMS[shape])
+    problem = ConvProblem(**BIG_PROBLEMS[shape], direction=direction)
     algorithm = ALGOS[name]
     if not algorithm.supports(problem):
         assert algorithm.supports(problem).reason
@@ -198,9 +205,30 @@ def test_gemm_batches_are_split_for_cublas(monkeypatch: pytest.MonkeyPatch) -> N
     batch, item = 2 * _cublas.MAX_BATCH + 5, 8
     _cublas.gemm_strided_batched("complex64", 2, 0, 3, 4, 5, 1000, 5, 15, 2000, 5, 0,
                                  3000, 3, 12, batch)
-    assert [c[-1] for c in calls] == [_cublas.MAX_BATCH, _cublas.MAX_BATCH, 5]
+    assert [c[-3] for c in calls] == [_cublas.MAX_BATCH, _cublas.MAX_BATCH, 5]
+    # beta = 0 and C in the operands' type unless asked otherwise.
+    assert [c[-2:] for c in calls] == [(False, False)] * 3
     for i, call in enumerate(calls):
         first = i * _cublas.MAX_BATCH
         assert call[:6] == ("complex64", 2, 0, 3, 4, 5)
         assert call[6:15] == (1000 + first * 15 * item, 5, 15, 2000, 5, 0,
                               3000 + first * 12 * item, 3, 12)
+
+
+def test_depthwise_limits_say_why() -> None:
+    algorithm = ALGOS["depthwise"]
+    assert "groups == c" in algorithm.supports(ConvProblem(**SHAPES["odd"])).reason
+    huge = algorithm.supports(ConvProblem(**BIG_PROBLEMS["depthwise_huge_dilation"]))
+    assert "48 KB" in huge.reason
+    assert algorithm.supports(ConvProblem(**BIG_PROBLEMS["depthwise_near_int32"]))
+    over = ConvProblem(**{**BIG_PROBLEMS["depthwise_near_int32"], "h": 256, "w": 256})
+    assert "2**31" in algorithm.supports(over).reason
+
+
+def test_depthwise_offers_compiled_in_filter_sizes_only_for_them() -> None:
+    configs = {(r, s): set(ALGOS["depthwise"].configs(
+        ConvProblem(n=1, c=4, h=9, w=9, k=4, r=r, s=s, pad=1, groups=4)))
+        for r, s in ((3, 3), (5, 5), (3, 1))}
+    assert {"32x16p2_3x3", "16x16p2_3x3"} <= configs[(3, 3)]
+    assert configs[(5, 5)] == configs[(3, 1)] == set(configs[(3, 3)]) - {
+        "32x16p2_3x3", "16x16p2_3x3"}

@@ -16,11 +16,13 @@ A bundle is JSON lines (UTF-8, one compact JSON object per line, keys sorted):
    counts and the sha256 of every byte before the trailer line (header included), so a
    truncated or edited file is detected.
 
-Reading validates the whole file before anything is written: a foreign or corrupt file
-raises BundleError with a one-line message and leaves the store untouched. Importing
-merges in one transaction (db.bundles.merge_records): re-importing is a no-op, a newer
-measurement of the same (device, problem, algorithm, config, impl_hash) replaces an older
-one, and an older one never replaces a newer one.
+Reading validates the whole file before anything is written: a foreign or corrupt file,
+or an impossible value (an ok row without a positive finite time, a measured_at past this
+host's clock plus CLOCK_SKEW, a newer schema_version), raises BundleError with a one-line
+message naming the record and leaves the store untouched. Importing merges in one
+transaction (db.bundles.merge_records): re-importing is a no-op, a newer measurement of
+the same (device, problem, algorithm, config, impl_hash) replaces an older one, and an
+older one never replaces a newer one; "newer" is capped by the receiving store's clock.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeGuard
 
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -57,6 +59,11 @@ MEDIA_TYPE = "application/x-ndjson"
 
 _DEVICE_FIELDS = {"kind": str, "name": str, "arch": str, "units": int}
 _OPTIONAL_FLOATS = ("time_ms", "spread_ms", "min_ms", "max_error", "rel_error")
+#: Times are finite wherever given; errors may be inf/NaN only on rows that are not ok
+#: (an infinite error is what makes a row wrong_result).
+_TIMES = ("time_ms", "spread_ms", "min_ms")
+#: How far past this host's clock a measured_at may lie (clocks of a fleet drift a little).
+CLOCK_SKEW = timedelta(minutes=5)
 
 
 class BundleError(ValueError):
@@ -145,6 +152,14 @@ def _check_header(header: dict[str, Any]) -> None:
             f"bundle format version {version} is newer than this convtune reads ({VERSION}); "
             "upgrade convtune"
         )
+    schema = header.get("schema_version")
+    if not _is_int(schema) or schema < 1:
+        raise BundleError(f"bundle header has an invalid schema_version {schema!r}")
+    if schema > SCHEMA_VERSION:
+        raise BundleError(
+            f"bundle schema_version {schema} is newer than this convtune's ({SCHEMA_VERSION}); "
+            "upgrade convtune"
+        )
 
 
 def _device(record: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]:
@@ -210,6 +225,8 @@ def _measurement(record: dict[str, Any], number: int) -> tuple[str, int, Measure
         raise BundleError(
             f"{where}: unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHM_NAMES)})"
         )
+    # Name the record in every later refusal: line, algorithm, device and problem.
+    where = f"bundle line {number} ({algorithm} on device {device[:12]}, problem {problem})"
     status = record.get("status")
     if status not in STATUSES:
         raise BundleError(f"{where}: unknown status {status!r} (known: {', '.join(STATUSES)})")
@@ -227,9 +244,13 @@ def _measurement(record: dict[str, Any], number: int) -> tuple[str, int, Measure
             raise BundleError(f"{where}: {name} must be a non-negative integer, got {value!r}")
         if value > most:
             raise BundleError(f"{where}: {name} {value} is out of range (at most {most})")
+    for name in _TIMES if status != "ok" else _OPTIONAL_FLOATS:
+        value = record[name]
+        if value is not None and not math.isfinite(value):
+            raise BundleError(f"{where}: {name} {value!r} is not a finite number")
     time_ms = record["time_ms"]
-    if status == "ok" and (time_ms is None or not math.isfinite(time_ms) or time_ms < 0):
-        raise BundleError(f"{where}: an ok measurement needs a time, got {time_ms!r}")
+    if status == "ok" and (time_ms is None or time_ms <= 0):
+        raise BundleError(f"{where}: an ok measurement needs a positive time, got {time_ms!r}")
     error = record.get("error")
     if error is not None and (not isinstance(error, str) or "\x00" in error):
         raise BundleError(f"{where}: error must be a string (without NUL) or null")
@@ -248,6 +269,11 @@ def _measurement(record: dict[str, Any], number: int) -> tuple[str, int, Measure
         raise BundleError(
             f"{where}: measured_at {measured_at.isoformat()} is out of range"
         ) from None
+    if measured_at > utcnow() + CLOCK_SKEW:
+        raise BundleError(
+            f"{where}: measured_at {measured_at.isoformat()} is in the future (this host's "
+            f"clock allows {CLOCK_SKEW.total_seconds() / 60:g} minutes of skew)"
+        )
     row = MeasurementRow(
         algorithm=algorithm, config=record["config"], impl_hash=record["impl_hash"],
         status=status, time_ms=time_ms, spread_ms=record["spread_ms"],

@@ -26,3 +26,15 @@ def env_number(name: str, default: N, kind: Callable[[str], N], *, positive: boo
         raise ValueError(f"${name} must be {'positive' if positive else 'non-negative'}, "
                          f"got {text!r}")
     return value
+
+
+#: Seconds a client has to send a request's headers, from its first byte or connecting.
+HEADER_TIMEOUT_ENV = "CONVTUNE_HEADER_TIMEOUT_S"
+#: Seconds a client has to send a request's whole body, once its headers are in.
+BODY_TIMEOUT_ENV = "CONVTUNE_BODY_TIMEOUT_S"
+
+
+def http_timeouts() -> tuple[float, float]:
+    """(header, body) timeouts of `convtune serve`, from the environment (10 s and 120 s)."""
+    return (env_number(HEADER_TIMEOUT_ENV, 10.0, float, positive=True),
+            env_number(BODY_TIMEOUT_ENV, 120.0, float, positive=True))

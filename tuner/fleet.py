@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from tuner.bundles import MEDIA_TYPE
+from tuner.signing import SIGNATURE_HEADER, fleet_key, sign, signature_refusal
 
 ENV_TOKEN = "CONVTUNE_API_TOKEN"
 BUNDLES_PATH = "/v1/bundles"
@@ -56,15 +57,20 @@ def push_bundle(
 ) -> dict[str, Any]:
     """POST a bundle to a convtune server; returns its merge counts.
 
-    The token (`token`, else $CONVTUNE_API_TOKEN) goes in `Authorization: Bearer`.
+    The token (`token`, else $CONVTUNE_API_TOKEN) goes in `Authorization: Bearer`; with
+    $CONVTUNE_FLEET_KEY set, the bundle is signed (tuner.signing).
     RuntimeError (one line) when the server cannot be reached or refuses the bundle.
     """
     token = token or os.environ.get(ENV_TOKEN)
+    data = bundle.encode()
     headers = {"Content-Type": MEDIA_TYPE}
     if token:
         headers["Authorization"] = f"Bearer {token}"
+    key = fleet_key()
+    if key:
+        headers[SIGNATURE_HEADER] = sign(data, key)
     url = _url(server)
-    response = _send(client, "POST", url, content=bundle.encode(), headers=headers)
+    response = _send(client, "POST", url, content=data, headers=headers)
     try:
         result = response.json()
     except ValueError:
@@ -81,6 +87,14 @@ def pull_bundle(
     server: str, *, device: str | None = None, client: httpx.Client | None = None
 ) -> str:
     """GET a bundle from a convtune server (only devices whose fingerprint starts with
-    `device`, when given)."""
+    `device`, when given); with $CONVTUNE_FLEET_KEY set, its signature must match."""
     params = {"device": device} if device else {}
-    return _send(client, "GET", _url(server), params=params).text
+    url = _url(server)
+    response = _send(client, "GET", url, params=params)
+    key = fleet_key()
+    if key:
+        refusal = signature_refusal(response.content, response.headers.get(SIGNATURE_HEADER),
+                                    key)
+        if refusal is not None:
+            raise RuntimeError(f"GET {url}: {refusal}")
+    return response.text

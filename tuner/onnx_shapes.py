@@ -33,7 +33,9 @@ def _import_onnx() -> Any:
     try:
         import onnx
     except ImportError:
-        raise ValueError("reading ONNX models needs the onnx package: pip install onnx") from None
+        raise ValueError(
+            "reading ONNX models needs the onnx package (the [onnx] extra): pip install onnx"
+        ) from None
     return onnx
 
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 from algorithms.problem import ConvProblem
 from algorithms.registry import (
@@ -24,6 +25,7 @@ from algorithms.registry import (
     backend,
     get_algorithm,
 )
+from db import jobs as stored_jobs
 from db import reports
 from db.engine import Store, StoreUnusable, default_url, open_store
 from db.rows import MeasurementRow  # the fields of each listed result (api.schemas)
@@ -244,6 +246,21 @@ class Service:
         counts = bundles.import_bundle(self.store, data)  # nothing written if it raises
         self.answers.clear()
         return counts
+
+    # --- jobs of the HTTP service --------------------------------------------------------
+    def save_job(self, job_id: str, snapshot: Mapping[str, Any], *, kept: int) -> None:
+        """Store a job's snapshot; finished jobs beyond the `kept` newest are dropped."""
+        def work(session: Session) -> None:
+            stored_jobs.save_job(session=session, job_id=job_id, snapshot=snapshot)
+            if snapshot["state"] in stored_jobs.FINISHED:
+                stored_jobs.prune_jobs(session=session, kept=kept)
+
+        self.store.write(work)
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        """A stored job's snapshot, whichever process runs it; None when unknown."""
+        with self.store.session() as session:
+            return stored_jobs.load_job(session=session, job_id=job_id)
 
 
 #: Plans kept per Service: each may hold a workspace, so the oldest go first beyond this.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from algorithms.cpu.depthwise import DepthwiseConv
 from algorithms.cpu.direct import DirectConv
 from algorithms.cpu.fft import FftConv
 from algorithms.cpu.im2col_gemm import Im2colGemmConv
@@ -18,7 +19,7 @@ from algorithms.registry import algorithm_sources, hash_sources, register
 from algorithms.runtime import Runtime
 
 for _algorithm in (DirectConv(), Im2colGemmConv(), ImplicitGemmConv(), FftConv(),
-                   ImplicitGemmTcConv(), WinogradConv()):
+                   ImplicitGemmTcConv(), WinogradConv(), DepthwiseConv()):
     register(_algorithm)
 
 #: "cpu" names the one host device; there is no "cpu:N".
@@ -44,5 +45,5 @@ def implementation_hash() -> str:
     return hash_sources(algorithm_sources(Path(__file__).resolve().parent))
 
 
-__all__ = ["DirectConv", "FftConv", "Im2colGemmConv", "ImplicitGemmConv", "ImplicitGemmTcConv",
-           "WinogradConv"]
+__all__ = ["DepthwiseConv", "DirectConv", "FftConv", "Im2colGemmConv", "ImplicitGemmConv",
+           "ImplicitGemmTcConv", "WinogradConv"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from algorithms.cuda import (
     _loader,
+    depthwise,
     direct,
     fft,
     im2col_gemm,
@@ -21,6 +22,7 @@ from algorithms.cuda import (
     implicit_gemm_tc,
     winograd,
 )
+from algorithms.cuda.depthwise import DepthwiseCuda
 from algorithms.cuda.direct import DirectCuda
 from algorithms.cuda.fft import FftCuda
 from algorithms.cuda.im2col_gemm import Im2colGemmCuda
@@ -36,6 +38,7 @@ register(ImplicitGemmCuda())
 register(FftCuda())
 register(ImplicitGemmTcCuda())
 register(WinogradCuda())
+register(DepthwiseCuda())
 
 #: Devices are "cuda:N".
 INDEXED = True
@@ -77,10 +80,11 @@ def shipped_kernels() -> dict[str, tuple[str, ...]]:
         fft.KERNEL_FILE: fft.shipped_kernels(),
         implicit_gemm_tc.KERNEL_FILE: implicit_gemm_tc.shipped_kernels(),
         winograd.KERNEL_FILE: winograd.shipped_kernels(),
+        depthwise.KERNEL_FILE: depthwise.shipped_kernels(),
     }
 
 
 __all__ = [
-    "DirectCuda", "FftCuda", "Im2colGemmCuda", "ImplicitGemmCuda", "ImplicitGemmTcCuda",
-    "WinogradCuda", "shipped_kernels",
+    "DepthwiseCuda", "DirectCuda", "FftCuda", "Im2colGemmCuda", "ImplicitGemmCuda",
+    "ImplicitGemmTcCuda", "WinogradCuda", "shipped_kernels",
 ]

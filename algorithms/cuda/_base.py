@@ -17,7 +17,8 @@ class CudaAlgorithm(AlgorithmBase):
 
     A subclass sets `name` and `dtypes`, puts its other limits in `_limits`, and
     implements `_run` (and `configs` / `_workspace` where it has variants or a workspace).
-    No CUDA kernel computes a backward direction yet (the base class says so).
+    The default `directions` is forward only; direct and im2col_gemm also compute
+    backward_data and backward_filter (each says so in its own `directions`).
     """
 
     backend: ClassVar[str] = "cuda"

@@ -22,6 +22,7 @@ OP_C = 2
 _POINTER_MODE_HOST = 0
 _DEFAULT_MATH = 0
 _CUDA_R_16F = 2
+_CUDA_R_32F = 0
 _COMPUTE_32F = 68
 _GEMM_DEFAULT = -1
 
@@ -43,24 +44,32 @@ def gemm_strided_batched(
     dtype: str, transa: int, transb: int, m: int, n: int, k: int,
     a: int, lda: int, stride_a: int,
     b: int, ldb: int, stride_b: int,
-    c: int, ldc: int, stride_c: int, batch: int,
+    c: int, ldc: int, stride_c: int, batch: int, accumulate: bool = False,
+    float32_c: bool = False,
 ) -> None:
-    """C_i = op(A_i) @ op(B_i) for i < batch, column-major, on the current CuPy stream."""
+    """C_i = op(A_i) @ op(B_i) (C_i += ... when `accumulate`) for i < batch, column-major.
+
+    `float32_c`: float16 operands with a float32 C (a sum kept in float32). Enqueued on the
+    current CuPy stream.
+    """
+    if float32_c and dtype != "float16":
+        raise ValueError(f"a float32 C is for float16 operands, not {dtype}")
     item = np.dtype(dtype).itemsize
+    c_item = 4 if float32_c else item
     for first in range(0, batch, MAX_BATCH):
-        skip = first * item
-        _gemm(dtype, transa, transb, m, n, k, a + skip * stride_a, lda, stride_a,
-              b + skip * stride_b, ldb, stride_b, c + skip * stride_c, ldc, stride_c,
-              min(MAX_BATCH, batch - first))
+        _gemm(dtype, transa, transb, m, n, k, a + first * item * stride_a, lda, stride_a,
+              b + first * item * stride_b, ldb, stride_b, c + first * c_item * stride_c, ldc,
+              stride_c, min(MAX_BATCH, batch - first), accumulate, float32_c)
 
 
 def _gemm(
     dtype: str, transa: int, transb: int, m: int, n: int, k: int,
     a: int, lda: int, stride_a: int,
     b: int, ldb: int, stride_b: int,
-    c: int, ldc: int, stride_c: int, batch: int,
+    c: int, ldc: int, stride_c: int, batch: int, accumulate: bool = False,
+    float32_c: bool = False,
 ) -> None:
-    """One cuBLAS strided-batched call (batch <= MAX_BATCH)."""
+    """One cuBLAS strided-batched call (batch <= MAX_BATCH); beta = 1 when `accumulate`."""
     cupy = require_cupy()
     from cupy_backends.cuda.libs import cublas
 
@@ -71,13 +80,14 @@ def _gemm(
     cublas.setPointerMode(handle, _POINTER_MODE_HOST)
     cublas.setMathMode(handle, _DEFAULT_MATH)
     alpha = _ALPHA[dtype].ctypes.data
-    beta = _BETA[dtype].ctypes.data
+    beta = (_ALPHA if accumulate else _BETA)[dtype].ctypes.data
     try:
         if dtype == "float16":
             cublas.gemmStridedBatchedEx(
                 handle, transa, transb, m, n, k, alpha,
                 a, _CUDA_R_16F, lda, stride_a, b, _CUDA_R_16F, ldb, stride_b, beta,
-                c, _CUDA_R_16F, ldc, stride_c, batch, _COMPUTE_32F, _GEMM_DEFAULT,
+                c, _CUDA_R_32F if float32_c else _CUDA_R_16F, ldc, stride_c, batch,
+                _COMPUTE_32F, _GEMM_DEFAULT,
             )
         else:
             fn = {

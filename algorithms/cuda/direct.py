@@ -1,15 +1,22 @@
-"""GPU direct convolution (kernels/direct.cu): tiled, shared memory for input patch and filter.
+"""GPU direct convolution (kernels/direct.cu), every direction.
+
+forward: tiled, shared memory for input patch and filter; configurations "THxTWkKPT": a
+TH x TW tile of output pixels per block (one thread each), KPT output channels per thread.
+Each block stages up to 16 input channels at a time.
+backward_data: each dx element gathers dy * w over the taps whose output position is
+integral and in range (stride holes get none); configurations "gather_cCPT": CPT input
+channels per thread.
+backward_filter: one block per dw element reduces over the batch and the output pixels
+(float accumulation for float16, double for float64, then a shared-memory tree);
+configurations "reduceT": T threads per block.
 
 Supports float16 (float accumulation), float32 and float64; any stride, padding, dilation and
-groups. Not supported: a batch over 65535 images, tensors of 2**31 elements or more, or a
-problem whose one-channel input patch plus filter slice exceeds 48 KB of shared memory for
-every configuration (very large dilation or stride). Each block stages up to 16 input
-channels at a time.
+groups. Not supported: a batch over 65535 images (except backward_filter), tensors of 2**31
+elements or more, a forward problem whose one-channel input patch plus filter slice exceeds
+48 KB of shared memory for every configuration (very large dilation or stride), or a
+backward_data grid over 65535 channel blocks.
 
 Workspace: 0 bytes.
-
-Configurations "THxTWkKPT": a TH x TW tile of output pixels per block (one thread each),
-KPT output channels per thread.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from algorithms.cuda._loader import (
     CTYPES,
     DEFAULT_SMEM_LIMIT,
     ceil_div,
+    fastdiv_args,
     get_kernel,
     shape_args,
     tensors_fit_int32,
@@ -39,6 +47,14 @@ CONFIGS: dict[str, tuple[int, int, int]] = {
     "8x32k4": (8, 32, 4),
 }
 
+#: backward_data config name -> input channels per thread.
+DATA_CONFIGS: dict[str, int] = {"gather_c1": 1, "gather_c4": 4}
+#: backward_filter config name -> threads per block (a power of two: the tree halves it).
+FILTER_CONFIGS: dict[str, int] = {"reduce128": 128, "reduce256": 256}
+
+#: Threads per backward_data block (the kernel's __launch_bounds__).
+_DATA_THREADS = 256
+
 #: Input channels staged per step at most (more only lengthens the unrolled tail).
 MAX_CHANNELS_PER_STEP = 16
 
@@ -46,14 +62,19 @@ _GRID_YZ_LIMIT = 65535
 
 
 def name_expression(dtype: str, config: str) -> str:
-    """The kernel template instance for a dtype and configuration."""
+    """The kernel template instance for a dtype and configuration (of any direction)."""
+    if config in DATA_CONFIGS:
+        return f"direct_bwd_data<{CTYPES[dtype]}, {DATA_CONFIGS[config]}>"
+    if config in FILTER_CONFIGS:
+        return f"direct_bwd_filter<{CTYPES[dtype]}, {FILTER_CONFIGS[config]}>"
     th, tw, kpt = CONFIGS[config]
     return f"direct_conv<{CTYPES[dtype]}, {th}, {tw}, {kpt}>"
 
 
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for."""
-    return tuple(name_expression(d, c) for d in CTYPES for c in CONFIGS)
+    every = (*CONFIGS, *DATA_CONFIGS, *FILTER_CONFIGS)
+    return tuple(name_expression(d, c) for d in CTYPES for c in every)
 
 
 def _acc_bytes(problem: ConvProblem) -> int:
@@ -87,19 +108,30 @@ class DirectCuda(CudaAlgorithm):
     """Tiled direct convolution on the GPU."""
 
     name: ClassVar[str] = "direct"
+    directions: ClassVar[tuple[str, ...]] = ("forward", "backward_data", "backward_filter")
 
     def _limits(self, problem: ConvProblem) -> Support:
         """Any stride, padding, dilation and groups that fit the limits above."""
-        if problem.n > _GRID_YZ_LIMIT:
+        # backward_filter puts no batch on the grid (each block loops over the images).
+        if problem.n > _GRID_YZ_LIMIT and problem.direction != "backward_filter":
             return unsupported(f"batch {problem.n} exceeds the grid limit {_GRID_YZ_LIMIT}")
         if not tensors_fit_int32(problem):
             return unsupported("a tensor has 2**31 elements or more (32-bit indexing)")
         if not self.configs(problem):
+            if problem.direction == "backward_data":
+                return unsupported(f"{problem.groups} groups of input channels exceed the "
+                                   f"grid limit {_GRID_YZ_LIMIT}")
             return unsupported("no tile configuration fits 48 KB of shared memory")
         return SUPPORTED
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """The tile configurations whose shared memory and grid fit this problem."""
+        """The configurations of the problem's direction whose grid (and smem) fit it."""
+        if problem.direction == "backward_filter":
+            return tuple(FILTER_CONFIGS)
+        if problem.direction == "backward_data":
+            cg = problem.c // problem.groups
+            return tuple(c for c, cpt in DATA_CONFIGS.items()
+                         if problem.groups * ceil_div(cg, cpt) <= _GRID_YZ_LIMIT)
         return tuple(
             c for c in CONFIGS
             if channels_per_step(problem, c) > 0 and _grid(problem, c)[1] <= _GRID_YZ_LIMIT
@@ -108,12 +140,25 @@ class DirectCuda(CudaAlgorithm):
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue the kernel; no workspace (registers and shared memory only)."""
+        """Enqueue the direction's kernel; no workspace (registers and shared memory only)."""
+        kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config))
+        if problem.direction == "backward_data":
+            cblocks = ceil_div(problem.c // problem.groups, DATA_CONFIGS[config])
+            grid = (ceil_div(problem.h * problem.w, _DATA_THREADS), problem.groups * cblocks,
+                    problem.n)
+            kernel(grid, (_DATA_THREADS, 1, 1),
+                   (x, w, y, *shape_args(problem), np.int32(cblocks)))
+            return
+        if problem.direction == "backward_filter":
+            out_h, out_w = problem.out_hw
+            grid = (problem.k * (problem.c // problem.groups) * problem.r * problem.s, 1, 1)
+            kernel(grid, (FILTER_CONFIGS[config], 1, 1),
+                   (x, w, y, *shape_args(problem), *fastdiv_args(out_h * out_w, out_w)))
+            return
         th, tw, _kpt = CONFIGS[config]
         cb = channels_per_step(problem, config)
         smem = cb * channel_words(problem, config) * _acc_bytes(problem)
         out_w = problem.out_hw[1]
-        kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config))
         kernel(
             _grid(problem, config), (tw, th, 1),
             (x, w, y, *shape_args(problem), np.int32(ceil_div(out_w, tw)), np.int32(cb)),

@@ -1,4 +1,4 @@
-"""GPU im2col + cuBLAS GEMM (kernels/im2col.cu, then strided-batched GEMM).
+"""GPU im2col + cuBLAS GEMM (kernels/im2col.cu, then strided-batched GEMM), every direction.
 
 For each chunk of images the im2col kernel writes the column matrix into the workspace,
 laid out [image][channel][r][s][p][q], so that for every image and group the (cg*R*S) x (P*Q)
@@ -7,24 +7,33 @@ straight into y, as one strided-batched call per group (batch over the chunk's i
 stride 0) or, when groups outnumber the chunk's images, one call per image (batch over
 groups). Chunks run one after another on the stream and reuse the same workspace.
 
+backward_data: col[img, group] = W[group]^T @ dy[img, group] by cuBLAS into the same column
+layout, then the col2im kernel, where each dx element gathers its column entries (no atomics).
+backward_filter: im2col of the chunk as going forward, then dW[group] += dy[img, group] @
+col[img, group]^T, one cuBLAS call per image (batched over groups, beta = 1 after the first
+image of the batch), so dW accumulates over the batch: in its own dtype for float32 and
+float64; for float16 in a float32 workspace, rounded to float16 once at the end.
+
 Supports float16 (cuBLAS with float32 compute), float32 and float64; any stride, padding,
 dilation and groups. A chunk's column matrix must have fewer than 2**31 elements.
 
-Workspace: align(chunk * C * R * S * P * Q * itemsize), chunk = images per GEMM round; it must
-be aligned to the element size (run() checks).
+Workspace: align(chunk * C * R * S * P * Q * itemsize), chunk = images per GEMM round (every
+direction), plus align(K * C/groups * R * S * 4) for float16 backward_filter (the float32
+sum); it must be aligned to the element size (run() checks).
 Configurations: "chunk=1", "chunk=4", "chunk=16", "chunk=all" (those with chunk >= n are
 left out except "chunk=all").
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, align, unsupported
+from algorithms.base import SUPPORTED, Support, align, unsupported, workspace_view
 from algorithms.cuda._base import CudaAlgorithm
-from algorithms.cuda._cublas import OP_N, gemm_strided_batched
+from algorithms.cuda._cublas import OP_N, OP_T, gemm_strided_batched
 from algorithms.cuda._loader import (
     CTYPES,
     INT32_LIMIT,
@@ -50,9 +59,20 @@ def name_expression(dtype: str) -> str:
     return f"im2col<{CTYPES[dtype]}>"
 
 
+def col2im_expression(dtype: str) -> str:
+    """The col2im template instance for a dtype (backward_data)."""
+    return f"col2im<{CTYPES[dtype]}>"
+
+
+def round_expression(dtype: str) -> str:
+    """The instance rounding a float32 sum to `dtype` storage (float16 backward_filter)."""
+    return f"round_to_storage<{CTYPES[dtype]}>"
+
+
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for."""
-    return tuple(name_expression(d) for d in CTYPES)
+    return (*(name_expression(d) for d in CTYPES), *(col2im_expression(d) for d in CTYPES),
+            round_expression("float16"))
 
 
 def chunk_images(problem: ConvProblem, config: str) -> int:
@@ -71,6 +91,7 @@ class Im2colGemmCuda(CudaAlgorithm):
     """Explicit column matrix in the workspace, then cuBLAS."""
 
     name: ClassVar[str] = "im2col_gemm"
+    directions: ClassVar[tuple[str, ...]] = ("forward", "backward_data", "backward_filter")
 
     def _limits(self, problem: ConvProblem) -> Support:
         """Every shape whose single-image column matrix fits 32-bit indexing."""
@@ -89,48 +110,154 @@ class Im2colGemmCuda(CudaAlgorithm):
         return tuple(out)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
-        """The column matrix of one chunk."""
-        return align(column_elements(problem, chunk_images(problem, config)) * problem.itemsize)
+        """The column matrix of one chunk, then float16 backward_filter's float32 sum."""
+        return _sum_offset(problem, config) + _sum_bytes(problem)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue im2col and the GEMMs, chunk by chunk."""
+        """Enqueue the direction's column kernels and GEMMs, chunk by chunk."""
         # The column matrix is stored element by element: the workspace must be aligned to
         # the element (CuPy allocations are 256-byte aligned; a sliced uint8 one may not be).
         require_aligned("im2col_gemm: workspace", workspace, problem.itemsize)
-        out_h, out_w = problem.out_hw
-        pq, rs = out_h * out_w, problem.r * problem.s
-        g, cg, kg = problem.groups, problem.c // problem.groups, problem.k // problem.groups
-        crs, item = cg * rs, problem.itemsize
-        kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype))
-        divisors = fastdiv_args(pq, out_w, rs, problem.s)
         chunk = chunk_images(problem, config)
-        col, wp, yp = workspace.data.ptr, w.data.ptr, y.data.ptr
+        dw_sum = y
+        if _sum_bytes(problem):
+            dw_sum = workspace_view(workspace, _sum_offset(problem, config),
+                                    problem.filter_shape, np.float32)
         for n0 in range(0, problem.n, chunk):
             nb = min(chunk, problem.n - n0)
-            total = column_elements(problem, nb)
-            kernel(
-                (grid_stride_blocks(total, _THREADS),), (_THREADS,),
-                (x, workspace, *shape_args(problem), np.int32(n0), np.int32(total), *divisors),
-            )
-            # Row-major C = A @ B is column-major C^T = B^T @ A^T: cuBLAS sees
-            # m = P*Q, n = kg, k = cg*R*S with the column matrix first.
-            if g <= nb:
-                for gi in range(g):
-                    gemm_strided_batched(
-                        problem.dtype, OP_N, OP_N, pq, kg, crs,
-                        col + gi * crs * pq * item, pq, problem.c * rs * pq,
-                        wp + gi * kg * crs * item, crs, 0,
-                        yp + (n0 * problem.k + gi * kg) * pq * item, pq, problem.k * pq,
-                        nb,
-                    )
+            if problem.direction == "backward_data":
+                _backward_data_chunk(x, w, y, workspace, problem, n0, nb)
+                continue
+            _im2col(x, workspace, problem, n0, nb)
+            if problem.direction == "backward_filter":
+                _backward_filter_chunk(w, workspace, dw_sum, problem, n0, nb)
             else:
-                for img in range(nb):
-                    gemm_strided_batched(
-                        problem.dtype, OP_N, OP_N, pq, kg, crs,
-                        col + img * problem.c * rs * pq * item, pq, crs * pq,
-                        wp, crs, kg * crs,
-                        yp + (n0 + img) * problem.k * pq * item, pq, kg * pq,
-                        g,
-                    )
+                _forward_chunk(workspace, w, y, problem, n0, nb)
+        if dw_sum is not y:
+            total = int(np.prod(problem.filter_shape))
+            kernel = get_kernel(KERNEL_FILE, round_expression(problem.dtype))
+            kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+                   (dw_sum, y, np.int32(total)))
+
+
+def _sum_bytes(problem: ConvProblem) -> int:
+    """Bytes of float16 backward_filter's float32 dW sum (0 otherwise)."""
+    if problem.direction != "backward_filter" or problem.dtype != "float16":
+        return 0
+    return align(int(np.prod(problem.filter_shape)) * 4)
+
+
+def _sum_offset(problem: ConvProblem, config: str) -> int:
+    """Where the float32 dW sum starts: after the chunk's column matrix."""
+    return align(column_elements(problem, chunk_images(problem, config)) * problem.itemsize)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One strided-batched GEMM of a chunk: first-matrix offsets and strides, in elements.
+
+    `col` is the column matrix, `filt` the filter (w or dw), `act` the activation (y or
+    dy) counted from the chunk's first image.
+    """
+
+    col: int
+    col_stride: int
+    filt: int
+    filt_stride: int
+    act: int
+    act_stride: int
+    count: int
+
+
+def _per_image(problem: ConvProblem, img: int) -> _Batch:
+    """Image `img` of the chunk, batched over the groups."""
+    pq, crs, kg = _dims(problem)
+    return _Batch(img * problem.c * problem.r * problem.s * pq, crs * pq, 0, kg * crs,
+                  img * problem.k * pq, kg * pq, problem.groups)
+
+
+def _batches(problem: ConvProblem, nb: int) -> list[_Batch]:
+    """One GEMM per group batched over the chunk's images or, when groups outnumber the
+    images, one per image batched over the groups (fewer, larger cuBLAS calls)."""
+    pq, crs, kg = _dims(problem)
+    if problem.groups > nb:
+        return [_per_image(problem, img) for img in range(nb)]
+    rs = problem.r * problem.s
+    return [_Batch(gi * crs * pq, problem.c * rs * pq, gi * kg * crs, 0,
+                   gi * kg * pq, problem.k * pq, nb) for gi in range(problem.groups)]
+
+
+def _dims(problem: ConvProblem) -> tuple[int, int, int]:
+    """(P*Q, cg*R*S, kg): the GEMM sizes of one image and group."""
+    out_h, out_w = problem.out_hw
+    return (out_h * out_w, problem.c // problem.groups * problem.r * problem.s,
+            problem.k // problem.groups)
+
+
+def _im2col(x: Any, col: Any, problem: ConvProblem, n0: int, nb: int) -> None:
+    out_h, out_w = problem.out_hw
+    total = column_elements(problem, nb)
+    kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype))
+    divisors = fastdiv_args(out_h * out_w, out_w, problem.r * problem.s, problem.s)
+    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+           (x, col, *shape_args(problem), np.int32(n0), np.int32(total), *divisors))
+
+
+def _forward_chunk(col: Any, w: Any, y: Any, problem: ConvProblem, n0: int, nb: int) -> None:
+    # Row-major C = A @ B is column-major C^T = B^T @ A^T: cuBLAS sees
+    # m = P*Q, n = kg, k = cg*R*S with the column matrix first.
+    pq, crs, kg = _dims(problem)
+    item = problem.itemsize
+    act = y.data.ptr + n0 * problem.k * pq * item
+    for b in _batches(problem, nb):
+        gemm_strided_batched(
+            problem.dtype, OP_N, OP_N, pq, kg, crs,
+            col.data.ptr + b.col * item, pq, b.col_stride,
+            w.data.ptr + b.filt * item, crs, b.filt_stride,
+            act + b.act * item, pq, b.act_stride, b.count,
+        )
+
+
+def _backward_data_chunk(dy: Any, w: Any, dx: Any, col: Any, problem: ConvProblem,
+                         n0: int, nb: int) -> None:
+    # col (cg*R*S x P*Q, row-major) = W^T dy; column-major that is col^T = dy^T W:
+    # m = P*Q, n = cg*R*S, k = kg, dy untransposed and W (kg x cg*R*S row-major) transposed.
+    pq, crs, kg = _dims(problem)
+    item = problem.itemsize
+    act = dy.data.ptr + n0 * problem.k * pq * item
+    for b in _batches(problem, nb):
+        gemm_strided_batched(
+            problem.dtype, OP_N, OP_T, pq, crs, kg,
+            act + b.act * item, pq, b.act_stride,
+            w.data.ptr + b.filt * item, crs, b.filt_stride,
+            col.data.ptr + b.col * item, pq, b.col_stride, b.count,
+        )
+    total = nb * problem.c * problem.h * problem.w
+    kernel = get_kernel(KERNEL_FILE, col2im_expression(problem.dtype))
+    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+           (col, dx, *shape_args(problem), np.int32(n0), np.int32(total),
+            *fastdiv_args(problem.h * problem.w, problem.w)))
+
+
+def _backward_filter_chunk(dy: Any, col: Any, dw: Any, problem: ConvProblem,
+                           n0: int, nb: int) -> None:
+    # dW (kg x cg*R*S, row-major) += dy col^T; column-major dW^T = col dy^T:
+    # m = cg*R*S, n = kg, k = P*Q, the column matrix transposed. Images add into dW one
+    # after another (beta = 1 after the batch's first), since one batched call cannot sum
+    # its own members; `dw` is the float32 sum for float16 (see _sum_bytes).
+    pq, crs, kg = _dims(problem)
+    float32_c = _sum_bytes(problem) > 0
+    dw_item = 4 if float32_c else problem.itemsize
+    item = problem.itemsize
+    act = dy.data.ptr + n0 * problem.k * pq * item
+    for img in range(nb):
+        b = _per_image(problem, img)
+        gemm_strided_batched(
+            problem.dtype, OP_T, OP_N, crs, kg, pq,
+            col.data.ptr + b.col * item, pq, b.col_stride,
+            act + b.act * item, pq, b.act_stride,
+            dw.data.ptr + b.filt * dw_item, crs, b.filt_stride, b.count,
+            accumulate=n0 + img > 0, float32_c=float32_c,
+        )

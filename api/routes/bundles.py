@@ -9,8 +9,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from api.deps import RequireToken, ServiceDep
+from api.deps import RequireToken, ServiceDep, SettingsDep
 from tuner.bundles import MEDIA_TYPE, BundleError
+from tuner.signing import SIGNATURE_HEADER, sign, signature_refusal
 
 router = APIRouter(prefix="/v1", tags=["bundles"])
 
@@ -39,15 +40,27 @@ _BUNDLE_BODY = {
     response_model=BundleImport,
     dependencies=[RequireToken],
     openapi_extra={"requestBody": _BUNDLE_BODY},
-    responses={400: {"description": "Not a valid convtune bundle (nothing was stored)."}},
+    responses={
+        400: {"description": "Not a valid convtune bundle (nothing was stored)."},
+        401: {"description": f"Bad token, or (with a fleet key) a missing or invalid "
+                             f"{SIGNATURE_HEADER}."},
+    },
 )
-async def import_bundle_route(request: Request, facade: ServiceDep) -> dict[str, Any]:
+async def import_bundle_route(
+    request: Request, facade: ServiceDep, settings: SettingsDep
+) -> dict[str, Any]:
     """Merge a bundle into the server's store: newer measurements win, none is lost.
 
     The whole file is validated before anything is written; a corrupt, truncated or
-    foreign file is refused with 400 and the store is left untouched.
+    foreign file is refused with 400 and the store is left untouched. With a fleet key
+    ($CONVTUNE_FLEET_KEY) the bundle must be signed with it (401 otherwise).
     """
     data = await request.body()
+    if settings.fleet_key:
+        refusal = signature_refusal(data, request.headers.get(SIGNATURE_HEADER),
+                                    settings.fleet_key)
+        if refusal is not None:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, refusal)
     try:
         return await run_in_threadpool(facade.import_bundle, data)
     except BundleError as exc:
@@ -65,14 +78,17 @@ async def import_bundle_route(request: Request, facade: ServiceDep) -> dict[str,
 )
 def export_bundle_route(
     facade: ServiceDep,
+    settings: SettingsDep,
     device: Annotated[
         str | None,
         Query(max_length=64, description="Only devices whose fingerprint starts with this."),
     ] = None,
 ) -> Response:
-    """The server's measurements (or one device's) as a bundle for `convtune import`."""
+    """The server's measurements (or one device's) as a bundle for `convtune import`,
+    signed with the fleet key when the server has one."""
     try:
-        text = facade.export_bundle(device=device)
+        data = facade.export_bundle(device=device).encode()
     except ValueError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-    return Response(text, media_type=MEDIA_TYPE)
+    headers = {SIGNATURE_HEADER: sign(data, settings.fleet_key)} if settings.fleet_key else None
+    return Response(data, media_type=MEDIA_TYPE, headers=headers)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.deps import MetricsDep, ServiceDep, SettingsDep
+from api.metrics import exposition
 from api.schemas import Health
 from tuner.devices import parse_device
 
@@ -31,5 +32,6 @@ async def healthz(settings: SettingsDep, facade: ServiceDep) -> JSONResponse:
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."}},
 )
 def metrics(metrics: MetricsDep) -> Response:
-    """Requests, latency, tunings and find cache hits in Prometheus text format."""
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    """Requests, latency, tunings and find cache hits in Prometheus text format (summed
+    over every worker process under `serve --workers N`)."""
+    return Response(exposition(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -38,6 +38,8 @@ def test_sets_tcp_nodelay_then_serves(monkeypatch: pytest.MonkeyPatch,
                                       accepted: socket.socket) -> None:
     served: list[Any] = []
     monkeypatch.setattr(H11Protocol, "connection_made", lambda self, t: served.append(t))
+    monkeypatch.setattr(NoDelayH11Protocol, "_arm", lambda self, *seconds: None)  # no loop here
+    monkeypatch.setattr(NoDelayH11Protocol, "_header_timeout_s", 1.0, raising=False)
     assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0
     transport = _Transport(accepted)
     protocol = NoDelayH11Protocol.__new__(NoDelayH11Protocol)  # state is H11Protocol's

@@ -26,6 +26,7 @@ import numpy as np
 from algorithms.base import Algorithm
 from algorithms.cuda import (
     _cublas,
+    depthwise,
     direct,
     fft,
     im2col_gemm,
@@ -33,7 +34,7 @@ from algorithms.cuda import (
     implicit_gemm_tc,
     winograd,
 )
-from algorithms.reference import reference_conv, relative_error
+from algorithms.reference import reference, relative_error
 from tests.cuda_emu.build import EmulatedKernel, sanitizer_env
 from tests.cuda_emu.host import FakePlan, dev, dev_at, fake_gemm
 from tests.precision import (
@@ -52,6 +53,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "fft": fft.FftCuda(),
     "implicit_gemm_tc": implicit_gemm_tc.ImplicitGemmTcCuda(),
     "winograd": winograd.WinogradCuda(),
+    "depthwise": depthwise.DepthwiseCuda(),
 }
 #: (schedule, seed) pairs each configuration runs under; see runtime.h.
 SCHEDULES = ((0, 0), (1, 0))
@@ -64,7 +66,8 @@ def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
 
 def install() -> None:
     """Route every GPU library call of algorithms/cuda to the emulator and host stand-ins."""
-    for module in (direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, winograd):
+    for module in (direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, winograd,
+                   depthwise):
         module.get_kernel = _kernel  # type: ignore[attr-defined]
     _cublas._gemm = fake_gemm  # type: ignore[assignment]
     fft._plan = FakePlan  # type: ignore[assignment]
@@ -85,9 +88,11 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
 
     rng = np.random.default_rng()
     dtype = problem.dtype
-    x = to_storage(rng.standard_normal(problem.input_shape), dtype)
-    w = to_storage(rng.standard_normal(problem.filter_shape), dtype)
-    ref = reference_conv(to_float(x, dtype), to_float(w, dtype), problem)
+    # The direction's operands (x, w; dy, w; or x, dy) and its float64 reference.
+    a_shape, b_shape, out_shape = problem.operand_shapes
+    x = to_storage(rng.standard_normal(a_shape), dtype)
+    w = to_storage(rng.standard_normal(b_shape), dtype)
+    ref = reference(to_float(x, dtype), to_float(w, dtype), problem)
     limit = tolerance_for(dtype, problem.math, case["algorithm"])
     EmulatedKernel.launches.clear()
     errors: dict[str, float] = {}
@@ -97,7 +102,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             EmulatedKernel.schedule = schedule
             nbytes = algorithm.workspace_bytes(problem, config)
             workspace = dev(np.full(nbytes, 0xFF, np.uint8)) if nbytes else None
-            y = place(nan_storage(problem.output_shape, dtype), 2)
+            y = place(nan_storage(out_shape, dtype), 2)
             algorithm.run(place(x, 0), place(w, 1), y, workspace, problem, config)
             outputs.append(to_float(np.array(y), dtype))
         if outputs[0].tobytes() != outputs[1].tobytes():

@@ -53,18 +53,22 @@ def dev_at(a: np.ndarray, misalign: int) -> DeviceArray:
 
 def fake_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
               a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
-              c: int, ldc: int, sc: int, batch: int) -> None:
-    """cuBLAS strided-batched GEMM semantics (column-major) on raw host addresses."""
+              c: int, ldc: int, sc: int, batch: int, accumulate: bool = False,
+              float32_c: bool = False) -> None:
+    """cuBLAS strided-batched GEMM semantics (column-major, beta 0 or 1) on raw host addresses."""
     dt = np.dtype(dtype)
     item = dt.itemsize
+    assert not float32_c or dtype == "float16", "a float32 C needs float16 operands (GemmEx)"
+    c_dt = np.dtype(np.float32) if float32_c else dt
     assert 1 <= batch <= MAX_GEMM_BATCH, f"cuBLAS batch count {batch}"
-    for ptr in (a, b, c):
-        assert ptr % item == 0, f"cuBLAS {dtype} operand at {ptr:#x} is misaligned"
+    for ptr, size in ((a, item), (b, item), (c, c_dt.itemsize)):
+        assert ptr % size == 0, f"cuBLAS {dtype} operand at {ptr:#x} is misaligned"
 
-    def mat(ptr: int, rows: int, cols: int, ld: int) -> np.ndarray:
+    def mat(ptr: int, rows: int, cols: int, ld: int, mdt: np.dtype = dt) -> np.ndarray:
         assert ld >= max(1, rows), f"leading dimension {ld} < rows {rows}"
-        base = at(ptr, ld * (cols - 1) + rows, dt)
-        return np.lib.stride_tricks.as_strided(base, (rows, cols), (item, ld * item))
+        base = at(ptr, ld * (cols - 1) + rows, mdt)
+        return np.lib.stride_tricks.as_strided(base, (rows, cols),
+                                               (mdt.itemsize, ld * mdt.itemsize))
 
     def op(mtx: np.ndarray, trans: int) -> np.ndarray:
         return mtx if trans == 0 else (mtx.T if trans == 1 else mtx.conj().T)
@@ -72,10 +76,11 @@ def fake_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
     for i in range(batch):
         a_m = mat(a + i * sa * item, *((m, k) if transa == 0 else (k, m)), lda)
         b_m = mat(b + i * sb * item, *((k, n) if transb == 0 else (n, k)), ldb)
-        c_m = mat(c + i * sc * item, m, n, ldc)
+        c_m = mat(c + i * sc * c_dt.itemsize, m, n, ldc, c_dt)
         prod = op(a_m, transa).astype(np.complex128 if dt.kind == "c" else np.float64) @ op(
             b_m, transb)
-        c_m[...] = prod.astype(dt)
+        # beta = 1 reads C in its storage type, as cuBLAS does.
+        c_m[...] = (prod + c_m if accumulate else prod).astype(c_dt)
 
 
 class FakePlan:

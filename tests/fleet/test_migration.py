@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import (
@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 
 from algorithms.problem import ConvProblem
+from db.bundles import merge_records
 from db.engine import open_store
 from db.migrations import GENERATION_KEY, SCHEMA_VERSION, stored_version
 from tests.fleet.helpers import gpu, row, seed, stored
@@ -132,3 +133,37 @@ def test_newer_schema_is_refused(store_url: str, version: int) -> None:
     engine.dispose()
     with pytest.raises(ValueError, match="newer than this convtune"):
         open_store(store_url)
+
+
+def test_version_5_records_old_rows_at_the_upgrade(store_url: str) -> None:
+    # Bug (issue 12 item 2): merge precedence trusted measured_at alone. Version 5 adds
+    # recorded_at (this store's clock); old rows get the upgrade time and keep measured_at.
+    make_version_1(store_url)
+    engine = create_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(MEASUREMENTS.update().values(measured_at=datetime(9999, 1, 1)))
+    engine.dispose()
+    before = datetime.now(timezone.utc)
+    store = open_store(store_url)
+    with store.engine.connect() as conn:
+        assert "recorded_at" in {c["name"] for c in inspect(conn).get_columns("measurements")}
+        recorded = conn.execute(text("SELECT recorded_at FROM measurements")).scalars().all()
+    assert len(recorded) == 2 and all(r is not None for r in recorded)
+    assert {r["measured_at"][:4] for r in stored(store)} == {"9999"}
+    # A measurement made after the upgrade outranks the future-dated old rows.
+    later_row = row("direct", 3.0, at=before + timedelta(minutes=1))
+    with store.session() as session:
+        counts = merge_records(
+            session=session, devices={gpu().fingerprint: gpu().info},
+            problems={0: PROBLEM.key()}, measurements=[(gpu().fingerprint, 0, later_row)],
+        )
+    assert counts["replaced"] == 1
+
+
+def test_version_6_adds_the_jobs_table(store_url: str) -> None:
+    # Bug (issue 12 item 7): jobs lived in one worker's memory; version 6 stores them.
+    make_version_1(store_url)
+    store = open_store(store_url)
+    with store.engine.connect() as conn:
+        assert inspect(conn).has_table("jobs")
+    assert len(stored(store)) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -16,6 +17,7 @@ from rich.table import Table
 
 from algorithms.problem import DIRECTIONS, ConvProblem, parse_pair
 from tuner.cli import app
+from tuner.cli.tables import stored_results_table
 from tuner.devices import parse_device
 from tuner.networks import NETWORKS, network_problems
 from tuner.onnx_shapes import onnx_problems
@@ -24,12 +26,15 @@ from tuner.service import Service, service
 
 
 def stdout() -> Console:
-    """A console on stdout; wide when piped, so tables stay greppable instead of folded."""
-    return Console(width=None if sys.stdout.isatty() else 200)
+    """A console on stdout; wide when piped, so tables stay greppable instead of folded,
+    unless $COLUMNS says how wide."""
+    return Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
 
 DbOpt = Annotated[
     str | None,
-    typer.Option("--db", help="SQLAlchemy URL (default: $CONVTUNE_DB_URL or the user cache)."),
+    typer.Option(
+        "--db", help="SQLAlchemy URL (default: $CONVTUNE_DB_URL or the user data directory)."
+    ),
 ]
 DeviceOpt = Annotated[
     str | None, typer.Option("--device", help="cpu, cuda or cuda:N (default: first GPU, else cpu).")
@@ -283,33 +288,8 @@ def results(
     if as_json:
         print(json.dumps({"total": total, "offset": offset, "results": page}, indent=2))
         return
-    table = Table(
-        title=f"{total} measurements (showing {offset + 1 if page else 0}-{offset + len(page)})"
-    )
-    for column in (
-        "device",
-        "problem",
-        "algorithm",
-        "config",
-        "status",
-        "time ms",
-        "workspace",
-        "measured",
-    ):
-        table.add_column(column, overflow="fold")
-    for row in page:
-        problem = ConvProblem.from_key(row["problem"])
-        table.add_row(
-            row["device_name"][:28],
-            problem.describe(),
-            row["algorithm"],
-            row["config"],
-            row["status"],
-            _ms(row["time_ms"]),
-            f"{row['workspace_bytes']:,}",
-            row["measured_at"][:19],
-        )
-    stdout().print(table)
+    console = stdout()
+    console.print(stored_results_table(total, offset, page, console.width))
 
 
 @app.command()

@@ -1,0 +1,57 @@
+"""The default database lives in the user's data directory (issue 12, item 11)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from db.engine import adopt_database, default_url, open_store
+from tests.fleet.helpers import gpu, row, seed, stored
+from tests.tuner.fakes import small_problem
+
+
+@pytest.fixture
+def homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """(cache dir, data dir) of convtune for a fresh user, and no $CONVTUNE_DB_URL."""
+    monkeypatch.delenv("CONVTUNE_DB_URL")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    return tmp_path / "cache" / "convtune", tmp_path / "data" / "convtune"
+
+
+def test_default_database_is_in_the_data_directory(homes: tuple[Path, Path]) -> None:
+    # Bug (issue 12 item 11): results worth keeping lived in the cache directory, which
+    # cleaners empty.
+    _cache, data = homes
+    assert default_url() == f"sqlite:///{data / 'convtune.db'}"
+
+
+def test_a_database_in_the_old_cache_location_is_copied_once(
+    homes: tuple[Path, Path],
+) -> None:
+    # Bug (issue 12 item 11): moving the default must not lose what was measured.
+    cache, data = homes
+    old_url = f"sqlite:///{cache / 'convtune.db'}"
+    seed(open_store(old_url), gpu(), small_problem(), [row("direct", 1.5), row("fft", 0.7)])
+    before = stored(open_store(old_url))  # the old store is still open, in WAL mode
+    url = default_url()
+    assert url == f"sqlite:///{data / 'convtune.db'}"
+    assert stored(open_store(url)) == before
+    assert (cache / "convtune.db").exists()  # left for older convtune versions
+    # Once: later writes to the old file are not copied again over the new one.
+    seed(open_store(old_url), gpu(), small_problem(n=2), [row("direct", 2.0)])
+    assert default_url() == url and stored(open_store(url)) == before
+    assert not list(data.glob("*.partial"))
+
+
+def test_adopting_never_replaces_an_existing_database(tmp_path: Path) -> None:
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    for path in (old, new):
+        sqlite3.connect(path).close()
+    new.write_bytes(b"mine")
+    assert adopt_database(old, new) is False and new.read_bytes() == b"mine"
+    old.write_bytes(b"not a database at all, just some text " * 4)
+    assert adopt_database(old, tmp_path / "other.db") is False
+    assert not (tmp_path / "other.db").exists()

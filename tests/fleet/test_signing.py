@@ -1,0 +1,59 @@
+"""Signed bundles (issue 12, item 2): with a fleet key, a server accepts only signed pushes."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from api.app import create_app
+from api.settings import Settings
+from db.engine import open_store
+from tests.fleet.helpers import gpu, row, seed, stored
+from tests.tuner.fakes import small_problem
+from tuner.bundles import export_bundle
+from tuner.fleet import pull_bundle, push_bundle
+from tuner.signing import ENV_FLEET_KEY, SIGNATURE_HEADER, sign
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+KEY = "fleet-key-1"
+
+
+def test_pushes_need_the_fleet_key_signature(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Bug (issue 12 item 2): anyone with the token (or none) could push any bundle; the
+    # bundle's own sha256 proves nothing since anyone can recompute it.
+    seed(open_store(db_url), gpu(), small_problem(), [row("direct", 1.0)])
+    text = export_bundle(open_store(db_url))
+    server_db = f"sqlite:///{tmp_path / 'server.db'}"
+    with TestClient(create_app(Settings(db_url=server_db, fleet_key=KEY))) as client:
+        unsigned = client.post("/v1/bundles", content=text)
+        assert unsigned.status_code == 401 and "missing" in unsigned.json()["detail"]
+        forged = client.post("/v1/bundles", content=text,
+                             headers={SIGNATURE_HEADER: sign(text.encode(), "other-key")})
+        assert forged.status_code == 401 and "invalid" in forged.json()["detail"]
+        assert stored(open_store(server_db)) == []
+        monkeypatch.setenv(ENV_FLEET_KEY, "other-key")
+        with pytest.raises(RuntimeError, match=r"401.*invalid"):
+            push_bundle("http://testserver", text, client=client)
+        monkeypatch.setenv(ENV_FLEET_KEY, KEY)
+        assert push_bundle("http://testserver", text, client=client)["added"] == 1
+        assert stored(open_store(server_db)) == stored(open_store(db_url))
+        # Exports are signed too, and a pull with the key checks the signature.
+        assert pull_bundle("http://testserver", client=client).startswith('{"created_at"')
+        monkeypatch.setenv(ENV_FLEET_KEY, "other-key")
+        with pytest.raises(RuntimeError, match="not signed with this fleet key"):
+            pull_bundle("http://testserver", client=client)
+
+
+def test_without_a_fleet_key_pushes_need_no_signature(db_url: str, tmp_path: Path) -> None:
+    seed(open_store(db_url), gpu(), small_problem(), [row("direct", 1.0)])
+    text = export_bundle(open_store(db_url))
+    with TestClient(create_app(Settings(db_url=f"sqlite:///{tmp_path / 's.db'}"))) as client:
+        assert client.post("/v1/bundles", content=text).json()["added"] == 1
+        assert SIGNATURE_HEADER.lower() not in client.get("/v1/bundles").headers

@@ -1,0 +1,44 @@
+"""`convtune results` at 80 columns (issue 12, item 11): no line too long, no field cut."""
+
+from __future__ import annotations
+
+import pytest
+
+from algorithms.problem import ConvProblem
+from db.engine import open_store
+from tests.fleet.helpers import gpu, row, seed
+from tuner.cli import main
+from tuner.cli.tables import human_bytes
+
+PROBLEM = ConvProblem(n=32, c=256, h=56, w=56, k=512, r=3, s=3, pad=1, stride=2, groups=2)
+
+
+@pytest.mark.parametrize("width", [80, 100, 132])
+def test_results_table_stays_readable(
+    width: int, db_url: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Bug (issue 12 item 11): at 80 columns the table folded headers and values into
+    # pieces ("algorit"/"hm", "implici"/"t_gemm"), and piped output ignored $COLUMNS.
+    seed(open_store(db_url), gpu(), PROBLEM, [
+        row("implicit_gemm", 12.3456, config="bn1024", workspace_bytes=123_456_789),
+        row("fft", None, status="over_workspace_limit", workspace_bytes=9_876_543_210),
+    ])
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["results", "--db", db_url]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= width, out
+    assert "…" not in out
+    words = {w for line in lines for w in line.split()}
+    # Every field is whole: the device, each word of the problem, names, numbers, dates.
+    for field in ["NVIDIA", "H100", "HBM3", *PROBLEM.describe().split(), "implicit_gemm",
+                  "bn1024", "12.346", "118", "MiB", "9.2", "GiB", "2025-01-01", "00:00",
+                  "algorithm", "workspace"]:
+        assert field in words, (field, out)
+    assert any(w.startswith("over_w") for w in words)
+
+
+def test_human_bytes() -> None:
+    assert [human_bytes(n) for n in (0, 512, 4096, 123_456_789, 2**40 * 1000)] == [
+        "0 B", "512 B", "4 KiB", "118 MiB", "1000 TiB"]
