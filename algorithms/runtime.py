@@ -5,14 +5,18 @@ protocol and the timing policy it passes in."""
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
+import time
 from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+
+from algorithms.problem import ConvProblem
 
 
 @dataclass(frozen=True)
@@ -23,11 +27,17 @@ class TimingPolicy:
     budget_s: float = 0.25  # stop repeating once this much time has been spent timing
     min_reps: int = 3
     max_reps: int = 50
+    # A run shorter than this (judged by the last warm-up run) is launch-bound: it is timed
+    # in samples of back-to-back runs, as a network runs it, each sample about this long.
+    batch_below_ms: float = 0.5
+    # Racing: after min_reps, stop once the fastest run is slower than this (the measurer
+    # sets it from the leader's median); None times the full budget.
+    cutoff_ms: float | None = None
 
     @classmethod
     def from_env(cls) -> TimingPolicy:
-        """Defaults, overridden by $CONVTUNE_WARMUP, $CONVTUNE_BUDGET_S, $CONVTUNE_MIN_REPS
-        and $CONVTUNE_MAX_REPS (quick fleet passes, fast tests)."""
+        """Defaults, overridden by $CONVTUNE_WARMUP, $CONVTUNE_BUDGET_S, $CONVTUNE_MIN_REPS,
+        $CONVTUNE_MAX_REPS and $CONVTUNE_BATCH_BELOW_MS (quick fleet passes, fast tests)."""
         base = cls()
         try:
             return cls(
@@ -35,6 +45,9 @@ class TimingPolicy:
                 budget_s=float(os.environ.get("CONVTUNE_BUDGET_S", base.budget_s)),
                 min_reps=int(os.environ.get("CONVTUNE_MIN_REPS", base.min_reps)),
                 max_reps=int(os.environ.get("CONVTUNE_MAX_REPS", base.max_reps)),
+                batch_below_ms=float(
+                    os.environ.get("CONVTUNE_BATCH_BELOW_MS", base.batch_below_ms)
+                ),
             )
         except ValueError as exc:
             raise ValueError(f"bad CONVTUNE_* timing variable: {exc}") from None
@@ -42,8 +55,10 @@ class TimingPolicy:
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.min_reps < 1 or self.max_reps < self.min_reps:
             raise ValueError(f"invalid timing policy {self}")
-        if self.budget_s < 0:
-            raise ValueError(f"timing budget must be non-negative, got {self.budget_s}")
+        if self.budget_s < 0 or self.batch_below_ms < 0:
+            raise ValueError(f"timing budget and batch threshold must be non-negative: {self}")
+        if self.cutoff_ms is not None and not self.cutoff_ms > 0:
+            raise ValueError(f"race cutoff must be positive, got {self.cutoff_ms}")
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,7 @@ class Timing:
     """Per-run times of one candidate, in milliseconds, and their summary."""
 
     times_ms: tuple[float, ...]
+    runs_per_sample: int = 1  # >1: each time is the mean of that many back-to-back runs
 
     @property
     def median_ms(self) -> float:
@@ -69,6 +85,55 @@ class Timing:
     def min_ms(self) -> float:
         """Fastest run."""
         return float(min(self.times_ms))
+
+
+#: Most back-to-back runs in one sample of a launch-bound candidate.
+MAX_BATCH = 256
+
+
+def batch_size(probe_ms: float | None, policy: TimingPolicy) -> int:
+    """Back-to-back runs per sample: enough that a sample of a short run spans the threshold."""
+    if probe_ms is None or probe_ms <= 0 or probe_ms >= policy.batch_below_ms:
+        return 1
+    return min(MAX_BATCH, math.ceil(policy.batch_below_ms / probe_ms))
+
+
+def time_runs(sample: Callable[[Callable[[], None], int], float], fn: Callable[[], None],
+              policy: TimingPolicy) -> Timing:
+    """Time `fn` under `policy` with a runtime's `sample_ms` (one loop for every backend).
+
+    Warm-up samples are untimed; the last one decides the batch. After min_reps it stops
+    at the budget, at max_reps, or as soon as the fastest sample is past the race cutoff.
+    """
+    probe: float | None = None
+    for _ in range(policy.warmup):
+        probe = sample(fn, 1)
+    runs = batch_size(probe, policy)
+    times: list[float] = []
+    began = time.perf_counter()
+    while len(times) < policy.min_reps or (
+        time.perf_counter() - began < policy.budget_s and len(times) < policy.max_reps
+        and (policy.cutoff_ms is None or min(times) <= policy.cutoff_ms)
+    ):
+        times.append(sample(fn, runs))
+    return Timing(tuple(times), runs)
+
+
+def warm_until_stable(sample: Callable[[], float], max_s: float, rel: float = 0.03) -> int:
+    """Call `sample` until three in a row agree within `rel`, or `max_s` passes; the count.
+
+    Clocks ramp up under load (GPU boost, CPU governors): the first candidate of a pass
+    would otherwise be timed on a cold device.
+    """
+    began = time.perf_counter()
+    last: list[float] = []
+    count = 0
+    while time.perf_counter() - began < max_s:
+        last = [*last[-2:], sample()]
+        count += 1
+        if len(last) == 3 and max(last) <= min(last) * (1 + rel):
+            break
+    return count
 
 
 class Runtime(Protocol):
@@ -118,7 +183,25 @@ class Runtime(Protocol):
         """Run `fn` once and say how long its work took (waits for that work only)."""
         ...
 
-    def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing: ...
+    def sample_ms(self, fn: Callable[[], None], runs: int) -> float:
+        """One timed sample: `runs` back-to-back calls of `fn`, in ms per call."""
+        ...
+
+    def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
+        """Per-sample times of `fn` under `policy` (`time_runs` over `sample_ms`)."""
+        ...
+
+    def warm_up(self) -> None:
+        """Bring the device to steady clocks before the first candidate of a pass."""
+        ...
+
+    def reference(self, a: Any, b: Any, problem: ConvProblem) -> Any:
+        """The float64 result of `problem` from its operands, kept where this runtime computes."""
+        ...
+
+    def compare(self, out: Any, ref: Any, dtype: str) -> tuple[float, float]:
+        """(max abs error, relative error) of `out` (in `dtype`'s storage) against `ref`."""
+        ...
 
     def fingerprint(self) -> dict[str, Any]: ...
 

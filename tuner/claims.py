@@ -2,7 +2,8 @@
 
 Before measuring, a tuner claims the (device fingerprint, problem) in the store's `claims`
 table, renews the claim every ttl/3 seconds from a background thread while it measures,
-and deletes it when the results are stored. Another tuner that finds the claim taken polls
+and deletes it when the results are stored (renewals wait until no candidate is being
+timed: tuner.quiet). Another tuner that finds the claim taken polls
 (with backoff, at most `wait_s` seconds, then ClaimTimeout) until the results it needs are
 stored; a claim that expired (its tuner crashed) is taken over, and so, at once, is a claim
 of a process on this host that no longer exists (a `kill -9` would otherwise stall the next
@@ -14,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,6 +26,7 @@ from db import claims
 from db.engine import Store
 from tuner.env import env_number
 from tuner.errors import ClaimTimeout
+from tuner.quiet import periodic
 
 log = logging.getLogger("convtune.claims")
 
@@ -161,26 +162,23 @@ class Claimer:
 
     @contextmanager
     def _renewing(self, fingerprint: str, target: str) -> Iterator[None]:
-        """Renew our claim every ttl/3 seconds in a background thread while measuring."""
-        stop = threading.Event()
+        """Renew our claim every ttl/3 seconds in a background thread while measuring.
+
+        Renewals run between timed regions (tuner.quiet), never while a candidate is timed:
+        a timed region longer than 2/3 of the ttl risks only duplicate work.
+        """
 
         def renew() -> None:
-            while not stop.wait(self.policy.ttl_s / 3):
-                try:
-                    with self.store.session() as session:
-                        ours = claims.renew_claim(
-                            session=session, fingerprint=fingerprint, problem=target,
-                            owner=self.owner, ttl_s=self.policy.ttl_s,
-                        )
-                    if not ours:
-                        log.warning("claim on %s was taken over while measuring", target)
-                except Exception:  # a missed renewal only risks duplicate work
-                    log.warning("could not renew the claim on %s", target, exc_info=True)
+            try:
+                with self.store.session() as session:
+                    ours = claims.renew_claim(
+                        session=session, fingerprint=fingerprint, problem=target,
+                        owner=self.owner, ttl_s=self.policy.ttl_s,
+                    )
+                if not ours:
+                    log.warning("claim on %s was taken over while measuring", target)
+            except Exception:  # a missed renewal only risks duplicate work
+                log.warning("could not renew the claim on %s", target, exc_info=True)
 
-        thread = threading.Thread(target=renew, name="convtune-claim", daemon=True)
-        thread.start()
-        try:
+        with periodic(renew, self.policy.ttl_s / 3, "convtune-claim"):
             yield
-        finally:
-            stop.set()
-            thread.join()

@@ -12,7 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.runtime import Timing, TimingPolicy
+from algorithms.problem import ConvProblem
+from algorithms.reference import reference
+from algorithms.reference_gemm import errors
+from algorithms.runtime import Timing, TimingPolicy, time_runs, warm_until_stable
+
+#: The longest the CPU warm-up spins (a governor lifts the clock within tens of ms).
+WARM_UP_S = 0.05
 
 
 def _processor_model() -> str:
@@ -118,21 +124,33 @@ class CpuRuntime:
         fn()
         return (time.perf_counter() - start) * 1e3
 
+    def sample_ms(self, fn: Callable[[], None], runs: int) -> float:
+        """Wall time of `runs` back-to-back calls, per call."""
+        start = time.perf_counter()
+        for _ in range(runs):
+            fn()
+        return (time.perf_counter() - start) * 1e3 / runs
+
     def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
-        """Warm up, then time runs until the budget or max_reps is reached."""
-        for _ in range(policy.warmup):
-            fn()
-        times: list[float] = []
-        spent = 0.0
-        while len(times) < policy.min_reps or (
-            spent < policy.budget_s and len(times) < policy.max_reps
-        ):
-            start = time.perf_counter()
-            fn()
-            elapsed = time.perf_counter() - start
-            times.append(elapsed * 1e3)
-            spent += elapsed
-        return Timing(tuple(times))
+        """Warm up, then time samples until the budget, max_reps or the race cutoff."""
+        return time_runs(self.sample_ms, fn, policy)
+
+    def warm_up(self) -> None:
+        """A short BLAS spin, so a frequency governor has raised the clock before timing."""
+        a = np.ones((128, 128), dtype=np.float32)
+
+        def spin() -> None:
+            np.matmul(a, a)
+
+        warm_until_stable(lambda: self.sample_ms(spin, 4), WARM_UP_S)
+
+    def reference(self, a: Any, b: Any, problem: ConvProblem) -> np.ndarray:
+        """The NumPy float64 reference (algorithms.reference)."""
+        return reference(np.asarray(a), np.asarray(b), problem)
+
+    def compare(self, out: Any, ref: Any, dtype: str) -> tuple[float, float]:
+        """(max abs error, relative error) in float64 on the host."""
+        return errors(np, np.asarray(out), ref, dtype)
 
     def fingerprint(self) -> dict[str, Any]:
         """What the timings are valid for: processor, cores, NumPy and BLAS versions."""

@@ -6,14 +6,18 @@ works on a machine without CuPy or a GPU.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
 import numpy as np
 
-from algorithms.runtime import Timing, TimingPolicy
+from algorithms.problem import ConvProblem
+from algorithms.reference_gemm import errors, reference_gemm
+from algorithms.runtime import Timing, TimingPolicy, time_runs, warm_until_stable
+
+#: The longest the clock warm-up spins; boost clocks settle within a few hundred ms.
+WARM_UP_S = 0.5
 
 _DLPACK_CUDA = 2  # kDLCUDA in DLPack's device-type enum
 
@@ -220,29 +224,47 @@ class CudaRuntime:
             self._flush.data.ptr, 0, self._flush.nbytes, stream.ptr
         )
 
-    def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
-        """Median-ready per-run times: warm-up untimed, L2 flushed outside the events."""
+    def sample_ms(self, fn: Callable[[], None], runs: int) -> float:
+        """`runs` back-to-back calls between two events, per call; L2 flushed before them.
+
+        The flush is enqueued ahead of the start event, so the host launches the runs while
+        the GPU is still busy flushing: launches overlap work as they do in a network.
+        """
         cupy = self._cupy
         with self._dev:
-            for _ in range(policy.warmup):
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            self._flush_l2()
+            start.record()
+            for _ in range(runs):
                 fn()
-            self._dev.synchronize()
-            start = cupy.cuda.Event()
-            end = cupy.cuda.Event()
-            times: list[float] = []
-            spent = 0.0
-            while len(times) < policy.min_reps or (
-                spent < policy.budget_s and len(times) < policy.max_reps
-            ):
-                began = time.perf_counter()
-                self._flush_l2()
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(float(cupy.cuda.get_elapsed_time(start, end)))
-                spent += time.perf_counter() - began
-        return Timing(tuple(times))
+            end.record()
+            end.synchronize()
+            return float(cupy.cuda.get_elapsed_time(start, end)) / runs
+
+    def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
+        """Warm up, then time samples until the budget, max_reps or the race cutoff."""
+        return time_runs(self.sample_ms, fn, policy)
+
+    def warm_up(self) -> None:
+        """Run a cuBLAS SGEMM until its time is steady: clocks leave their idle state."""
+        with self._dev:
+            a = self._cupy.ones((2048, 2048), dtype=np.float32)
+            c = self._cupy.empty_like(a)
+
+            def spin() -> None:
+                self._cupy.matmul(a, a, out=c)
+
+            warm_until_stable(lambda: self.elapsed_ms(spin), WARM_UP_S)
+
+    def reference(self, a: Any, b: Any, problem: ConvProblem) -> Any:
+        """The float64 reference on this GPU (per-tap cuBLAS DGEMMs), never copied out."""
+        with self._dev:
+            return reference_gemm(self._cupy, a, b, problem)
+
+    def compare(self, out: Any, ref: Any, dtype: str) -> tuple[float, float]:
+        """(max abs error, relative error) on this GPU; only the two scalars come back."""
+        with self._dev:
+            return errors(self._cupy, out, ref, dtype)
 
     # --- identity ------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:

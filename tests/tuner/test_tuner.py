@@ -13,6 +13,7 @@ from db.engine import open_store
 from tests.tuner.fakes import Fake, Lazy, Raises, Refuses, Wrong, small_problem
 from tuner import results as R
 from tuner.errors import DeviceFault, NotInDatabase, NoUsableAlgorithm
+from tuner.results import within_noise
 from tuner.tuning import Tuner
 
 QUICK = TimingPolicy(warmup=1, budget_s=0.0, min_reps=2, max_reps=2)
@@ -27,7 +28,12 @@ def test_every_algorithm_once_usable_first(db_url: str) -> None:
     results = make(db_url, *algos).find(small_problem(), "cpu")
     assert sorted(r.algorithm for r in results) == list("abcdef")
     assert [r.status for r in results[:2]] == [R.OK, R.OK]
-    assert results[0].time_ms is not None and results[0].time_ms <= results[1].time_ms  # type: ignore[operator]
+    # Fastest first, unless the runner-up is within noise and needs less workspace.
+    assert results[0].time_ms is not None and results[1].time_ms is not None
+    assert results[0].time_ms <= results[1].time_ms or (
+        within_noise(results[1], results[0])
+        and results[0].workspace_bytes < results[1].workspace_bytes
+    )
     by = {r.algorithm: r for r in results}
     assert by["b"].status == R.FAILED and "too many resources" in (by["b"].error or "")
     assert by["c"].status == R.WRONG_RESULT and by["c"].rel_error == pytest.approx(0.01, rel=1e-3)

@@ -21,6 +21,7 @@ from tuner.cli.tables import stored_results_table
 from tuner.devices import parse_device
 from tuner.networks import NETWORKS, network_problems
 from tuner.onnx_shapes import onnx_problems
+from tuner.quiet import periodic
 from tuner.results import AlgorithmResult
 from tuner.service import Service, service
 
@@ -223,7 +224,8 @@ def tune(
         TimeElapsedColumn(),
         console=Console(stderr=True),
         transient=as_json,
-    ) as progress:
+        auto_refresh=False,  # rich's own refresh thread would render while we time
+    ) as progress, periodic(progress.refresh, 0.25, "convtune-progress"):
         task = progress.add_task(f"tuning {model} on {dev}", total=len(work))
         for b, layer, problem in work:
             progress.update(task, description=f"{model} n={b} {layer}")

@@ -1,0 +1,173 @@
+"""Tuner regret benchmark: how good are the tuner's picks, and what does tuning cost?
+
+Usage: python benchmarks/bench_tuner.py --device cpu --model resnet50 --batch 8 [--out r.json]
+
+1. Tunes every distinct convolution of the network into a fresh SQLite store, as
+   `convtune tune` does (the timing policy from $CONVTUNE_*), and records the wall time.
+2. In a separate process, re-measures every usable stored configuration in isolation: each
+   alone, on fresh inputs, after a device warm-up, with a longer timing budget and no
+   racing or confirmation.
+3. Reports per layer the regret of the tuner's pick: its isolated time over the isolated
+   best, minus one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algorithms.problem import ConvProblem
+from algorithms.runtime import Runtime, TimingPolicy
+from db.engine import open_store
+from tuner.candidates import Candidate
+from tuner.devices import backend_of, get_runtime, identify
+from tuner.networks import network_problems
+from tuner.tuning import Tuner
+
+#: Regret above this counts as a miss (issue 11's target: worst <= 5%).
+MISS = 0.05
+
+
+def tune(url: str, device: str, model: str, batch: int) -> list[dict[str, Any]]:
+    """Tune each distinct layer into the store at `url`: its pick and the wall time."""
+    tuner = Tuner(open_store(url))
+    rows = []
+    for layer, problem in network_problems(model, batch):
+        began = time.perf_counter()
+        best = tuner.best(problem, device)
+        rows.append({"layer": layer.name, "problem": problem.describe(), "key": problem.key(),
+                     "pick": f"{best.algorithm}/{best.config}", "tuned_ms": best.time_ms,
+                     "note": best.note, "tune_s": time.perf_counter() - began})
+    return rows
+
+
+def isolated_ms(runtime: Runtime, cand: Candidate, problem: ConvProblem,
+                policy: TimingPolicy, rng: np.random.Generator) -> float:
+    """The median time of one configuration measured alone, on fresh random inputs."""
+    a_shape, b_shape, out_shape = problem.operand_shapes
+    x = runtime.random(a_shape, problem.dtype, rng)
+    w = runtime.random(b_shape, problem.dtype, rng)
+    y = runtime.empty(out_shape, problem.dtype)
+    workspace = runtime.workspace(cand.workspace_bytes)
+
+    def run() -> None:
+        cand.algorithm.run(x, w, y, workspace, problem, cand.config)
+
+    with runtime.activate():
+        runtime.warm_up()
+        return runtime.time(run, policy).median_ms
+
+
+def remeasure(url: str, device: str, keys: list[dict[str, Any]],
+              policy: TimingPolicy) -> list[dict[str, float]]:
+    """Per problem key, every usable stored configuration's isolated median (child process)."""
+    tuner = Tuner(open_store(url))
+    runtime = get_runtime(device)
+    rng = np.random.default_rng(20261123)
+    out = []
+    for key in keys:
+        problem = ConvProblem.from_key(key)
+        stored = tuner.find_candidates(problem, device, mode="cached")
+        usable = {(r.algorithm, r.config) for r in stored if r.usable}
+        candidates, _ = tuner.candidates(problem, backend_of(device))
+        out.append({f"{c.algorithm.name}/{c.config}": isolated_ms(runtime, c, problem, policy, rng)
+                    for c in candidates if c.key in usable})
+    return out
+
+
+def regret_rows(tuned: list[dict[str, Any]],
+                isolated: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """Each tuned layer with its pick's isolated time, the isolated best and the regret."""
+    rows = []
+    for row, times in zip(tuned, isolated, strict=True):
+        best = min(times, key=lambda name: times[name])
+        pick_ms = times[row["pick"]]
+        rows.append({**row, "pick_iso_ms": pick_ms, "best": best, "best_iso_ms": times[best],
+                     "regret": pick_ms / times[best] - 1, "isolated_ms": times})
+    return rows
+
+
+def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The Markdown table and summary."""
+    lines = [
+        f"{meta['model']} batch {meta['batch']} on {meta['device']} ({meta['device_name']}), "
+        f"{meta['date']}, commit {meta['commit']}", "",
+        "| layer | problem | tuner's pick | tuned ms | pick alone ms | best alone | "
+        "best alone ms | regret |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['layer']} | {r['problem']} | {r['pick']} | {r['tuned_ms']:.3f} | "
+            f"{r['pick_iso_ms']:.3f} | {r['best']} | {r['best_iso_ms']:.3f} | "
+            f"{100 * r['regret']:.1f}% |"
+        )
+    regrets = [r["regret"] for r in rows]
+    misses = sum(r > MISS for r in regrets)
+    lines += [
+        "",
+        f"regret over {len(rows)} layers: median {100 * statistics.median(regrets):.1f}%, "
+        f"worst {100 * max(regrets):.1f}%, {misses} above {100 * MISS:.0f}%",
+        f"tuning wall time: {meta['tune_s']:.1f} s; isolated re-measurement: "
+        f"{meta['remeasure_s']:.1f} s",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Tune, re-measure in a child process, print the regret table."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--iso-budget-s", type=float, default=0.5,
+                        help="timing budget per configuration in the isolated re-measurement")
+    parser.add_argument("--iso-min-reps", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    parser.add_argument("--remeasure", default=None, help=argparse.SUPPRESS)  # child: store URL
+    args = parser.parse_args()
+    policy = TimingPolicy(warmup=2, budget_s=args.iso_budget_s, min_reps=args.iso_min_reps,
+                          max_reps=max(100, args.iso_min_reps))
+    if args.remeasure:
+        keys = json.loads(sys.stdin.read())
+        print(json.dumps(remeasure(args.remeasure, args.device, keys, policy)))
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/bench_tuner.db"
+        began = time.perf_counter()
+        tuned = tune(url, args.device, args.model, args.batch)
+        tune_s = time.perf_counter() - began
+        began = time.perf_counter()
+        child = subprocess.run(
+            [sys.executable, __file__, "--remeasure", url, "--device", args.device,
+             "--iso-budget-s", str(args.iso_budget_s), "--iso-min-reps", str(args.iso_min_reps)],
+            input=json.dumps([row["key"] for row in tuned]), capture_output=True, text=True,
+            check=True,
+        )
+        remeasure_s = time.perf_counter() - began
+    rows = regret_rows(tuned, json.loads(child.stdout))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip()
+    info = identify(args.device).info
+    meta = {"model": args.model, "batch": args.batch, "device": args.device,
+            "device_name": info.get("name", "?"), "date": date.today().isoformat(),
+            "commit": commit, "tune_s": tune_s, "remeasure_s": remeasure_s}
+    if args.out:
+        args.out.write_text(json.dumps({**meta, "device_info": info, "rows": rows}, indent=2))
+    print(report(rows, meta))
+
+
+if __name__ == "__main__":
+    main()

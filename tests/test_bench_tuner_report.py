@@ -1,0 +1,35 @@
+"""The tuner regret benchmark's arithmetic and report on synthetic rows (no tuning run)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from algorithms.cpu.runtime import CpuRuntime
+from algorithms.runtime import TimingPolicy
+from benchmarks.bench_tuner import isolated_ms, regret_rows, report
+from tests.tuner.fakes import Fake, small_problem
+from tuner.candidates import Candidate
+
+
+def test_regret_is_the_pick_alone_over_the_best_alone() -> None:
+    rng = np.random.default_rng()
+    best, factor = float(rng.uniform(1.0, 2.0)), float(rng.uniform(1.1, 2.0))
+    tuned = [{"layer": "l1", "problem": "p1", "pick": "a/x", "tuned_ms": 1.0},
+             {"layer": "l2", "problem": "p2", "pick": "b/y", "tuned_ms": 2.0}]
+    isolated = [{"a/x": best * factor, "b/y": best}, {"b/y": 3.0, "c/z": 4.0}]
+    rows = regret_rows(tuned, isolated)
+    assert rows[0]["regret"] == pytest.approx(factor - 1) and rows[0]["best"] == "b/y"
+    assert rows[1]["regret"] == 0.0 and rows[1]["best"] == "b/y"
+    text = report(rows, {"model": "m", "batch": 1, "device": "cpu", "device_name": "n",
+                         "date": "d", "commit": "c", "tune_s": 1.0, "remeasure_s": 2.0})
+    assert "| l1 | p1 | a/x |" in text and "regret over 2 layers" in text
+    assert f"worst {100 * (factor - 1):.1f}%, 1 above 5%" in text
+
+
+def test_isolated_measurement_runs_the_configuration_alone() -> None:
+    fake = Fake("only")
+    cand = Candidate(fake, "default", 0, fake.impl_hash)  # type: ignore[arg-type]
+    policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
+    ms = isolated_ms(CpuRuntime(), cand, small_problem(), policy, np.random.default_rng())
+    assert ms > 0 and fake.runs == 1 + 3  # one warm-up, three timed samples
