@@ -97,10 +97,15 @@ def hash_sources(files: Iterable[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
+#: Modules outside the backend folders whose code every backend's algorithms run: the
+#: interface, and the Winograd transforms both backends take their matrices from.
+SHARED_SOURCES: tuple[str, ...] = ("base.py", "winograd.py")
+
+
 def algorithm_sources(package_dir: Path) -> list[Path]:
-    """The Python files of a backend's algorithms (not its runtime) plus the interface."""
+    """The Python files of a backend's algorithms (not its runtime) plus the shared ones."""
     here = Path(__file__).resolve().parent
     return [
         *(p for p in package_dir.glob("*.py") if p.name != "runtime.py"),
-        here / "base.py",
+        *(here / name for name in SHARED_SOURCES),
     ]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from algorithms.cuda import depthwise, shipped_kernels
+from algorithms.cuda import depthwise, shipped_kernels, winograd
 from algorithms.cuda._loader import CTYPES
 from algorithms.problem import DTYPES
 from tests.cuda_emu.build import build_all, missing_tools
@@ -68,6 +68,27 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
     "tc_deep": dict(n=1, c=24, h=5, w=5, k=40, r=3, s=3, pad=1),
 }
 
+
+#: Winograd's own edges besides the shared SHAPES it supports (odd, pad_gt_filter, ...):
+#: padding 0 and 2, asymmetric padding, one output pixel, tiles cut by the output edge in
+#: both directions for both tile sides, more tile columns than rows, every CUDA dtype.
+#: Mutations these cases catch (each tried once; "n/23" = winograd cases that fail):
+#:   f2x2 G[1][2] 0.5 -> 0.25 (filter transform)       -> 23/23, relative error 0.19-0.49
+#:   f4x4 B^T[0][2] -5 -> -4 (input transform)         -> 22/23 (not single_pixel: the
+#:                                                         coefficient meets only padding)
+#:   f4x4 A^T[3][3] 8 -> 7 (output transform)          -> 19/23 (not the <4-pixel outputs)
+#:   output crop oh < P -> oh <= P                      -> 22/23, ASan heap-buffer-overflow
+#:                                                         WRITE in winograd_output
+#:   input bound ih < H -> ih <= H                      -> 23/23, ASan heap-buffer-overflow
+#:                                                         READ in winograd_input
+#:   host: GEMM filter stride k*c -> 0                  -> 23/23, wrong results
+#:   host: tiles_h and tiles_w divisors swapped         -> 14/23 (every tiling that is not
+#:                                                         square), unwritten outputs
+_WINOGRAD_SHAPES: dict[str, dict[str, Any]] = {
+    "wino_pad0": dict(n=2, c=3, h=9, w=8, k=5, r=3, s=3),
+    "wino_pad2_asym": dict(n=2, c=5, h=7, w=14, k=3, r=3, s=3, pad=(2, 1)),
+    "wino_one_output": dict(n=3, c=4, h=3, w=3, k=2, r=3, s=3),
+}
 
 #: The depthwise kernel runs SHAPES' depthwise layers through the loop below, and these in
 #: the dtypes named (dw_dilated_m2, a 3x3, in every dtype: every shipped instance, the _3x3
@@ -156,6 +177,8 @@ def _cases() -> list[dict[str, Any]]:
         cases.append(_case(f"implicit_gemm_tc-pq_odd_k_odd-{dtype}-{math}-offset",
                            "implicit_gemm_tc", {**ALIGN_SHAPES["pq_odd_k_odd"], "dtype": dtype,
                                                 "math": math}, [item, item, item]))
+    cases += [_case(f"winograd-{shape}-{dtype}", "winograd", {**kw, "dtype": dtype})
+              for shape, kw in _WINOGRAD_SHAPES.items() for dtype in CTYPES]
     for shape, dw_dtypes in _DW_DTYPES.items():
         cases += [_case(f"depthwise-{shape}-{d}", "depthwise", {**DEPTHWISE_SHAPES[shape],
                                                                 "dtype": d}) for d in dw_dtypes]
@@ -204,7 +227,14 @@ def test_every_algorithm_and_dtype_is_covered() -> None:
     assert tc == set(_TC_SHAPES)
     assert {d for n, d in covered if n == "implicit_gemm"} == {"float32", "float16"}
     assert {d for n, d in covered if n == "fft"} == set(CTYPES)  # fft has no bfloat16
+    assert {d for n, d in covered if n == "winograd"} == set(CTYPES)
     assert {d for n, d in covered if n == "depthwise"} == set(DTYPES)
+
+
+def test_every_winograd_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:
+    launched = {name for case_id, verdict in verdicts.items() if case_id.startswith("winograd")
+                for name, _args in verdict.get("launches", [])}
+    assert launched == set(winograd.shipped_kernels())
 
 
 def test_every_shipped_depthwise_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:

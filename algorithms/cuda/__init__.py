@@ -20,6 +20,7 @@ from algorithms.cuda import (
     im2col_gemm,
     implicit_gemm,
     implicit_gemm_tc,
+    winograd,
 )
 from algorithms.cuda.depthwise import DepthwiseCuda
 from algorithms.cuda.direct import DirectCuda
@@ -27,6 +28,7 @@ from algorithms.cuda.fft import FftCuda
 from algorithms.cuda.im2col_gemm import Im2colGemmCuda
 from algorithms.cuda.implicit_gemm import ImplicitGemmCuda
 from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda
+from algorithms.cuda.winograd import WinogradCuda
 from algorithms.registry import algorithm_sources, hash_sources, register
 from algorithms.runtime import Runtime
 
@@ -35,6 +37,7 @@ register(Im2colGemmCuda())
 register(ImplicitGemmCuda())
 register(FftCuda())
 register(ImplicitGemmTcCuda())
+register(WinogradCuda())
 register(DepthwiseCuda())
 
 #: Devices are "cuda:N".
@@ -76,12 +79,12 @@ def shipped_kernels() -> dict[str, tuple[str, ...]]:
         implicit_gemm.KERNEL_FILE: implicit_gemm.shipped_kernels(),
         fft.KERNEL_FILE: fft.shipped_kernels(),
         implicit_gemm_tc.KERNEL_FILE: implicit_gemm_tc.shipped_kernels(),
+        winograd.KERNEL_FILE: winograd.shipped_kernels(),
         depthwise.KERNEL_FILE: depthwise.shipped_kernels(),
     }
 
 
 __all__ = [
     "DepthwiseCuda", "DirectCuda", "FftCuda", "Im2colGemmCuda", "ImplicitGemmCuda",
-    "ImplicitGemmTcCuda",
-    "shipped_kernels",
+    "ImplicitGemmTcCuda", "WinogradCuda", "shipped_kernels",
 ]

@@ -85,7 +85,8 @@ def _bad_cases() -> list[tuple[str, dict[str, Any], int, str]]:
         ("zero stride", {"stride": "0"}, 422, "stride must be at least 1"),
         ("zero dilation", {"dilation": "1x0"}, 422, "dilation must be at least 1"),
         ("bad groups", {"groups": "2"}, 422, "shape mismatch"),
-        ("unknown algorithm", {"algorithm": "winograd"}, 422, "unknown algorithm 'winograd'"),
+        ("unknown algorithm", {"algorithm": "no_such_algorithm"}, 422,
+         "unknown algorithm 'no_such_algorithm'"),
         ("unknown device", {"device": "tpu"}, 422, "unknown device 'tpu'"),
         ("bad workspace", {"workspace_limit": "-5"}, 422, "workspace_limit"),
     ]

@@ -32,6 +32,7 @@ from algorithms.cuda import (
     im2col_gemm,
     implicit_gemm,
     implicit_gemm_tc,
+    winograd,
 )
 from algorithms.reference import reference, relative_error
 from tests.cuda_emu.build import EmulatedKernel, sanitizer_env
@@ -51,6 +52,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "implicit_gemm": implicit_gemm.ImplicitGemmCuda(),
     "fft": fft.FftCuda(),
     "implicit_gemm_tc": implicit_gemm_tc.ImplicitGemmTcCuda(),
+    "winograd": winograd.WinogradCuda(),
     "depthwise": depthwise.DepthwiseCuda(),
 }
 #: (schedule, seed) pairs each configuration runs under; see runtime.h.
@@ -64,7 +66,8 @@ def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
 
 def install() -> None:
     """Route every GPU library call of algorithms/cuda to the emulator and host stand-ins."""
-    for module in (direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, depthwise):
+    for module in (direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, winograd,
+                   depthwise):
         module.get_kernel = _kernel  # type: ignore[attr-defined]
     _cublas._gemm = fake_gemm  # type: ignore[assignment]
     fft._plan = FakePlan  # type: ignore[assignment]

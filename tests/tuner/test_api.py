@@ -30,7 +30,8 @@ def test_find_algorithms_lists_all_four_fastest_first(db_url: str) -> None:
     found = find_algorithms(small_problem(), device="cpu")
     names = [a.name for a in algorithms_for("cpu")]
     assert sorted(r.algorithm for r in found) == sorted(names)
-    # Listed but refused: implicit_gemm_tc is GPU-only, depthwise needs groups == c.
+    # Listed but refused: implicit_gemm_tc is GPU-only, depthwise needs groups == c
+    # (winograd serves this 3x3 stride-1 layer).
     refused = {"implicit_gemm_tc", "depthwise"}
     assert {r.algorithm for r in found if not r.usable} == refused
     usable = [r for r in found if r.usable]
@@ -116,7 +117,7 @@ def test_float16_keeps_dtype(rng: np.random.Generator) -> None:
         ((2, 4, 8, 8), (6, 4, 3, 3), {"stride": 0}, "stride"),
         ((2, 4, 8, 8), (6, 4, 3, 3), {"padding": -1}, "pad"),
         ((2, 4, 8, 8), (6, 4, 3, 3), {"workspace_limit": -5}, "workspace_limit"),
-        ((2, 4, 8, 8), (6, 4, 3, 3), {"algorithm": "winograd"}, "unknown algorithm"),
+        ((2, 4, 8, 8), (6, 4, 3, 3), {"algorithm": "no_such_algorithm"}, "unknown algorithm"),
         ((2, 4, 8, 8), (6, 4, 3, 3), {"device": "tpu"}, "unknown device"),
     ],
 )

@@ -1,0 +1,144 @@
+"""GPU Winograd F(2x2,3x3) and F(4x4,3x3): transform kernels around one cuBLAS batched GEMM.
+
+Steps, all enqueued on the current stream (kernels/winograd.cu; the matrices are
+algorithms/winograd.py's):
+1. winograd_filter: U[p] = G g G^T per (k, c), formed in double and rounded once;
+2. winograd_input: V[p] = B^T d B per (c, tile), reading the alpha x alpha input tile with
+   zeros outside the image (padding and the last tiles' overhang);
+3. cuBLAS strided-batched GEMM over the alpha^2 transform points p: M[p] (k x T) =
+   U[p] (k x c) @ V[p] (c x T), T = n * tiles_h * tiles_w, strict FP32 (or FP64) math;
+4. winograd_output: y = A^T M[p] A per (k, tile), cropped at the output's edge.
+
+Forward only; 3x3 filters, stride 1, dilation 1, groups 1, any padding and size. Supports
+float16 (transformed in float32, float32 GEMM), float32 and float64. math "tf32" runs the same
+FP32 arithmetic. Every buffer must have fewer than 2**31 elements.
+
+Workspace (E = 8 for float64, else 4; each region aligned to 256 bytes; the workspace itself
+must be aligned to E, as every CuPy allocation is; run() checks):
+    U: alpha^2 * k * c * E    V: alpha^2 * c * T * E    M: alpha^2 * k * T * E
+cuBLAS uses its per-handle workspace, not allocated per call.
+Configurations: "f2x2" and "f4x4" (the output tile side).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from algorithms import winograd
+from algorithms.base import SUPPORTED, Support, align, unsupported, workspace_view
+from algorithms.cuda._base import CudaAlgorithm
+from algorithms.cuda._cublas import OP_N, gemm_strided_batched
+from algorithms.cuda._loader import (
+    CTYPES,
+    fastdiv_args,
+    get_kernel,
+    grid_stride_blocks,
+    require_aligned,
+    tensors_fit_int32,
+)
+from algorithms.problem import ConvProblem
+
+KERNEL_FILE = "winograd.cu"
+
+_THREADS = 256
+_STEPS = ("filter", "input", "output")
+
+
+def name_expression(step: str, dtype: str, config: str) -> str:
+    """The kernel template instance of one step for a dtype and config."""
+    return f"winograd_{step}<{CTYPES[dtype]}, {winograd.TRANSFORMS[config].m}>"
+
+
+def shipped_kernels() -> tuple[str, ...]:
+    """Every name expression this module can ask for (3 steps x dtypes x configs)."""
+    return tuple(name_expression(step, dtype, config)
+                 for dtype in CTYPES for config in winograd.CONFIGS for step in _STEPS)
+
+
+def gemm_dtype(problem: ConvProblem) -> str:
+    """The dtype of the transformed buffers and the GEMM: float64 or float32."""
+    return "float64" if problem.dtype == "float64" else "float32"
+
+
+def _counts(problem: ConvProblem, config: str) -> dict[str, int]:
+    """Element counts of U, V and M."""
+    t = winograd.tiling(problem, config)
+    points, tiles = t.alpha ** 2, t.tiles(problem.n)
+    return {"u": points * problem.k * problem.c, "v": points * problem.c * tiles,
+            "m": points * problem.k * tiles}
+
+
+def workspace_layout(problem: ConvProblem, config: str) -> dict[str, tuple[int, int]]:
+    """Region name -> (byte offset, bytes) inside the workspace."""
+    item = np.dtype(gemm_dtype(problem)).itemsize
+    layout: dict[str, tuple[int, int]] = {}
+    offset = 0
+    for name, count in _counts(problem, config).items():
+        layout[name] = (offset, count * item)
+        offset += align(count * item)
+    return layout
+
+
+class WinogradCuda(CudaAlgorithm):
+    """Winograd transforms in kernels, the per-point GEMMs in cuBLAS."""
+
+    name: ClassVar[str] = "winograd"
+
+    def _limits(self, problem: ConvProblem) -> Support:
+        """3x3, stride 1, dilation 1, groups 1, every buffer under 2**31 elements."""
+        support = winograd.limits(problem)
+        if not support:
+            return support
+        largest = max(max(_counts(problem, c).values()) for c in winograd.CONFIGS)
+        if not tensors_fit_int32(problem, largest):
+            return unsupported("a tensor or a Winograd buffer has 2**31+ elements")
+        return SUPPORTED
+
+    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
+        """F(2x2,3x3) and F(4x4,3x3)."""
+        return winograd.CONFIGS
+
+    def _workspace(self, problem: ConvProblem, config: str) -> int:
+        """U, V and M (see the module docstring)."""
+        offset, nbytes = workspace_layout(problem, config)["m"]
+        return align(offset + nbytes)
+
+    def _run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
+        """Enqueue the filter and input transforms, the GEMMs and the output transform."""
+        real = gemm_dtype(problem)
+        item = np.dtype(real).itemsize
+        require_aligned("winograd: workspace", workspace, item)
+        t = winograd.tiling(problem, config)
+        n, c, k = problem.n, problem.c, problem.k
+        points, tiles = t.alpha ** 2, t.tiles(n)
+        out_h, out_w = problem.out_hw
+        views = {name: workspace_view(workspace, off, (nbytes // item,), real)
+                 for name, (off, nbytes) in workspace_layout(problem, config).items()}
+        u, v, m = (views[name].data.ptr for name in ("u", "v", "m"))
+
+        def kernel(step: str) -> Any:
+            return get_kernel(KERNEL_FILE, name_expression(step, problem.dtype, config))
+
+        kernel("filter")((grid_stride_blocks(k * c, _THREADS),), (_THREADS,),
+                         (w, views["u"], np.int32(k * c)))
+        divisors = fastdiv_args(tiles, t.tiles_w, t.tiles_h)
+        tiling_args = (np.int32(t.tiles_h), np.int32(t.tiles_w), np.int32(tiles))
+        kernel("input")(
+            (grid_stride_blocks(c * tiles, _THREADS),), (_THREADS,),
+            (x, views["v"], np.int32(c), np.int32(problem.h), np.int32(problem.w),
+             *(np.int32(p) for p in problem.pad), *tiling_args, np.int32(c * tiles),
+             *divisors),
+        )
+        # Row-major M[p] = U[p] @ V[p] is column-major M^T = V^T @ U^T: cuBLAS sees
+        # m = T, n = k, k = c with V first.
+        gemm_strided_batched(real, OP_N, OP_N, tiles, k, c, v, tiles, c * tiles,
+                             u, c, k * c, m, tiles, k * tiles, points)
+        kernel("output")(
+            (grid_stride_blocks(k * tiles, _THREADS),), (_THREADS,),
+            (views["m"], y, np.int32(k), np.int32(out_h), np.int32(out_w), *tiling_args,
+             np.int32(k * tiles), *divisors),
+        )
