@@ -14,36 +14,17 @@ import pytest
 
 from algorithms.base import Algorithm
 from algorithms.problem import DTYPES, ConvProblem
-from algorithms.reference import reference_conv, relative_error, tolerance
+from algorithms.reference import relative_error, tolerance
 from algorithms.registry import ALGORITHM_NAMES, algorithms_for
 from algorithms.runtime import TimingPolicy
 from tests.cuda_shapes import ALIGN_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
+from tests.gpu.conftest import host_case
 
 pytestmark = pytest.mark.gpu
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in algorithms_for("cuda")}
-#: Reserved names implemented on another branch; the merge that lands them empties this set.
-NOT_YET_IMPLEMENTED: set[str] = set()
-
-_inputs: dict[ConvProblem, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Any:
-    """The first GPU."""
-    from algorithms.cuda.runtime import CudaRuntime
-
-    return CudaRuntime(0)
-
-
-def _host_case(problem: ConvProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Fresh random x, w (in the problem dtype) and their float64 reference, once per problem."""
-    if problem not in _inputs:
-        rng = np.random.default_rng()
-        x = rng.standard_normal(problem.input_shape).astype(problem.dtype)
-        w = rng.standard_normal(problem.filter_shape).astype(problem.dtype)
-        _inputs[problem] = (x, w, reference_conv(x, w, problem))
-    return _inputs[problem]
 
 
 def _cases() -> list[Any]:
@@ -57,7 +38,7 @@ def _cases() -> list[Any]:
 
 
 def test_every_name_is_registered() -> None:
-    assert set(ALGORITHMS) == set(ALGORITHM_NAMES) - NOT_YET_IMPLEMENTED
+    assert set(ALGORITHMS) == set(ALGORITHM_NAMES)
 
 
 @pytest.mark.parametrize(("name", "shape", "dtype"), _cases())
@@ -71,7 +52,7 @@ def test_every_config_matches_reference(runtime: Any, name: str, shape: str, dty
         pytest.skip(f"{name} does not support {problem.describe()}: {support.reason}")
     configs = algorithm.configs(problem)
     assert configs, "a supported problem must have at least one config"
-    x_host, w_host, ref = _host_case(problem)
+    x_host, w_host, ref = host_case(problem)
     x, w = cupy.asarray(x_host), cupy.asarray(w_host)
     y = runtime.empty(problem.output_shape, dtype)
     failures = []
@@ -111,7 +92,7 @@ def test_element_aligned_buffers(runtime: Any, name: str, shape: str, dtype: str
     algorithm = ALGORITHMS[name]
     if not algorithm.supports(problem):
         pytest.skip(algorithm.supports(problem).reason)
-    x_host, w_host, ref = _host_case(problem)
+    x_host, w_host, ref = host_case(problem)
     item = DTYPES[dtype]
     x, w = _at_offset(x_host, item), _at_offset(w_host, item)
     for config in algorithm.configs(problem):
@@ -128,7 +109,7 @@ def test_run_only_enqueues_on_the_current_stream(runtime: Any) -> None:
     import cupy
 
     problem = ConvProblem(**SHAPES["odd"])
-    x_host, w_host, ref = _host_case(problem)
+    x_host, w_host, ref = host_case(problem)
     stream = cupy.cuda.Stream(non_blocking=True)
     for algorithm in ALGORITHMS.values():
         if not algorithm.supports(problem):  # depthwise: "odd" is a dense layer

@@ -16,9 +16,10 @@ import pytest
 
 from algorithms.base import AlgorithmBase
 from algorithms.problem import DTYPES, ConvProblem
-from algorithms.reference import reference, relative_error, tolerance
+from algorithms.reference import relative_error, tolerance
 from algorithms.registry import algorithms_for
 from tests.cuda_shapes import ALIGN_SHAPES, NETWORK_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
+from tests.gpu.conftest import host_case
 
 pytestmark = pytest.mark.gpu
 
@@ -39,26 +40,7 @@ EXTRA_SHAPES: dict[str, dict[str, Any]] = {
 }
 ALL_SHAPES = {k: v for k, v in SHAPES.items() if k != "many_frequencies"} | EXTRA_SHAPES
 
-_inputs: dict[ConvProblem, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
-
-@pytest.fixture(scope="module")
-def runtime() -> Any:
-    """The first GPU."""
-    from algorithms.cuda.runtime import CudaRuntime
-
-    return CudaRuntime(0)
-
-
-def _host_case(problem: ConvProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Random operands of the direction (in the problem dtype) and their float64 reference."""
-    if problem not in _inputs:
-        rng = np.random.default_rng()
-        a_shape, b_shape, _ = problem.operand_shapes
-        a = rng.standard_normal(a_shape).astype(problem.dtype)
-        b = rng.standard_normal(b_shape).astype(problem.dtype)
-        _inputs[problem] = (a, b, reference(a, b, problem))
-    return _inputs[problem]
 
 
 def _torch_gradient(a: np.ndarray, b: np.ndarray, problem: ConvProblem) -> np.ndarray | None:
@@ -108,7 +90,7 @@ def test_every_config_matches_reference_and_torch(
     support = algorithm.supports(problem)
     if not support:
         pytest.skip(f"{name} does not support {problem.describe()}: {support.reason}")
-    a_host, b_host, ref = _host_case(problem)
+    a_host, b_host, ref = host_case(problem)
     if shape not in NETWORK_SHAPES:  # torch's CPU float64 gradients are slow on those
         torch_ref = _torch_gradient(a_host, b_host, problem)
         if torch_ref is not None:
@@ -153,7 +135,7 @@ def test_element_aligned_buffers(runtime: Any, name: str, direction: str, shape:
     algorithm = BACKWARD[name]
     if not algorithm.supports(problem):
         pytest.skip(algorithm.supports(problem).reason)
-    a_host, b_host, ref = _host_case(problem)
+    a_host, b_host, ref = host_case(problem)
     item = DTYPES[dtype]
     a, b = _at_offset(a_host, item), _at_offset(b_host, item)
     for config in algorithm.configs(problem):
@@ -175,7 +157,7 @@ def test_backward_filter_within_tolerance_at_a_large_batch(runtime: Any, name: s
         problem = ConvProblem(n=n, c=4, h=16, w=16, k=8, r=3, s=3, pad=1,
                               direction="backward_filter")
         algorithm = BACKWARD[name]
-        a_host, b_host, ref = _host_case(problem)
+        a_host, b_host, ref = host_case(problem)
         a, b = cupy.asarray(a_host), cupy.asarray(b_host)
         worst = 0.0
         for config in algorithm.configs(problem):

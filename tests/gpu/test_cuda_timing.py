@@ -16,14 +16,6 @@ from algorithms.reference import reference, relative_error
 from algorithms.runtime import TimingPolicy
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Any:
-    """The first GPU."""
-    from algorithms.cuda.runtime import CudaRuntime
-
-    return CudaRuntime(0)
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_device_reference_matches_the_host_one(runtime: Any, direction: str,

@@ -29,13 +29,6 @@ GPU_SHAPES = ("odd", "odd_k130", "pad_gt_filter", "single_pixel", "many_channels
               "vgg_conv1_1", "vgg_conv3_1", "vgg_conv5_1")
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Any:
-    """The first GPU."""
-    from algorithms.cuda.runtime import CudaRuntime
-
-    return CudaRuntime(0)
-
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 @pytest.mark.parametrize("shape", GPU_SHAPES)
