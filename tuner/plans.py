@@ -14,6 +14,7 @@ Arrays come back in the caller's kind: NumPy for NumPy, CuPy for CuPy, torch for
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Hashable
 from typing import Any
@@ -31,7 +32,18 @@ def is_torch(array: Any) -> bool:
 
 def dtype_name(array: Any) -> str:
     """The dtype of a NumPy, CuPy or torch array as a problem dtype name ("float32")."""
-    return str(getattr(array, "dtype", "")).removeprefix("torch.")
+    dtype = getattr(array, "dtype", "")
+    try:
+        return _dtype_names(dtype)
+    except TypeError:  # an unhashable dtype-like: name it the slow way
+        return str(dtype).removeprefix("torch.")
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_names(dtype: Any) -> str:
+    # str() of a NumPy dtype walks Python code (numpy._core._dtype): a few microseconds,
+    # three times per plan call, so each dtype is named once.
+    return str(dtype).removeprefix("torch.")
 
 
 def untracked(array: Any) -> Any:
