@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -52,6 +51,13 @@ from algorithms.problem import ConvProblem  # noqa: E402
 from algorithms.reference import tolerance  # noqa: E402
 from algorithms.registry import algorithms_for, get_algorithm  # noqa: E402
 from algorithms.runtime import TimingPolicy  # noqa: E402
+from benchmarks.gpu_report import (  # noqa: E402
+    HBM_COPY_GBPS,
+    bandwidth,
+    fmt,
+    markdown,
+    summarize,
+)
 
 # (name, h=w, c, k, filter, pad, stride) from shared/ANCHORS.md; used only when
 # tuner.networks (the project's own layer lists) cannot be imported.
@@ -103,44 +109,14 @@ def torch_conv(torch: Any, problem: ConvProblem, a: Any, b: Any) -> Any:
     return torch.nn.functional.conv2d(a, b, None, *geometry)
 
 
-#: An H100's HBM copy rate, measured with a device-to-device copy (issue 10), in GB/s.
-HBM_COPY_GBPS = 3000.0
-
-
 def _tflops(problem: ConvProblem, ms: float | None) -> float | None:
     return problem.flops / (ms * 1e-3) / 1e12 if ms else None
-
-
-def _gbps(nbytes: int, ms: float | None) -> float | None:
-    return nbytes / (ms * 1e-3) / 1e9 if ms else None
-
-
-def bandwidth(row: dict[str, Any], nbytes: int, hbm_gbps: float) -> dict[str, Any]:
-    """A depthwise layer's effective GB/s: our pick, the depthwise algorithm and cuDNN.
-
-    `nbytes` is what the layer must move at least (x, w and y once each); each rate is
-    that over the measured time, and each `_vs_hbm` its fraction of the HBM copy rate.
-    """
-    rates = {
-        "tuned_gbps": _gbps(nbytes, row["tuned"].get("ms")),
-        "depthwise_gbps": _gbps(nbytes, row["algorithms"].get("depthwise", {}).get("ms")),
-        "cudnn_gbps": _gbps(nbytes, row["cudnn"].get("ms")),
-    }
-    out: dict[str, Any] = {"bytes": nbytes, "hbm_gbps": hbm_gbps, **rates}
-    for key, rate in rates.items():
-        out[key.replace("_gbps", "_vs_hbm")] = rate / hbm_gbps if rate else None
-    return out
 
 
 def _runner(algorithm: Any, x: Any, w: Any, y: Any, ws: Any, problem: ConvProblem,
             config: str) -> Callable[[], None]:
     """A no-argument call of one configuration (binds the loop variables)."""
     return lambda: algorithm.run(x, w, y, ws, problem, config)
-
-
-def _geomean(values: list[float]) -> float | None:
-    good = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else None
 
 
 class Bench:
@@ -327,81 +303,6 @@ class Bench:
                 "implicit_vs_matmul": ours / rate if ours else None}
 
 
-def _fmt(v: float | None, spec: str = ".3f") -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """The per-layer table, the GEMM table and the geometric means."""
-    names = [a.name for a in algorithms_for("cuda")]
-    head = ["network", "layer", "problem", *[f"{n} ms" for n in names], "tuned",
-            "tuned ms", "tuned TFLOP/s", "tuned rel. err", "cuDNN ms", "cuDNN TFLOP/s",
-            "cuDNN rel. err", "ours/cuDNN"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in report["rows"]:
-        algs = row["algorithms"]
-        tuned, cudnn = row["tuned"], row["cudnn"]
-        cells = [row["network"], row["layer"], row["describe"],
-                 *[_fmt(algs.get(n, {}).get("ms")) for n in names],
-                 f"{tuned.get('algorithm', '-')}/{tuned.get('config', '-')}",
-                 _fmt(tuned.get("ms")), _fmt(tuned.get("tflops"), ".1f"),
-                 _fmt(tuned.get("rel_error"), ".1e"),
-                 _fmt(cudnn.get("ms")), _fmt(cudnn.get("tflops"), ".1f"),
-                 _fmt(cudnn.get("rel_error"), ".1e"),
-                 _fmt(row.get("speed_vs_cudnn"), ".2f")]
-        lines.append("| " + " | ".join(cells) + " |")
-    gemm_rows = [r for r in report["rows"] if "gemm" in r]
-    if gemm_rows:
-        lines += ["", "| layer | M x N x K | cupy.matmul TFLOP/s | implicit_gemm TFLOP/s | ratio |",
-                  "|---|---|---|---|---|"]
-        for r in gemm_rows:
-            g = r["gemm"]
-            lines.append(f"| {r['network']}/{r['layer']} | {g['m']} x {g['n']} x {g['k']} | "
-                         f"{_fmt(g['matmul_tflops'], '.1f')} | "
-                         f"{_fmt(g['implicit_gemm_tflops'], '.1f')} | "
-                         f"{_fmt(g['implicit_vs_matmul'], '.2f')} |")
-    dw_rows = [r for r in report["rows"] if "bandwidth" in r]
-    if dw_rows:
-        lines += ["", "| depthwise layer | MB moved | tuned | tuned GB/s | depthwise GB/s | "
-                  "cuDNN GB/s | depthwise / HBM copy |", "|---|---|---|---|---|---|---|"]
-        for r in dw_rows:
-            b, tuned = r["bandwidth"], r["tuned"]
-            lines.append(f"| {r['network']}/{r['layer']} | {b['bytes'] / 1e6:.1f} | "
-                         f"{tuned.get('algorithm', '-')}/{tuned.get('config', '-')} | "
-                         f"{_fmt(b['tuned_gbps'], '.0f')} | {_fmt(b['depthwise_gbps'], '.0f')} | "
-                         f"{_fmt(b['cudnn_gbps'], '.0f')} | {_fmt(b['depthwise_vs_hbm'], '.2f')} |")
-    lines += ["", "| summary | geometric mean or count |", "|---|---|"]
-    for key, value in report["summary"].items():
-        lines.append(f"| {key} | {_fmt(value, '.0f' if key.startswith('layers') else '.3f')} |")
-    return "\n".join(lines)
-
-
-def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Geometric means of ours/cuDNN speed, of GEMM ratios and of depthwise GB/s vs HBM.
-
-    A layer without both timings (ours failed, cuDNN skipped) is left out of a mean, and the
-    `layers counted` entries say how many layers each mean covers, so a gap cannot hide.
-    """
-    out: dict[str, float | None] = {}
-    groups = {network: [r for r in rows if r["network"] == network]
-              for network in sorted({r["network"] for r in rows})}
-    groups["all"] = rows
-    for label, group in groups.items():
-        speeds = [r["speed_vs_cudnn"] for r in group if r.get("speed_vs_cudnn")]
-        out[f"ours/cuDNN speed, {label}"] = _geomean(speeds)
-        out[f"layers counted, {label}"] = float(len(speeds))
-        out[f"layers, {label}"] = float(len(group))
-    ratios = [r["gemm"]["implicit_vs_matmul"] for r in rows
-              if r.get("gemm", {}).get("implicit_vs_matmul")]
-    out["implicit_gemm/cupy.matmul, 3x3"] = _geomean(ratios)
-    out["layers counted, 3x3 GEMM"] = float(len(ratios))
-    fractions = [r["bandwidth"]["depthwise_vs_hbm"] for r in rows
-                 if r.get("bandwidth", {}).get("depthwise_vs_hbm")]
-    out["depthwise GB/s / HBM copy, depthwise layers"] = _geomean(fractions)
-    out["layers counted, depthwise GB/s"] = float(len(fractions))
-    return out
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -454,8 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             report["summary"] = summarize(report["rows"])
             report["elapsed_s"] = time.perf_counter() - started
             args.out.write_text(json.dumps(report, indent=1, default=str))
-            print(f"{network}/{name}: tuned {_fmt(row['tuned'].get('ms'))} ms "
-                  f"({row['tuned'].get('algorithm')}), cuDNN {_fmt(row['cudnn'].get('ms'))} ms "
+            print(f"{network}/{name}: tuned {fmt(row['tuned'].get('ms'))} ms "
+                  f"({row['tuned'].get('algorithm')}), cuDNN {fmt(row['cudnn'].get('ms'))} ms "
                   f"[{time.perf_counter() - t0:.1f} s]", file=sys.stderr, flush=True)
     print(markdown(report))
     return 0

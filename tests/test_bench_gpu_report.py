@@ -10,7 +10,8 @@ import pytest
 
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference, relative_error
-from benchmarks.bench_gpu import bandwidth, markdown, summarize, torch_conv
+from benchmarks.bench_gpu import torch_conv
+from benchmarks.gpu_report import bandwidth, markdown, summarize
 
 
 def _row(network: str, layer: str, speed: float | None,

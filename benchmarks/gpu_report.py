@@ -1,0 +1,116 @@
+"""bench_gpu's report: per-layer Markdown tables, geometric means, depthwise bandwidth.
+
+Pure functions of the rows bench_gpu.py measures (so tests check them on synthetic rows).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from algorithms.registry import algorithms_for
+
+#: An H100's HBM copy rate, measured with a device-to-device copy (issue 10), in GB/s.
+HBM_COPY_GBPS = 3000.0
+
+
+def _gbps(nbytes: int, ms: float | None) -> float | None:
+    return nbytes / (ms * 1e-3) / 1e9 if ms else None
+
+
+def bandwidth(row: dict[str, Any], nbytes: int, hbm_gbps: float) -> dict[str, Any]:
+    """A depthwise layer's effective GB/s: our pick, the depthwise algorithm and cuDNN.
+
+    `nbytes` is what the layer must move at least (x, w and y once each); each rate is
+    that over the measured time, and each `_vs_hbm` its fraction of the HBM copy rate.
+    """
+    rates = {
+        "tuned_gbps": _gbps(nbytes, row["tuned"].get("ms")),
+        "depthwise_gbps": _gbps(nbytes, row["algorithms"].get("depthwise", {}).get("ms")),
+        "cudnn_gbps": _gbps(nbytes, row["cudnn"].get("ms")),
+    }
+    out: dict[str, Any] = {"bytes": nbytes, "hbm_gbps": hbm_gbps, **rates}
+    for key, rate in rates.items():
+        out[key.replace("_gbps", "_vs_hbm")] = rate / hbm_gbps if rate else None
+    return out
+
+
+def _geomean(values: list[float]) -> float | None:
+    good = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else None
+
+
+def fmt(v: float | None, spec: str = ".3f") -> str:
+    """`v` formatted, or "-" when missing."""
+    return "-" if v is None else format(v, spec)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The per-layer table, the GEMM table and the geometric means."""
+    names = [a.name for a in algorithms_for("cuda")]
+    head = ["network", "layer", "problem", *[f"{n} ms" for n in names], "tuned",
+            "tuned ms", "tuned TFLOP/s", "tuned rel. err", "cuDNN ms", "cuDNN TFLOP/s",
+            "cuDNN rel. err", "ours/cuDNN"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in report["rows"]:
+        algs = row["algorithms"]
+        tuned, cudnn = row["tuned"], row["cudnn"]
+        cells = [row["network"], row["layer"], row["describe"],
+                 *[fmt(algs.get(n, {}).get("ms")) for n in names],
+                 f"{tuned.get('algorithm', '-')}/{tuned.get('config', '-')}",
+                 fmt(tuned.get("ms")), fmt(tuned.get("tflops"), ".1f"),
+                 fmt(tuned.get("rel_error"), ".1e"),
+                 fmt(cudnn.get("ms")), fmt(cudnn.get("tflops"), ".1f"),
+                 fmt(cudnn.get("rel_error"), ".1e"),
+                 fmt(row.get("speed_vs_cudnn"), ".2f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    gemm_rows = [r for r in report["rows"] if "gemm" in r]
+    if gemm_rows:
+        lines += ["", "| layer | M x N x K | cupy.matmul TFLOP/s | implicit_gemm TFLOP/s | ratio |",
+                  "|---|---|---|---|---|"]
+        for r in gemm_rows:
+            g = r["gemm"]
+            lines.append(f"| {r['network']}/{r['layer']} | {g['m']} x {g['n']} x {g['k']} | "
+                         f"{fmt(g['matmul_tflops'], '.1f')} | "
+                         f"{fmt(g['implicit_gemm_tflops'], '.1f')} | "
+                         f"{fmt(g['implicit_vs_matmul'], '.2f')} |")
+    dw_rows = [r for r in report["rows"] if "bandwidth" in r]
+    if dw_rows:
+        lines += ["", "| depthwise layer | MB moved | tuned | tuned GB/s | depthwise GB/s | "
+                  "cuDNN GB/s | depthwise / HBM copy |", "|---|---|---|---|---|---|---|"]
+        for r in dw_rows:
+            b, tuned = r["bandwidth"], r["tuned"]
+            lines.append(f"| {r['network']}/{r['layer']} | {b['bytes'] / 1e6:.1f} | "
+                         f"{tuned.get('algorithm', '-')}/{tuned.get('config', '-')} | "
+                         f"{fmt(b['tuned_gbps'], '.0f')} | {fmt(b['depthwise_gbps'], '.0f')} | "
+                         f"{fmt(b['cudnn_gbps'], '.0f')} | {fmt(b['depthwise_vs_hbm'], '.2f')} |")
+    lines += ["", "| summary | geometric mean or count |", "|---|---|"]
+    for key, value in report["summary"].items():
+        lines.append(f"| {key} | {fmt(value, '.0f' if key.startswith('layers') else '.3f')} |")
+    return "\n".join(lines)
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Geometric means of ours/cuDNN speed, of GEMM ratios and of depthwise GB/s vs HBM.
+
+    A layer without both timings (ours failed, cuDNN skipped) is left out of a mean, and the
+    `layers counted` entries say how many layers each mean covers, so a gap cannot hide.
+    """
+    out: dict[str, float | None] = {}
+    groups = {network: [r for r in rows if r["network"] == network]
+              for network in sorted({r["network"] for r in rows})}
+    groups["all"] = rows
+    for label, group in groups.items():
+        speeds = [r["speed_vs_cudnn"] for r in group if r.get("speed_vs_cudnn")]
+        out[f"ours/cuDNN speed, {label}"] = _geomean(speeds)
+        out[f"layers counted, {label}"] = float(len(speeds))
+        out[f"layers, {label}"] = float(len(group))
+    ratios = [r["gemm"]["implicit_vs_matmul"] for r in rows
+              if r.get("gemm", {}).get("implicit_vs_matmul")]
+    out["implicit_gemm/cupy.matmul, 3x3"] = _geomean(ratios)
+    out["layers counted, 3x3 GEMM"] = float(len(ratios))
+    fractions = [r["bandwidth"]["depthwise_vs_hbm"] for r in rows
+                 if r.get("bandwidth", {}).get("depthwise_vs_hbm")]
+    out["depthwise GB/s / HBM copy, depthwise layers"] = _geomean(fractions)
+    out["layers counted, depthwise GB/s"] = float(len(fractions))
+    return out
