@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from algorithms.base import AlgorithmBase
 from algorithms.cuda._loader import CTYPES, ceil_div
@@ -31,3 +32,9 @@ def gemm_grid(problem: ConvProblem, bm: int, bn: int) -> tuple[int, int, int]:
     out_h, out_w = problem.out_hw
     kg = problem.k // problem.groups
     return (ceil_div(problem.n * out_h * out_w, bn), problem.groups * ceil_div(kg, bm), 1)
+
+
+def fitting_tiles(problem: ConvProblem, tiles: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of `tiles` (each with `bm`, `bn`) whose implicit-GEMM grid fits CUDA's."""
+    return tuple(name for name, t in tiles.items()
+                 if gemm_grid(problem, t.bm, t.bn)[1] <= GRID_Y_LIMIT)

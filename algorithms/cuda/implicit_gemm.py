@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from algorithms.base import SUPPORTED, Support, unsupported
-from algorithms.cuda._base import GRID_Y_LIMIT, CudaAlgorithm, gemm_grid
+from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_grid
 from algorithms.cuda._loader import (
     CTYPES,
     fastdiv_args,
@@ -108,7 +108,7 @@ class ImplicitGemmCuda(CudaAlgorithm):
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
         """The tile configurations whose grid fits this problem."""
-        return tuple(c for c in CONFIGS if launch_grid(problem, c)[1] <= GRID_Y_LIMIT)
+        return fitting_tiles(problem, CONFIGS)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
