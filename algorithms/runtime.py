@@ -102,13 +102,12 @@ def time_runs(sample: Callable[[Callable[[], None], int], float], fn: Callable[[
               policy: TimingPolicy) -> Timing:
     """Time `fn` under `policy` with a runtime's `sample_ms` (one loop for every backend).
 
-    Warm-up samples are untimed; the last one decides the batch. After min_reps it stops
+    Warm-up samples are untimed; the fastest decides the batch. After min_reps it stops
     at the budget, at max_reps, or as soon as the fastest sample is past the race cutoff.
     """
-    probe: float | None = None
-    for _ in range(policy.warmup):
-        probe = sample(fn, 1)
-    runs = batch_size(probe, policy)
+    # The fastest warm-up decides the batch: the first one can include a kernel's lazy load.
+    probes = [sample(fn, 1) for _ in range(policy.warmup)]
+    runs = batch_size(min(probes, default=None), policy)
     times: list[float] = []
     began = time.perf_counter()
     while len(times) < policy.min_reps or (

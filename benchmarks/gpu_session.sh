@@ -1,45 +1,98 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: environment, kernel compile checks, the GPU test suite, the
-# compute-sanitizer memcheck and racecheck runs over a subset of it, and the GPU benchmark,
-# with every log under $OUT (8 files at most come back).
-# Usage: benchmarks/gpu_session.sh [tests|bench|all]
+# One call on a GPU machine: the steps named on the command line, each under its own time
+# limit, every log packed into $OUT/logs.tgz (8 files at most come back from the device tool).
+# Usage: benchmarks/gpu_session.sh [STEP ...]     (default: tests sanitize fp32)
+# Steps:
+#   tests      kernel compile checks, host checks and tests/gpu (pytest-xdist, JOBS workers;
+#              TESTS overrides the test paths)
+#   sanitize   compute-sanitizer memcheck and racecheck over small shapes of tests/gpu
+#   overhead   benchmarks/bench_overhead.py (issue 9: cached find, plan, convolve, ResNet-50)
+#   tuner      benchmarks/bench_tuner.py (issue 11: tuning time and regret, ResNet-50 b32)
+#   train      benchmarks/bench_train.py (issue 13: a ResNet-50 training step vs PyTorch)
+#   fp32 tf32 fp16 bf16 bwd_data bwd_filter small
+#              benchmarks/bench_gpu.py in that mode (NETWORKS overrides the networks;
+#              small = GoogLeNet b32 and MobileNet-v2 b32 in fp32)
+# Each step's limit is T_<STEP> seconds (default 150); keep their sum inside the call's limit.
 #
 # The GPU image has CuPy, PyTorch, numpy, scipy and pytest but not SQLAlchemy or platformdirs;
 # bring them as wheels (on the machine with network, from the repository root):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-#     -d .whl sqlalchemy greenlet platformdirs typing_extensions
+#     --platform manylinux_2_28_x86_64 -d .whl sqlalchemy greenlet platformdirs
 # and name .whl in the device tool's `carry`.
 set -uo pipefail
-what=${1:-all}
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests sanitize fp32)
 OUT=${OUT:-gpu_out}
-mkdir -p "$OUT"
+LOG="$OUT/logs"
+mkdir -p "$LOG"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
 if compgen -G ".whl/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl && export PYTHONPATH="/tmp/site:$PWD"
 fi
-export CONVTUNE_DB_URL="sqlite:///$OUT/convtune.db"
+export CONVTUNE_DB_URL="sqlite:///$LOG/convtune.db"
 {
     date -u; nvidia-smi; nvcc --version
     python3 -c "import cupy, numpy, torch; print('cupy', cupy.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
-} > "$OUT/env.log" 2>&1
+} > "$LOG/env.log" 2>&1
 rc=0
-if [[ $what == tests || $what == all ]]; then
-    python3 -m pytest -q -p no:cacheprovider tests/test_kernels_compile.py tests/test_cuda_host_checks.py tests/gpu \
-        > "$OUT/gpu_tests.log" 2>&1 || rc=$?
-    tail -n 30 "$OUT/gpu_tests.log"
-    # Small shapes only: the sanitizers slow kernels down by 10-100x.
-    subset=(-k "odd or groups4 or dilation_stride or depthwise_s2 or element_aligned")
-    for tool in memcheck racecheck; do
-        compute-sanitizer --tool "$tool" --error-exitcode 99 python3 -m pytest -q -x \
-            -p no:cacheprovider tests/gpu/test_cuda_algorithms.py "${subset[@]}" \
-            > "$OUT/$tool.log" 2>&1 || rc=$?
-        tail -n 5 "$OUT/$tool.log"
-    done
-fi
-if [[ $what == bench || $what == all ]]; then
-    python3 benchmarks/bench_gpu.py --out "$OUT/bench_gpu.json" > "$OUT/bench_gpu.md" 2> "$OUT/bench_gpu.err" || rc=$?
-    cat "$OUT/bench_gpu.md"; tail -n 20 "$OUT/bench_gpu.err"
-fi
+limit() {  # limit STEP: that step's time limit in seconds
+    local var="T_${1^^}"
+    echo "${!var:-150}"
+}
+run() {  # run STEP LOGNAME COMMAND...: the command under the step's limit, output to a log
+    local step=$1 name=$2; shift 2
+    local began=$SECONDS status=0
+    timeout -k 5 "$(limit "$step")" "$@" > "$LOG/$name.log" 2>&1 || status=$?
+    echo "== $name: exit $status, $((SECONDS - began)) s"
+    [[ $status -ne 0 ]] && rc=$status
+    return 0
+}
+bench() {  # bench STEP NETWORKS ARGS...: bench_gpu in one mode
+    local step=$1 networks=$2; shift 2
+    run "$step" "bench_$step" python3 benchmarks/bench_gpu.py --networks "${NETWORKS:-$networks}" \
+        --out "$LOG/bench_$step.json" "$@"
+    tail -n 45 "$LOG/bench_$step.log"
+}
+# Small shapes only under the sanitizers: they slow kernels down by 10-100x.
+SAN_K="odd or groups4 or dilation_stride or depthwise_s2 or element_aligned or holes_1x1_s2"
+for step in "${steps[@]}"; do
+    case $step in
+    tests)
+        # shellcheck disable=SC2086  # TESTS is a list of test paths
+        run tests gpu_tests python3 -m pytest -q -p no:cacheprovider -n "${JOBS:-8}" \
+            ${TESTS:-tests/test_kernels_compile.py tests/test_cuda_host_checks.py tests/gpu}
+        tail -n 40 "$LOG/gpu_tests.log" ;;
+    sanitize)
+        for tool in memcheck racecheck; do
+            run sanitize "$tool" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+                python3 -m pytest -q -x -p no:cacheprovider -k "$SAN_K and not k130" \
+                tests/gpu/test_cuda_algorithms.py tests/gpu/test_cuda_backward.py \
+                tests/gpu/test_winograd.py tests/gpu/test_depthwise.py \
+                tests/gpu/test_implicit_gemm_tc.py
+            tail -n 6 "$LOG/$tool.log"
+        done ;;
+    overhead)
+        run overhead overhead python3 benchmarks/bench_overhead.py --device cuda \
+            --seconds 1 --out "$LOG/overhead.json"
+        tail -n 30 "$LOG/overhead.log" ;;
+    tuner)
+        run tuner tuner python3 benchmarks/bench_tuner.py --device cuda:0 --model resnet50 \
+            --batch 32 --iso-budget-s 0.1 --out "$LOG/tuner.json"
+        tail -n 40 "$LOG/tuner.log" ;;
+    train)
+        run train train python3 benchmarks/bench_train.py --device cuda --seconds 5
+        tail -n 15 "$LOG/train.log" ;;
+    fp32) bench fp32 resnet50:32,vgg16:16 --math fp32 ;;
+    tf32) bench tf32 resnet50:32,vgg16:16 --math tf32 ;;
+    fp16) bench fp16 resnet50:32,vgg16:16 --dtype float16 ;;
+    bf16) bench bf16 resnet50:32 --dtype bfloat16 ;;
+    bwd_data) bench bwd_data resnet50:32 --direction backward_data ;;
+    bwd_filter) bench bwd_filter resnet50:32 --direction backward_filter ;;
+    small) bench small googlenet:32,mobilenet_v2:32 --math fp32 ;;
+    *) echo "unknown step: $step" >&2; rc=2 ;;
+    esac
+done
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
 exit $rc

@@ -2,14 +2,18 @@
 
 Called with raw device pointers so that operands can be views into the caller's workspace
 (cupy.matmul may copy or allocate). Strict arithmetic: the handle's math mode is set to
-CUBLAS_DEFAULT_MATH for the call (no TF32 even if CUPY_TF32 is set) and restored after.
-cuBLAS keeps its own per-handle workspace, allocated once by cuBLAS, not per call.
+CUBLAS_DEFAULT_MATH (no TF32 even if CUPY_TF32 is set). The handle and its 32 MiB workspace
+are ours, one per device, called through ctypes (see _Cublas), so CUDA graphs can capture
+the calls.
 Batches are issued in pieces of at most MAX_BATCH: some cuBLAS kernels put the batch on a
 grid dimension limited to 65535 (PyTorch splits at 63 * 1024 for the same reason), and the
 FFT path's batch is its frequency count, which passes 65535 for inputs of about 360 x 360.
 """
 
 from __future__ import annotations
+
+import ctypes
+from typing import Any
 
 import numpy as np
 
@@ -21,9 +25,6 @@ OP_C = 2
 
 _POINTER_MODE_HOST = 0
 _DEFAULT_MATH = 0
-_CUDA_R_16F = 2
-_CUDA_R_32F = 0
-_COMPUTE_32F = 68
 _GEMM_DEFAULT = -1
 
 #: Most matrices one cuBLAS call multiplies (see the module docstring).
@@ -62,6 +63,99 @@ def gemm_strided_batched(
               stride_c, min(MAX_BATCH, batch - first), accumulate, float32_c)
 
 
+#: cudaDataType and cublasComputeType_t of each storage dtype (library_types.h, cublas_api.h).
+_DATA_TYPE = {"float32": 0, "float64": 1, "float16": 2, "complex64": 4, "complex128": 5}
+_COMPUTE = {"float32": 68, "float16": 68, "complex64": 68, "float64": 70, "complex128": 70}
+#: cuBLAS's recommended workspace on Hopper; ours, so no call allocates (graph capture).
+WORKSPACE_BYTES = 32 << 20
+
+
+class _Cublas:
+    """libcublas through ctypes, with our own handle per device.
+
+    CuPy's cuBLAS wrappers re-bind the handle to CuPy's current stream on every call and
+    refuse to while that stream is capturing a CUDA graph. PyTorch binds its handle and a
+    workspace of its own before each call instead, which capture allows; so do we.
+    """
+
+    def __init__(self, cupy: Any) -> None:
+        self._cupy = cupy
+        self._lib = _load_libcublas(cupy)
+        self._lib.cublasGemmStridedBatchedEx.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+            ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong,
+            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong,
+            ctypes.c_int, ctypes.c_int, ctypes.c_int,
+        ]
+        self._handles: dict[int, tuple[ctypes.c_void_p, Any]] = {}
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what} failed with cuBLAS status {status}")
+
+    def handle(self) -> ctypes.c_void_p:
+        """This device's handle, bound to the current stream with our workspace."""
+        device = self._cupy.cuda.Device().id
+        if device not in self._handles:
+            handle = ctypes.c_void_p()
+            self._check(self._lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+            self._check(self._lib.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST),
+                        "cublasSetPointerMode")
+            # Strict arithmetic: no TF32 even where CUPY_TF32 or NVIDIA_TF32_OVERRIDE asks.
+            self._check(self._lib.cublasSetMathMode(handle, _DEFAULT_MATH), "cublasSetMathMode")
+            self._handles[device] = (handle, self._cupy.cuda.alloc(WORKSPACE_BYTES))
+        handle, workspace = self._handles[device]
+        stream = ctypes.c_void_p(self._cupy.cuda.get_current_stream().ptr)
+        bound = ctypes.c_void_p()
+        self._check(self._lib.cublasGetStream_v2(handle, ctypes.byref(bound)), "cublasGetStream")
+        if (bound.value or 0) != (stream.value or 0):
+            # Setting the stream resets cuBLAS to its default workspace: give ours back.
+            self._check(self._lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
+            self._check(self._lib.cublasSetWorkspace_v2(
+                handle, ctypes.c_void_p(workspace.ptr), ctypes.c_size_t(WORKSPACE_BYTES)),
+                "cublasSetWorkspace")
+        return handle
+
+    def gemm(self, dtype: str, c_type: str, transa: int, transb: int, m: int, n: int, k: int,
+             alpha: int, a: int, lda: int, stride_a: int, b: int, ldb: int, stride_b: int,
+             beta: int, c: int, ldc: int, stride_c: int, batch: int) -> None:
+        """cublasGemmStridedBatchedEx on the current stream."""
+        self._check(self._lib.cublasGemmStridedBatchedEx(
+            self.handle(), transa, transb, m, n, k, alpha,
+            a, _DATA_TYPE[dtype], lda, stride_a, b, _DATA_TYPE[dtype], ldb, stride_b, beta,
+            c, _DATA_TYPE[c_type], ldc, stride_c, batch, _COMPUTE[dtype], _GEMM_DEFAULT,
+        ), f"cublasGemmStridedBatchedEx ({dtype})")
+
+
+def _load_libcublas(cupy: Any) -> ctypes.CDLL:
+    """The libcublas CuPy loaded (found in this process's maps), else one by soname."""
+    from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads libcublas)
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "/libcublas.so" in line}
+    except OSError:
+        paths = set()
+    major = cupy.cuda.runtime.runtimeGetVersion() // 1000
+    for name in [*sorted(paths), f"libcublas.so.{major}", "libcublas.so"]:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise RuntimeError("libcublas could not be loaded")
+
+
+_LIBRARY: list[_Cublas] = []
+
+
+def _library() -> _Cublas:
+    """The process's one _Cublas, made on first use."""
+    if not _LIBRARY:
+        _LIBRARY.append(_Cublas(require_cupy()))
+    return _LIBRARY[0]
+
+
 def _gemm(
     dtype: str, transa: int, transb: int, m: int, n: int, k: int,
     a: int, lda: int, stride_a: int,
@@ -70,34 +164,7 @@ def _gemm(
     float32_c: bool = False,
 ) -> None:
     """One cuBLAS strided-batched call (batch <= MAX_BATCH); beta = 1 when `accumulate`."""
-    cupy = require_cupy()
-    from cupy_backends.cuda.libs import cublas
-
-    handle = cupy.cuda.device.get_cublas_handle()
-    cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
-    old_mode = cublas.getPointerMode(handle)
-    old_math = cublas.getMathMode(handle)
-    cublas.setPointerMode(handle, _POINTER_MODE_HOST)
-    cublas.setMathMode(handle, _DEFAULT_MATH)
     alpha = _ALPHA[dtype].ctypes.data
     beta = (_ALPHA if accumulate else _BETA)[dtype].ctypes.data
-    try:
-        if dtype == "float16":
-            cublas.gemmStridedBatchedEx(
-                handle, transa, transb, m, n, k, alpha,
-                a, _CUDA_R_16F, lda, stride_a, b, _CUDA_R_16F, ldb, stride_b, beta,
-                c, _CUDA_R_32F if float32_c else _CUDA_R_16F, ldc, stride_c, batch,
-                _COMPUTE_32F, _GEMM_DEFAULT,
-            )
-        else:
-            fn = {
-                "float32": cublas.sgemmStridedBatched,
-                "float64": cublas.dgemmStridedBatched,
-                "complex64": cublas.cgemmStridedBatched,
-                "complex128": cublas.zgemmStridedBatched,
-            }[dtype]
-            fn(handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
-               beta, c, ldc, stride_c, batch)
-    finally:
-        cublas.setPointerMode(handle, old_mode)
-        cublas.setMathMode(handle, old_math)
+    _library().gemm(dtype, "float32" if float32_c else dtype, transa, transb, m, n, k, alpha,
+                    a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch)

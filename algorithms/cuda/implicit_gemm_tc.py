@@ -20,8 +20,8 @@ fixed warp layout per configuration; the pipeline depth is the most stages (at m
 tiles fit in 48 KiB of static shared memory for the dtype.
 
 Resources (ptxas, CUDA 13, every shipped instance at sm_80 and sm_90): no spills, no stack
-frame; 96-255 registers per thread (128x64 reaches the 255 cap; 128x128 3xTF32 uses 205 at
-sm_90, one 256-thread block per SM); 20-44 KiB static shared memory.
+frame; 96-255 registers per thread (128x64 reaches the 255 cap, and is not shipped for
+3xTF32); 20-44 KiB static shared memory.
 """
 
 from __future__ import annotations
@@ -83,6 +83,17 @@ def passes(dtype: str, math: str) -> int:
     return 3 if dtype == "float32" and math == "fp32" else 1
 
 
+def tiles(dtype: str, math: str) -> dict[str, TcTile]:
+    """The configurations shipped for a dtype and math mode.
+
+    3xTF32 leaves out 128x64: with each k8 step's partial sums (kernels/implicit_gemm_tc.cu)
+    its 4x4 mma tiles per warp spilled 28 bytes at sm_90, over the 255-register cap.
+    """
+    if passes(dtype, math) == 3:
+        return {name: t for name, t in CONFIGS.items() if name != "128x64"}
+    return CONFIGS
+
+
 def _stage_bytes(dtype: str, config: str) -> int:
     """One stage's A and B tiles with the kernel's row padding (APAD, BPAD)."""
     t = CONFIGS[config]
@@ -112,7 +123,7 @@ def name_expression(dtype: str, config: str, math: str = "fp32") -> str:
 
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for (float32 in both math modes)."""
-    names = [name_expression(d, c, m) for d in DTYPES for c in CONFIGS for m in MATHS]
+    names = [name_expression(d, c, m) for d in DTYPES for m in MATHS for c in tiles(d, m)]
     return tuple(dict.fromkeys(names))
 
 
@@ -137,7 +148,7 @@ class ImplicitGemmTcCuda(CudaAlgorithm):
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
         """The tile configurations whose grid fits this problem."""
-        return fitting_tiles(problem, CONFIGS)
+        return fitting_tiles(problem, tiles(problem.dtype, problem.math))
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str

@@ -108,6 +108,8 @@ class CudaRuntime:
         cupy = self._cupy
         if isinstance(array, cupy.ndarray):
             adopted = array
+        elif (view := _torch_view(cupy, array)) is not None:
+            adopted = view
         elif hasattr(array, "__cuda_array_interface__"):
             try:
                 with self._dev:
@@ -290,3 +292,27 @@ class CudaRuntime:
             free, _total = self._cupy.cuda.runtime.memGetInfo()
             pool_free = self._cupy.get_default_memory_pool().free_bytes()
         return int(free) + int(pool_free)
+
+
+#: torch dtypes a CUDA tensor is viewed as without a copy (bfloat16 as its uint16 bits).
+_TORCH_VIEW_DTYPES = {"float32": "float32", "float16": "float16", "float64": "float64",
+                      "bfloat16": "uint16"}
+
+
+def _torch_view(cupy: Any, tensor: Any) -> Any | None:
+    """A CuPy view of a C-contiguous torch CUDA tensor, or None for anything else.
+
+    Built from the data pointer, not `__cuda_array_interface__`: CuPy synchronizes the
+    producer's stream when it consumes that interface (CUPY_CUDA_ARRAY_INTERFACE_SYNC, on
+    by default), which blocked every plan call on all work queued before it (876 us of host
+    time per call on an H100). Work is ordered on torch's stream instead (caller_stream).
+    """
+    if type(tensor).__module__.partition(".")[0] != "torch" or not tensor.is_cuda:
+        return None
+    dtype = _TORCH_VIEW_DTYPES.get(str(tensor.dtype).removeprefix("torch."))
+    if dtype is None or not tensor.is_contiguous():
+        return None
+    nbytes = tensor.numel() * tensor.element_size()
+    device = tensor.device.index
+    memory = cupy.cuda.UnownedMemory(tensor.data_ptr(), nbytes, tensor, device)
+    return cupy.ndarray(tuple(tensor.shape), dtype, cupy.cuda.MemoryPointer(memory, 0))

@@ -72,8 +72,10 @@ def test_cupy_graph_capture_replays(db_url: str, algorithm: str) -> None:
         chosen(x, w, out=y)  # warm-up on the capturing stream (its workspace, plans)
         stream.synchronize()
         stream.begin_capture()
-        chosen(x, w, out=y)
-        graph = stream.end_capture()
+        try:
+            chosen(x, w, out=y)
+        finally:  # an open capture would fail every later CUDA call of this process
+            graph = stream.end_capture()
         for _ in range(2):  # fresh inputs each replay: the graph reads them, not copies
             x[...] = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
             y.fill(np.nan)
