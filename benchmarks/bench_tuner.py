@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -137,8 +138,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--remeasure", default=None, help=argparse.SUPPRESS)  # child: store URL
     args = parser.parse_args()
-    policy = TimingPolicy(warmup=2, budget_s=args.iso_budget_s, min_reps=args.iso_min_reps,
-                          max_reps=max(100, args.iso_min_reps))
+    # From the environment like the tuner's own policy ($CONVTUNE_BATCH_BELOW_MS, ...), so
+    # that both sides time a candidate the same way.
+    policy = replace(TimingPolicy.from_env(), warmup=2, budget_s=args.iso_budget_s,
+                     min_reps=args.iso_min_reps, max_reps=max(100, args.iso_min_reps))
     if args.remeasure:
         keys = json.loads(sys.stdin.read())
         print(json.dumps(remeasure(args.remeasure, args.device, keys, policy)))

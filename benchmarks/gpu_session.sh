@@ -8,6 +8,7 @@
 #   sanitize   compute-sanitizer memcheck and racecheck over small shapes of tests/gpu
 #   overhead   benchmarks/bench_overhead.py (issue 9: cached find, plan, convolve, ResNet-50)
 #   tuner      benchmarks/bench_tuner.py (issue 11: tuning time and regret, ResNet-50 b32)
+#   tuner_unbatched  the same with CONVTUNE_BATCH_BELOW_MS=0.05 on both sides
 #   train      benchmarks/bench_train.py (issue 13: a ResNet-50 training step vs PyTorch)
 #   fp32 tf32 fp16 bf16 bwd_data bwd_filter small
 #              benchmarks/bench_gpu.py in that mode (NETWORKS overrides the networks;
@@ -77,10 +78,13 @@ for step in "${steps[@]}"; do
         run overhead overhead python3 benchmarks/bench_overhead.py --device cuda \
             --seconds 1 --out "$LOG/overhead.json"
         tail -n 30 "$LOG/overhead.log" ;;
-    tuner)
-        run tuner tuner python3 benchmarks/bench_tuner.py --device cuda:0 --model resnet50 \
-            --batch 32 --iso-budget-s 0.1 --out "$LOG/tuner.json"
-        tail -n 40 "$LOG/tuner.log" ;;
+    tuner|tuner_unbatched)
+        # tuner_unbatched: samples batch back-to-back runs only below 50 us (default 0.5 ms),
+        # so that kernels of 0.05-0.5 ms are timed one L2-flushed run at a time.
+        batch_below=$([[ $step == tuner ]] && echo "${CONVTUNE_BATCH_BELOW_MS:-0.5}" || echo 0.05)
+        CONVTUNE_BATCH_BELOW_MS=$batch_below run tuner "$step" python3 benchmarks/bench_tuner.py \
+            --device cuda:0 --model resnet50 --batch 32 --iso-budget-s 0.1 --out "$LOG/$step.json"
+        tail -n 26 "$LOG/$step.log" ;;
     train)
         run train train python3 benchmarks/bench_train.py --device cuda --seconds 5
         tail -n 15 "$LOG/train.log" ;;

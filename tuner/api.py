@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,6 +148,29 @@ def problem_for(
     )
 
 
+#: Problems already built by _execute, by their arguments: building and validating a
+#: ConvProblem took about half of a cached convolve() call on a tiny problem.
+_PROBLEMS: dict[Hashable, ConvProblem] = {}
+
+
+def _memo_problem(shapes: tuple[tuple[int, ...], ...], geometry: dict[str, Any], dtype: str,
+                  math: str, direction: str) -> ConvProblem:
+    """problem_for(...), remembered when the arguments are hashable (not lists)."""
+    # Types are part of the key: True == 1 and 1.0 == 1, but only 1 is a valid stride.
+    key = (shapes, tuple((k, type(v), v) for k, v in geometry.items()), dtype, math,
+           direction)
+    try:
+        problem = _PROBLEMS.get(key)
+    except TypeError:  # a list stride or padding: build it every time
+        return problem_for(*shapes, **geometry, dtype=dtype, math=math, direction=direction)
+    if problem is None:
+        problem = problem_for(*shapes, **geometry, dtype=dtype, math=math, direction=direction)
+        if len(_PROBLEMS) >= 1024:
+            _PROBLEMS.clear()
+        _PROBLEMS[key] = problem
+    return problem
+
+
 def _all_finite(array: Any) -> bool:
     """Whether every element is finite (NumPy, CuPy or torch; waits for a GPU's answer)."""
     if isinstance(array, np.ndarray):
@@ -190,7 +214,7 @@ def _execute(
         shapes = (tuple(a.shape), tuple(given_shape or ()))
     else:
         shapes = (tuple(a.shape), tuple(b.shape))
-    problem = problem_for(*shapes, **geometry, dtype=dtype, math=math, direction=direction)
+    problem = _memo_problem(shapes, geometry, dtype, math, direction)
     chosen = service(db).plan(problem, device, workspace_limit, algorithm=algorithm)
     out = chosen.torch_output(a, out)
     if timed:

@@ -24,6 +24,12 @@ _DLPACK_CUDA = 2  # kDLCUDA in DLPack's device-type enum
 #: CuPy has no bfloat16: such arrays are uint16 arrays of the bits (the kernels' bf16_t).
 _STORAGE = {"bfloat16": "uint16"}
 
+#: torch dtypes a CUDA tensor is viewed as without a copy (bfloat16 as its uint16 bits).
+_TORCH_VIEW_DTYPES = {"float32": "float32", "float16": "float16", "float64": "float64",
+                      "bfloat16": "uint16", "uint16": "uint16"}
+#: Most torch-tensor views and stream wrappers a runtime keeps (then it starts over).
+_CACHED = 256
+
 
 def cuda_available() -> tuple[bool, str]:
     """Whether CuPy imports and sees at least one GPU, and why not."""
@@ -57,6 +63,10 @@ class CudaRuntime:
         self._dev = cupy.cuda.Device(index)
         self._props: dict[str, Any] = cupy.cuda.runtime.getDeviceProperties(index)
         self._flush: Any = None  # allocated on the first timing
+        # Per-call host costs of the plan path (tuner.plans), kept across calls: views of
+        # torch tensors by (pointer, shape, dtype) and CuPy wrappers of torch's streams.
+        self._views: dict[tuple[int, tuple[int, ...], str], Any] = {}
+        self._streams: dict[int, Any] = {}
 
     # --- buffers ---------------------------------------------------------------------------
     def storage_dtype(self, dtype: str) -> str:
@@ -108,7 +118,7 @@ class CudaRuntime:
         cupy = self._cupy
         if isinstance(array, cupy.ndarray):
             adopted = array
-        elif (view := _torch_view(cupy, array)) is not None:
+        elif (view := self._torch_view(array)) is not None:
             adopted = view
         elif hasattr(array, "__cuda_array_interface__"):
             try:
@@ -128,6 +138,33 @@ class CudaRuntime:
                 f"array lives on cuda:{adopted.device.id}, not on {self.device}"
             )
         return adopted
+
+    def _torch_view(self, tensor: Any) -> Any | None:
+        """A CuPy view of a C-contiguous torch CUDA tensor, or None for anything else.
+
+        Built from the data pointer, not `__cuda_array_interface__`: CuPy synchronizes the
+        producer's stream when it consumes that interface (CUPY_CUDA_ARRAY_INTERFACE_SYNC,
+        on by default), which blocked every plan call on all work queued before it (876 us
+        of host time per call on an H100). Work is ordered on torch's stream instead
+        (caller_stream). The view owns nothing, so it is cached by address: the caller
+        keeps the tensor alive for the call, and a model passes the same tensors again.
+        """
+        if type(tensor).__module__.partition(".")[0] != "torch" or not tensor.is_cuda:
+            return None
+        dtype = _TORCH_VIEW_DTYPES.get(str(tensor.dtype).removeprefix("torch."))
+        if dtype is None or not tensor.is_contiguous():
+            return None
+        key = (tensor.data_ptr(), tuple(tensor.shape), dtype)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) >= _CACHED:
+                self._views.clear()
+            cupy = self._cupy
+            nbytes = tensor.numel() * tensor.element_size()
+            memory = cupy.cuda.UnownedMemory(key[0], nbytes, None, tensor.device.index)
+            view = self._views[key] = cupy.ndarray(key[1], dtype,
+                                                   cupy.cuda.MemoryPointer(memory, 0))
+        return view
 
     def _from_dlpack(self, array: Any) -> Any | None:
         dev = getattr(array, "__dlpack_device__", None)
@@ -197,7 +234,12 @@ class CudaRuntime:
             if ptr == int(self._cupy.cuda.get_current_stream().ptr):
                 yield
                 return
-            with self._cupy.cuda.ExternalStream(ptr, self.index):
+            stream = self._streams.get(ptr)
+            if stream is None:
+                if len(self._streams) >= _CACHED:
+                    self._streams.clear()
+                stream = self._streams[ptr] = self._cupy.cuda.ExternalStream(ptr, self.index)
+            with stream:
                 yield
 
     def elapsed_ms(self, fn: Callable[[], None]) -> float:
@@ -293,26 +335,3 @@ class CudaRuntime:
             pool_free = self._cupy.get_default_memory_pool().free_bytes()
         return int(free) + int(pool_free)
 
-
-#: torch dtypes a CUDA tensor is viewed as without a copy (bfloat16 as its uint16 bits).
-_TORCH_VIEW_DTYPES = {"float32": "float32", "float16": "float16", "float64": "float64",
-                      "bfloat16": "uint16"}
-
-
-def _torch_view(cupy: Any, tensor: Any) -> Any | None:
-    """A CuPy view of a C-contiguous torch CUDA tensor, or None for anything else.
-
-    Built from the data pointer, not `__cuda_array_interface__`: CuPy synchronizes the
-    producer's stream when it consumes that interface (CUPY_CUDA_ARRAY_INTERFACE_SYNC, on
-    by default), which blocked every plan call on all work queued before it (876 us of host
-    time per call on an H100). Work is ordered on torch's stream instead (caller_stream).
-    """
-    if type(tensor).__module__.partition(".")[0] != "torch" or not tensor.is_cuda:
-        return None
-    dtype = _TORCH_VIEW_DTYPES.get(str(tensor.dtype).removeprefix("torch."))
-    if dtype is None or not tensor.is_contiguous():
-        return None
-    nbytes = tensor.numel() * tensor.element_size()
-    device = tensor.device.index
-    memory = cupy.cuda.UnownedMemory(tensor.data_ptr(), nbytes, tensor, device)
-    return cupy.ndarray(tuple(tensor.shape), dtype, cupy.cuda.MemoryPointer(memory, 0))

@@ -176,3 +176,21 @@ def test_inputs_on_another_device_are_refused(db_url: str, rng: np.random.Genera
         convolve(_DeviceArray(2, 0), _DeviceArray(2, 0), device="cpu")
     assert convolve(x, w).shape == (1, 4, 4, 4)
     assert stored_rows(db_url) > 0
+
+
+def test_remembered_problems_still_refuse_arguments_equal_to_valid_ones(
+    db_url: str, rng: np.random.Generator
+) -> None:
+    # Bug pinned: convolve() now remembers the ConvProblem of each argument set (building
+    # one was half of a cached call); True == 1 and 1.0 == 1 must not reuse stride=1's.
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    y = convolve(x, w, stride=1, padding=1, db=db_url, algorithm="direct")
+    p = ConvProblem(n=1, c=2, h=5, w=5, k=3, r=3, s=3, pad=1)
+    assert relative_error(y, reference_conv(x, w, p)) < 1e-5
+    for bad in (True, 1.0):
+        with pytest.raises(ValueError, match="stride must be an int"):
+            convolve(x, w, stride=bad, padding=1, db=db_url, algorithm="direct")
+    # Lists are unhashable: still accepted, built every time.
+    assert np.array_equal(convolve(x, w, stride=[1, 1], padding=[1, 1], db=db_url,
+                                   algorithm="direct"), y)

@@ -1,0 +1,97 @@
+"""Plots of one GPU session's results: per-layer speed against cuDNN, and tuner regret.
+
+Usage: python benchmarks/plot_gpu.py RESULTS_DIR
+
+RESULTS_DIR holds what benchmarks/gpu_session.sh wrote: bench_<mode>.json files from
+bench_gpu.py and tuner.json from bench_tuner.py (any of them may be missing). Writes
+speed_vs_cudnn.png (ours/cuDNN per ResNet-50 layer, one panel per mode, log scale) and
+regret.png (the tuner's pick against the best configuration re-measured alone) into the
+same folder. Needs matplotlib (not a project dependency: `pip install matplotlib`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+#: bench_gpu modes in the order they are drawn, with their panel titles.
+MODES = {
+    "fp32": "forward, strict FP32",
+    "tf32": "forward, TF32 allowed",
+    "fp16": "forward, float16",
+    "bwd_data": "backward_data, FP32",
+    "bwd_filter": "backward_filter, FP32",
+}
+
+
+#: Speed-ratio ticks on the log axis.
+TICKS = (0.1, 0.25, 0.5, 1, 2, 4)
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def speed_panels(folder: Path, network: str = "resnet50") -> dict[str, list[tuple[str, float]]]:
+    """Per mode, (layer, ours/cuDNN) for each layer of `network` that has both times."""
+    panels: dict[str, list[tuple[str, float]]] = {}
+    for mode in MODES:
+        data = _load(folder / f"bench_{mode}.json")
+        if data is None:
+            continue
+        panels[mode] = [(row["layer"], row["speed_vs_cudnn"]) for row in data["rows"]
+                        if row["network"] == network and row.get("speed_vs_cudnn")]
+    return panels
+
+
+def main() -> None:
+    """Draw the two figures for the folder named on the command line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(sys.argv[1])
+    panels = speed_panels(folder)
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 6), sharey=True,
+                                 sharex=True)
+        axes = [axes] if len(panels) == 1 else list(axes)
+        for ax, (mode, rows) in zip(axes, panels.items(), strict=True):
+            layers = [layer for layer, _ in rows]
+            ratios = [ratio for _, ratio in rows]
+            colors = ["tab:green" if r >= 1 else "tab:red" for r in ratios]
+            ax.barh(range(len(rows)), ratios, color=colors)
+            ax.axvline(1.0, color="black", linewidth=0.8)
+            ax.set_xscale("log")
+            ax.set_xlim(0.05, 5)
+            ax.set_xticks(TICKS, [f"{t:g}" for t in TICKS])
+            ax.minorticks_off()
+            ax.set_title(MODES[mode], fontsize=9)
+            ax.set_xlabel("ours / cuDNN speed")
+            ax.set_yticks(range(len(rows)), layers, fontsize=7)
+        axes[0].invert_yaxis()
+        fig.suptitle(f"ResNet-50 b32 per layer, {folder.name}", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(folder / "speed_vs_cudnn.png", dpi=110)
+    tuner = _load(folder / "tuner.json")
+    if tuner is not None:
+        rows = tuner["rows"]
+        fig, ax = plt.subplots(figsize=(6, 5))
+        regrets = [100 * row["regret"] for row in rows]
+        ax.barh(range(len(rows)), regrets,
+                color=["tab:red" if r > 5 else "tab:blue" for r in regrets])
+        ax.axvline(5, color="black", linewidth=0.8, linestyle="--")
+        ax.set_yticks(range(len(rows)), [row["layer"] for row in rows], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("regret, % (pick re-measured alone vs best alone); dashed: 5% target")
+        ax.set_title(f"tuner regret, {tuner['model']} b{tuner['batch']}, "
+                     f"{tuner['device_name']}, {tuner['date']}, {tuner['commit']}", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(folder / "regret.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
