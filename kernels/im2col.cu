@@ -1,22 +1,31 @@
 // im2col for a chunk of `nb` images starting at image n0: writes the column matrix
-//   col[img][c][r][s][p][q]   (img < nb, c over all C channels)
-// which, for each image and group g, holds the (cg*R*S) x (P*Q) row-major matrix that the
-// group's (kg x cg*R*S) filter multiplies; algorithms/cuda/im2col_gemm.py runs those GEMMs
-// with cuBLAS. Element i of col decomposes as i = (row, pq) with row = (img*C + c)*RS + rs,
-// so consecutive threads write consecutive addresses and read consecutive (strided) pixels.
-// Every element is written (zeros for padding). Total elements must be < 2^31.
+//   col[img][c][r][s][p][q]   (IMAGE_INNER false: forward, backward_data)
+//   col[c][r][s][img][p][q]   (IMAGE_INNER true: backward_filter)
+// (img < nb, c over all C channels). The first holds, for each image and group g, the
+// (cg*R*S) x (P*Q) row-major matrix that the group's (kg x cg*R*S) filter multiplies. The
+// second holds, per group, one (cg*R*S) x (nb*P*Q) row-major matrix: backward_filter's
+// reduction index (img, pq) then has one stride, so cuBLAS sums dW over the whole chunk in a
+// single GEMM instead of one GEMM per image. algorithms/cuda/im2col_gemm.py runs the GEMMs.
+// Element i of col decomposes as i = (row, pq) with row = (img*C + c)*RS + rs, or
+// row = (c*RS + rs)*nb + img image-inner, so either way consecutive threads write consecutive
+// addresses and read consecutive (strided) pixels. Every element is written (zeros for
+// padding). Total elements must be < 2^31.
 //
-// col2im is its adjoint for backward_data: given the same column layout (filled with
+// col2im is its adjoint for backward_data: given the image-outer column layout (filled with
 // W^T dy by cuBLAS), each dx element of the chunk GATHERS the column entries that im2col
 // would have copied from it: one per tap (r, s) whose output position is integral (not a
 // stride hole) and in range. No atomics, a fixed summation order: deterministic.
+//
+// images_inner copies backward_filter's dy chunk [img][k][pq] to [k][img][pq], the matching
+// layout of the GEMM's other operand.
 #include "common.cuh"
 
-template <typename T>
+template <typename T, bool IMAGE_INNER>
 __global__ void __launch_bounds__(256)
     im2col(const T* __restrict__ x, T* __restrict__ col, CONV_SHAPE_PARAMS, int n0, int total,
            unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,
-           unsigned int rs_mul, unsigned int rs_shr, unsigned int s_mul, unsigned int s_shr) {
+           unsigned int rs_mul, unsigned int rs_shr, unsigned int s_mul, unsigned int s_shr,
+           int nb, unsigned int nb_mul, unsigned int nb_shr) {
     const int RS = R * S;
     const int PQ = P * Q;
     const T* xn = x + static_cast<long long>(n0) * C * H * W;
@@ -26,8 +35,18 @@ __global__ void __launch_bounds__(256)
         const int i = static_cast<int>(u);
         const int row = fast_div(i, pq_mul, pq_shr);
         const int pq = i - row * PQ;
-        const int plane = fast_div(row, rs_mul, rs_shr);  // img * C + c
-        const int rs = row - plane * RS;
+        int plane;  // img * C + c
+        int rs;
+        if constexpr (IMAGE_INNER) {
+            const int crs = fast_div(row, nb_mul, nb_shr);  // c * RS + rs
+            const int img = row - crs * nb;
+            const int c = fast_div(crs, rs_mul, rs_shr);
+            rs = crs - c * RS;
+            plane = img * C + c;  // < nb * C: the chunk's input has < 2^31 elements
+        } else {
+            plane = fast_div(row, rs_mul, rs_shr);
+            rs = row - plane * RS;
+        }
         const int p = fast_div(pq, q_mul, q_shr);
         const int q = pq - p * Q;
         const int r = fast_div(rs, s_mul, s_shr);
@@ -39,6 +58,26 @@ __global__ void __launch_bounds__(256)
             v = load_acc(xn + (static_cast<long long>(plane) * H + ih) * W + iw);
         }
         store_acc(col + i, v);
+    }
+}
+
+// dst[k][img][pq] = src[n0 + img][k][pq] for img < nb: element i of dst decomposes as
+// i = (row, pq) with row = k * nb + img, so writes are consecutive and reads run along pq.
+// Total (nb * K * PQ, at most y's size) must be < 2^31.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    images_inner(const T* __restrict__ src, T* __restrict__ dst, int K, int PQ, int nb, int n0,
+                 int total, unsigned int pq_mul, unsigned int pq_shr, unsigned int nb_mul,
+                 unsigned int nb_shr) {
+    const T* sn = src + static_cast<long long>(n0) * K * PQ;
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
+         u += gridDim.x * blockDim.x) {
+        const int i = static_cast<int>(u);
+        const int row = fast_div(i, pq_mul, pq_shr);
+        const int pq = i - row * PQ;
+        const int k = fast_div(row, nb_mul, nb_shr);
+        const int img = row - k * nb;
+        dst[i] = sn[(img * K + k) * PQ + pq];
     }
 }
 

@@ -143,6 +143,14 @@ _BWD_SHAPES: dict[str, dict[str, Any]] = {
 #:   im2col_gemm backward_filter, accumulate=img > 0 (chunks
 #:   overwrite dW instead of adding)                            -> 13: every chunk=1/4/16 run
 #:   im2col_gemm backward_data GEMM with W untransposed (OP_N)  -> 18: relative error >= 178
+#: and of the one-GEMM-per-chunk backward_filter (image-inner column matrix and dyT), counted
+#: over the 18 im2col_gemm backward_filter cases only (`n` of 18 failed):
+#:   accumulate=False (chunks overwrite dW instead of adding)   -> 17: chunk=1, error 0.6-1.0
+#:   images_inner reading dy[k][img] instead of dy[img][k]       -> 17: error 0.9-1.9 (all but
+#:                                                                 groups_strided, n = 1)
+#:   im2col image-outer (IMAGE_INNER false) for backward_filter -> 17: error 1.1-1.6
+#:   GEMM column-matrix group stride crs*P*Q, not crs*nb*P*Q    -> 3: the dil2_groups2 cases,
+#:                                                                 error 0.8-1.1
 #: Shapes of _BWD_SHAPES also run in float16 and float64.
 _BWD_OTHER_DTYPES = ("odd", "holes_s3_pad", "dil2_groups2", "deep_batch")
 #: The algorithms that compute the backward directions on the GPU.

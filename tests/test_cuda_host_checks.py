@@ -83,7 +83,10 @@ def test_float16_backward_filter_workspace_must_hold_float32() -> None:
     algorithm = ALGOS["im2col_gemm"]
     config = algorithm.configs(problem)[0]
     column = algorithm.workspace_bytes(replace(problem, direction="forward"), config)
-    assert algorithm.workspace_bytes(problem, config) == column + 1280  # align(7*5*9 * 4)
+    assert config == "chunk=1"
+    # Then dyT, align(1*7*17*13 * 2) (one image's dy as [k][img][pq]), and the float32 sum,
+    # align(7*5*9 * 4).
+    assert algorithm.workspace_bytes(problem, config) == column + 3328 + 1280
     workspace = dev_at(np.zeros(algorithm.workspace_bytes(problem, config) + 8, np.uint8), 2)
     x, dy, dw = (dev(np.zeros(s, np.float16)) for s in problem.operand_shapes)
     with pytest.raises(ValueError, match="4-byte aligned"):
@@ -154,9 +157,19 @@ class _NullPlan:
 class _Sized:
     """A buffer that exists only as an (aligned) address and a size."""
 
-    def __init__(self, nbytes: int) -> None:
-        self.data = SimpleNamespace(ptr=1 << 40)
+    def __init__(self, nbytes: int, ptr: int = 1 << 40) -> None:
+        self.data = SimpleNamespace(ptr=ptr)
         self.size = nbytes
+
+    def __getitem__(self, part: slice) -> _Sized:
+        """A byte range, as algorithms.base.workspace_view slices a workspace."""
+        return _Sized(part.stop - part.start, self.data.ptr + part.start)
+
+    def view(self, dtype: Any) -> _Sized:
+        return self
+
+    def reshape(self, shape: tuple[int, ...]) -> _Sized:
+        return self
 
 
 BIG_PROBLEMS: dict[str, dict[str, Any]] = {
