@@ -69,9 +69,11 @@ def isolated_ms(runtime: Runtime, cand: Candidate, problem: ConvProblem,
         return runtime.time(run, policy).median_ms
 
 
-def remeasure(url: str, device: str, keys: list[dict[str, Any]],
-              policy: TimingPolicy) -> list[dict[str, float]]:
-    """Per problem key, every usable stored configuration's isolated median (child process)."""
+def remeasure(url: str, device: str, keys: list[dict[str, Any]], policy: TimingPolicy,
+              passes: int = 2) -> list[dict[str, list[float]]]:
+    """Per problem key, every usable stored configuration's isolated medians, one per pass
+    (child process). Each pass measures all of a layer's configurations once, so the spread
+    between passes is the noise of the re-measurement itself."""
     tuner = Tuner(open_store(url))
     runtime = get_runtime(device)
     rng = np.random.default_rng(20261123)
@@ -81,20 +83,38 @@ def remeasure(url: str, device: str, keys: list[dict[str, Any]],
         stored = tuner.find_candidates(problem, device, mode="cached")
         usable = {(r.algorithm, r.config) for r in stored if r.usable}
         candidates, _ = tuner.candidates(problem, backend_of(device))
-        out.append({f"{c.algorithm.name}/{c.config}": isolated_ms(runtime, c, problem, policy, rng)
-                    for c in candidates if c.key in usable})
+        chosen = [c for c in candidates if c.key in usable]
+        times: dict[str, list[float]] = {f"{c.algorithm.name}/{c.config}": [] for c in chosen}
+        for _ in range(passes):
+            for c in chosen:
+                times[f"{c.algorithm.name}/{c.config}"].append(
+                    isolated_ms(runtime, c, problem, policy, rng))
+        out.append(times)
     return out
 
 
+def spread(times: list[float]) -> float:
+    """How far apart one configuration's passes are: slowest over fastest, minus one."""
+    return max(times) / min(times) - 1
+
+
 def regret_rows(tuned: list[dict[str, Any]],
-                isolated: list[dict[str, float]]) -> list[dict[str, Any]]:
-    """Each tuned layer with its pick's isolated time, the isolated best and the regret."""
+                isolated: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each tuned layer with its pick's isolated time, the isolated best and the regret.
+
+    An isolated time is one number or a list of passes (their median counts); `noise` is
+    the larger pass-to-pass spread of the pick and the best (0 with one pass).
+    """
     rows = []
-    for row, times in zip(tuned, isolated, strict=True):
+    for row, given in zip(tuned, isolated, strict=True):
+        passes = {name: v if isinstance(v, list) else [v] for name, v in given.items()}
+        times = {name: statistics.median(v) for name, v in passes.items()}
         best = min(times, key=lambda name: times[name])
         pick_ms = times[row["pick"]]
         rows.append({**row, "pick_iso_ms": pick_ms, "best": best, "best_iso_ms": times[best],
-                     "regret": pick_ms / times[best] - 1, "isolated_ms": times})
+                     "regret": pick_ms / times[best] - 1, "isolated_ms": times,
+                     "isolated_passes_ms": passes,
+                     "noise": max(spread(passes[row["pick"]]), spread(passes[best]))})
     return rows
 
 
@@ -104,24 +124,34 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"{meta['model']} batch {meta['batch']} on {meta['device']} ({meta['device_name']}), "
         f"{meta['date']}, commit {meta['commit']}", "",
         "| layer | problem | tuner's pick | tuned ms | pick alone ms | best alone | "
-        "best alone ms | regret |",
-        "|---|---|---|---|---|---|---|---|",
+        "best alone ms | regret | noise |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['layer']} | {r['problem']} | {r['pick']} | {r['tuned_ms']:.3f} | "
             f"{r['pick_iso_ms']:.3f} | {r['best']} | {r['best_iso_ms']:.3f} | "
-            f"{100 * r['regret']:.1f}% |"
+            f"{100 * r['regret']:.1f}% | {100 * r.get('noise', 0.0):.1f}% |"
         )
     regrets = [r["regret"] for r in rows]
     misses = sum(r > MISS for r in regrets)
+    # A miss smaller than the re-measurement's own pass-to-pass spread is not evidence.
+    beyond = sum(r["regret"] > max(MISS, r.get("noise", 0.0)) for r in rows)
+    spreads = [spread(v) for r in rows for v in r.get("isolated_passes_ms", {}).values()
+               if len(v) > 1]
     lines += [
         "",
         f"regret over {len(rows)} layers: median {100 * statistics.median(regrets):.1f}%, "
-        f"worst {100 * max(regrets):.1f}%, {misses} above {100 * MISS:.0f}%",
+        f"worst {100 * max(regrets):.1f}%, {misses} above {100 * MISS:.0f}%, "
+        f"{beyond} above both {100 * MISS:.0f}% and their noise",
         f"tuning wall time: {meta['tune_s']:.1f} s; isolated re-measurement: "
         f"{meta['remeasure_s']:.1f} s",
     ]
+    if spreads:
+        middle = 100 * statistics.median(spreads)
+        lines.append(f"re-measurement noise (pass-to-pass spread of one configuration, "
+                     f"{len(spreads)} configurations): median {middle:.1f}%, "
+                     f"worst {100 * max(spreads):.1f}%")
     return "\n".join(lines)
 
 
@@ -135,6 +165,9 @@ def main() -> None:
     parser.add_argument("--iso-budget-s", type=float, default=0.5,
                         help="timing budget per configuration in the isolated re-measurement")
     parser.add_argument("--iso-min-reps", type=int, default=5)
+    parser.add_argument("--iso-passes", type=int, default=2,
+                        help="isolated measurements of each configuration (their spread is "
+                             "the noise)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--remeasure", default=None, help=argparse.SUPPRESS)  # child: store URL
     args = parser.parse_args()
@@ -144,7 +177,8 @@ def main() -> None:
                      min_reps=args.iso_min_reps, max_reps=max(100, args.iso_min_reps))
     if args.remeasure:
         keys = json.loads(sys.stdin.read())
-        print(json.dumps(remeasure(args.remeasure, args.device, keys, policy)))
+        print(json.dumps(remeasure(args.remeasure, args.device, keys, policy,
+                                   args.iso_passes)))
         return
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,7 +189,8 @@ def main() -> None:
         began = time.perf_counter()
         child = subprocess.run(
             [sys.executable, __file__, "--remeasure", url, "--device", args.device,
-             "--iso-budget-s", str(args.iso_budget_s), "--iso-min-reps", str(args.iso_min_reps)],
+             "--iso-budget-s", str(args.iso_budget_s), "--iso-min-reps", str(args.iso_min_reps),
+             "--iso-passes", str(args.iso_passes)],
             input=json.dumps([row["key"] for row in tuned]), capture_output=True, text=True,
             check=True,
         )

@@ -3,7 +3,7 @@
 Usage: python benchmarks/plot_gpu.py RESULTS_DIR
 
 RESULTS_DIR holds what benchmarks/gpu_session.sh wrote: bench_<mode>.json files from
-bench_gpu.py and tuner.json from bench_tuner.py (any of them may be missing). Writes
+bench_gpu.py, tuner.json and tuner_unbatched.json from bench_tuner.py (any may be missing). Writes
 speed_vs_cudnn.png (ours/cuDNN per ResNet-50 layer, one panel per mode, log scale) and
 regret.png (the tuner's pick against the best configuration re-measured alone) into the
 same folder. Needs matplotlib (not a project dependency: `pip install matplotlib`).
@@ -76,22 +76,27 @@ def main() -> None:
         fig.suptitle(f"ResNet-50 b32 per layer, {folder.name}", fontsize=10)
         fig.tight_layout()
         fig.savefig(folder / "speed_vs_cudnn.png", dpi=110)
-    tuner = _load(folder / "tuner.json")
-    if tuner is not None:
-        rows = tuner["rows"]
-        fig, ax = plt.subplots(figsize=(6, 5))
-        regrets = [100 * row["regret"] for row in rows]
-        ax.barh(range(len(rows)), regrets,
-                color=["tab:red" if r > 5 else "tab:blue" for r in regrets])
+    runs = {name: data for name in ("tuner", "tuner_unbatched")
+            if (data := _load(folder / f"{name}.json")) is not None}
+    if runs:
+        first = next(iter(runs.values()))
+        layers = [row["layer"] for row in first["rows"]]
+        fig, ax = plt.subplots(figsize=(6.5, 5.5))
+        height = 0.8 / len(runs)
+        for slot, (name, data) in enumerate(runs.items()):
+            regrets = {row["layer"]: 100 * row["regret"] for row in data["rows"]}
+            ax.barh([i + slot * height for i in range(len(layers))],
+                    [regrets.get(layer, 0.0) for layer in layers], height=height,
+                    label=f"{name}: tuning {data['tune_s']:.1f} s")
         ax.axvline(5, color="black", linewidth=0.8, linestyle="--")
-        ax.set_yticks(range(len(rows)), [row["layer"] for row in rows], fontsize=7)
+        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(layers))], layers, fontsize=7)
         ax.invert_yaxis()
+        ax.legend(fontsize=8)
         ax.set_xlabel("regret, % (pick re-measured alone vs best alone); dashed: 5% target")
-        ax.set_title(f"tuner regret, {tuner['model']} b{tuner['batch']}, "
-                     f"{tuner['device_name']}, {tuner['date']}, {tuner['commit']}", fontsize=9)
+        ax.set_title(f"tuner regret, {first['model']} b{first['batch']}, "
+                     f"{first['device_name']}, {first['date']}", fontsize=9)
         fig.tight_layout()
         fig.savefig(folder / "regret.png", dpi=110)
-
 
 if __name__ == "__main__":
     main()
