@@ -117,8 +117,18 @@ class AlgorithmBase:
 
     def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
         """Bytes of workspace `run` uses (see the implementation's module docstring)."""
-        check_config(self.name, config, self.configs(problem))
-        return self._workspace(problem, config)
+        # Remembered per (problem, config): `run` asks on every call, and listing the
+        # configs (tile grids, chunk limits) cost 3-7 us of each plan call.
+        key = (problem, config)
+        memo = self.__dict__.setdefault("_workspace_memo", {})
+        needed = memo.get(key)
+        if needed is None:
+            check_config(self.name, config, self.configs(problem))
+            needed = self._workspace(problem, config)
+            if len(memo) >= 4096:
+                memo.clear()
+            memo[key] = needed
+        return needed
 
     def run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str

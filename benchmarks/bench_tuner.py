@@ -1,9 +1,13 @@
 """Tuner regret benchmark: how good are the tuner's picks, and what does tuning cost?
 
 Usage: python benchmarks/bench_tuner.py --device cpu --model resnet50 --batch 8 [--out r.json]
+       [--mode fast --train-on vgg16:16,googlenet:32,mobilenet_v2:32]
 
 1. Tunes every distinct convolution of the network into a fresh SQLite store, as
    `convtune tune` does (the timing policy from $CONVTUNE_*), and records the wall time.
+   With --train-on, the store first gets those networks tuned exhaustively (untimed, and
+   never the measured network: leave-one-network-out), so that --mode fast has a cost model
+   to rank candidates with.
 2. In a separate process, re-measures every usable stored configuration in isolation: each
    alone, on fresh inputs, after a device warm-up, with a longer timing budget and no
    racing or confirmation.
@@ -39,13 +43,14 @@ from tuner.tuning import Tuner
 MISS = 0.05
 
 
-def tune(url: str, device: str, model: str, batch: int) -> list[dict[str, Any]]:
+def tune(url: str, device: str, model: str, batch: int,
+         mode: str = "exhaustive") -> list[dict[str, Any]]:
     """Tune each distinct layer into the store at `url`: its pick and the wall time."""
     tuner = Tuner(open_store(url))
     rows = []
     for layer, problem in network_problems(model, batch):
         began = time.perf_counter()
-        best = tuner.best(problem, device)
+        best = tuner.best(problem, device, mode=mode)
         rows.append({"layer": layer.name, "problem": problem.describe(), "key": problem.key(),
                      "pick": f"{best.algorithm}/{best.config}", "tuned_ms": best.time_ms,
                      "note": best.note, "tune_s": time.perf_counter() - began})
@@ -144,9 +149,12 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"regret over {len(rows)} layers: median {100 * statistics.median(regrets):.1f}%, "
         f"worst {100 * max(regrets):.1f}%, {misses} above {100 * MISS:.0f}%, "
         f"{beyond} above both {100 * MISS:.0f}% and their noise",
-        f"tuning wall time: {meta['tune_s']:.1f} s; isolated re-measurement: "
-        f"{meta['remeasure_s']:.1f} s",
+        f"tuning wall time ({meta.get('mode', 'exhaustive')}): {meta['tune_s']:.1f} s; "
+        f"isolated re-measurement: {meta['remeasure_s']:.1f} s",
     ]
+    if meta.get("train_on"):
+        lines.append(f"store first filled with {meta['train_on']} (exhaustive, untimed: "
+                     f"{meta['train_s']:.1f} s)")
     if spreads:
         middle = 100 * statistics.median(spreads)
         lines.append(f"re-measurement noise (pass-to-pass spread of one configuration, "
@@ -164,6 +172,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--iso-budget-s", type=float, default=0.5,
                         help="timing budget per configuration in the isolated re-measurement")
+    parser.add_argument("--mode", default="exhaustive", choices=["exhaustive", "fast"],
+                        help="the find mode the network is tuned with")
+    parser.add_argument("--train-on", default="",
+                        help="network:batch,... tuned first (untimed) into the same store")
     parser.add_argument("--iso-min-reps", type=int, default=5)
     parser.add_argument("--iso-passes", type=int, default=2,
                         help="isolated measurements of each configuration (their spread is "
@@ -184,7 +196,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/bench_tuner.db"
         began = time.perf_counter()
-        tuned = tune(url, args.device, args.model, args.batch)
+        for other in filter(None, args.train_on.split(",")):
+            name, _, other_batch = other.partition(":")
+            if name == args.model:
+                raise SystemExit(f"--train-on must leave out the measured network {name}")
+            tune(url, args.device, name, int(other_batch or args.batch))
+        train_s = time.perf_counter() - began
+        began = time.perf_counter()
+        tuned = tune(url, args.device, args.model, args.batch, args.mode)
         tune_s = time.perf_counter() - began
         began = time.perf_counter()
         child = subprocess.run(
@@ -201,7 +220,8 @@ def main() -> None:
     info = identify(args.device).info
     meta = {"model": args.model, "batch": args.batch, "device": args.device,
             "device_name": info.get("name", "?"), "date": date.today().isoformat(),
-            "commit": commit, "tune_s": tune_s, "remeasure_s": remeasure_s}
+            "commit": commit, "tune_s": tune_s, "remeasure_s": remeasure_s,
+            "mode": args.mode, "train_on": args.train_on, "train_s": train_s}
     if args.out:
         args.out.write_text(json.dumps({**meta, "device_info": info, "rows": rows}, indent=2))
     print(report(rows, meta))

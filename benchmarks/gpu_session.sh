@@ -9,6 +9,7 @@
 #   overhead   benchmarks/bench_overhead.py (issue 9: cached find, plan, convolve, ResNet-50)
 #   tuner      benchmarks/bench_tuner.py (issue 11: tuning time and regret, ResNet-50 b32)
 #   tuner_unbatched  the same with CONVTUNE_BATCH_BELOW_MS=0.05 on both sides
+#   tuner_fast  ResNet-50 in fast mode, the store first filled with the other three networks
 #   train      benchmarks/bench_train.py (issue 13: a ResNet-50 training step vs PyTorch)
 #   fp32 tf32 fp16 bf16 bwd_data bwd_filter small
 #              benchmarks/bench_gpu.py in that mode (NETWORKS overrides the networks;
@@ -85,6 +86,11 @@ for step in "${steps[@]}"; do
         CONVTUNE_BATCH_BELOW_MS=$batch_below run tuner "$step" python3 benchmarks/bench_tuner.py \
             --device cuda:0 --model resnet50 --batch 32 --iso-budget-s 0.1 --out "$LOG/$step.json"
         tail -n 26 "$LOG/$step.log" ;;
+    tuner_fast)
+        run tuner tuner_fast python3 benchmarks/bench_tuner.py --device cuda:0 --model resnet50 \
+            --batch 32 --iso-budget-s 0.1 --mode fast \
+            --train-on vgg16:16,googlenet:32,mobilenet_v2:32 --out "$LOG/tuner_fast.json"
+        tail -n 27 "$LOG/tuner_fast.log" ;;
     train)
         run train train python3 benchmarks/bench_train.py --device cuda --seconds 5
         tail -n 15 "$LOG/train.log" ;;

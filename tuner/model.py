@@ -19,8 +19,11 @@ resampling problems is what mimics meeting an unseen one). For each candidate:
   problems unlike any measured one, where all members extrapolate alike: the note of a
   prediction names how much the model was trained on.
 
-The fitted models of a store are cached per device kind and refitted when the store's
-generation counter (db.find.generation, bumped by every write of measurements) moves;
+The fitted models of a store are cached per device kind. When the store's generation
+counter (db.find.generation, bumped by every write of measurements) moves, the samples are
+read again, and the model is refitted only once they grew by REFIT_GROWTH (10%) since its
+fit, or when there was no model yet: a fit takes about a second, and fast mode writes
+after every layer it tunes, so refitting on every write cost more than the measurements;
 a store with fewer than MIN_ROWS usable rows or MIN_PROBLEMS problems of a kind has no
 model, and callers fall back to scaling the nearest measured problem by FLOPs.
 """
@@ -49,6 +52,8 @@ MIN_PROBLEMS = 4
 MEMBERS = 5
 #: "Within 10% of the fastest", the closeness `confidence` counts.
 NEAR = 1.10
+#: Growth of a kind's samples since the last fit that triggers a refit.
+REFIT_GROWTH = 0.10
 # ONE_THREAD: fits and predictions run on one thread. On a few thousand rows the per-tree
 # overhead dominates, and OpenMP's spinning workers on a busy host (a server, a shared CI
 # machine) made a 48-row fit take 18 s instead of 0.8 s.
@@ -153,10 +158,11 @@ def samples_from_store(store: Store, kind: str) -> tuple[int, list[Sample]]:
 
 
 class ModelCache:
-    """The fitted models of one store, per device kind, refitted when its generation moves.
+    """The fitted models of one store, per device kind, refitted as the store grows.
 
-    Asking costs one read of the generation counter; a fit happens at most once per
-    generation and kind (the answer cache in front keeps repeated finds away entirely).
+    Asking costs one read of the generation counter; after a write, one read of the samples;
+    a fit happens when they grew by REFIT_GROWTH since the last one (the answer cache in
+    front keeps repeated finds away entirely).
     """
 
     def __init__(
@@ -165,7 +171,8 @@ class ModelCache:
     ) -> None:
         self.store = store
         self._fit = fitter
-        self._models: dict[str, tuple[int, CostModel | None]] = {}
+        # kind -> (generation seen, samples at the last fit, the model of that fit)
+        self._models: dict[str, tuple[int, int, CostModel | None]] = {}
         self._lock = threading.Lock()
         #: How many fits this cache ran (tests assert refits happen only on writes).
         self.fits = 0
@@ -176,15 +183,19 @@ class ModelCache:
             now = store_find.generation(session=session)
         found = self._models.get(kind)
         if found is not None and found[0] == now:
-            return found[1]
+            return found[2]
         with self._lock:  # one fit at a time; a second asker reuses the first one's
             found = self._models.get(kind)
             if found is not None and found[0] == now:
-                return found[1]
+                return found[2]
             generation, samples = samples_from_store(self.store, kind)
+            if found is not None and found[2] is not None and (
+                    len(samples) < found[1] * (1 + REFIT_GROWTH)):
+                self._models[kind] = (generation, found[1], found[2])  # still fresh enough
+                return found[2]
             model = self._fit(samples)
             self.fits += 1
-            self._models[kind] = (generation, model)
+            self._models[kind] = (generation, len(samples), model)
             return model
 
 

@@ -312,3 +312,18 @@ def test_every_cpu_algorithm_serves_every_direction() -> None:
         problem = ConvProblem(**SHAPES["stride2"], direction=direction)
         served = {name for name in NAMES if get_algorithm("cpu", name).supports(problem)}
         assert served == {name for name in NAMES if not refuses(name, problem)}
+
+
+def test_workspace_bytes_is_remembered_and_still_refuses_unknown_configs() -> None:
+    # Bug pinned: workspace_bytes is now remembered per (problem, config), since run() asks
+    # on every call; an unknown config must still raise, before and after a cached answer.
+    for algorithm in algorithms_for("cpu"):
+        problem = ConvProblem(n=2, c=4, h=9, w=7, k=6, r=3, s=3, pad=1)
+        if not algorithm.supports(problem):
+            continue
+        for config in algorithm.configs(problem):
+            first = algorithm.workspace_bytes(problem, config)
+            assert algorithm.workspace_bytes(problem, config) == first
+            assert first == algorithm._workspace(problem, config)  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="unknown config"):
+            algorithm.workspace_bytes(problem, "no-such-config")
