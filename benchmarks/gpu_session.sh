@@ -14,7 +14,10 @@
 #   fp32 tf32 fp16 bf16 bwd_data bwd_filter small
 #              benchmarks/bench_gpu.py in that mode (NETWORKS overrides the networks;
 #              small = GoogLeNet b32 and MobileNet-v2 b32 in fp32)
-# Each step's limit is T_<STEP> seconds (default 150); keep their sum inside the call's limit.
+# Each step's limit is T_<STEP> seconds (default 150; the tuner_* steps use T_TUNER); keep
+# their sum inside the call's limit. Seen on an H100 (2026-11-23): tests 95-112 s, sanitize
+# 100 s, fp32/tf32/fp16 about 40 s each, bwd_* 20 s each, small 51 s, tuner 53 s (more now
+# that it re-measures twice), train 78 s, overhead over 110 s (give it 200).
 #
 # The GPU image has CuPy, PyTorch, numpy, scipy and pytest but not SQLAlchemy or platformdirs;
 # bring them as wheels (on the machine with network, from the repository root):
