@@ -182,6 +182,9 @@ class CudaRuntime:
     def contiguous(self, array: Any, dtype: str) -> Any:
         """C-contiguous in `dtype`'s storage on this device; a no-op when it already is."""
         storage = self.storage_dtype(dtype)
+        if (isinstance(array, self._cupy.ndarray) and array.flags.c_contiguous
+                and array.dtype.name == storage and array.device.id == self.index):
+            return array  # the plan's usual case, on every call: no device switch
         if isinstance(array, np.ndarray) and array.dtype.name == dtype != storage:
             array = array.view(storage)  # host bfloat16 (ml_dtypes) to its bits
         with self._dev:
@@ -230,7 +233,11 @@ class CudaRuntime:
                 return
             import torch
 
-            ptr = int(torch.cuda.current_stream(self.index).cuda_stream)
+            # Inductor's generated code reads the raw pointer this way (no Stream object
+            # built per call); the public call is the fallback.
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            ptr = int(raw(self.index) if raw is not None
+                      else torch.cuda.current_stream(self.index).cuda_stream)
             if ptr == int(self._cupy.cuda.get_current_stream().ptr):
                 yield
                 return
