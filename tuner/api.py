@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,27 +148,23 @@ def problem_for(
     )
 
 
-#: Problems already built by _execute, by their arguments: building and validating a
-#: ConvProblem took about half of a cached convolve() call on a tiny problem.
-_PROBLEMS: dict[Hashable, ConvProblem] = {}
-
-
 def _memo_problem(shapes: tuple[tuple[int, ...], ...], geometry: dict[str, Any], dtype: str,
                   math: str, direction: str) -> ConvProblem:
-    """problem_for(...), remembered when the arguments are hashable (not lists)."""
+    """problem_for(...), remembered when the arguments are hashable (not lists): building
+    and validating a ConvProblem took about half of a cached convolve() call."""
     # Types are part of the key: True == 1 and 1.0 == 1, but only 1 is a valid stride.
-    key = (shapes, tuple((k, type(v), v) for k, v in geometry.items()), dtype, math,
-           direction)
+    typed = tuple((k, type(v), v) for k, v in geometry.items())
     try:
-        problem = _PROBLEMS.get(key)
+        return _problem(shapes, typed, dtype, math, direction)
     except TypeError:  # a list stride or padding: build it every time
         return problem_for(*shapes, **geometry, dtype=dtype, math=math, direction=direction)
-    if problem is None:
-        problem = problem_for(*shapes, **geometry, dtype=dtype, math=math, direction=direction)
-        if len(_PROBLEMS) >= 1024:
-            _PROBLEMS.clear()
-        _PROBLEMS[key] = problem
-    return problem
+
+
+@functools.lru_cache(maxsize=1024)
+def _problem(shapes: tuple[tuple[int, ...], ...], typed: tuple[tuple[str, type, Any], ...],
+             dtype: str, math: str, direction: str) -> ConvProblem:
+    return problem_for(*shapes, **{k: v for k, _t, v in typed}, dtype=dtype, math=math,
+                       direction=direction)
 
 
 def _all_finite(array: Any) -> bool:

@@ -13,6 +13,8 @@ FFT path's batch is its frequency count, which passes 65535 for inputs of about 
 from __future__ import annotations
 
 import ctypes
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -70,6 +72,16 @@ _COMPUTE = {"float32": 68, "float16": 68, "complex64": 68, "float64": 70, "compl
 WORKSPACE_BYTES = 32 << 20
 
 
+@dataclass
+class _Bound:
+    """One device's cuBLAS handle, its workspace and the stream it is bound to (mutable:
+    the stream changes)."""
+
+    handle: ctypes.c_void_p
+    workspace: Any
+    stream: int
+
+
 class _Cublas:
     """libcublas through ctypes, with our own handle per device.
 
@@ -88,7 +100,7 @@ class _Cublas:
             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong,
             ctypes.c_int, ctypes.c_int, ctypes.c_int,
         ]
-        self._handles: dict[int, tuple[ctypes.c_void_p, Any]] = {}
+        self._handles: dict[int, _Bound] = {}
 
     def _check(self, status: int, what: str) -> None:
         if status != 0:
@@ -97,25 +109,27 @@ class _Cublas:
     def handle(self) -> ctypes.c_void_p:
         """This device's handle, bound to the current stream with our workspace."""
         device = self._cupy.cuda.Device().id
-        if device not in self._handles:
+        bound = self._handles.get(device)
+        if bound is None:
             handle = ctypes.c_void_p()
             self._check(self._lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
             self._check(self._lib.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST),
                         "cublasSetPointerMode")
             # Strict arithmetic: no TF32 even where CUPY_TF32 or NVIDIA_TF32_OVERRIDE asks.
             self._check(self._lib.cublasSetMathMode(handle, _DEFAULT_MATH), "cublasSetMathMode")
-            self._handles[device] = (handle, self._cupy.cuda.alloc(WORKSPACE_BYTES))
-        handle, workspace = self._handles[device]
-        stream = ctypes.c_void_p(self._cupy.cuda.get_current_stream().ptr)
-        bound = ctypes.c_void_p()
-        self._check(self._lib.cublasGetStream_v2(handle, ctypes.byref(bound)), "cublasGetStream")
-        if (bound.value or 0) != (stream.value or 0):
+            # A new handle runs on the legacy default stream (0).
+            bound = self._handles[device] = _Bound(
+                handle, self._cupy.cuda.alloc(WORKSPACE_BYTES), 0)
+        stream = self._cupy.cuda.get_current_stream().ptr
+        if stream != bound.stream:  # only we bind this handle, so we know its stream
             # Setting the stream resets cuBLAS to its default workspace: give ours back.
-            self._check(self._lib.cublasSetStream_v2(handle, stream), "cublasSetStream")
+            self._check(self._lib.cublasSetStream_v2(bound.handle, ctypes.c_void_p(stream)),
+                        "cublasSetStream")
             self._check(self._lib.cublasSetWorkspace_v2(
-                handle, ctypes.c_void_p(workspace.ptr), ctypes.c_size_t(WORKSPACE_BYTES)),
-                "cublasSetWorkspace")
-        return handle
+                bound.handle, ctypes.c_void_p(bound.workspace.ptr),
+                ctypes.c_size_t(WORKSPACE_BYTES)), "cublasSetWorkspace")
+            bound.stream = stream
+        return bound.handle
 
     def gemm(self, dtype: str, c_type: str, transa: int, transb: int, m: int, n: int, k: int,
              alpha: int, a: int, lda: int, stride_a: int, b: int, ldb: int, stride_b: int,
@@ -146,14 +160,10 @@ def _load_libcublas(cupy: Any) -> ctypes.CDLL:
     raise RuntimeError("libcublas could not be loaded")
 
 
-_LIBRARY: list[_Cublas] = []
-
-
+@functools.cache
 def _library() -> _Cublas:
     """The process's one _Cublas, made on first use."""
-    if not _LIBRARY:
-        _LIBRARY.append(_Cublas(require_cupy()))
-    return _LIBRARY[0]
+    return _Cublas(require_cupy())
 
 
 def _gemm(

@@ -31,6 +31,11 @@ _TORCH_VIEW_DTYPES = {"float32": "float32", "float16": "float16", "float64": "fl
 _CACHED = 256
 
 
+def _is_torch(array: Any) -> bool:
+    """Whether `array` is a torch tensor (without importing torch)."""
+    return type(array).__module__.partition(".")[0] == "torch"
+
+
 def cuda_available() -> tuple[bool, str]:
     """Whether CuPy imports and sees at least one GPU, and why not."""
     try:
@@ -149,7 +154,7 @@ class CudaRuntime:
         (caller_stream). The view owns nothing, so it is cached by address: the caller
         keeps the tensor alive for the call, and a model passes the same tensors again.
         """
-        if type(tensor).__module__.partition(".")[0] != "torch" or not tensor.is_cuda:
+        if not _is_torch(tensor) or not tensor.is_cuda:
             return None
         dtype = _TORCH_VIEW_DTYPES.get(str(tensor.dtype).removeprefix("torch."))
         if dtype is None or not tensor.is_contiguous():
@@ -228,7 +233,7 @@ class CudaRuntime:
         must be ordered on torch's, or it races the ops around it.
         """
         with self._dev:
-            if type(array).__module__.partition(".")[0] != "torch":
+            if not _is_torch(array):
                 yield
                 return
             import torch

@@ -9,9 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from algorithms.base import Algorithm
 from algorithms.cuda.runtime import cuda_available
 from algorithms.problem import ConvProblem
-from algorithms.reference import reference
+from algorithms.reference import reference, reference_conv, relative_error
+from tests.precision import nan_storage, to_float, to_storage, tolerance_for
 
 _HERE = Path(__file__).resolve().parent
 
@@ -48,3 +50,45 @@ def host_case(problem: ConvProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         b = rng.standard_normal(b_shape).astype(problem.dtype)
         _inputs[problem] = (a, b, reference(a, b, problem))
     return _inputs[problem]
+
+
+def torch_conv(x: np.ndarray, w: np.ndarray, problem: ConvProblem) -> np.ndarray | None:
+    """torch's float64 convolution of the same values, or None without torch + CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    out = torch.nn.functional.conv2d(
+        torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda(), stride=problem.stride,
+        padding=problem.pad, dilation=problem.dilation, groups=problem.groups)
+    return np.asarray(out.cpu().numpy())
+
+
+def config_failures(algorithm: Algorithm, problem: ConvProblem) -> list[str]:
+    """Each forward config of `algorithm` run on fresh random inputs (no workspace) against
+    the float64 reference, which torch's must match first: those past the tolerance or
+    leaving NaN, one line each."""
+    import cupy
+
+    dtype = problem.dtype
+    rng = np.random.default_rng()
+    x_host = to_storage(rng.standard_normal(problem.input_shape), dtype)
+    w_host = to_storage(rng.standard_normal(problem.filter_shape), dtype)
+    x64, w64 = to_float(x_host, dtype), to_float(w_host, dtype)
+    ref = reference_conv(x64, w64, problem)
+    torch_ref = torch_conv(x64, w64, problem)
+    if torch_ref is not None:  # the two references must agree before either judges us
+        assert relative_error(torch_ref, ref) <= 1e-12
+    limit = tolerance_for(dtype, problem.math, algorithm.name)
+    x, w = cupy.asarray(x_host), cupy.asarray(w_host)
+    failures = []
+    for config in algorithm.configs(problem):
+        y = cupy.asarray(nan_storage(problem.output_shape, dtype))
+        algorithm.run(x, w, y, None, problem, config)
+        out = to_float(cupy.asnumpy(y), dtype)
+        err = relative_error(out, ref) if not np.isnan(out).any() else float("inf")
+        if not err <= limit:
+            failures.append(f"{config}: rel err {err:.3g} (limit {limit:g})")
+    return failures

@@ -1,23 +1,21 @@
 """depthwise on the GPU: every configuration in every dtype against the float64 reference and,
 where PyTorch with CUDA is installed, against torch's own convolution.
 
-Skipped, with the reason, where CuPy or a GPU is missing (see conftest.py). Not yet run on a
-GPU by the session that wrote it (none was lent): treat its first run as the kernel's first.
+Skipped, with the reason, where CuPy or a GPU is missing (see conftest.py). First run on an
+H100 on 2026-11-23 (benchmarks/NOTES-gpu.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 
 from algorithms.cuda.depthwise import CONFIGS, DepthwiseCuda
 from algorithms.problem import DTYPES
-from algorithms.reference import reference_conv, relative_error
 from tests.cuda_shapes import DEPTHWISE_SHAPES, SHAPES
-from tests.gpu.test_implicit_gemm_tc import _torch_conv
-from tests.precision import make_problem, nan_storage, to_float, to_storage, tolerance_for
+from tests.gpu.conftest import config_failures
+from tests.precision import make_problem
 
 pytestmark = pytest.mark.gpu
 
@@ -35,30 +33,11 @@ ALGORITHM = DepthwiseCuda()
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("shape", list(GPU_SHAPES))
 def test_every_config_matches_reference_and_torch(shape: str, dtype: str) -> None:
-    import cupy
-
     problem = make_problem(**GPU_SHAPES[shape], dtype=dtype)
     support = ALGORITHM.supports(problem)
     assert support, support.reason
-    rng = np.random.default_rng()
-    x_host = to_storage(rng.standard_normal(problem.input_shape), dtype)
-    w_host = to_storage(rng.standard_normal(problem.filter_shape), dtype)
-    x64, w64 = to_float(x_host, dtype), to_float(w_host, dtype)
-    ref = reference_conv(x64, w64, problem)
-    torch_ref = _torch_conv(x64, w64, problem)
-    if torch_ref is not None:  # the two references must agree before either judges us
-        assert relative_error(torch_ref, ref) <= 1e-12
-    limit = tolerance_for(dtype, "fp32", ALGORITHM.name)
-    x, w = cupy.asarray(x_host), cupy.asarray(w_host)
-    failures = []
-    configs = ALGORITHM.configs(problem)
     # Every tile fits these shapes: all the instances for the filter size run.
-    assert set(configs) == {name for name, t in CONFIGS.items() if t.fits(problem)}
-    for config in configs:
-        y = cupy.asarray(nan_storage(problem.output_shape, dtype))
-        ALGORITHM.run(x, w, y, None, problem, config)
-        out = to_float(cupy.asnumpy(y), dtype)
-        err = relative_error(out, ref) if not np.isnan(out).any() else float("inf")
-        if not err <= limit:
-            failures.append(f"{config}: rel err {err:.3g} (limit {limit:g})")
+    assert set(ALGORITHM.configs(problem)) == {
+        name for name, t in CONFIGS.items() if t.fits(problem)}
+    failures = config_failures(ALGORITHM, problem)
     assert not failures, f"{shape} {dtype}:\n" + "\n".join(failures)

@@ -1,13 +1,11 @@
 """implicit_gemm_tc on the GPU: every configuration in every dtype and math mode against the
 float64 reference and, where PyTorch with CUDA is installed, against torch's own convolution.
 
-Skipped, with the reason, where CuPy or a GPU is missing (see conftest.py). Not yet run on a
-GPU by the session that wrote it (none was lent): treat its first run as the kernel's first.
+Skipped, with the reason, where CuPy or a GPU is missing (see conftest.py). First run on an
+H100 on 2026-11-23 (benchmarks/NOTES-gpu.md).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +13,8 @@ import pytest
 from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda
 from algorithms.reference import reference_conv, relative_error
 from tests.cuda_shapes import SHAPES
-from tests.precision import make_problem, nan_storage, to_float, to_storage, tolerance_for
+from tests.gpu.conftest import config_failures
+from tests.precision import make_problem
 
 pytestmark = pytest.mark.gpu
 
@@ -27,46 +26,13 @@ GPU_SHAPES = ("odd", "odd_k130", "stride2", "dilation_stride", "groups4", "k_ove
 ALGORITHM = ImplicitGemmTcCuda()
 
 
-def _torch_conv(x: np.ndarray, w: np.ndarray, problem: Any) -> np.ndarray | None:
-    """torch's float64 convolution of the same values, or None without torch + CUDA."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    out = torch.nn.functional.conv2d(
-        torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda(), stride=problem.stride,
-        padding=problem.pad, dilation=problem.dilation, groups=problem.groups)
-    return np.asarray(out.cpu().numpy())
-
-
 @pytest.mark.parametrize(("dtype", "math"), MODES)
 @pytest.mark.parametrize("shape", GPU_SHAPES)
 def test_every_config_matches_reference_and_torch(shape: str, dtype: str, math: str) -> None:
-    import cupy
-
     problem = make_problem(**SHAPES[shape], dtype=dtype, math=math)
     support = ALGORITHM.supports(problem)
     assert support, support.reason
-    rng = np.random.default_rng()
-    x_host = to_storage(rng.standard_normal(problem.input_shape), dtype)
-    w_host = to_storage(rng.standard_normal(problem.filter_shape), dtype)
-    x64, w64 = to_float(x_host, dtype), to_float(w_host, dtype)
-    ref = reference_conv(x64, w64, problem)
-    torch_ref = _torch_conv(x64, w64, problem)
-    if torch_ref is not None:  # the two references must agree before either judges us
-        assert relative_error(torch_ref, ref) <= 1e-12
-    limit = tolerance_for(dtype, math, ALGORITHM.name)
-    x, w = cupy.asarray(x_host), cupy.asarray(w_host)
-    failures = []
-    for config in ALGORITHM.configs(problem):
-        y = cupy.asarray(nan_storage(problem.output_shape, dtype))
-        ALGORITHM.run(x, w, y, None, problem, config)
-        out = to_float(cupy.asnumpy(y), dtype)
-        err = relative_error(out, ref) if not np.isnan(out).any() else float("inf")
-        if not err <= limit:
-            failures.append(f"{config}: rel err {err:.3g} (limit {limit:g})")
+    failures = config_failures(ALGORITHM, problem)
     assert not failures, f"{shape} {dtype} {math}:\n" + "\n".join(failures)
 
 

@@ -1,9 +1,8 @@
 """winograd on the GPU: every configuration in every CUDA dtype against the float64 reference,
 the cuBLAS batch over the transform points, and a GPU tune that measures both configurations.
 
-Skipped, with the reason, where CuPy or a GPU is missing (see conftest.py). Not yet run on a
-GPU by the session that wrote it (none was lent): the kernels have run only in the CPU
-emulation (tests/test_cuda_emulated.py), with NumPy standing in for cuBLAS.
+Skipped, with the reason, where CuPy or a GPU is missing (see conftest.py). First run on an
+H100 on 2026-11-23 (benchmarks/NOTES-gpu.md).
 """
 
 from __future__ import annotations
