@@ -118,7 +118,7 @@ class AlgorithmBase:
     def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
         """Bytes of workspace `run` uses (see the implementation's module docstring)."""
         # Remembered per (problem, config): `run` asks on every call, and listing the
-        # configs (tile grids, chunk limits) cost 3-7 us of each plan call.
+        # configs (tile grids, chunk limits) is pure Python on every plan call.
         key = (problem, config)
         memo = self.__dict__.setdefault("_workspace_memo", {})
         needed = memo.get(key)
