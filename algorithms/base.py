@@ -176,3 +176,33 @@ def _itemsize(dtype: Any) -> int:
 def align(nbytes: int, to: int = 256) -> int:
     """Round `nbytes` up to a multiple of `to` (256 keeps every view aligned on a GPU too)."""
     return -(-nbytes // to) * to
+
+
+class WorkspaceLayout:
+    """Named, aligned sub-buffers packed one after another into a byte workspace (any backend)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[int, tuple[int, ...], Any]] = {}
+        self._size = 0
+
+    def add(self, name: str, shape: tuple[int, ...], dtype: Any) -> WorkspaceLayout:
+        """Reserve `shape` of `dtype` under `name` (returns self for chaining)."""
+        dims = tuple(int(d) for d in shape)
+        count = 1
+        for dim in dims:
+            count *= dim
+        self._entries[name] = (self._size, dims, dtype)
+        self._size += align(count * _itemsize(dtype))
+        return self
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes of the workspace this layout needs."""
+        return self._size
+
+    def views(self, workspace: Any) -> dict[str, Any]:
+        """Typed views of every sub-buffer of `workspace` (NumPy or CuPy; no copies)."""
+        return {
+            name: workspace_view(workspace, offset, shape, dtype)
+            for name, (offset, shape, dtype) in self._entries.items()
+        }

@@ -153,9 +153,29 @@ _BWD_SHAPES: dict[str, dict[str, Any]] = {
 #:                                                                 error 0.8-1.1
 #: Shapes of _BWD_SHAPES also run in float16 and float64.
 _BWD_OTHER_DTYPES = ("odd", "holes_s3_pad", "dil2_groups2", "deep_batch")
-#: The algorithms that compute the backward directions on the GPU.
-_BWD_ALGORITHMS = ("direct", "im2col_gemm")
+#: The algorithms that compute the backward directions on the GPU, on every _BWD_SHAPES
+#: shape: direct and im2col_gemm with kernels of their own; implicit_gemm and fft through
+#: their forward kernels on a rearranged problem (kernels/rearrange.cu's copies).
+_BWD_ALGORITHMS = ("direct", "im2col_gemm", "implicit_gemm", "fft")
+#: Mutations of kernels/rearrange.cu these cases catch (each injected once; `n` of the 76
+#: implicit_gemm, fft and implicit_gemm_tc backward cases failed):
+#:   the filter flip skipped                                 -> 36: every backward_data case
+#:                                                              with r or s > 1, error >= 1.1
+#:   dy spread with step 1 instead of the stride              -> 15: every stride > 1
+#:                                                              backward_data case, error >= 1.2
+#:   a source column bound of SW + 1 instead of SW            -> 50: relative error >= 0.18
+#:   the source indexed (g, b, a) instead of (g, a, b)        -> 76: error >= 0.98
+#:   the column offset's sign flipped (+off_w)                -> 63: error >= 1.0
 _BWD_DIRECTIONS = ("backward_data", "backward_filter")
+#: implicit_gemm_tc's backward directions (the rearranged problem on its forward kernel),
+#: slow to emulate, on a few shapes per (dtype, math): stride holes, padding, dilation with
+#: groups, odd sizes.
+_TC_BWD_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("float32", "fp32"): ("odd", "holes_s3_pad", "dil2_groups2"),
+    ("float32", "tf32"): ("holes_s3_pad",),
+    ("float16", "fp32"): ("dil2_groups2",),
+    ("bfloat16", "fp32"): ("odd",),
+}
 
 
 def _case(case_id: str, name: str, problem: dict[str, Any],
@@ -211,6 +231,12 @@ def _cases() -> list[dict[str, Any]]:
                                {**ALIGN_SHAPES["pq_odd_k_odd"], "dtype": "float32",
                                 "direction": direction},
                                [item, item, item]))
+    for (dtype, math), shapes in _TC_BWD_SHAPES.items():
+        for direction in _BWD_DIRECTIONS:
+            cases += [_case(f"implicit_gemm_tc-{direction}-{shape}-{dtype}-{math}",
+                            "implicit_gemm_tc", {**_BWD_SHAPES[shape], "dtype": dtype,
+                                                 "math": math, "direction": direction})
+                      for shape in shapes]
     return [c for c in cases if c is not None]
 
 
@@ -265,6 +291,10 @@ def test_every_backward_kernel_and_dtype_is_covered() -> None:
                 supported = ALGORITHMS[name].supports(
                     make_problem(**_BWD_SHAPES["odd"], dtype=dtype, direction=direction))
                 assert ((name, direction, dtype) in covered) == bool(supported)
+    tc = {(c["problem"]["direction"], c["problem"]["dtype"], c["problem"]["math"])
+          for c in CASES.values()
+          if c["algorithm"] == "implicit_gemm_tc" and "direction" in c["problem"]}
+    assert tc == {(d, *key) for d in _BWD_DIRECTIONS for key in _TC_SHAPES}
 
 
 def test_float16_backward_filter_sums_in_float32(verdicts: dict[str, dict[str, Any]]) -> None:

@@ -17,7 +17,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from algorithms.cuda import _cublas, depthwise, direct, fft, im2col_gemm, implicit_gemm
+from algorithms.cuda import (
+    _by_forward,
+    _cublas,
+    depthwise,
+    direct,
+    fft,
+    im2col_gemm,
+    implicit_gemm,
+    implicit_gemm_tc,
+)
 from algorithms.cuda._loader import fastdiv
 from algorithms.problem import ConvProblem
 from tests.cuda_emu.cases import ALGORITHMS as ALGOS
@@ -163,7 +172,9 @@ class _Sized:
 
     def __getitem__(self, part: slice) -> _Sized:
         """A byte range, as algorithms.base.workspace_view slices a workspace."""
-        return _Sized(part.stop - part.start, self.data.ptr + part.start)
+        start = part.start or 0
+        stop = self.size if part.stop is None else part.stop
+        return _Sized(stop - start, self.data.ptr + start)
 
     def view(self, dtype: Any) -> _Sized:
         return self
@@ -188,11 +199,12 @@ BIG_PROBLEMS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
 @pytest.mark.parametrize("shape", list(BIG_PROBLEMS))
-@pytest.mark.parametrize("name", ["direct", "im2col_gemm", "implicit_gemm", "depthwise"])
+@pytest.mark.parametrize("name", ["direct", "im2col_gemm", "implicit_gemm", "implicit_gemm_tc",
+                                  "depthwise"])
 def test_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch, name: str,
                                             shape: str, direction: str) -> None:
     """Whatever supports() accepts launches within grid, block and shared-memory limits."""
-    for module in (direct, im2col_gemm, implicit_gemm, depthwise):
+    for module in (direct, im2col_gemm, implicit_gemm, implicit_gemm_tc, depthwise, _by_forward):
         monkeypatch.setattr(module, "get_kernel", _checked_launch)
     monkeypatch.setattr(_cublas, "_gemm", _checked_gemm)
     LAUNCHES.clear()

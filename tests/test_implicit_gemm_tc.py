@@ -17,7 +17,7 @@ import pytest
 from algorithms.cuda import implicit_gemm_tc as tc
 from algorithms.cuda import shipped_kernels
 from algorithms.cuda._loader import DEFAULT_SMEM_LIMIT, KERNELS_DIR
-from algorithms.problem import ConvProblem
+from algorithms.problem import DIRECTIONS, ConvProblem
 from algorithms.registry import ALGORITHM_NAMES, get_algorithm
 from tests.precision import make_problem
 
@@ -48,11 +48,12 @@ def test_supports_every_dtype_and_math(dtype: str, math: str) -> None:
     assert ("128x64" in ALG.configs(problem)) == (tc.passes(dtype, math) == 1)
 
 
-def test_refuses_float64_and_backward_directions() -> None:
-    support = ALG.supports(ConvProblem(**BASIC, dtype="float64"))
-    assert not support and "float64" in str(support.reason)
-    support = ALG.supports(ConvProblem(**BASIC, direction="backward_data"))
-    assert not support and "backward_data" in str(support.reason)
+def test_refuses_float64_in_every_direction_and_serves_both_backward_ones() -> None:
+    for direction in DIRECTIONS:
+        support = ALG.supports(ConvProblem(**BASIC, dtype="float64", direction=direction))
+        assert not support and "float64" in str(support.reason)
+    for direction in ("backward_data", "backward_filter"):
+        assert ALG.supports(ConvProblem(**BASIC, direction=direction))
 
 
 def test_refuses_a_grid_too_tall() -> None:

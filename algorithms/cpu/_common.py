@@ -1,4 +1,4 @@
-"""Helpers shared by the CPU algorithms: tap windows, compute dtypes, workspace layouts."""
+"""Helpers shared by the CPU algorithms: tap windows and compute dtypes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import AlgorithmBase, align, workspace_view
+from algorithms.base import AlgorithmBase
 from algorithms.problem import ConvProblem
 
 
@@ -71,33 +71,6 @@ def covers_output(problem: ConvProblem, windows: list[TapWindow]) -> bool:
         (win.out_h.start, win.out_h.stop, win.out_w.start, win.out_w.stop) == (0, out_h, 0, out_w)
         for win in windows
     )
-
-
-class WorkspaceLayout:
-    """Named, aligned sub-buffers packed one after another into a byte workspace."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, tuple[int, tuple[int, ...], np.dtype[Any]]] = {}
-        self._size = 0
-
-    def add(self, name: str, shape: tuple[int, ...], dtype: Any) -> WorkspaceLayout:
-        """Reserve `shape` of `dtype` under `name` (returns self for chaining)."""
-        dt = np.dtype(dtype)
-        self._entries[name] = (self._size, tuple(int(d) for d in shape), dt)
-        self._size += align(int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
-        return self
-
-    @property
-    def nbytes(self) -> int:
-        """Total bytes of the workspace this layout needs."""
-        return self._size
-
-    def views(self, workspace: Any) -> dict[str, np.ndarray]:
-        """Typed views of every sub-buffer of `workspace` (no copies)."""
-        return {
-            name: workspace_view(workspace, offset, shape, dtype)
-            for name, (offset, shape, dtype) in self._entries.items()
-        }
 
 
 class CpuAlgorithm(AlgorithmBase):

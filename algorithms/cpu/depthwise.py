@@ -38,8 +38,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from algorithms.base import Support, depthwise_limits
-from algorithms.cpu._common import CpuAlgorithm, WorkspaceLayout, compute_dtype
+from algorithms.base import Support, WorkspaceLayout, depthwise_limits
+from algorithms.cpu._common import CpuAlgorithm, compute_dtype
 from algorithms.problem import ConvProblem
 
 #: Largest total of one chunk's buffers: a few MB keeps each tap's pass inside L2/L3.

@@ -34,8 +34,9 @@ from typing import ClassVar, Final
 import numpy as np
 from scipy.fft import next_fast_len
 
-from algorithms.cpu._by_forward import ByForward
-from algorithms.cpu._common import CpuAlgorithm, WorkspaceLayout, compute_dtype
+from algorithms.base import WorkspaceLayout
+from algorithms.cpu._by_forward import CpuByForward
+from algorithms.cpu._common import CpuAlgorithm, compute_dtype
 from algorithms.problem import ConvProblem
 
 #: Frequencies per block when moving spectra between per-plane and per-frequency layouts:
@@ -188,5 +189,5 @@ class _FftConvForward(CpuAlgorithm):
         np.copyto(y.reshape(n * k, out_h, out_w), kept)
 
 
-class FftConv(ByForward, _FftConvForward):
+class FftConv(CpuByForward, _FftConvForward):
     """The forward algorithm above, and both backward directions through it."""

@@ -20,10 +20,10 @@ from typing import ClassVar
 
 import numpy as np
 
+from algorithms.base import WorkspaceLayout
 from algorithms.cpu._common import (
     CpuAlgorithm,
     TapWindow,
-    WorkspaceLayout,
     compute_dtype,
     covers_output,
     tap_windows,

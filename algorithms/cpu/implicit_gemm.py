@@ -27,8 +27,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from algorithms.cpu._by_forward import ByForward
-from algorithms.cpu._common import CpuAlgorithm, WorkspaceLayout, compute_dtype
+from algorithms.base import WorkspaceLayout
+from algorithms.cpu._by_forward import CpuByForward
+from algorithms.cpu._common import CpuAlgorithm, compute_dtype
 from algorithms.problem import ConvProblem
 
 #: Tile caps: large tiles keep the Python loop short and BLAS calls big; small ones need
@@ -187,5 +188,5 @@ class _ImplicitGemmConvForward(CpuAlgorithm):
         return tile
 
 
-class ImplicitGemmConv(ByForward, _ImplicitGemmConvForward):
+class ImplicitGemmConv(CpuByForward, _ImplicitGemmConvForward):
     """The forward algorithm above, and both backward directions through it."""

@@ -29,8 +29,8 @@ from typing import ClassVar
 import numpy as np
 
 from algorithms import winograd
-from algorithms.base import Support
-from algorithms.cpu._common import CpuAlgorithm, WorkspaceLayout, compute_dtype
+from algorithms.base import Support, WorkspaceLayout
+from algorithms.cpu._common import CpuAlgorithm, compute_dtype
 from algorithms.problem import ConvProblem
 
 

@@ -18,8 +18,10 @@ class CudaAlgorithm(AlgorithmBase):
 
     A subclass sets `name` and `dtypes`, puts its other limits in `_limits`, and
     implements `_run` (and `configs` / `_workspace` where it has variants or a workspace).
-    The default `directions` is forward only; direct and im2col_gemm also compute
-    backward_data and backward_filter (each says so in its own `directions`).
+    The default `directions` is forward only. direct and im2col_gemm compute backward_data
+    and backward_filter with kernels of their own (each says so in its own `directions`);
+    implicit_gemm, implicit_gemm_tc and fft through their forward pass on a rearranged
+    problem (_by_forward.CudaByForward).
     """
 
     backend: ClassVar[str] = "cuda"

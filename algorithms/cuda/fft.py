@@ -29,6 +29,11 @@ Allocated elsewhere: each cuFFT plan (three per problem) owns a work area that C
 allocates from its memory pool when the plan is created (on the first run of a problem,
 inside the tuner's warm-up) and keeps while the plan stays in this module's small plan
 cache; cuBLAS uses its per-handle workspace. Neither is allocated per call.
+
+backward_data and backward_filter run these steps on a rearranged forward problem
+(algorithms/by_forward.py), the rearranged operands in the workspace before the regions
+above; for backward_filter the forward problem's filter is dy (P x Q taps), which the
+transforms handle like any other.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import numpy as np
 
 from algorithms.base import SUPPORTED, Support, align, unsupported, workspace_view
 from algorithms.cuda._base import CudaAlgorithm
+from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._cublas import OP_C, OP_N, gemm_strided_batched
 from algorithms.cuda._loader import (
     CTYPES,
@@ -164,7 +170,7 @@ def _plan(fft_type: int, batch: int, fh: int, fw: int) -> Any:
     return plan
 
 
-class FftCuda(CudaAlgorithm):
+class _FftCudaForward(CudaAlgorithm):
     """cuFFT + batched complex GEMM convolution."""
 
     name: ClassVar[str] = "fft"
@@ -260,3 +266,6 @@ class FftCuda(CudaAlgorithm):
               np.int32(fw), np.int32(problem.stride[0]), np.int32(problem.stride[1]),
               rnp(1.0 / (fh * fw))))
 
+
+class FftCuda(CudaByForward, _FftCudaForward):
+    """The forward algorithm above, and both backward directions through it."""

@@ -13,7 +13,13 @@ tensors of 2**31 elements or more; a padded input of 16384 pixels or more in hei
 width (the kernel packs a pixel's (h, w) into two 16-bit halves); more than 65535
 groups x channel tiles.
 
-Workspace: 0 bytes.
+Workspace: 0 bytes forward.
+
+backward_data and backward_filter run this forward kernel on a rearranged problem
+(algorithms/by_forward.py: dy spread between stride holes and the filter flipped; x and dy
+transposed, one forward launch per group for backward_filter), the rearranged operands in
+the workspace. backward_filter's reduction over n*P*Q becomes the forward GEMM's K, over a
+grid of only (c/g)*R*S x k/g outputs: correct, but a small grid on large layers.
 
 Configurations "BMxBNxBK": block tile of BM output channels by BN output pixels, K-step BK;
 the thread tile and the occupancy cap are fixed per configuration in CONFIGS.
@@ -28,6 +34,7 @@ import numpy as np
 
 from algorithms.base import SUPPORTED, Support, unsupported
 from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_grid
+from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
     CTYPES,
     fastdiv_args,
@@ -90,7 +97,7 @@ def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
     return gemm_grid(problem, CONFIGS[config].bm, CONFIGS[config].bn)
 
 
-class ImplicitGemmCuda(CudaAlgorithm):
+class _ImplicitGemmCudaForward(CudaAlgorithm):
     """Implicit-GEMM convolution with our own register-tiled kernel."""
 
     name: ClassVar[str] = "implicit_gemm"
@@ -125,3 +132,7 @@ class ImplicitGemmCuda(CudaAlgorithm):
             (x, w, y, *shape_args(problem), np.int32(vec_out),
              *fastdiv_args(problem.r * problem.s, problem.s, pq, out_w)),
         )
+
+
+class ImplicitGemmCuda(CudaByForward, _ImplicitGemmCudaForward):
+    """The forward algorithm above, and both backward directions through it."""

@@ -13,7 +13,11 @@ Precision (`problem.math`):
 
 Limits: tensors below 2**31 elements, at most 65535 groups x channel tiles; any stride,
 padding, dilation and groups; compute capability 8.0 or newer (not checked here: a problem
-carries no device). Workspace: 0 bytes.
+carries no device). Workspace: 0 bytes forward.
+
+backward_data and backward_filter run this forward kernel, on tensor cores in the
+problem's math, on a rearranged problem (algorithms/by_forward.py), the rearranged
+operands in the workspace.
 
 Configurations "BMxBN": block tile of BM output channels by BN output pixels, K-step 16, a
 fixed warp layout per configuration; the pipeline depth is the most stages (at most 4) whose
@@ -31,6 +35,7 @@ from typing import Any, ClassVar
 
 from algorithms.base import SUPPORTED, Support, unsupported
 from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_grid
+from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
     CTYPES,
     DEFAULT_SMEM_LIMIT,
@@ -132,7 +137,7 @@ def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
     return gemm_grid(problem, CONFIGS[config].bm, CONFIGS[config].bn)
 
 
-class ImplicitGemmTcCuda(CudaAlgorithm):
+class _ImplicitGemmTcCudaForward(CudaAlgorithm):
     """Implicit-GEMM convolution on tensor cores (mma.sync), 3xTF32 for FP32 accuracy."""
 
     name: ClassVar[str] = "implicit_gemm_tc"
@@ -162,3 +167,7 @@ class ImplicitGemmTcCuda(CudaAlgorithm):
             (x, w, y, *shape_args(problem),
              *fastdiv_args(problem.r * problem.s, problem.s, out_h * out_w, out_w)),
         )
+
+
+class ImplicitGemmTcCuda(CudaByForward, _ImplicitGemmTcCudaForward):
+    """The forward algorithm above, and both backward directions through it."""

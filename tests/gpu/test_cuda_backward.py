@@ -73,8 +73,8 @@ def _cases() -> list[Any]:
     return params
 
 
-def test_direct_and_im2col_gemm_compute_both_backward_directions() -> None:
-    assert set(BACKWARD) == {"direct", "im2col_gemm"}
+def test_every_gemm_and_fft_algorithm_computes_both_backward_directions() -> None:
+    assert set(BACKWARD) == {"direct", "im2col_gemm", "implicit_gemm", "implicit_gemm_tc", "fft"}
     for algorithm in BACKWARD.values():
         assert set(DIRECTIONS) <= set(algorithm.directions)
 

@@ -1,0 +1,185 @@
+"""Backward directions computed by a forward algorithm on a rearranged problem (any backend).
+
+Both gradients of a cross-correlation are cross-correlations themselves:
+
+- backward_data: dx = (dy with stride-1 zeros inserted, framed by (r-1)*dilation rows and
+  columns of zeros) cross-correlated, stride 1 and the same dilation, with the filter
+  flipped in (r, s) and transposed within each group (k <-> c/groups).
+- backward_filter, per group: dw^T = x^T (batch and channel swapped, padded, cropped to
+  (r-1)*dilation + (out-1)*stride + 1) cross-correlated with dy^T as the filter
+  (out_h x out_w taps), stride = the dilation and dilation = the stride; the result
+  (c/groups, k/groups, r, s) is dw of that group transposed.
+
+The rearranged operands are exact copies (no arithmetic), so the error is the forward
+algorithm's on the rearranged problem. Every copy is one `Remap`: an axis swap of a
+(groups, a, b, height, width) tensor with the spatial plane shifted, spread by a step,
+zero-framed or flipped. `ByForward` wraps a forward-only algorithm: the subclass lists it
+after `ByForward` in its bases, and every method maps a backward problem to
+`forward_problem(problem)` before calling the forward implementation; a backend supplies
+`_remap` (NumPy slicing on the CPU, one copy kernel on the GPU).
+
+Workspace (E: the storage element size; F: the forward algorithm's workspace for the
+rearranged problem):
+    backward_data:   align(n*k*(h+(r-1)*dh)*(w+(s-1)*dw)*E) + align(c*(k/g)*r*s*E) + F
+    backward_filter: align(c*n*H'*W'*E) + align(k*n*out_h*out_w*E)
+                     + align(c*(k/g)*r*s*E) + F, with H' = (r-1)*dh + (out_h-1)*sh + 1
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from algorithms.base import AlgorithmBase, Support, WorkspaceLayout, unsupported
+from algorithms.problem import DIRECTIONS, ConvProblem
+
+
+def forward_problem(problem: ConvProblem) -> ConvProblem:
+    """The forward problem whose output is (a rearrangement of) the backward result."""
+    if problem.direction == "forward":
+        return problem
+    (dh, dw), (sh, sw) = problem.dilation, problem.stride
+    out_h, out_w = problem.out_hw
+    g = problem.groups
+    if problem.direction == "backward_data":
+        return ConvProblem(
+            n=problem.n, c=problem.k, h=problem.h + (problem.r - 1) * dh,
+            w=problem.w + (problem.s - 1) * dw, k=problem.c, r=problem.r, s=problem.s,
+            dilation=problem.dilation, groups=g, dtype=problem.dtype, math=problem.math,
+        )
+    # backward_filter, one group at a time: batch c/g, channels n, k/g out_h x out_w filters.
+    return ConvProblem(
+        n=problem.c // g, c=problem.n, h=(problem.r - 1) * dh + (out_h - 1) * sh + 1,
+        w=(problem.s - 1) * dw + (out_w - 1) * sw + 1, k=problem.k // g, r=out_h, s=out_w,
+        stride=problem.dilation, dilation=problem.stride, dtype=problem.dtype,
+        math=problem.math,
+    )
+
+
+@dataclass(frozen=True)
+class Remap:
+    """dst[g][b][a][i][j] = src[g][a][b][y][x] over a (groups, a, b, src_h, src_w) source.
+
+    (y, x) is the source position that dst's (i, j) maps to: with `flip`, (i, j) is first
+    mirrored to (dst_h-1-i, dst_w-1-j); then y = (i - offset_h) / step_h when that is a
+    whole number in [0, src_h), likewise x, and dst is 0 where either is not.
+    """
+
+    groups: int
+    a: int
+    b: int
+    src_hw: tuple[int, int]
+    dst_hw: tuple[int, int]
+    offset: tuple[int, int] = (0, 0)
+    step: tuple[int, int] = (1, 1)
+    flip: bool = False
+
+    @property
+    def src_shape(self) -> tuple[int, ...]:
+        """The source viewed as (groups, a, b, src_h, src_w)."""
+        return (self.groups, self.a, self.b, *self.src_hw)
+
+    @property
+    def dst_shape(self) -> tuple[int, ...]:
+        """The destination viewed as (groups, b, a, dst_h, dst_w)."""
+        return (self.groups, self.b, self.a, *self.dst_hw)
+
+
+def remaps(problem: ConvProblem) -> tuple[Remap, Remap, Remap | None]:
+    """The copies into the forward problem's (a, b) and, for backward_filter, back out to dw."""
+    g, r, s = problem.groups, problem.r, problem.s
+    kg, cg = problem.k // g, problem.c // g
+    out_hw = problem.out_hw
+    inner = forward_problem(problem)
+    (dh, dw), (ph, pw) = problem.dilation, problem.pad
+    if problem.direction == "backward_data":
+        # dy (n, k, P, Q) spread over (n, k, h', w'): dy[p] lands at (r-1)*dh - ph + p*sh.
+        spread = Remap(1, 1, problem.n * problem.k, out_hw, (inner.h, inner.w),
+                       ((r - 1) * dh - ph, (s - 1) * dw - pw), problem.stride)
+        # w (g, kg, cg, r, s) -> (g, cg, kg, r, s), flipped in (r, s).
+        flipped = Remap(g, kg, cg, (r, s), (r, s), flip=True)
+        return spread, flipped, None
+    # x (n, c, h, w) -> (c, n, H', W'), framed by the padding and cropped.
+    window = Remap(1, problem.n, problem.c, (problem.h, problem.w), (inner.h, inner.w),
+                   (ph, pw))
+    dy_t = Remap(1, problem.n, problem.k, out_hw, out_hw)  # (n, k, P, Q) -> (k, n, P, Q)
+    dw_back = Remap(g, cg, kg, (r, s), (r, s))  # (g, cg, kg, r, s) -> (g, kg, cg, r, s)
+    return window, dy_t, dw_back
+
+
+def _layout(problem: ConvProblem) -> WorkspaceLayout:
+    """The rearranged operands (storage dtype), before the forward algorithm's workspace.
+
+    backward_data: the forward problem's x and w. backward_filter: every group's x, w and y
+    of the forward problem, stacked along their first axis (group gi's rows gi*cg... of x and
+    y, gi*kg... of w).
+    """
+    inner = forward_problem(problem)
+    a_shape, b_shape, out_shape = inner.operand_shapes
+    if problem.direction == "backward_filter":
+        g = problem.groups
+        a_shape, b_shape, out_shape = ((g * d[0], *d[1:]) for d in (a_shape, b_shape, out_shape))
+    layout = WorkspaceLayout().add("a", a_shape, problem.dtype).add("b", b_shape, problem.dtype)
+    if problem.direction == "backward_filter":
+        layout.add("out", out_shape, problem.dtype)
+    return layout
+
+
+class ByForward(AlgorithmBase):
+    """Serves both backward directions through the forward implementation after it in the MRO.
+
+    A backend's subclass implements `_remap`; each copy reads and writes whole, contiguous
+    tensors.
+    """
+
+    directions: ClassVar[tuple[str, ...]] = DIRECTIONS
+
+    def _remap(self, src: Any, dst: Any, remap: Remap, problem: ConvProblem) -> None:
+        raise NotImplementedError
+
+    def _limits(self, problem: ConvProblem) -> Support:
+        """The forward algorithm's limits on the rearranged problem."""
+        if problem.direction == "forward":
+            return super()._limits(problem)
+        try:
+            inner = forward_problem(problem)
+        except ValueError as exc:  # e.g. a rearranged size over the problem limits
+            return unsupported(f"the rearranged forward problem is invalid: {exc}")
+        found = super().supports(inner)
+        if not found:
+            return unsupported(f"{problem.direction} as a forward problem: {found.reason}")
+        return found
+
+    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
+        """The forward algorithm's configs for the rearranged problem."""
+        return super().configs(forward_problem(problem))
+
+    def _workspace(self, problem: ConvProblem, config: str) -> int:
+        """Rearranged operands plus the forward algorithm's workspace."""
+        if problem.direction == "forward":
+            return super()._workspace(problem, config)
+        inner = forward_problem(problem)
+        return _layout(problem).nbytes + super()._workspace(inner, config)
+
+    def _run(
+        self, a: Any, b: Any, out: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
+        """Rearrange, run forward (once per group for backward_filter), rearrange back."""
+        if problem.direction == "forward":
+            super()._run(a, b, out, workspace, problem, config)
+            return
+        inner = forward_problem(problem)
+        layout = _layout(problem)
+        buf = layout.views(workspace)
+        rest = workspace[layout.nbytes:] if super()._workspace(inner, config) else None
+        to_a, to_b, back = remaps(problem)
+        self._remap(a, buf["a"], to_a, problem)
+        self._remap(b, buf["b"], to_b, problem)
+        if back is None:  # backward_data: one forward call over every group
+            super()._run(buf["a"], buf["b"], out, rest, inner, config)
+            return
+        cg, kg = problem.c // problem.groups, problem.k // problem.groups
+        for gi in range(problem.groups):
+            super()._run(buf["a"][gi * cg:(gi + 1) * cg], buf["b"][gi * kg:(gi + 1) * kg],
+                         buf["out"][gi * cg:(gi + 1) * cg], rest, inner, config)
+        self._remap(buf["out"], out, back, problem)
