@@ -45,6 +45,21 @@ _LAYERS: dict[str, dict[str, Any]] = {
 }
 
 
+#: 1x1 stride-1 unpadded layers, which the tensor-core kernel fills with 16-byte vectors
+#: when P*Q and C/groups are whole vectors (4 float, 8 16-bit values) and x, w are 16-byte
+#: aligned: several K-steps with a partial last one (c = 40: vectors at k 32..39 read, 40..47
+#: zero), output channels and pixels off the tile, groups; and a P*Q = 15 layer and every
+#: "-offset" case (x one element off), which must take the element-wise path.
+#: Mutations of the vector path these cases catch (each injected once; `n` of the 16
+#: tc_pw_* cases failed, the 8 with the vector path unless said):
+#:   column offset without its pixel (col_off + pq dropped)   -> 8: relative error 1.0-1.3
+#:   A vector at k = e % (BK/VEC) (its * VEC dropped)          -> 8: misaligned cp.async source
+#:   B rows past C/groups read (kk < CRS dropped)              -> 4 (tc_pw_vec, c = 40 ends
+#:                                                                mid-tile): ASan overflow
+#:   host: the vector path without P*Q % VEC                   -> 4 (tc_pw_pq_odd): misaligned
+#:                                                                cp.async source
+_TC_POINTWISE = ("tc_pw_vec", "tc_pw_vec_groups", "tc_pw_pq_odd")
+
 #: The tensor-core kernel is slow to emulate (a 32-fiber rendezvous per mma), so it runs a
 #: chosen few shapes per (dtype, math) instead of every shape: odd sizes, strides, padding
 #: wider than the filter, dilation, groups, several channel tiles, one-element-misaligned
@@ -59,10 +74,10 @@ _LAYERS: dict[str, dict[str, Any]] = {
 _TC_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float32", "fp32"): ("odd", "stride_pair", "dilation_stride", "groups_strided",
                           "k_over_tile", "pad_gt_filter", "single_pixel", "tc_deep",
-                          "tc_long_k"),
-    ("float32", "tf32"): ("odd", "groups_strided", "tc_deep"),
-    ("float16", "fp32"): ("odd", "dilation_stride", "k_over_tile", "tc_deep"),
-    ("bfloat16", "fp32"): ("odd", "groups_strided", "tc_deep"),
+                          "tc_long_k", *_TC_POINTWISE),
+    ("float32", "tf32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE),
+    ("float16", "fp32"): ("odd", "dilation_stride", "k_over_tile", "tc_deep", *_TC_POINTWISE),
+    ("bfloat16", "fp32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE),
 }
 #: 14 K-steps (the cp.async ring wraps at every stage count) and 40 output channels (every
 #: row of a 16-row mma tile matters: with k <= 8 the rows g + 8 would all be padding).
@@ -71,6 +86,9 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
     # K = 2304, as ResNet-50's res4 3x3: long enough that 3xTF32 summed straight into the
     # accumulator drifts past 1e-5 (the mma rounds toward zero; 1.6e-5 on an H100).
     "tc_long_k": dict(n=1, c=256, h=3, w=3, k=16, r=3, s=3, pad=1),
+    "tc_pw_vec": dict(n=3, c=40, h=4, w=6, k=40, r=1, s=1),
+    "tc_pw_vec_groups": dict(n=2, c=32, h=4, w=4, k=48, r=1, s=1, groups=2),
+    "tc_pw_pq_odd": dict(n=2, c=16, h=3, w=5, k=8, r=1, s=1),
 }
 
 
@@ -207,9 +225,11 @@ def _cases() -> list[dict[str, Any]]:
                         {**(SHAPES | _TC_EXTRA_SHAPES)[shape], "dtype": dtype, "math": math})
                   for shape in shapes]
         item = 4 if dtype == "float32" else 2
-        cases.append(_case(f"implicit_gemm_tc-pq_odd_k_odd-{dtype}-{math}-offset",
-                           "implicit_gemm_tc", {**ALIGN_SHAPES["pq_odd_k_odd"], "dtype": dtype,
-                                                "math": math}, [item, item, item]))
+        for shape in ("pq_odd_k_odd", "tc_pw_vec"):
+            cases.append(_case(f"implicit_gemm_tc-{shape}-{dtype}-{math}-offset",
+                               "implicit_gemm_tc",
+                               {**(ALIGN_SHAPES | _TC_EXTRA_SHAPES)[shape], "dtype": dtype,
+                                "math": math}, [item, item, item]))
     cases += [_case(f"winograd-{shape}-{dtype}", "winograd", {**kw, "dtype": dtype})
               for shape, kw in _WINOGRAD_SHAPES.items() for dtype in CTYPES]
     for shape, dw_dtypes in _DW_DTYPES.items():
@@ -268,6 +288,20 @@ def test_every_algorithm_and_dtype_is_covered() -> None:
     assert {d for n, d in covered if n == "fft"} == set(CTYPES)  # fft has no bfloat16
     assert {d for n, d in covered if n == "winograd"} == set(CTYPES)
     assert {d for n, d in covered if n == "depthwise"} == set(DTYPES)
+
+
+def test_tensor_core_vector_path_exactly_when_aligned_pointwise(
+        verdicts: dict[str, dict[str, Any]]) -> None:
+    """The 16-byte vector instances run on aligned whole-vector pointwise layers only."""
+    for case_id, case in CASES.items():
+        if case["algorithm"] != "implicit_gemm_tc" or "direction" in case["problem"]:
+            continue
+        verdict = verdicts[case_id]
+        assert verdict["status"] == "ok", verdict["message"]
+        vector = "-tc_pw_vec" in case_id and not case_id.endswith("-offset")
+        vecs = {name.rsplit(",", 1)[1].strip(" >") for name, _args in verdict["launches"]}
+        assert vecs == ({"8" if case["problem"]["dtype"] != "float32" else "4"} if vector
+                        else {"1"}), case_id
 
 
 def test_every_winograd_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:

@@ -3,7 +3,11 @@
 Per group, Y (kg x N*P*Q) = W (kg x cg*R*S) @ X, X gathered from the NCHW input (the
 project's layout) while shared-memory tiles are filled. NHWC would let a warp copy 16-byte
 runs of channels; NCHW gives one 4-byte cp.async per float element and register-staged
-element-wise 16-bit loads, a cost not measured yet (no GPU in the session that wrote this).
+element-wise 16-bit loads (measured on an H100: about 70 TFLOP/s in float16). Pointwise
+layers (1x1, stride 1, no padding) are the exception: B's rows are contiguous runs of
+pixels, so when P*Q and C/groups are whole 16-byte vectors and x, w are 16-byte aligned,
+the kernel instance with VEC = 16 / itemsize fills both tiles with 16-byte cp.async
+(`pointwise_vector`; chosen per call, so a misaligned caller buffer takes VEC = 1).
 
 Precision (`problem.math`):
 - float32, math "fp32": 3xTF32 (big/small split of both operands, FP32 accumulation), meant
@@ -24,12 +28,14 @@ fixed warp layout per configuration; the pipeline depth is the most stages (at m
 tiles fit in 48 KiB of static shared memory for the dtype.
 
 Resources (ptxas, CUDA 13, every shipped instance at sm_80 and sm_90): no spills, no stack
-frame; 96-255 registers per thread (128x64 reaches the 255 cap, and is not shipped for
-3xTF32); 20-44 KiB static shared memory.
+frame; 96-255 registers per thread for the element-wise instances (128x64 reaches the 255
+cap, and is not shipped for 3xTF32), 74-182 for the vector ones (no per-element index math);
+20-44 KiB static shared memory.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -117,19 +123,41 @@ def smem_bytes(dtype: str, config: str) -> int:
     return stages(dtype, config) * _stage_bytes(dtype, config)
 
 
-def name_expression(dtype: str, config: str, math: str = "fp32") -> str:
-    """The kernel template instance for a dtype, configuration and math mode."""
+def vector_elements(dtype: str) -> int:
+    """Elements of the dtype in one 16-byte copy (the pointwise vector path's width)."""
+    return 4 if dtype == "float32" else 8
+
+
+def name_expression(dtype: str, config: str, math: str = "fp32", vec: int = 1) -> str:
+    """The kernel template instance for a dtype, configuration, math mode and copy width."""
     t = CONFIGS[config]
     return (
         f"implicit_gemm_tc_conv<{TC_CTYPES[dtype]}, {t.bm}, {t.bn}, {t.wm}, {t.wn}, "
-        f"{stages(dtype, config)}, {passes(dtype, math)}>"
+        f"{stages(dtype, config)}, {passes(dtype, math)}, {vec}>"
     )
 
 
 def shipped_kernels() -> tuple[str, ...]:
-    """Every name expression this module can ask for (float32 in both math modes)."""
-    names = [name_expression(d, c, m) for d in DTYPES for m in MATHS for c in tiles(d, m)]
+    """Every name expression this module can ask for (float32 in both math modes, both
+    copy widths)."""
+    names = [name_expression(d, c, m, v) for d in DTYPES for m in MATHS for c in tiles(d, m)
+             for v in (1, vector_elements(d))]
     return tuple(dict.fromkeys(names))
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every run
+def pointwise_vector(problem: ConvProblem) -> int:
+    """The vector width when the problem allows 16-byte tile copies, else 1.
+
+    A 1x1 filter at stride 1 without padding, P*Q and C/groups whole vectors: then every
+    vector of A (a filter row) and of B (one channel of one image) is contiguous and lies
+    in one row or one image (the operands' alignment is checked per call).
+    """
+    vec = vector_elements(problem.dtype)
+    out_h, out_w = problem.out_hw
+    pointwise = (problem.r, problem.s, problem.stride, problem.pad) == (1, 1, (1, 1), (0, 0))
+    whole = (out_h * out_w) % vec == 0 and (problem.c // problem.groups) % vec == 0
+    return vec if pointwise and whole else 1
 
 
 def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
@@ -160,7 +188,10 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
     ) -> None:
         """Enqueue the kernel on the current stream; no workspace, no synchronisation."""
         out_h, out_w = problem.out_hw
-        name = name_expression(problem.dtype, config, problem.math)
+        vec = pointwise_vector(problem)
+        if vec > 1 and (x.data.ptr % 16 or w.data.ptr % 16):
+            vec = 1  # a caller's sliced buffer: the element-wise path needs no alignment
+        name = name_expression(problem.dtype, config, problem.math, vec)
         kernel = get_kernel(KERNEL_FILE, name)
         kernel(
             launch_grid(problem, config), (CONFIGS[config].threads,),

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda
+from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda, pointwise_vector
 from algorithms.reference import reference_conv, relative_error
 from tests.cuda_shapes import SHAPES
 from tests.gpu.conftest import config_failures
-from tests.precision import make_problem
+from tests.precision import make_problem, nan_storage, to_float, to_storage
 
 pytestmark = pytest.mark.gpu
 
@@ -50,3 +50,29 @@ def test_tf32_is_less_accurate_than_3xtf32() -> None:
         ALGORITHM.run(cupy.asarray(x_host), cupy.asarray(w_host), y, None, problem, "64x64")
         errors[math] = relative_error(cupy.asnumpy(y), reference_conv(x_host, w_host, problem))
     assert errors["fp32"] <= 1e-5 < errors["tf32"] <= 1e-3
+
+
+@pytest.mark.parametrize(("dtype", "math"), MODES)
+def test_pointwise_vector_path_gives_the_element_wise_bits(dtype: str, math: str) -> None:
+    """Only the tile fill differs between the 16-byte path (x aligned) and the element-wise
+    one (x one element off a 16-byte boundary): the outputs must be identical, bit for bit."""
+    import cupy
+
+    problem = make_problem(n=2, c=48, h=8, w=8, k=72, r=1, s=1, dtype=dtype, math=math)
+    assert pointwise_vector(problem) > 1
+    rng = np.random.default_rng()
+    x_host = to_storage(rng.standard_normal(problem.input_shape), dtype)
+    w_host = to_storage(rng.standard_normal(problem.filter_shape), dtype)
+    item = x_host.itemsize
+    raw = cupy.empty(x_host.nbytes + 256, cupy.uint8)
+    x_off = cupy.ndarray(x_host.shape, x_host.dtype, raw.data + item)  # not 16-byte aligned
+    x_off.set(x_host)
+    x, w = cupy.asarray(x_host), cupy.asarray(w_host)
+    for config in ALGORITHM.configs(problem):
+        outs = []
+        for x_dev in (x, x_off):
+            y = cupy.asarray(nan_storage(problem.output_shape, dtype))
+            ALGORITHM.run(x_dev, w, y, None, problem, config)
+            outs.append(cupy.asnumpy(y))
+        assert not np.isnan(to_float(outs[0], dtype)).any(), config
+        assert outs[0].tobytes() == outs[1].tobytes(), config
