@@ -61,7 +61,7 @@ bench() {  # bench STEP NETWORKS ARGS...: bench_gpu in one mode
     tail -n 45 "$LOG/bench_$step.log"
 }
 # Small shapes only under the sanitizers: they slow kernels down by 10-100x.
-SAN_K="odd or groups4 or dilation_stride or depthwise_s2 or element_aligned or holes_1x1_s2"
+SAN_K="odd or groups4 or dilation_stride or depthwise_s2 or element_aligned or holes_1x1_s2 or vector_fills"
 for step in "${steps[@]}"; do
     case $step in
     tests)

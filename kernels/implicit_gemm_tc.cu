@@ -18,21 +18,29 @@
 // pairs, so 16-bit tiles go through registers: the loads of step kt + STAGES - 1 are issued
 // before the multiply of step kt and stored to the ring after it. One barrier per K-step.
 //
-// Pointwise problems (VEC > 1): a 1x1 filter at stride 1 without padding makes B(k, n) =
-// x[img][c = k][pq], contiguous along n within an image. When the host has checked that
-// rows of A (C/groups) and images of B (P*Q) are whole VEC-element vectors and x, w are
-// 16-byte aligned, both tiles are filled with 16-byte cp.async (VEC * sizeof(T) == 16),
-// 16-bit types too, so nothing goes through registers and no per-element index math runs.
+// 16-byte vector fills (VA, VB: elements per copy, VA * sizeof(T) == 16, or 1 for element-
+// wise copies), chosen by the host per call:
+// - A (VA > 1): the filter's rows are contiguous along CRS; when CRS is a whole number of
+//   vectors and w is 16-byte aligned, A tiles are filled with 16-byte cp.async.
+// - B (VB > 1, only with VA > 1): a 1x1 filter at stride 1 without padding makes B(k, n) =
+//   x[img][c = k][pq], contiguous along n within an image; when P*Q is a whole number of
+//   vectors and x is 16-byte aligned, B tiles are filled with 16-byte cp.async, with no
+//   per-element index math.
+// A vector-filled tile of a 16-bit type goes to shared memory asynchronously, not through
+// registers.
 //
-// Loading, in vectors of VEC elements (VEC = 1: the element-wise gather): A (filter) vector
-// e = tid + i*THREADS is row e / (BK/VEC), k VEC * (e % (BK/VEC)) (a warp reads contiguous
-// filter rows); B (input) column n = VEC * (tid % (BN/VEC)) is fixed per thread, its rows
-// are tid / (BN/VEC) + i * B_ROWS, so the column's image/pixel decomposition happens once.
+// Loading, in vectors of VA / VB elements (1: element-wise): A (filter) vector e = tid +
+// i*THREADS is row e / (BK/VA), k VA * (e % (BK/VA)) (a warp reads contiguous filter rows);
+// B (input) column n = VB * (tid % (BN/VB)) is fixed per thread, its rows are
+// tid / (BN/VB) + i * B_ROWS, so the column's image/pixel decomposition happens once.
 // Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM). All tensors < 2^31 elements.
 #include "common.cuh"
 
-template <typename T, int BM, int BN, int WM, int WN, int STAGES, int PASSES, int VEC>
-__global__ void __launch_bounds__(WM * WN * 32)
+// Vector-A-only instances ask for one block per SM: left to its own heuristic, ptxas held
+// some at 128 registers and spilled; the bound lets them take what they need. Others give
+// 0, no minimum (forcing 1 everywhere raised most instances' registers by up to 70).
+template <typename T, int BM, int BN, int WM, int WN, int STAGES, int PASSES, int VA, int VB>
+__global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
     implicit_gemm_tc_conv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                           CONV_SHAPE_PARAMS, unsigned int rs_mul, unsigned int rs_shr,
                           unsigned int s_mul, unsigned int s_shr, unsigned int pq_mul,
@@ -48,18 +56,21 @@ __global__ void __launch_bounds__(WM * WN * 32)
     constexpr int BPAD = 8;
     constexpr int WTM = BM / WM, WTN = BN / WN;
     constexpr int MI = WTM / 16, NI = WTN / 8;
-    // Cp.async fills both tiles (float, or any vector path); else 16-bit goes via registers.
-    constexpr bool ASYNC = F32 || VEC > 1;
-    constexpr int A_VECS = BM * BK / VEC;  // vectors of one A tile
+    // cp.async fills a tile of float, or of vectors; element-wise 16-bit goes via registers.
+    constexpr bool A_ASYNC = F32 || VA > 1;
+    constexpr bool B_ASYNC = F32 || VB > 1;
+    constexpr int A_VECS = BM * BK / VA;  // vectors of one A tile
     constexpr int A_LOADS = (A_VECS + THREADS - 1) / THREADS;
-    constexpr int B_VPR = BN / VEC;        // vectors per row of B
+    constexpr int B_VPR = BN / VB;        // vectors per row of B
     constexpr int B_ROWS = THREADS / B_VPR;  // rows of B one pass of the block fills
     constexpr int B_LOADS = BK / B_ROWS;
     static_assert(WTM % 16 == 0 && WTN % 8 == 0, "warp tiles are whole mma tiles");
-    static_assert(VEC == 1 || VEC * sizeof(T) == 16, "vector copies are 16 bytes");
+    static_assert((VA == 1 || VA * sizeof(T) == 16) && (VB == 1 || VB * sizeof(T) == 16),
+                  "vector copies are 16 bytes");
+    static_assert(VB == 1 || VA > 1, "a vector B comes with a vector A");
     static_assert(THREADS % B_VPR == 0 && BK % B_ROWS == 0,
                   "B tiles must split evenly over the threads");
-    static_assert(VEC > 1 || A_VECS % THREADS == 0, "A tiles must split evenly over the threads");
+    static_assert(VA > 1 || A_VECS % THREADS == 0, "A tiles must split evenly over the threads");
     static_assert(STAGES >= 2, "a pipeline needs two stages");
     static_assert(F32 || PASSES == 1, "16-bit operands take one pass");
 
@@ -88,41 +99,41 @@ __global__ void __launch_bounds__(WM * WN * 32)
 
     // This thread's column of B (its first, for a vector): the receptive field's top-left
     // corner; for a vector, col_off points at the column itself (channel 0).
-    const int b_col = (tid % B_VPR) * VEC;
+    const int b_col = (tid % B_VPR) * VB;
     const int b_row = tid / B_VPR;
     int col_off = 0, h0 = 0, w0 = 0;
-    const bool col_ok = n0 + b_col < NPQ;  // for a vector: all VEC columns (VEC | P*Q)
+    const bool col_ok = n0 + b_col < NPQ;  // for a vector: all VB columns (VB | P*Q)
     if (col_ok) {
         const int img = fast_div(n0 + b_col, pq_mul, pq_shr);
         const int pq = n0 + b_col - img * PQ;
         const int p = fast_div(pq, q_mul, q_shr);
         h0 = p * str_h - pad_h;
         w0 = (pq - p * Q) * str_w - pad_w;
-        col_off = (img * C + grp * cg) * HW + (VEC > 1 ? pq : 0);
+        col_off = (img * C + grp * cg) * HW + (VB > 1 ? pq : 0);
     }
 
     // 16-bit tiles of a later K-step, held in registers across the multiply (see the loop).
-    unsigned short a_regs[ASYNC ? 1 : A_LOADS], b_regs[ASYNC ? 1 : B_LOADS];
+    unsigned short a_regs[A_ASYNC ? 1 : A_LOADS], b_regs[B_ASYNC ? 1 : B_LOADS];
 
-    // Fill stage `st` with the K-step starting at k0: asynchronously when ASYNC; else (16-bit
-    // element-wise) into shared memory, or only into a_regs/b_regs when `to_regs`
-    // (store_regs ends it).
+    // Fill stage `st` with the K-step starting at k0: a tile with cp.async when A_ASYNC /
+    // B_ASYNC; else (16-bit element-wise) into shared memory, or only into a_regs / b_regs
+    // when `to_regs` (store_regs ends it).
     auto load_stage = [&](int st, int k0, bool to_regs) {
 #pragma unroll
         for (int i = 0; i < A_LOADS; ++i) {
             const int e = tid + i * THREADS;
             if (A_VECS % THREADS != 0 && e >= A_VECS) break;  // a tile smaller than a pass
-            const int m = e / (BK / VEC), k = e % (BK / VEC) * VEC;
-            const bool ok = m0 + m < kg && k0 + k < CRS;  // for a vector: all VEC (VEC | CRS)
+            const int m = e / (BK / VA), k = e % (BK / VA) * VA;
+            const bool ok = m0 + m < kg && k0 + k < CRS;  // for a vector: all VA (VA | CRS)
             const T* src = ok ? wg + (m0 + m) * CRS + k0 + k : w;
-            if constexpr (VEC > 1) {
+            if constexpr (VA > 1) {
                 cp_async<16>(as_base + ((st * BM + m) * (BK + APAD) + k) * sizeof(T), src, ok);
             } else if constexpr (F32) {
                 cp_async<4>(as_base + ((st * BM + m) * (BK + APAD) + k) * 4ull, src, ok);
             } else {
                 const unsigned short v = ok ? src->bits : 0;
                 if (to_regs) {
-                    a_regs[ASYNC ? 0 : i] = v;
+                    a_regs[A_ASYNC ? 0 : i] = v;
                 } else {
                     As[st][m][k].bits = v;
                 }
@@ -132,7 +143,7 @@ __global__ void __launch_bounds__(WM * WN * 32)
         for (int i = 0; i < B_LOADS; ++i) {
             const int k = b_row + i * B_ROWS;
             const int kk = k0 + k;
-            if constexpr (VEC > 1) {  // 1x1: row kk is channel kk, at col_off + kk * HW
+            if constexpr (VB > 1) {  // 1x1: row kk is channel kk, at col_off + kk * HW
                 const bool ok = col_ok && kk < CRS;
                 cp_async<16>(bs_base + ((st * BK + k) * (BN + BPAD) + b_col) * sizeof(T),
                              ok ? x + col_off + kk * HW : x, ok);
@@ -151,7 +162,7 @@ __global__ void __launch_bounds__(WM * WN * 32)
                 } else {
                     const unsigned short v = ok ? src->bits : 0;
                     if (to_regs) {
-                        b_regs[ASYNC ? 0 : i] = v;
+                        b_regs[B_ASYNC ? 0 : i] = v;
                     } else {
                         Bs[st][k][b_col].bits = v;
                     }
@@ -161,12 +172,14 @@ __global__ void __launch_bounds__(WM * WN * 32)
     };
 
     auto store_regs = [&](int st) {
-        if constexpr (!ASYNC) {
+        if constexpr (!A_ASYNC) {
 #pragma unroll
             for (int i = 0; i < A_LOADS; ++i) {
                 const int e = tid + i * THREADS;
                 As[st][e / BK][e % BK].bits = a_regs[i];
             }
+        }
+        if constexpr (!B_ASYNC) {
 #pragma unroll
             for (int i = 0; i < B_LOADS; ++i) Bs[st][b_row + i * B_ROWS][b_col].bits = b_regs[i];
         }
@@ -195,7 +208,7 @@ __global__ void __launch_bounds__(WM * WN * 32)
         const bool fetch = next < ktiles;
         // 16-bit element-wise: the global loads are issued now and stored after the multiply,
         // so their latency hides behind it; stage next % STAGES was freed by the barrier above.
-        if (fetch) load_stage(next % STAGES, next * BK, !ASYNC);
+        if (fetch) load_stage(next % STAGES, next * BK, !F32);
         cp_async_commit();
         const int st = kt % STAGES;
         if constexpr (F32) {
@@ -261,7 +274,7 @@ __global__ void __launch_bounds__(WM * WN * 32)
 #pragma unroll
                 for (int i = 0; i < MI; ++i) mma_k16(x, acc[i][j], a_frag[i], b_frag);
             }
-            if (!ASYNC && fetch) store_regs(next % STAGES);
+            if (!(A_ASYNC && B_ASYNC) && fetch) store_regs(next % STAGES);
         }
     }
     cp_async_wait<0>();  // only empty groups remain; nothing may be in flight at exit

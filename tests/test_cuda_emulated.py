@@ -48,9 +48,10 @@ _LAYERS: dict[str, dict[str, Any]] = {
 #: 1x1 stride-1 unpadded layers, which the tensor-core kernel fills with 16-byte vectors
 #: when P*Q and C/groups are whole vectors (4 float, 8 16-bit values) and x, w are 16-byte
 #: aligned: several K-steps with a partial last one (c = 40: vectors at k 32..39 read, 40..47
-#: zero), output channels and pixels off the tile, groups; and a P*Q = 15 layer and every
-#: "-offset" case (x one element off), which must take the element-wise path.
-#: Mutations of the vector path these cases catch (each injected once; `n` of the 16
+#: zero), output channels and pixels off the tile, groups; and a P*Q = 15 layer, an
+#: "-x_offset" case (x one element off: vector A only) and every "-offset" case (x and w
+#: off), which must copy B (and A) element-wise.
+#: Mutations of the vector path these cases catch (each injected once; `n` of the then 16
 #: tc_pw_* cases failed, the 8 with the vector path unless said):
 #:   column offset without its pixel (col_off + pq dropped)   -> 8: relative error 1.0-1.3
 #:   A vector at k = e % (BK/VEC) (its * VEC dropped)          -> 8: misaligned cp.async source
@@ -58,6 +59,14 @@ _LAYERS: dict[str, dict[str, Any]] = {
 #:                                                                mid-tile): ASan overflow
 #:   host: the vector path without P*Q % VEC                   -> 4 (tc_pw_pq_odd): misaligned
 #:                                                                cp.async source
+#: and of the vector A fill, which every tc layer with C/groups*R*S a whole number of
+#: vectors takes (`n` of the 43 forward tc cases failed):
+#:   A vector stored at the wrong k slot (k ^ VA), A-only path -> 17: relative error 1.1-1.5
+#:   A rows past C/groups*R*S read (k0 + k < CRS dropped)      -> 12: ASan heap overflow
+#:   host: w's alignment unchecked                             -> 4 (x and w off, tc_pw_vec):
+#:                                                                misaligned cp.async source
+#:   host: vector A decided by C % VEC, not C/groups*R*S % VEC -> 1: misaligned cp.async
+#:                                                                source
 _TC_POINTWISE = ("tc_pw_vec", "tc_pw_vec_groups", "tc_pw_pq_odd")
 
 #: The tensor-core kernel is slow to emulate (a 32-fiber rendezvous per mma), so it runs a
@@ -230,6 +239,10 @@ def _cases() -> list[dict[str, Any]]:
                                "implicit_gemm_tc",
                                {**(ALIGN_SHAPES | _TC_EXTRA_SHAPES)[shape], "dtype": dtype,
                                 "math": math}, [item, item, item]))
+        # x alone off: A still in vectors, B element-wise.
+        cases.append(_case(f"implicit_gemm_tc-tc_pw_vec-{dtype}-{math}-x_offset",
+                           "implicit_gemm_tc", {**_TC_EXTRA_SHAPES["tc_pw_vec"], "dtype": dtype,
+                                                "math": math}, [item, 0, 0]))
     cases += [_case(f"winograd-{shape}-{dtype}", "winograd", {**kw, "dtype": dtype})
               for shape, kw in _WINOGRAD_SHAPES.items() for dtype in CTYPES]
     for shape, dw_dtypes in _DW_DTYPES.items():
@@ -290,18 +303,27 @@ def test_every_algorithm_and_dtype_is_covered() -> None:
     assert {d for n, d in covered if n == "depthwise"} == set(DTYPES)
 
 
-def test_tensor_core_vector_path_exactly_when_aligned_pointwise(
+def test_tensor_core_vector_fills_exactly_where_allowed(
         verdicts: dict[str, dict[str, Any]]) -> None:
-    """The 16-byte vector instances run on aligned whole-vector pointwise layers only."""
+    """Forward tc cases run the instance whose (A, B) copy widths the problem and the
+    operands' alignment allow: A vectors when C/groups*R*S is a whole number of 16-byte
+    vectors, B vectors also on 1x1 stride-1 unpadded layers with P*Q a whole number."""
     for case_id, case in CASES.items():
         if case["algorithm"] != "implicit_gemm_tc" or "direction" in case["problem"]:
             continue
         verdict = verdicts[case_id]
         assert verdict["status"] == "ok", verdict["message"]
-        vector = "-tc_pw_vec" in case_id and not case_id.endswith("-offset")
-        vecs = {name.rsplit(",", 1)[1].strip(" >") for name, _args in verdict["launches"]}
-        assert vecs == ({"8" if case["problem"]["dtype"] != "float32" else "4"} if vector
-                        else {"1"}), case_id
+        p = make_problem(**case["problem"])
+        vec = 4 if p.dtype == "float32" else 8
+        out_h, out_w = p.out_hw
+        x_off, w_off, _y_off = case["offsets"] or (0, 0, 0)
+        a_vec = w_off % 16 == 0 and (p.c // p.groups * p.r * p.s) % vec == 0
+        b_vec = a_vec and x_off % 16 == 0 and (p.r, p.s, p.stride, p.pad) == (
+            1, 1, (1, 1), (0, 0)) and (out_h * out_w) % vec == 0
+        for name, _args in verdict["launches"]:
+            fields = [f.strip() for f in name.rstrip(">").split("<")[1].split(",")]
+            expected = (vec if a_vec else 1, vec if b_vec else 1)
+            assert (int(fields[-2]), int(fields[-1])) == expected, (case_id, name)
 
 
 def test_every_winograd_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:

@@ -72,19 +72,40 @@ def test_math_picks_the_number_of_tf32_passes() -> None:
     assert tc.passes("float32", "fp32") == 3
     assert tc.passes("float32", "tf32") == 1
     assert tc.passes("float16", "fp32") == tc.passes("bfloat16", "tf32") == 1
-    assert tc.name_expression("float32", "64x64", "fp32").endswith(", 3>")
-    assert tc.name_expression("float32", "64x64", "tf32").endswith(", 1>")
+    assert tc.name_expression("float32", "64x64", "fp32").endswith(", 3, 1, 1>")
+    assert tc.name_expression("float32", "64x64", "tf32").endswith(", 1, 1, 1>")
     assert tc.name_expression("bfloat16", "64x64").startswith("implicit_gemm_tc_conv<bf16_t,")
 
 
-def test_shipped_instances_are_every_dtype_config_and_math() -> None:
+def test_shipped_instances_are_every_dtype_config_math_and_copy_width() -> None:
     names = shipped_kernels()[tc.KERNEL_FILE]
-    # f32 x 2 maths, f16, bf16; 3xTF32 without 128x64
-    assert len(names) == len(set(names)) == len(tc.CONFIGS) * 4 - 1
+    # (f32 x 2 maths, f16, bf16; 3xTF32 without 128x64) x (element, vector A, vector A and B)
+    assert len(names) == len(set(names)) == (len(tc.CONFIGS) * 4 - 1) * 3
     for dtype in tc.DTYPES:
+        vec = tc.vector_elements(dtype)
         for math in tc.MATHS:
             for config in tc.tiles(dtype, math):
-                assert tc.name_expression(dtype, config, math) in names
+                for widths in ((1, 1), (vec, 1), (vec, vec)):
+                    assert tc.name_expression(dtype, config, math, widths) in names
+
+
+def test_vector_widths_follow_the_filter_row_and_the_pointwise_geometry() -> None:
+    # A vectors need C/groups*R*S % (16 bytes / itemsize) == 0; B vectors also a 1x1,
+    # stride-1, unpadded filter and P*Q a whole number of vectors.
+    cases: list[tuple[dict[str, Any], str, tuple[int, int]]] = [
+        (dict(n=1, c=8, h=4, w=4, k=8, r=1, s=1), "float32", (4, 4)),
+        (dict(n=1, c=8, h=4, w=4, k=8, r=1, s=1), "float16", (8, 8)),
+        (dict(n=1, c=8, h=3, w=3, k=8, r=1, s=1), "float32", (4, 1)),  # P*Q = 9
+        (dict(n=1, c=8, h=4, w=4, k=8, r=1, s=1, pad=1), "float32", (4, 1)),
+        (dict(n=1, c=8, h=8, w=8, k=8, r=1, s=1, stride=2), "float32", (4, 1)),
+        (dict(n=1, c=4, h=4, w=4, k=8, r=3, s=3, pad=1), "float32", (4, 1)),  # CRS = 36
+        (dict(n=1, c=4, h=4, w=4, k=8, r=3, s=3, pad=1), "float16", (1, 1)),  # 36 % 8
+        (dict(n=1, c=12, h=4, w=4, k=6, r=1, s=1, groups=3), "float32", (4, 4)),
+        (dict(n=1, c=12, h=4, w=4, k=6, r=1, s=1, groups=6), "float32", (1, 1)),  # cg = 2
+        (dict(n=1, c=3, h=8, w=8, k=8, r=7, s=7, pad=3), "bfloat16", (1, 1)),  # CRS = 147
+    ]
+    for kw, dtype, widths in cases:
+        assert tc.vector_widths(make_problem(**kw, dtype=dtype)) == widths, (kw, dtype)
 
 
 @pytest.mark.parametrize("config", list(tc.CONFIGS))
@@ -134,7 +155,9 @@ def test_documented_shared_memory_matches_ptxas(tmp_path: Path) -> None:
          str(src), "-o", str(tmp_path / "keep.o")], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     reported = [int(b) for b in re.findall(r"(\d+) bytes smem", done.stdout + done.stderr)]
-    expected = {tc.name_expression(d, c, m): tc.smem_bytes(d, c)
-                for d in tc.DTYPES for m in tc.MATHS for c in tc.tiles(d, m)}
+    vec = tc.vector_elements
+    expected = {tc.name_expression(d, c, m, widths): tc.smem_bytes(d, c)
+                for d in tc.DTYPES for m in tc.MATHS for c in tc.tiles(d, m)
+                for widths in ((1, 1), (vec(d), 1), (vec(d), vec(d)))}
     assert len(reported) == len(names)
     assert sorted(reported) == sorted(expected[n] for n in names)

@@ -3,11 +3,12 @@
 Per group, Y (kg x N*P*Q) = W (kg x cg*R*S) @ X, X gathered from the NCHW input (the
 project's layout) while shared-memory tiles are filled. NHWC would let a warp copy 16-byte
 runs of channels; NCHW gives one 4-byte cp.async per float element and register-staged
-element-wise 16-bit loads (measured on an H100: about 70 TFLOP/s in float16). Pointwise
-layers (1x1, stride 1, no padding) are the exception: B's rows are contiguous runs of
-pixels, so when P*Q and C/groups are whole 16-byte vectors and x, w are 16-byte aligned,
-the kernel instance with VEC = 16 / itemsize fills both tiles with 16-byte cp.async
-(`pointwise_vector`; chosen per call, so a misaligned caller buffer takes VEC = 1).
+element-wise 16-bit loads (measured on an H100: about 70 TFLOP/s in float16). The filter's
+rows are contiguous, though: when C/groups*R*S is a whole number of 16-byte vectors and w
+is 16-byte aligned, A tiles are filled with 16-byte cp.async. Pointwise layers (1x1,
+stride 1, no padding) go further: B's rows are contiguous runs of pixels, so when P*Q is a
+whole number of vectors and x is aligned, B tiles are too (`vector_widths`; chosen per
+call, so a misaligned caller buffer is copied element-wise).
 
 Precision (`problem.math`):
 - float32, math "fp32": 3xTF32 (big/small split of both operands, FP32 accumulation), meant
@@ -124,40 +125,44 @@ def smem_bytes(dtype: str, config: str) -> int:
 
 
 def vector_elements(dtype: str) -> int:
-    """Elements of the dtype in one 16-byte copy (the pointwise vector path's width)."""
+    """Elements of the dtype in one 16-byte copy."""
     return 4 if dtype == "float32" else 8
 
 
-def name_expression(dtype: str, config: str, math: str = "fp32", vec: int = 1) -> str:
-    """The kernel template instance for a dtype, configuration, math mode and copy width."""
+def name_expression(dtype: str, config: str, math: str = "fp32",
+                    widths: tuple[int, int] = (1, 1)) -> str:
+    """The kernel template instance for a dtype, configuration, math mode and the copy
+    widths of A and B (elements per copy)."""
     t = CONFIGS[config]
     return (
         f"implicit_gemm_tc_conv<{TC_CTYPES[dtype]}, {t.bm}, {t.bn}, {t.wm}, {t.wn}, "
-        f"{stages(dtype, config)}, {passes(dtype, math)}, {vec}>"
+        f"{stages(dtype, config)}, {passes(dtype, math)}, {widths[0]}, {widths[1]}>"
     )
 
 
 def shipped_kernels() -> tuple[str, ...]:
-    """Every name expression this module can ask for (float32 in both math modes, both
-    copy widths)."""
-    names = [name_expression(d, c, m, v) for d in DTYPES for m in MATHS for c in tiles(d, m)
-             for v in (1, vector_elements(d))]
+    """Every name expression this module can ask for (float32 in both math modes; element
+    copies, vector A, vector A and B)."""
+    names = [name_expression(d, c, m, (v, vb)) for d in DTYPES for m in MATHS
+             for c in tiles(d, m) for v in (1, vector_elements(d)) for vb in (1, v)]
     return tuple(dict.fromkeys(names))
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every run
-def pointwise_vector(problem: ConvProblem) -> int:
-    """The vector width when the problem allows 16-byte tile copies, else 1.
+def vector_widths(problem: ConvProblem) -> tuple[int, int]:
+    """Elements per tile copy of A and of B the problem allows (16-byte vectors, or 1).
 
-    A 1x1 filter at stride 1 without padding, P*Q and C/groups whole vectors: then every
-    vector of A (a filter row) and of B (one channel of one image) is contiguous and lies
-    in one row or one image (the operands' alignment is checked per call).
+    A: when a filter row (C/groups*R*S) is a whole number of vectors. B as well: when the
+    filter is 1x1 at stride 1 without padding (B's rows are then runs of pixels) and P*Q is
+    a whole number of vectors, so that no vector spans two rows or two images. The
+    operands' 16-byte alignment is checked per call (`_run`).
     """
     vec = vector_elements(problem.dtype)
+    if (problem.c // problem.groups * problem.r * problem.s) % vec:
+        return (1, 1)
     out_h, out_w = problem.out_hw
     pointwise = (problem.r, problem.s, problem.stride, problem.pad) == (1, 1, (1, 1), (0, 0))
-    whole = (out_h * out_w) % vec == 0 and (problem.c // problem.groups) % vec == 0
-    return vec if pointwise and whole else 1
+    return (vec, vec if pointwise and (out_h * out_w) % vec == 0 else 1)
 
 
 def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
@@ -188,10 +193,13 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
     ) -> None:
         """Enqueue the kernel on the current stream; no workspace, no synchronisation."""
         out_h, out_w = problem.out_hw
-        vec = pointwise_vector(problem)
-        if vec > 1 and (x.data.ptr % 16 or w.data.ptr % 16):
-            vec = 1  # a caller's sliced buffer: the element-wise path needs no alignment
-        name = name_expression(problem.dtype, config, problem.math, vec)
+        widths = vector_widths(problem)
+        # A caller's sliced buffer may be misaligned: its operand is copied element-wise.
+        if widths[0] > 1 and w.data.ptr % 16:
+            widths = (1, 1)
+        elif widths[1] > 1 and x.data.ptr % 16:
+            widths = (widths[0], 1)
+        name = name_expression(problem.dtype, config, problem.math, widths)
         kernel = get_kernel(KERNEL_FILE, name)
         kernel(
             launch_grid(problem, config), (CONFIGS[config].threads,),

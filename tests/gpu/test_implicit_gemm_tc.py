@@ -7,10 +7,12 @@ H100 on 2026-11-23 (benchmarks/NOTES-gpu.md).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda, pointwise_vector
+from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda, vector_elements, vector_widths
 from algorithms.reference import reference_conv, relative_error
 from tests.cuda_shapes import SHAPES
 from tests.gpu.conftest import config_failures
@@ -53,26 +55,33 @@ def test_tf32_is_less_accurate_than_3xtf32() -> None:
 
 
 @pytest.mark.parametrize(("dtype", "math"), MODES)
-def test_pointwise_vector_path_gives_the_element_wise_bits(dtype: str, math: str) -> None:
-    """Only the tile fill differs between the 16-byte path (x aligned) and the element-wise
-    one (x one element off a 16-byte boundary): the outputs must be identical, bit for bit."""
+def test_vector_fills_give_the_element_wise_bits(dtype: str, math: str) -> None:
+    """Only the tile fills differ between vector A and B (x, w 16-byte aligned), vector A
+    only (x one element off a 16-byte boundary) and element-wise copies (w off as well):
+    the outputs must be identical, bit for bit."""
     import cupy
 
     problem = make_problem(n=2, c=48, h=8, w=8, k=72, r=1, s=1, dtype=dtype, math=math)
-    assert pointwise_vector(problem) > 1
+    vec = vector_elements(dtype)
+    assert vector_widths(problem) == (vec, vec)
     rng = np.random.default_rng()
-    x_host = to_storage(rng.standard_normal(problem.input_shape), dtype)
-    w_host = to_storage(rng.standard_normal(problem.filter_shape), dtype)
-    item = x_host.itemsize
-    raw = cupy.empty(x_host.nbytes + 256, cupy.uint8)
-    x_off = cupy.ndarray(x_host.shape, x_host.dtype, raw.data + item)  # not 16-byte aligned
-    x_off.set(x_host)
-    x, w = cupy.asarray(x_host), cupy.asarray(w_host)
+    hosts = [to_storage(rng.standard_normal(shape), dtype)
+             for shape in (problem.input_shape, problem.filter_shape)]
+
+    def placed(host: np.ndarray, offset: int) -> Any:
+        raw = cupy.empty(host.nbytes + 256, cupy.uint8)
+        arr = cupy.ndarray(host.shape, host.dtype, raw.data + offset)
+        arr.set(host)
+        return arr
+
+    item = hosts[0].itemsize
+    placements = [(0, 0), (item, 0), (item, item)]  # byte offsets of (x, w)
     for config in ALGORITHM.configs(problem):
         outs = []
-        for x_dev in (x, x_off):
+        for offsets in placements:
+            x, w = (placed(h, off) for h, off in zip(hosts, offsets, strict=True))
             y = cupy.asarray(nan_storage(problem.output_shape, dtype))
-            ALGORITHM.run(x_dev, w, y, None, problem, config)
+            ALGORITHM.run(x, w, y, None, problem, config)
             outs.append(cupy.asnumpy(y))
         assert not np.isnan(to_float(outs[0], dtype)).any(), config
-        assert outs[0].tobytes() == outs[1].tobytes(), config
+        assert all(o.tobytes() == outs[0].tobytes() for o in outs[1:]), config
