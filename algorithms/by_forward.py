@@ -27,6 +27,7 @@ rearranged problem):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -34,6 +35,8 @@ from algorithms.base import AlgorithmBase, Support, WorkspaceLayout, unsupported
 from algorithms.problem import DIRECTIONS, ConvProblem
 
 
+# The three functions below are memoised: `run` asks each on every call of a plan.
+@functools.lru_cache(maxsize=4096)
 def forward_problem(problem: ConvProblem) -> ConvProblem:
     """The forward problem whose output is (a rearrangement of) the backward result."""
     if problem.direction == "forward":
@@ -85,6 +88,7 @@ class Remap:
         return (self.groups, self.b, self.a, *self.dst_hw)
 
 
+@functools.lru_cache(maxsize=4096)
 def remaps(problem: ConvProblem) -> tuple[Remap, Remap, Remap | None]:
     """The copies into the forward problem's (a, b) and, for backward_filter, back out to dw."""
     g, r, s = problem.groups, problem.r, problem.s
@@ -107,6 +111,7 @@ def remaps(problem: ConvProblem) -> tuple[Remap, Remap, Remap | None]:
     return window, dy_t, dw_back
 
 
+@functools.lru_cache(maxsize=4096)
 def _layout(problem: ConvProblem) -> WorkspaceLayout:
     """The rearranged operands (storage dtype), before the forward algorithm's workspace.
 
@@ -171,7 +176,7 @@ class ByForward(AlgorithmBase):
         inner = forward_problem(problem)
         layout = _layout(problem)
         buf = layout.views(workspace)
-        rest = workspace[layout.nbytes:] if super()._workspace(inner, config) else None
+        rest = workspace[layout.nbytes:] if self.workspace_bytes(inner, config) else None
         to_a, to_b, back = remaps(problem)
         self._remap(a, buf["a"], to_a, problem)
         self._remap(b, buf["b"], to_b, problem)

@@ -15,10 +15,10 @@ from algorithms.base import Support, unsupported
 from algorithms.by_forward import ByForward, Remap, remaps
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._loader import (
-    INT32_LIMIT,
     fastdiv_args,
     get_kernel,
     grid_stride_blocks,
+    tensors_fit_int32,
 )
 from algorithms.problem import ConvProblem
 
@@ -51,11 +51,11 @@ class CudaByForward(ByForward, CudaAlgorithm):
     def _limits(self, problem: ConvProblem) -> Support:
         """The forward algorithm's limits, and 32-bit indexing of every rearranged tensor."""
         if problem.direction != "forward":
-            for remap in remaps(problem):
-                if remap is not None and max(_elements(remap.src_shape),
-                                             _elements(remap.dst_shape)) > INT32_LIMIT:
-                    return unsupported(f"a rearranged {problem.direction} operand has "
-                                       "2**31 elements or more (32-bit indexing)")
+            copied = [_elements(shape) for remap in remaps(problem) if remap is not None
+                      for shape in (remap.src_shape, remap.dst_shape)]
+            if not tensors_fit_int32(problem, *copied):
+                return unsupported(f"a rearranged {problem.direction} operand has "
+                                   "2**31 elements or more (32-bit indexing)")
         return super()._limits(problem)
 
     def _remap(self, src: Any, dst: Any, remap: Remap, problem: ConvProblem) -> None:

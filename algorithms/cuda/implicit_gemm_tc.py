@@ -30,8 +30,9 @@ tiles fit in 48 KiB of static shared memory for the dtype.
 
 Resources (ptxas, CUDA 13, every shipped instance at sm_80 and sm_90): no spills, no stack
 frame; 96-255 registers per thread for the element-wise instances (128x64 reaches the 255
-cap, and is not shipped for 3xTF32), 74-182 for the vector ones (no per-element index math);
-20-44 KiB static shared memory.
+cap, and is not shipped for 3xTF32); fewer for the vector ones of the same tile (no
+per-element index math; float16 128x128: 118 with both tiles in vectors, 127 with vector
+A, 170 element-wise); 20-44 KiB static shared memory.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from algorithms.cuda._loader import (
     shape_args,
     tensors_fit_int32,
 )
+from algorithms.problem import DTYPES as DTYPE_BYTES
 from algorithms.problem import MATHS, ConvProblem
 
 KERNEL_FILE = "implicit_gemm_tc.cu"
@@ -126,9 +128,10 @@ def smem_bytes(dtype: str, config: str) -> int:
 
 def vector_elements(dtype: str) -> int:
     """Elements of the dtype in one 16-byte copy."""
-    return 4 if dtype == "float32" else 8
+    return 16 // DTYPE_BYTES[dtype]
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every run
 def name_expression(dtype: str, config: str, math: str = "fp32",
                     widths: tuple[int, int] = (1, 1)) -> str:
     """The kernel template instance for a dtype, configuration, math mode and the copy
@@ -143,8 +146,11 @@ def name_expression(dtype: str, config: str, math: str = "fp32",
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for (float32 in both math modes; element
     copies, vector A, vector A and B)."""
-    names = [name_expression(d, c, m, (v, vb)) for d in DTYPES for m in MATHS
-             for c in tiles(d, m) for v in (1, vector_elements(d)) for vb in (1, v)]
+    names = []
+    for d in DTYPES:
+        v = vector_elements(d)
+        names += [name_expression(d, c, m, widths) for m in MATHS for c in tiles(d, m)
+                  for widths in ((1, 1), (v, 1), (v, v))]
     return tuple(dict.fromkeys(names))
 
 
