@@ -29,22 +29,42 @@
 // A vector-filled tile of a 16-bit type goes to shared memory asynchronously, not through
 // registers.
 //
+// NHWC (VA == VB > 1): the host has copied x to NHWC and the filter to (K, R, S, C/groups)
+// (K index k = (r*S + s)*cg + c), so a run of VB consecutive k at one pixel is contiguous
+// whenever cg is a whole number of vectors: B tiles are filled with 16-byte cp.async on any
+// geometry (padding, stride, dilation), and stored n-major (Bs[n][k], rows like A's) so
+// 16-bit B fragments come from non-transposed ldmatrix.x4, two n8 tiles at a time.
+//
 // Loading, in vectors of VA / VB elements (1: element-wise): A (filter) vector e = tid +
 // i*THREADS is row e / (BK/VA), k VA * (e % (BK/VA)) (a warp reads contiguous filter rows);
 // B (input) column n = VB * (tid % (BN/VB)) is fixed per thread, its rows are
-// tid / (BN/VB) + i * B_ROWS, so the column's image/pixel decomposition happens once.
-// Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM). All tensors < 2^31 elements.
+// tid / (BN/VB) + i * B_ROWS, so the column's image/pixel decomposition happens once. NHWC:
+// B vector e = tid + i*THREADS is pixel e / (BK/VB), k VB * (e % (BK/VB)); each thread's
+// pixels are decomposed once, its k (the same for all its vectors) once per K-step.
+// Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM), z = K splits. All tensors < 2^31
+// elements.
+//
+// Split K (gridDim.z > 1, for grids too small to fill the GPU): block z multiplies K-steps
+// [z * kper, (z + 1) * kper) only and writes its FP32 partial sums to partials[z] (laid out
+// like y); implicit_gemm_tc_sum_splits then adds the splits in a fixed order (deterministic)
+// and stores y. `partials` is void*: without a split the host passes y, of any type, and the
+// kernel never touches it.
 #include "common.cuh"
 
-// Vector-A-only instances ask for one block per SM: left to its own heuristic, ptxas held
-// some at 128 registers and spilled; the bound lets them take what they need. Others give
-// 0, no minimum (forcing 1 everywhere raised most instances' registers by up to 70).
-template <typename T, int BM, int BN, int WM, int WN, int STAGES, int PASSES, int VA, int VB>
-__global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
+// Vector-A-only and 1xTF32 NHWC instances ask for one block per SM: left to its own
+// heuristic, ptxas held some at 128 registers and spilled; the bound lets them take what
+// they need. Others give 0, no minimum (forcing 1 everywhere raised most instances'
+// registers by up to 70; 3xTF32 NHWC ones from 182 to 240).
+// kdiv is the K index's first divisor: R*S (NCHW, k = c*R*S + rs) or C/groups (NHWC).
+template <typename T, int BM, int BN, int WM, int WN, int STAGES, int PASSES, int VA, int VB,
+          bool NHWC>
+__global__ void __launch_bounds__(
+    WM * WN * 32, ((VA > 1 && VB == 1) || (NHWC && sizeof(T) == 4 && PASSES == 1)) ? 1 : 0)
     implicit_gemm_tc_conv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                          CONV_SHAPE_PARAMS, unsigned int rs_mul, unsigned int rs_shr,
+                          CONV_SHAPE_PARAMS, unsigned int kdiv_mul, unsigned int kdiv_shr,
                           unsigned int s_mul, unsigned int s_shr, unsigned int pq_mul,
-                          unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr) {
+                          unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,
+                          void* __restrict__ partials, int kper) {
     constexpr int BK = 16;
     constexpr int THREADS = WM * WN * 32;
     constexpr bool F32 = sizeof(T) == 4;
@@ -64,6 +84,8 @@ __global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
     constexpr int B_VPR = BN / VB;        // vectors per row of B
     constexpr int B_ROWS = THREADS / B_VPR;  // rows of B one pass of the block fills
     constexpr int B_LOADS = BK / B_ROWS;
+    constexpr int NB_LOADS = BN * BK / VB / THREADS;  // NHWC: B vectors per thread
+    constexpr int B_D0 = NHWC ? BN : BK, B_D1 = NHWC ? BK + APAD : BN + BPAD;  // Bs rows, cols
     static_assert(WTM % 16 == 0 && WTN % 8 == 0, "warp tiles are whole mma tiles");
     static_assert((VA == 1 || VA * sizeof(T) == 16) && (VB == 1 || VB * sizeof(T) == 16),
                   "vector copies are 16 bytes");
@@ -73,9 +95,12 @@ __global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
     static_assert(VA > 1 || A_VECS % THREADS == 0, "A tiles must split evenly over the threads");
     static_assert(STAGES >= 2, "a pipeline needs two stages");
     static_assert(F32 || PASSES == 1, "16-bit operands take one pass");
+    static_assert(!NHWC || (VA > 1 && VA == VB && NB_LOADS * VB * THREADS == BN * BK &&
+                            (F32 || NI % 2 == 0)),
+                  "NHWC: vector tiles split evenly, 16-bit n8 tiles in pairs");
 
     __shared__ __align__(16) T As[STAGES][BM][BK + APAD];
-    __shared__ __align__(16) T Bs[STAGES][BK][BN + BPAD];
+    __shared__ __align__(16) T Bs[STAGES][B_D0][B_D1];
 
     const int cg = C / groups;
     const int kg = K / groups;
@@ -103,7 +128,25 @@ __global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
     const int b_row = tid / B_VPR;
     int col_off = 0, h0 = 0, w0 = 0;
     const bool col_ok = n0 + b_col < NPQ;  // for a vector: all VB columns (VB | P*Q)
-    if (col_ok) {
+    // NHWC: this thread's pixels (tile rows nb_row + i * THREADS / (BK/VB)), their
+    // receptive fields' corners and offsets of channel grp*cg; nb_ok[i] false past N*P*Q.
+    const int nb_k = VB * (tid % (BK / VB));
+    const int nb_row = tid / (BK / VB);
+    int nb_off[NHWC ? NB_LOADS : 1], nb_h0[NHWC ? NB_LOADS : 1], nb_w0[NHWC ? NB_LOADS : 1];
+    bool nb_ok[NHWC ? NB_LOADS : 1];
+    if constexpr (NHWC) {
+#pragma unroll
+        for (int i = 0; i < NB_LOADS; ++i) {
+            const int n = n0 + nb_row + i * (THREADS / (BK / VB));
+            nb_ok[i] = n < NPQ;
+            const int img = fast_div(nb_ok[i] ? n : 0, pq_mul, pq_shr);
+            const int pq = (nb_ok[i] ? n : 0) - img * PQ;
+            const int p = fast_div(pq, q_mul, q_shr);
+            nb_h0[i] = p * str_h - pad_h;
+            nb_w0[i] = (pq - p * Q) * str_w - pad_w;
+            nb_off[i] = img * HW * C + grp * cg;
+        }
+    } else if (col_ok) {
         const int img = fast_div(n0 + b_col, pq_mul, pq_shr);
         const int pq = n0 + b_col - img * PQ;
         const int p = fast_div(pq, q_mul, q_shr);
@@ -139,32 +182,52 @@ __global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
                 }
             }
         }
+        if constexpr (NHWC) {  // k = (r*S + s)*cg + c: a vector stays in one (r, s)
+            const int kk = k0 + nb_k;
+            const int rs = fast_div(kk, kdiv_mul, kdiv_shr);
+            const int r = fast_div(rs, s_mul, s_shr);
+            const int c = kk - rs * cg;
+            const int dh = r * dil_h, dw = (rs - r * S) * dil_w;
 #pragma unroll
-        for (int i = 0; i < B_LOADS; ++i) {
-            const int k = b_row + i * B_ROWS;
-            const int kk = k0 + k;
-            if constexpr (VB > 1) {  // 1x1: row kk is channel kk, at col_off + kk * HW
-                const bool ok = col_ok && kk < CRS;
-                cp_async<16>(bs_base + ((st * BK + k) * (BN + BPAD) + b_col) * sizeof(T),
-                             ok ? x + col_off + kk * HW : x, ok);
-            } else {
-                const int c = fast_div(kk, rs_mul, rs_shr);
-                const int rs = kk - c * RS;
-                const int r = fast_div(rs, s_mul, s_shr);
-                const int ih = h0 + r * dil_h;
-                const int iw = w0 + (rs - r * S) * dil_w;
-                const bool ok = col_ok && kk < CRS &&
+            for (int i = 0; i < NB_LOADS; ++i) {
+                const int ih = nb_h0[i] + dh, iw = nb_w0[i] + dw;
+                const bool ok = nb_ok[i] && kk < CRS &&
                                 static_cast<unsigned int>(ih) < static_cast<unsigned int>(H) &&
                                 static_cast<unsigned int>(iw) < static_cast<unsigned int>(W);
-                const T* src = ok ? x + col_off + c * HW + ih * W + iw : x;
-                if constexpr (F32) {
-                    cp_async<4>(bs_base + ((st * BK + k) * (BN + BPAD) + b_col) * 4ull, src, ok);
+                const int n = nb_row + i * (THREADS / (BK / VB));
+                cp_async<16>(bs_base + ((st * BN + n) * (BK + APAD) + nb_k) * sizeof(T),
+                             ok ? x + nb_off[i] + (ih * W + iw) * C + c : x, ok);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < B_LOADS; ++i) {
+                const int k = b_row + i * B_ROWS;
+                const int kk = k0 + k;
+                if constexpr (VB > 1) {  // 1x1: row kk is channel kk, at col_off + kk * HW
+                    const bool ok = col_ok && kk < CRS;
+                    cp_async<16>(bs_base + ((st * BK + k) * (BN + BPAD) + b_col) * sizeof(T),
+                                 ok ? x + col_off + kk * HW : x, ok);
                 } else {
-                    const unsigned short v = ok ? src->bits : 0;
-                    if (to_regs) {
-                        b_regs[B_ASYNC ? 0 : i] = v;
+                    const int c = fast_div(kk, kdiv_mul, kdiv_shr);
+                    const int rs = kk - c * RS;
+                    const int r = fast_div(rs, s_mul, s_shr);
+                    const int ih = h0 + r * dil_h;
+                    const int iw = w0 + (rs - r * S) * dil_w;
+                    const bool ok =
+                        col_ok && kk < CRS &&
+                        static_cast<unsigned int>(ih) < static_cast<unsigned int>(H) &&
+                        static_cast<unsigned int>(iw) < static_cast<unsigned int>(W);
+                    const T* src = ok ? x + col_off + c * HW + ih * W + iw : x;
+                    if constexpr (F32) {
+                        cp_async<4>(bs_base + ((st * BK + k) * (BN + BPAD) + b_col) * 4ull,
+                                    src, ok);
                     } else {
-                        Bs[st][k][b_col].bits = v;
+                        const unsigned short v = ok ? src->bits : 0;
+                        if (to_regs) {
+                            b_regs[B_ASYNC ? 0 : i] = v;
+                        } else {
+                            Bs[st][k][b_col].bits = v;  // NCHW: Bs is [BK][BN + BPAD]
+                        }
                     }
                 }
             }
@@ -195,10 +258,13 @@ __global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
         }
     }
 
-    const int ktiles = (CRS + BK - 1) / BK;
+    // This block's K-steps: all of them, or its split's.
+    const int kt0 = blockIdx.z * kper;
+    const int ktiles = min(kper, (CRS + BK - 1) / BK - kt0);
+    const int kbase = kt0 * BK;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < ktiles) load_stage(s, s * BK, false);
+        if (s < ktiles) load_stage(s, kbase + s * BK, false);
         cp_async_commit();  // one group per stage, empty past the end, so the count is fixed
     }
     for (int kt = 0; kt < ktiles; ++kt) {
@@ -208,7 +274,7 @@ __global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
         const bool fetch = next < ktiles;
         // 16-bit element-wise: the global loads are issued now and stored after the multiply,
         // so their latency hides behind it; stage next % STAGES was freed by the barrier above.
-        if (fetch) load_stage(next % STAGES, next * BK, !F32);
+        if (fetch) load_stage(next % STAGES, kbase + next * BK, !F32);
         cp_async_commit();
         const int st = kt % STAGES;
         if constexpr (F32) {
@@ -232,7 +298,12 @@ __global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
                     unsigned int b_big[2], b_small[2];
 #pragma unroll
                     for (int v = 0; v < 2; ++v) {  // b0 (k = t, n = g), b1 (k = t + 4, n = g)
-                        const float val = Bs[st][kk + t + 4 * v][col];
+                        float val;
+                        if constexpr (NHWC) {
+                            val = Bs[st][col][kk + t + 4 * v];
+                        } else {
+                            val = Bs[st][kk + t + 4 * v][col];
+                        }
                         b_big[v] = tf32_rna(val);
                         b_small[v] = PASSES == 3 ? tf32_rna(val - __uint_as_float(b_big[v])) : 0u;
                     }
@@ -265,14 +336,32 @@ __global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
                 ldmatrix_x4(a_frag[i], as_base + ((st * BM + row) * (BK + APAD) +
                                                   8 * (lane / 16)) * 2ull);
             }
+            if constexpr (NHWC) {
 #pragma unroll
-            for (int j = 0; j < NI; ++j) {
-                // Lanes 0..15 give K rows 0..15 of the 16x8 B tile (lanes 16..31 are unused).
-                unsigned int b_frag[2];
-                ldmatrix_x2_trans(b_frag, bs_base + ((st * BK + lane % 16) * (BN + BPAD) +
-                                                     wn + j * 8) * 2ull);
+                for (int j = 0; j < NI; j += 2) {
+                    // Matrices (n8 tile j, k 0..7), (j, k 8..15), (j+1, 0..7), (j+1, 8..15):
+                    // lane l gives row n = l % 8 of matrix l / 8.
+                    unsigned int b4[4];
+                    const int row = wn + j * 8 + 8 * (lane / 16) + lane % 8;
+                    ldmatrix_x4(b4, bs_base + ((st * BN + row) * (BK + APAD) +
+                                               8 * ((lane / 8) % 2)) * 2ull);
+                    const unsigned int b_lo[2] = {b4[0], b4[1]}, b_hi[2] = {b4[2], b4[3]};
 #pragma unroll
-                for (int i = 0; i < MI; ++i) mma_k16(x, acc[i][j], a_frag[i], b_frag);
+                    for (int i = 0; i < MI; ++i) {
+                        mma_k16(x, acc[i][j], a_frag[i], b_lo);
+                        mma_k16(x, acc[i][j + 1], a_frag[i], b_hi);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {
+                    // Lanes 0..15 give K rows 0..15 of the 16x8 B tile (lanes 16..31 unused).
+                    unsigned int b_frag[2];
+                    ldmatrix_x2_trans(b_frag, bs_base + ((st * BK + lane % 16) * (BN + BPAD) +
+                                                         wn + j * 8) * 2ull);
+#pragma unroll
+                    for (int i = 0; i < MI; ++i) mma_k16(x, acc[i][j], a_frag[i], b_frag);
+                }
             }
             if (!(A_ASYNC && B_ASYNC) && fetch) store_regs(next % STAGES);
         }
@@ -280,7 +369,9 @@ __global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
     cp_async_wait<0>();  // only empty groups remain; nothing may be in flight at exit
 
     // Epilogue: c0, c1 at (g, 2t), (g, 2t+1); c2, c3 at (g+8, ...). Column n = (img, pq)
-    // lands at y[img][grp*kg + m][pq].
+    // lands at y[img][grp*kg + m][pq], or at the same place in this split's partials.
+    const bool split = gridDim.z > 1;
+    float* pz = static_cast<float*>(partials) + static_cast<long long>(blockIdx.z) * N * K * PQ;
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
 #pragma unroll
@@ -288,15 +379,34 @@ __global__ void __launch_bounds__(WM * WN * 32, (VA > 1 && VB == 1) ? 1 : 0)
             const int n = n0 + wn + j * 8 + 2 * t + h;
             if (n >= NPQ) continue;
             const int img = fast_div(n, pq_mul, pq_shr);
-            T* yb = y + (img * K + grp * kg) * PQ + (n - img * PQ);
+            const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
 #pragma unroll
             for (int i = 0; i < MI; ++i) {
 #pragma unroll
                 for (int v = 0; v < 2; ++v) {
                     const int m = m0 + wm + i * 16 + g + 8 * v;
-                    if (m < kg) store_acc(yb + m * PQ, acc[i][j][2 * v + h]);
+                    if (m >= kg) continue;
+                    if (split) {
+                        pz[base + m * PQ] = acc[i][j][2 * v + h];
+                    } else {
+                        store_acc(y + base + m * PQ, acc[i][j][2 * v + h]);
+                    }
                 }
             }
         }
+    }
+}
+
+// y = the sum of the `splits` partial outputs in part (each `total` floats, y's layout),
+// added in split order, so the result does not depend on scheduling.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    implicit_gemm_tc_sum_splits(const float* __restrict__ part, T* __restrict__ y, int total,
+                                int splits) {
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x;
+         u < static_cast<unsigned int>(total); u += gridDim.x * blockDim.x) {
+        float sum = part[u];
+        for (int z = 1; z < splits; ++z) sum += part[static_cast<long long>(z) * total + u];
+        store_acc(y + u, sum);
     }
 }

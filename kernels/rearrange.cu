@@ -1,4 +1,4 @@
-// The rearranging copies of a backward direction computed as a forward problem
+// Rearranging copies. `remap`: those of a backward direction computed as a forward problem
 // (algorithms/by_forward.py, `Remap`): over a source viewed as (G, A, B, SH, SW),
 //   dst[g][b][a][i][j] = src[g][a][b][y][x],
 // where (i, j) is first mirrored to (DH-1-i, DW-1-j) when `flip`, then y = (i - off_h) /
@@ -38,5 +38,35 @@ __global__ void __launch_bounds__(256)
         T value = 0;  // all-zero bits: +0.0 in every float format
         if (y >= 0 && x >= 0) value = src[((static_cast<long long>(g * A + a) * B + b) * SH + y) * SW + x];
         dst[idx] = value;
+    }
+}
+
+// A batch of transposes, dst[b][j][i] = src[b][i][j] over (batch, rows, cols): NCHW -> NHWC
+// with (rows, cols) = (C, H*W), and a filter (K, C/groups, R*S) -> (K, R*S, C/groups), the
+// operands of implicit_gemm_tc's NHWC configurations. Bits, like remap. One 32x32 tile per
+// block iteration (grid-stride over batch x row tiles x column tiles) through shared memory,
+// so that reads and writes are both coalesced; the +1 column keeps the transposed reads off
+// a single bank.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    transpose(const T* __restrict__ src, T* __restrict__ dst, int rows, int cols,
+              int row_tiles, int col_tiles, int tiles) {
+    __shared__ T tile[32][33];
+    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+    for (int u = blockIdx.x; u < tiles; u += gridDim.x) {
+        const int b = u / (row_tiles * col_tiles);
+        const int rest = u - b * row_tiles * col_tiles;
+        const int i0 = rest / col_tiles * 32, j0 = rest % col_tiles * 32;
+        const long long base = static_cast<long long>(b) * rows * cols;
+        for (int k = ty; k < 32; k += 8) {  // read rows i0 + k, 32 consecutive columns
+            if (i0 + k < rows && j0 + tx < cols)
+                tile[k][tx] = src[base + static_cast<long long>(i0 + k) * cols + j0 + tx];
+        }
+        __syncthreads();
+        for (int k = ty; k < 32; k += 8) {  // write rows j0 + k of dst, 32 consecutive i
+            if (j0 + k < cols && i0 + tx < rows)
+                dst[base + static_cast<long long>(j0 + k) * rows + i0 + tx] = tile[tx][k];
+        }
+        __syncthreads();  // the tile is read before the next iteration overwrites it
     }
 }

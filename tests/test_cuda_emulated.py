@@ -68,6 +68,26 @@ _LAYERS: dict[str, dict[str, Any]] = {
 #:   host: vector A decided by C % VEC, not C/groups*R*S % VEC -> 1: misaligned cp.async
 #:                                                                source
 _TC_POINTWISE = ("tc_pw_vec", "tc_pw_vec_groups", "tc_pw_pq_odd")
+#: Layers whose C/groups is a whole number of vectors (8 16-bit values) also run the NHWC
+#: configurations (operands transposed into the workspace, kernels/rearrange.cu
+#: `transpose`): tc_deep and tc_long_k (C/groups 24, 256: K-steps across filter taps),
+#: tc_pw_pq_odd, and these two: padding, stride and dilation differing per axis, and groups
+#: of 8 channels with partial pixel tiles across images.
+#: Mutations of the NHWC path these cases catch (each injected once; `n` of the 20 tc cases
+#: with NHWC configurations failed, forward and the two backward_data ones):
+#:   B pixel's column bound (iw < W) dropped                -> 14: ASan heap overflow, error
+#:   B pixel offset without the group's channels (grp*cg)  -> 4 (tc_nhwc_groups): error 1.1-1.2
+#:   dilations of the two axes swapped                     -> 4 (tc_nhwc_geom): error 1.3
+#:   ldmatrix B k half from lane / 16, not (lane / 8) % 2  -> 8 (every 16-bit case): error 0.9
+#:   ldmatrix B registers paired (0, 2), (1, 3)            -> 8 (every 16-bit case): error 0.9
+#:   TF32 B fragment read at k = 2t + v                    -> 12 (every float32 case)
+#:   transpose tile read back untransposed                 -> 20: unwritten outputs
+#:   transpose row bound <= rows                           -> 17: ASan heap overflow
+#:   host: K divisor R*S instead of C/groups               -> 18: error, ASan heap overflow
+#:   host: filter transposed with rows and columns swapped -> 14: error 1.3-1.4
+#:   host: NHWC offered without C/groups % VEC == 0        -> 17 of all 51 forward tc cases:
+#:                                                            misaligned cp.async source
+_TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 
 #: The tensor-core kernel is slow to emulate (a 32-fiber rendezvous per mma), so it runs a
 #: chosen few shapes per (dtype, math) instead of every shape: odd sizes, strides, padding
@@ -83,10 +103,11 @@ _TC_POINTWISE = ("tc_pw_vec", "tc_pw_vec_groups", "tc_pw_pq_odd")
 _TC_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float32", "fp32"): ("odd", "stride_pair", "dilation_stride", "groups_strided",
                           "k_over_tile", "pad_gt_filter", "single_pixel", "tc_deep",
-                          "tc_long_k", *_TC_POINTWISE),
-    ("float32", "tf32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE),
-    ("float16", "fp32"): ("odd", "dilation_stride", "k_over_tile", "tc_deep", *_TC_POINTWISE),
-    ("bfloat16", "fp32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE),
+                          "tc_long_k", *_TC_POINTWISE, *_TC_NHWC),
+    ("float32", "tf32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE, *_TC_NHWC),
+    ("float16", "fp32"): ("odd", "dilation_stride", "k_over_tile", "tc_deep", *_TC_POINTWISE,
+                          *_TC_NHWC),
+    ("bfloat16", "fp32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE, *_TC_NHWC),
 }
 #: 14 K-steps (the cp.async ring wraps at every stage count) and 40 output channels (every
 #: row of a 16-row mma tile matters: with k <= 8 the rows g + 8 would all be padding).
@@ -98,6 +119,9 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
     "tc_pw_vec": dict(n=3, c=40, h=4, w=6, k=40, r=1, s=1),
     "tc_pw_vec_groups": dict(n=2, c=32, h=4, w=4, k=48, r=1, s=1, groups=2),
     "tc_pw_pq_odd": dict(n=2, c=16, h=3, w=5, k=8, r=1, s=1),
+    "tc_nhwc_geom": dict(n=2, c=16, h=9, w=10, k=24, r=3, s=3, pad=(1, 2), stride=(2, 1),
+                         dilation=(1, 2)),
+    "tc_nhwc_groups": dict(n=3, c=24, h=5, w=6, k=18, r=3, s=2, pad=2, dilation=2, groups=3),
 }
 
 
@@ -305,9 +329,10 @@ def test_every_algorithm_and_dtype_is_covered() -> None:
 
 def test_tensor_core_vector_fills_exactly_where_allowed(
         verdicts: dict[str, dict[str, Any]]) -> None:
-    """Forward tc cases run the instance whose (A, B) copy widths the problem and the
+    """Forward tc cases run the NCHW instance whose (A, B) copy widths the problem and the
     operands' alignment allow: A vectors when C/groups*R*S is a whole number of 16-byte
-    vectors, B vectors also on 1x1 stride-1 unpadded layers with P*Q a whole number."""
+    vectors, B vectors also on 1x1 stride-1 unpadded layers with P*Q a whole number; and
+    NHWC instances (both in vectors) exactly when C/groups is whole vectors and B is not."""
     for case_id, case in CASES.items():
         if case["algorithm"] != "implicit_gemm_tc" or "direction" in case["problem"]:
             continue
@@ -320,10 +345,35 @@ def test_tensor_core_vector_fills_exactly_where_allowed(
         a_vec = w_off % 16 == 0 and (p.c // p.groups * p.r * p.s) % vec == 0
         b_vec = a_vec and x_off % 16 == 0 and (p.r, p.s, p.stride, p.pad) == (
             1, 1, (1, 1), (0, 0)) and (out_h * out_w) % vec == 0
+        nhwc_expected = (p.c // p.groups) % vec == 0 and not (
+            (p.r, p.s, p.stride, p.pad) == (1, 1, (1, 1), (0, 0)) and (out_h * out_w) % vec == 0)
+        layouts = set()
         for name, _args in verdict["launches"]:
-            fields = [f.strip() for f in name.rstrip(">").split("<")[1].split(",")]
-            expected = (vec if a_vec else 1, vec if b_vec else 1)
-            assert (int(fields[-2]), int(fields[-1])) == expected, (case_id, name)
+            if not name.startswith("implicit_gemm_tc_conv<"):
+                continue  # the NHWC configurations' transposes
+            *_, va, vb, nhwc = (f.strip() for f in name.rstrip(">").split("<")[1].split(","))
+            layouts.add(nhwc)
+            expected = (vec, vec) if nhwc == "true" else (vec if a_vec else 1, vec if b_vec else 1)
+            assert (int(va), int(vb)) == expected, (case_id, name)
+        assert layouts == ({"false", "true"} if nhwc_expected else {"false"}), case_id
+
+
+def test_split_k_sums_run_exactly_for_split_configs(
+        verdicts: dict[str, dict[str, Any]]) -> None:
+    """A forward tc case launches the split-K sum once per split configuration it offers
+    (per schedule), and several cases offer one."""
+    split_cases = 0
+    for case_id, case in CASES.items():
+        if case["algorithm"] != "implicit_gemm_tc" or "direction" in case["problem"]:
+            continue
+        verdict = verdicts[case_id]
+        assert verdict["status"] == "ok", verdict["message"]
+        configs = ALGORITHMS["implicit_gemm_tc"].configs(make_problem(**case["problem"]))
+        sums = [name for name, _args in verdict["launches"]
+                if name.startswith("implicit_gemm_tc_sum_splits<")]
+        assert len(sums) == len(SCHEDULES) * sum("-k" in c for c in configs), case_id
+        split_cases += bool(sums)
+    assert split_cases >= 8
 
 
 def test_every_winograd_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from algorithms.cuda import (
-    _by_forward,
     _cublas,
+    _rearrange,
     depthwise,
     direct,
     fft,
@@ -204,7 +204,7 @@ BIG_PROBLEMS: dict[str, dict[str, Any]] = {
 def test_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch, name: str,
                                             shape: str, direction: str) -> None:
     """Whatever supports() accepts launches within grid, block and shared-memory limits."""
-    for module in (direct, im2col_gemm, implicit_gemm, implicit_gemm_tc, depthwise, _by_forward):
+    for module in (direct, im2col_gemm, implicit_gemm, implicit_gemm_tc, depthwise, _rearrange):
         monkeypatch.setattr(module, "get_kernel", _checked_launch)
     monkeypatch.setattr(_cublas, "_gemm", _checked_gemm)
     LAUNCHES.clear()

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from algorithms.cuda import implicit_gemm_tc as tc
@@ -23,6 +24,8 @@ from tests.precision import make_problem
 
 ALG = tc.ImplicitGemmTcCuda()
 BASIC: dict[str, Any] = dict(n=2, c=16, h=9, w=9, k=24, r=3, s=3, pad=1)
+#: Every configuration name: each tile gathering from NCHW, and from NHWC copies.
+ALL_CONFIGS = [*tc.CONFIGS, *(c + tc.NHWC for c in tc.CONFIGS)]
 
 
 def test_name_is_registered_after_the_first_four() -> None:
@@ -42,8 +45,25 @@ def test_cpu_entry_is_gpu_only_with_a_reason() -> None:
 def test_supports_every_dtype_and_math(dtype: str, math: str) -> None:
     problem = make_problem(**BASIC, dtype=dtype, math=math)
     assert ALG.supports(problem)
-    assert ALG.configs(problem) == tuple(tc.tiles(dtype, math))
-    assert all(ALG.workspace_bytes(problem, c) == 0 for c in ALG.configs(problem))
+    # C = 16 is whole vectors: NHWC variants too; a grid of 1-2 blocks over 9 K-steps: split
+    # in 2 (at least 4 K-steps per split).
+    tiles = tuple(tc.tiles(dtype, math))
+    whole = tiles + tuple(t + tc.NHWC for t in tiles)
+    assert ALG.configs(problem) == whole + tuple(f"{c}-k2" for c in whole)
+    assert all(ALG.workspace_bytes(problem, t) == 0 for t in tiles)
+    # NHWC: x (2*9*9*16 elements) and w (24*9*16); split: 2 float32 outputs (2*24*9*9);
+    # each rounded up to 256 bytes.
+    item = problem.itemsize
+
+    def aligned(nbytes: int) -> int:
+        return -(-nbytes // 256) * 256
+
+    nhwc = aligned(2 * 81 * 16 * item) + aligned(24 * 9 * 16 * item)
+    split = aligned(2 * 2 * 24 * 81 * 4)
+    for t in tiles:
+        assert ALG.workspace_bytes(problem, t + tc.NHWC) == nhwc
+        assert ALG.workspace_bytes(problem, t + "-k2") == split
+        assert ALG.workspace_bytes(problem, t + tc.NHWC + "-k2") == nhwc + split
     # 3xTF32 leaves out the one tile that spills with its per-step partial sums.
     assert ("128x64" in ALG.configs(problem)) == (tc.passes(dtype, math) == 1)
 
@@ -72,21 +92,94 @@ def test_math_picks_the_number_of_tf32_passes() -> None:
     assert tc.passes("float32", "fp32") == 3
     assert tc.passes("float32", "tf32") == 1
     assert tc.passes("float16", "fp32") == tc.passes("bfloat16", "tf32") == 1
-    assert tc.name_expression("float32", "64x64", "fp32").endswith(", 3, 1, 1>")
-    assert tc.name_expression("float32", "64x64", "tf32").endswith(", 1, 1, 1>")
+    assert tc.name_expression("float32", "64x64", "fp32").endswith(", 3, 1, 1, false>")
+    assert tc.name_expression("float32", "64x64", "tf32").endswith(", 1, 1, 1, false>")
     assert tc.name_expression("bfloat16", "64x64").startswith("implicit_gemm_tc_conv<bf16_t,")
 
 
 def test_shipped_instances_are_every_dtype_config_math_and_copy_width() -> None:
     names = shipped_kernels()[tc.KERNEL_FILE]
-    # (f32 x 2 maths, f16, bf16; 3xTF32 without 128x64) x (element, vector A, vector A and B)
-    assert len(names) == len(set(names)) == (len(tc.CONFIGS) * 4 - 1) * 3
+    # (f32 x 2 maths, f16, bf16; 3xTF32 without 128x64) x (NCHW element, vector A, vector A
+    # and B; NHWC)
+    # and the split-K sum per dtype
+    assert len(names) == len(set(names)) == (len(tc.CONFIGS) * 4 - 1) * 4 + 3
     for dtype in tc.DTYPES:
         vec = tc.vector_elements(dtype)
         for math in tc.MATHS:
             for config in tc.tiles(dtype, math):
                 for widths in ((1, 1), (vec, 1), (vec, vec)):
-                    assert tc.name_expression(dtype, config, math, widths) in names
+                    name = tc.name_expression(dtype, config, math, widths)
+                    assert name in names and name.endswith(f"{widths[1]}, false>")
+                nhwc = tc.name_expression(dtype, config + tc.NHWC, math)
+                assert nhwc in names and nhwc.endswith(f"{vec}, {vec}, true>")
+                # A split runs the same GEMM instance.
+                assert tc.name_expression(dtype, config + tc.NHWC + "-k4", math) == nhwc
+        assert tc.sum_name_expression(dtype) in names
+
+
+def test_config_names_parse_and_unknown_ones_are_refused() -> None:
+    assert tc.parse_config("64x128") == tc.TcConfig(tc.CONFIGS["64x128"], False, 1)
+    assert tc.parse_config("64x128-nhwc-k3") == tc.TcConfig(tc.CONFIGS["64x128"], True, 3)
+    assert tc.parse_config("32x128-k8") == tc.TcConfig(tc.CONFIGS["32x128"], False, 8)
+    for bad in ("16x16", "64x128-k", "64x128-k2-nhwc", "64x128-nchw", "default"):
+        with pytest.raises(ValueError, match="unknown config"):
+            tc.parse_config(bad)
+    problem = ConvProblem(**BASIC)
+    with pytest.raises(ValueError, match="unknown config"):
+        ALG.workspace_bytes(problem, "64x64-k3")  # parses, but is not offered here
+
+
+def test_k_splits_fill_one_wave_with_long_enough_slices() -> None:
+    # ResNet-50 res5 1x1 b32 (N*P*Q = 1568, K = 512, C = 2048: 128 K-steps): 128x128 has
+    # 13 x 4 = 52 blocks -> 3 splits; 64x64 has 25 x 8 = 200, no split.
+    res5 = ConvProblem(n=32, c=2048, h=7, w=7, k=512, r=1, s=1)
+    assert tc.k_splits(res5, tc.CONFIGS["128x128"]) == 3
+    assert tc.k_splits(res5, tc.CONFIGS["64x64"]) == 1
+    assert "128x128-k3" in ALG.configs(res5) and "64x64-k2" not in ALG.configs(res5)
+    # GoogLeNet-like k = 16 reduction, 1 block: capped at MAX_SPLITS.
+    narrow = ConvProblem(n=1, c=832, h=7, w=7, k=16, r=1, s=1)
+    assert tc.k_splits(narrow, tc.CONFIGS["32x128"]) == tc.MAX_SPLITS
+    # Short K: 8 K-steps allow 2 slices of 4; 7 allow none.
+    assert tc.k_splits(ConvProblem(n=1, c=128, h=4, w=4, k=8, r=1, s=1),
+                       tc.CONFIGS["64x64"]) == 2
+    assert tc.k_splits(ConvProblem(n=1, c=112, h=4, w=4, k=8, r=1, s=1),
+                       tc.CONFIGS["64x64"]) == 1
+
+
+@pytest.mark.parametrize("steps", range(4, 40))
+@pytest.mark.parametrize("splits", range(2, tc.MAX_SPLITS + 1))
+def test_split_steps_cover_k_without_an_empty_split(steps: int, splits: int) -> None:
+    problem = ConvProblem(n=1, c=steps * tc.BK, h=2, w=2, k=4, r=1, s=1)
+    per, launched = tc.split_steps(problem, splits)
+    assert launched <= splits and (launched - 1) * per < steps <= launched * per
+
+
+def test_nhwc_is_offered_where_channel_vectors_fit_and_b_is_not_vector_filled() -> None:
+    # NHWC needs C/groups % (16 bytes / itemsize) == 0 (a vector never spans two taps), and
+    # is not offered where the NCHW kernel already fills B in vectors (pointwise layers).
+    cases: list[tuple[dict[str, Any], str, bool]] = [
+        (dict(n=1, c=8, h=6, w=6, k=8, r=3, s=3, pad=1), "float16", True),
+        (dict(n=1, c=12, h=6, w=6, k=8, r=3, s=3, pad=1), "float16", False),  # 12 % 8
+        (dict(n=1, c=12, h=6, w=6, k=8, r=3, s=3, pad=1), "float32", True),
+        (dict(n=1, c=16, h=6, w=6, k=8, r=3, s=3, groups=4), "float32", True),  # cg = 4
+        (dict(n=1, c=16, h=6, w=6, k=8, r=3, s=3, groups=8), "float32", False),  # cg = 2
+        (dict(n=1, c=8, h=4, w=4, k=8, r=1, s=1), "float32", False),  # B vectors already
+        (dict(n=1, c=8, h=3, w=3, k=8, r=1, s=1), "float32", True),  # P*Q = 9: B element-wise
+        (dict(n=1, c=8, h=8, w=8, k=8, r=1, s=1, stride=2), "bfloat16", True),
+    ]
+    for kw, dtype, offered in cases:
+        problem = make_problem(**kw, dtype=dtype)
+        assert tc.nhwc_allowed(problem) == offered, (kw, dtype)
+        assert any(c.endswith(tc.NHWC) for c in ALG.configs(problem)) == offered, (kw, dtype)
+
+
+def test_workspace_holds_the_transposed_operands_and_the_partial_sums() -> None:
+    problem = ConvProblem(n=3, c=8, h=5, w=7, k=6, r=3, s=2, groups=2, dtype="float16")
+    layout = tc.workspace_layout(problem, "64x64-nhwc-k2")
+    views = layout.views(np.zeros(layout.nbytes, np.uint8))
+    assert views["x"].shape == (3, 5, 7, 8) and views["w"].shape == (6, 6, 4)
+    assert views["x"].dtype == views["w"].dtype == np.float16
+    assert views["part"].shape == (2, 3, 6, 3, 6) and views["part"].dtype == np.float32
 
 
 def test_vector_widths_follow_the_filter_row_and_the_pointwise_geometry() -> None:
@@ -108,7 +201,7 @@ def test_vector_widths_follow_the_filter_row_and_the_pointwise_geometry() -> Non
         assert tc.vector_widths(make_problem(**kw, dtype=dtype)) == widths, (kw, dtype)
 
 
-@pytest.mark.parametrize("config", list(tc.CONFIGS))
+@pytest.mark.parametrize("config", ALL_CONFIGS)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_stages_fit_static_shared_memory(config: str, dtype: str) -> None:
     assert 2 <= tc.stages(dtype, config) <= tc.MAX_STAGES
@@ -126,6 +219,8 @@ def test_tiles_split_into_warps_and_mma_tiles(config: str) -> None:
 def test_launch_grid_covers_pixels_groups_and_channel_tiles() -> None:
     problem = ConvProblem(n=3, c=8, h=10, w=10, k=200, r=3, s=3, pad=1, groups=2)
     assert tc.launch_grid(problem, "64x128") == (3, 2 * 2, 1)  # 300 pixels, kg=100 -> 2 tiles
+    assert tc.launch_grid(problem, "64x128" + tc.NHWC) == (3, 2 * 2, 1)
+    assert tc.launch_grid(problem, "64x128-k2") == (3, 2 * 2, 2)  # K = 4*9: 3 K-steps, 2+1
 
 
 def test_kernel_source_uses_the_documented_instructions() -> None:
@@ -146,7 +241,7 @@ NVCC = shutil.which("nvcc")
 def test_documented_shared_memory_matches_ptxas(tmp_path: Path) -> None:
     """smem_bytes (which picks the stage count) is what ptxas allocates, per instance."""
     assert NVCC is not None
-    names = tc.shipped_kernels()
+    names = [n for n in tc.shipped_kernels() if n.startswith("implicit_gemm_tc_conv<")]
     src = tmp_path / "keep.cu"
     src.write_text(f'#include "{tc.KERNEL_FILE}"\nvoid* keep[] = {{'
                    + ", ".join(f"(void*)&{n}" for n in names) + "};\n")
@@ -159,5 +254,7 @@ def test_documented_shared_memory_matches_ptxas(tmp_path: Path) -> None:
     expected = {tc.name_expression(d, c, m, widths): tc.smem_bytes(d, c)
                 for d in tc.DTYPES for m in tc.MATHS for c in tc.tiles(d, m)
                 for widths in ((1, 1), (vec(d), 1), (vec(d), vec(d)))}
+    expected |= {tc.name_expression(d, c + tc.NHWC, m): tc.smem_bytes(d, c + tc.NHWC)
+                 for d in tc.DTYPES for m in tc.MATHS for c in tc.tiles(d, m)}
     assert len(reported) == len(names)
     assert sorted(reported) == sorted(expected[n] for n in names)

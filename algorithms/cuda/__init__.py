@@ -13,8 +13,8 @@ import functools
 from pathlib import Path
 
 from algorithms.cuda import (
-    _by_forward,
     _loader,
+    _rearrange,
     depthwise,
     direct,
     fft,
@@ -82,7 +82,7 @@ def shipped_kernels() -> dict[str, tuple[str, ...]]:
         implicit_gemm_tc.KERNEL_FILE: implicit_gemm_tc.shipped_kernels(),
         winograd.KERNEL_FILE: winograd.shipped_kernels(),
         depthwise.KERNEL_FILE: depthwise.shipped_kernels(),
-        _by_forward.KERNEL_FILE: _by_forward.shipped_kernels(),
+        _rearrange.KERNEL_FILE: _rearrange.shipped_kernels(),
     }
 
 

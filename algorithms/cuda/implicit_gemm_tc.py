@@ -1,14 +1,26 @@
 """GPU implicit GEMM on tensor cores (kernels/implicit_gemm_tc.cu): mma.sync, sm_80 or newer.
 
-Per group, Y (kg x N*P*Q) = W (kg x cg*R*S) @ X, X gathered from the NCHW input (the
-project's layout) while shared-memory tiles are filled. NHWC would let a warp copy 16-byte
-runs of channels; NCHW gives one 4-byte cp.async per float element and register-staged
-element-wise 16-bit loads (measured on an H100: about 70 TFLOP/s in float16). The filter's
-rows are contiguous, though: when C/groups*R*S is a whole number of 16-byte vectors and w
-is 16-byte aligned, A tiles are filled with 16-byte cp.async. Pointwise layers (1x1,
-stride 1, no padding) go further: B's rows are contiguous runs of pixels, so when P*Q is a
-whole number of vectors and x is aligned, B tiles are too (`vector_widths`; chosen per
-call, so a misaligned caller buffer is copied element-wise).
+Per group, Y (kg x N*P*Q) = W (kg x cg*R*S) @ X, X gathered from the input while
+shared-memory tiles are filled. Two layouts of the gathered operands:
+- NCHW, the caller's (configurations "BMxBN"): one 4-byte cp.async per float element and
+  register-staged element-wise 16-bit loads (measured on an H100: about 70 TFLOP/s in
+  float16). The filter's rows are contiguous, though: when C/groups*R*S is a whole number
+  of 16-byte vectors and w is 16-byte aligned, A tiles are filled with 16-byte cp.async.
+  Pointwise layers (1x1, stride 1, no padding) go further: B's rows are contiguous runs of
+  pixels, so when P*Q is a whole number of vectors and x is aligned, B tiles are too
+  (`vector_widths`; chosen per call, so a misaligned caller buffer is copied element-wise).
+- NHWC ("BMxBN-nhwc", offered when C/groups is a whole number of vectors and B is not
+  already vector-filled): x is copied to NHWC and the filter to (K, R, S, C/groups) in the
+  workspace (kernels/rearrange.cu `transpose`, one read and one write of each), which makes
+  every K-step's B rows 16-byte runs of channels at one pixel on any geometry, as in
+  cuDNN's and CUTLASS's tensor-core kernels. The copies cost a pass over x per call; the
+  tuner weighs that against the faster fills.
+
+Split K ("...-kS", either layout, offered when a tile's grid is smaller than one wave of an
+H100's 132 SMs and K is long enough): S slices of the K loop run as grid.z, each writing
+FP32 partial sums to the workspace, then one kernel adds them in a fixed order into y
+(deterministic). GoogLeNet's few-channel reductions and the 7x7 and 14x14 layers of every
+network have grids of 13-75 blocks without it.
 
 Precision (`problem.math`):
 - float32, math "fp32": 3xTF32 (big/small split of both operands, FP32 accumulation), meant
@@ -18,15 +30,16 @@ Precision (`problem.math`):
 
 Limits: tensors below 2**31 elements, at most 65535 groups x channel tiles; any stride,
 padding, dilation and groups; compute capability 8.0 or newer (not checked here: a problem
-carries no device). Workspace: 0 bytes forward.
+carries no device). Workspace, forward: none for NCHW; x and w in NHWC order for NHWC;
+S x the output in float32 for split K.
 
 backward_data and backward_filter run this forward kernel, on tensor cores in the
 problem's math, on a rearranged problem (algorithms/by_forward.py), the rearranged
 operands in the workspace.
 
-Configurations "BMxBN": block tile of BM output channels by BN output pixels, K-step 16, a
-fixed warp layout per configuration; the pipeline depth is the most stages (at most 4) whose
-tiles fit in 48 KiB of static shared memory for the dtype.
+Configurations "BMxBN[-nhwc][-kS]": block tile of BM output channels by BN output pixels,
+K-step 16, a fixed warp layout per tile; the pipeline depth is the most stages (at most 4)
+whose tiles fit in 48 KiB of static shared memory for the dtype and layout.
 
 Resources (ptxas, CUDA 13, every shipped instance at sm_80 and sm_90): no spills, no stack
 frame; 96-255 registers per thread for the element-wise instances (128x64 reaches the 255
@@ -38,17 +51,23 @@ A, 170 element-wise); 20-44 KiB static shared memory.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from algorithms.base import SUPPORTED, Support, unsupported
+import numpy as np
+
+from algorithms.base import SUPPORTED, Support, WorkspaceLayout, unsupported
+from algorithms.cuda import _rearrange
 from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_grid
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
     CTYPES,
     DEFAULT_SMEM_LIMIT,
+    ceil_div,
     fastdiv_args,
     get_kernel,
+    grid_stride_blocks,
     shape_args,
     tensors_fit_int32,
 )
@@ -58,6 +77,14 @@ from algorithms.problem import MATHS, ConvProblem
 KERNEL_FILE = "implicit_gemm_tc.cu"
 BK = 16
 MAX_STAGES = 4
+#: The suffix of a configuration that gathers from NHWC copies of the operands.
+NHWC = "-nhwc"
+#: Split K: a grid below this many blocks (one wave on an H100's 132 SMs) is offered a
+#: split into at most MAX_SPLITS slices of at least MIN_SPLIT_STEPS K-steps each.
+SPLIT_TARGET_BLOCKS = 132
+MAX_SPLITS = 8
+MIN_SPLIT_STEPS = 4
+_CONFIG = re.compile(r"(\d+x\d+)(-nhwc)?(?:-k(\d+))?")
 
 
 @dataclass(frozen=True)
@@ -108,12 +135,34 @@ def tiles(dtype: str, math: str) -> dict[str, TcTile]:
     return CONFIGS
 
 
+@dataclass(frozen=True)
+class TcConfig:
+    """A parsed configuration name: tile, operand layout, K splits (1: none)."""
+
+    tile: TcTile
+    nhwc: bool
+    splits: int
+
+
+@functools.lru_cache(maxsize=256)
+def parse_config(config: str) -> TcConfig:
+    """The parts of "BMxBN[-nhwc][-kS]"; ValueError for any other name."""
+    found = _CONFIG.fullmatch(config)
+    if found is None or found.group(1) not in CONFIGS:
+        raise ValueError(f"implicit_gemm_tc: unknown config {config!r}")
+    return TcConfig(CONFIGS[found.group(1)], found.group(2) is not None,
+                    int(found.group(3) or 1))
+
+
 def _stage_bytes(dtype: str, config: str) -> int:
-    """One stage's A and B tiles with the kernel's row padding (APAD, BPAD)."""
-    t = CONFIGS[config]
+    """One stage's A and B tiles with the kernel's row padding (APAD, BPAD); NHWC stores
+    B n-major, rows padded like A's."""
+    cfg = parse_config(config)
+    t, nhwc = cfg.tile, cfg.nhwc
     item = 4 if dtype == "float32" else 2
     a_pad = 4 if item == 4 else 8
-    return (t.bm * (BK + a_pad) + BK * (t.bn + 8)) * item
+    b_elements = t.bn * (BK + a_pad) if nhwc else BK * (t.bn + 8)
+    return (t.bm * (BK + a_pad) + b_elements) * item
 
 
 def stages(dtype: str, config: str) -> int:
@@ -135,22 +184,28 @@ def vector_elements(dtype: str) -> int:
 def name_expression(dtype: str, config: str, math: str = "fp32",
                     widths: tuple[int, int] = (1, 1)) -> str:
     """The kernel template instance for a dtype, configuration, math mode and the copy
-    widths of A and B (elements per copy)."""
-    t = CONFIGS[config]
+    widths of A and B (elements per copy; an NHWC configuration always copies vectors)."""
+    cfg = parse_config(config)
+    t, nhwc = cfg.tile, cfg.nhwc
+    if nhwc:
+        widths = (vector_elements(dtype),) * 2
     return (
         f"implicit_gemm_tc_conv<{TC_CTYPES[dtype]}, {t.bm}, {t.bn}, {t.wm}, {t.wn}, "
-        f"{stages(dtype, config)}, {passes(dtype, math)}, {widths[0]}, {widths[1]}>"
+        f"{stages(dtype, config)}, {passes(dtype, math)}, {widths[0]}, {widths[1]}, "
+        f"{str(nhwc).lower()}>"
     )
 
 
 def shipped_kernels() -> tuple[str, ...]:
-    """Every name expression this module can ask for (float32 in both math modes; element
-    copies, vector A, vector A and B)."""
+    """Every name expression this module can ask for (float32 in both math modes; NCHW
+    with element copies, vector A, vector A and B; NHWC)."""
     names = []
     for d in DTYPES:
         v = vector_elements(d)
         names += [name_expression(d, c, m, widths) for m in MATHS for c in tiles(d, m)
                   for widths in ((1, 1), (v, 1), (v, v))]
+        names += [name_expression(d, c + NHWC, m) for m in MATHS for c in tiles(d, m)]
+        names.append(sum_name_expression(d))
     return tuple(dict.fromkeys(names))
 
 
@@ -171,9 +226,60 @@ def vector_widths(problem: ConvProblem) -> tuple[int, int]:
     return (vec, vec if pointwise and (out_h * out_w) % vec == 0 else 1)
 
 
+def nhwc_allowed(problem: ConvProblem) -> bool:
+    """Whether NHWC configurations are offered: C/groups a whole number of vectors (so a
+    vector of channels never spans two filter taps), and B not vector-filled already."""
+    return (problem.c // problem.groups % vector_elements(problem.dtype) == 0
+            and vector_widths(problem)[1] == 1)
+
+
+def sum_name_expression(dtype: str) -> str:
+    """The split-K summing kernel's instance for a storage dtype."""
+    return f"implicit_gemm_tc_sum_splits<{TC_CTYPES[dtype]}>"
+
+
+def k_steps(problem: ConvProblem) -> int:
+    """K-steps of the GEMM: C/groups*R*S in slices of BK."""
+    return ceil_div(problem.c // problem.groups * problem.r * problem.s, BK)
+
+
+def k_splits(problem: ConvProblem, tile: TcTile) -> int:
+    """The K split offered for a tile: enough slices to fill one wave (SPLIT_TARGET_BLOCKS),
+    at most MAX_SPLITS of at least MIN_SPLIT_STEPS K-steps; 1 where none is offered (the
+    grid is large enough, K is short, or the partial sums would pass 2**31 elements)."""
+    gx, gy, _ = gemm_grid(problem, tile.bm, tile.bn)
+    splits = min(MAX_SPLITS, ceil_div(SPLIT_TARGET_BLOCKS, gx * gy),
+                 k_steps(problem) // MIN_SPLIT_STEPS)
+    out_elements = int(np.prod(problem.output_shape))
+    return splits if splits >= 2 and tensors_fit_int32(problem, splits * out_elements) else 1
+
+
+def split_steps(problem: ConvProblem, splits: int) -> tuple[int, int]:
+    """(K-steps per split, splits launched): the last split may be short, none empty."""
+    per = ceil_div(k_steps(problem), splits)
+    return per, ceil_div(k_steps(problem), per)
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every run
+def workspace_layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
+    """A configuration's workspace: NHWC copies of x (N, H, W, C) and w (K, R*S, C/groups),
+    and split K's FP32 partial outputs (S, N, K, P, Q); empty for neither."""
+    cfg = parse_config(config)
+    layout = WorkspaceLayout()
+    if cfg.nhwc:
+        layout.add("x", (problem.n, problem.h, problem.w, problem.c), problem.dtype)
+        layout.add("w", (problem.k, problem.r * problem.s, problem.c // problem.groups),
+                   problem.dtype)
+    if cfg.splits > 1:
+        layout.add("part", (cfg.splits, *problem.output_shape), "float32")
+    return layout
+
+
 def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
-    """(pixel tiles over the whole batch, groups x channel tiles, 1)."""
-    return gemm_grid(problem, CONFIGS[config].bm, CONFIGS[config].bn)
+    """(pixel tiles over the whole batch, groups x channel tiles, K splits)."""
+    cfg = parse_config(config)
+    gx, gy, _ = gemm_grid(problem, cfg.tile.bm, cfg.tile.bn)
+    return gx, gy, split_steps(problem, cfg.splits)[1]
 
 
 class _ImplicitGemmTcCudaForward(CudaAlgorithm):
@@ -191,27 +297,55 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         return SUPPORTED
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """The tile configurations whose grid fits this problem."""
-        return fitting_tiles(problem, tiles(problem.dtype, problem.math))
+        """The tiles whose grid fits this problem, NCHW then NHWC, then their K splits."""
+        fitting = fitting_tiles(problem, tiles(problem.dtype, problem.math))
+        layouts = ("", NHWC) if nhwc_allowed(problem) else ("",)
+        whole = [t + layout for layout in layouts for t in fitting]
+        split = [f"{t}{layout}-k{s}" for layout in layouts for t in fitting
+                 if (s := k_splits(problem, CONFIGS[t])) > 1]
+        return tuple(whole + split)
+
+    def _workspace(self, problem: ConvProblem, config: str) -> int:
+        """See workspace_layout."""
+        return workspace_layout(problem, config).nbytes
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue the kernel on the current stream; no workspace, no synchronisation."""
+        """Enqueue the NHWC copies, the GEMM kernel and the split-K sum, as the config
+        asks, on the current stream; no synchronisation."""
         out_h, out_w = problem.out_hw
-        widths = vector_widths(problem)
-        # A caller's sliced buffer may be misaligned: its operand is copied element-wise.
-        if widths[0] > 1 and w.data.ptr % 16:
-            widths = (1, 1)
-        elif widths[1] > 1 and x.data.ptr % 16:
-            widths = (widths[0], 1)
-        name = name_expression(problem.dtype, config, problem.math, widths)
+        cfg = parse_config(config)
+        cg = problem.c // problem.groups
+        layout = workspace_layout(problem, config)
+        buf = layout.views(workspace) if layout.nbytes else {}
+        if cfg.nhwc:  # the K index runs (r, s, c): its first divisor is C/groups
+            rs, item = problem.r * problem.s, problem.itemsize
+            _rearrange.transpose(x, buf["x"], problem.n, problem.c, problem.h * problem.w, item)
+            _rearrange.transpose(w, buf["w"], problem.k, cg, rs, item)
+            x, w, k_divisor = buf["x"], buf["w"], cg
+            name = name_expression(problem.dtype, config, problem.math)
+        else:  # the K index runs (c, r, s): its first divisor is R*S
+            widths = vector_widths(problem)
+            # A caller's sliced buffer may be misaligned: its operand is copied element-wise.
+            if widths[0] > 1 and w.data.ptr % 16:
+                widths = (1, 1)
+            elif widths[1] > 1 and x.data.ptr % 16:
+                widths = (widths[0], 1)
+            k_divisor = problem.r * problem.s
+            name = name_expression(problem.dtype, config, problem.math, widths)
         kernel = get_kernel(KERNEL_FILE, name)
-        kernel(
-            launch_grid(problem, config), (CONFIGS[config].threads,),
-            (x, w, y, *shape_args(problem),
-             *fastdiv_args(problem.r * problem.s, problem.s, out_h * out_w, out_w)),
-        )
+        kper, splits = split_steps(problem, cfg.splits)
+        part = buf.get("part", y)  # not written without splits
+        kernel(launch_grid(problem, config), (cfg.tile.threads,),
+               (x, w, y, *shape_args(problem),
+                *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w), part,
+                np.int32(kper)))
+        if splits > 1:
+            total = int(np.prod(problem.output_shape))
+            add = get_kernel(KERNEL_FILE, sum_name_expression(problem.dtype))
+            add((grid_stride_blocks(total),), (256,),
+                (part, y, np.int32(total), np.int32(splits)))
 
 
 class ImplicitGemmTcCuda(CudaByForward, _ImplicitGemmTcCudaForward):

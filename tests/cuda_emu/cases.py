@@ -25,8 +25,8 @@ import numpy as np
 
 from algorithms.base import Algorithm
 from algorithms.cuda import (
-    _by_forward,
     _cublas,
+    _rearrange,
     depthwise,
     direct,
     fft,
@@ -68,7 +68,7 @@ def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
 def install() -> None:
     """Route every GPU library call of algorithms/cuda to the emulator and host stand-ins."""
     for module in (direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, winograd,
-                   depthwise, _by_forward):
+                   depthwise, _rearrange):
         module.get_kernel = _kernel  # type: ignore[attr-defined]
     _cublas._gemm = fake_gemm  # type: ignore[assignment]
     fft._plan = FakePlan  # type: ignore[assignment]

@@ -11,7 +11,7 @@
 // AddressSanitizer sees overruns of them and an unwritten slot that is read shows up as
 // NaN; global buffers are the caller's own heap blocks.
 // Launch checks: grid/block limits and __launch_bounds__, 48 KiB of shared memory, every
-// pointer argument aligned to its element type, barriers reached by all threads of a block
+// typed pointer argument aligned to its element type, barriers reached by all threads of a block
 // the same number of times.
 // build.py rewrites the few CUDA-only constructs (`__shared__` declarations, inline PTX) into
 // calls of this file; everything else of the kernel source compiles as plain C++17.
@@ -322,9 +322,11 @@ const char* signature(void (*)(Ps...)) {
     return codes;
 }
 
+// A typed pointer must be aligned for its type (a void* may point anywhere: the kernel casts
+// it, and UBSan checks the typed accesses).
 template <typename P>
 void check_argument(void* arg, int index) {
-    if constexpr (std::is_pointer_v<P>) {
+    if constexpr (std::is_pointer_v<P> && !std::is_void_v<std::remove_pointer_t<P>>) {
         const auto address = reinterpret_cast<std::uintptr_t>(*static_cast<P*>(arg));
         if (address % alignof(std::remove_pointer_t<P>) != 0) {
             std::fprintf(stderr, "cuda-emu: pointer argument %d at %#lx is not aligned to %zu\n",

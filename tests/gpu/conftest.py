@@ -67,9 +67,9 @@ def torch_conv(x: np.ndarray, w: np.ndarray, problem: ConvProblem) -> np.ndarray
 
 
 def config_failures(algorithm: Algorithm, problem: ConvProblem) -> list[str]:
-    """Each forward config of `algorithm` run on fresh random inputs (no workspace) against
-    the float64 reference, which torch's must match first: those past the tolerance or
-    leaving NaN, one line each."""
+    """Each forward config of `algorithm` run on fresh random inputs (a 0xFF-filled
+    workspace of the config's size) against the float64 reference, which torch's must
+    match first: those past the tolerance or leaving NaN, one line each."""
     import cupy
 
     dtype = problem.dtype
@@ -86,7 +86,9 @@ def config_failures(algorithm: Algorithm, problem: ConvProblem) -> list[str]:
     failures = []
     for config in algorithm.configs(problem):
         y = cupy.asarray(nan_storage(problem.output_shape, dtype))
-        algorithm.run(x, w, y, None, problem, config)
+        nbytes = algorithm.workspace_bytes(problem, config)
+        workspace = cupy.full(nbytes, 0xFF, cupy.uint8) if nbytes else None
+        algorithm.run(x, w, y, workspace, problem, config)
         out = to_float(cupy.asnumpy(y), dtype)
         err = relative_error(out, ref) if not np.isnan(out).any() else float("inf")
         if not err <= limit:

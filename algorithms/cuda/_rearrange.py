@@ -1,0 +1,63 @@
+"""Launchers of kernels/rearrange.cu's copies: `remap` (the backward directions' rearranged
+operands, algorithms/by_forward.py) and `transpose` (implicit_gemm_tc's NHWC operands).
+
+Both copy bits through an unsigned type of the element's size, so every float format comes
+through exactly; both enqueue on the current stream and allocate nothing. Every tensor they
+touch is below 2**31 elements (the callers' `_limits` check it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from algorithms.by_forward import Remap
+from algorithms.cuda._loader import ceil_div, fastdiv_args, get_kernel, grid_stride_blocks
+
+KERNEL_FILE = "rearrange.cu"
+
+_THREADS = 256
+#: Blocks of a transpose's grid-stride loop over its 32x32 tiles, at most.
+_MAX_TILE_BLOCKS = 65536
+
+#: Element size in bytes -> the unsigned type the copy kernels move (bits, not values).
+_BITS_TYPES: dict[int, str] = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+
+
+def name_expression(kernel: str, itemsize: int) -> str:
+    """The template instance of `kernel` ("remap" or "transpose") for an element size."""
+    return f"{kernel}<{_BITS_TYPES[itemsize]}>"
+
+
+def shipped_kernels() -> tuple[str, ...]:
+    """Every name expression this module can ask for."""
+    return tuple(name_expression(kernel, size) for kernel in ("remap", "transpose")
+                 for size in _BITS_TYPES)
+
+
+def elements(shape: tuple[int, ...]) -> int:
+    """The number of elements of a shape."""
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def remap(src: Any, dst: Any, remap: Remap, itemsize: int) -> None:
+    """One launch of the remap kernel over dst."""
+    total = elements(remap.dst_shape)
+    (sh, sw), (dh, dw) = remap.src_hw, remap.dst_hw
+    kernel = get_kernel(KERNEL_FILE, name_expression("remap", itemsize))
+    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+           (src, dst, np.int32(remap.a), np.int32(remap.b), np.int32(sh), np.int32(sw),
+            np.int32(dh), np.int32(dw), np.int32(remap.offset[0]), np.int32(remap.offset[1]),
+            np.int32(remap.step[0]), np.int32(remap.step[1]), np.int32(remap.flip),
+            np.int32(total), *fastdiv_args(dw, dh, remap.a, remap.b)))
+
+
+def transpose(src: Any, dst: Any, batch: int, rows: int, cols: int, itemsize: int) -> None:
+    """dst[b][j][i] = src[b][i][j] for a (batch, rows, cols) source, in one launch."""
+    row_tiles, col_tiles = ceil_div(rows, 32), ceil_div(cols, 32)
+    tiles = batch * row_tiles * col_tiles
+    kernel = get_kernel(KERNEL_FILE, name_expression("transpose", itemsize))
+    kernel((min(tiles, _MAX_TILE_BLOCKS),), (_THREADS,),
+           (src, dst, np.int32(rows), np.int32(cols), np.int32(row_tiles),
+            np.int32(col_tiles), np.int32(tiles)))
