@@ -90,7 +90,7 @@ _TC_POINTWISE = ("tc_pw_vec", "tc_pw_vec_groups", "tc_pw_pq_odd")
 #: Split K runs on every tc case whose grid is small and K long enough (tc_deep, tc_long_k,
 #: tc_nhwc_geom and three backward cases: 13 cases). Mutations it catches (`n` of 13):
 #:   the pipeline's prologue without the split's K base      -> 13: error 0.5-1.6
-#:   every split writing partials[0] (no blockIdx.z offset)  -> 13: wrong results
+#:   every split writing partials[0] (no blockIdx.z offset)  -> 13: unwritten outputs (NaN)
 #:   the sum dropping the last split                         -> 13: error 0.5-0.7
 #:   host: K-steps per split rounded down (one split more)   -> 12: ASan heap overflow
 _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
