@@ -45,7 +45,8 @@ Resources (ptxas, CUDA 13, every shipped instance at sm_80 and sm_90): no spills
 frame; 96-255 registers per thread for the element-wise instances (128x64 reaches the 255
 cap, and is not shipped for 3xTF32); fewer for the vector ones of the same tile (no
 per-element index math; float16 128x128: 118 with both tiles in vectors, 127 with vector
-A, 170 element-wise); 20-44 KiB static shared memory.
+A, 170 element-wise; NHWC 115); 20-48 KiB static shared memory (NHWC stores B n-major,
+which takes more).
 """
 
 from __future__ import annotations
