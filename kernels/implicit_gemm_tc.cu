@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(
     constexpr int B_ROWS = THREADS / B_VPR;  // rows of B one pass of the block fills
     constexpr int B_LOADS = BK / B_ROWS;
     constexpr int NB_LOADS = BN * BK / VB / THREADS;  // NHWC: B vectors per thread
+    constexpr int NB_STRIDE = THREADS / (BK / VB);     // NHWC: tile rows between them
     constexpr int B_D0 = NHWC ? BN : BK, B_D1 = NHWC ? BK + APAD : BN + BPAD;  // Bs rows, cols
     static_assert(WTM % 16 == 0 && WTN % 8 == 0, "warp tiles are whole mma tiles");
     static_assert((VA == 1 || VA * sizeof(T) == 16) && (VB == 1 || VB * sizeof(T) == 16),
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(
     const int b_row = tid / B_VPR;
     int col_off = 0, h0 = 0, w0 = 0;
     const bool col_ok = n0 + b_col < NPQ;  // for a vector: all VB columns (VB | P*Q)
-    // NHWC: this thread's pixels (tile rows nb_row + i * THREADS / (BK/VB)), their
+    // NHWC: this thread's pixels (tile rows nb_row + i * NB_STRIDE), their
     // receptive fields' corners and offsets of channel grp*cg; nb_ok[i] false past N*P*Q.
     const int nb_k = VB * (tid % (BK / VB));
     const int nb_row = tid / (BK / VB);
@@ -137,10 +138,11 @@ __global__ void __launch_bounds__(
     if constexpr (NHWC) {
 #pragma unroll
         for (int i = 0; i < NB_LOADS; ++i) {
-            const int n = n0 + nb_row + i * (THREADS / (BK / VB));
+            const int n = n0 + nb_row + i * NB_STRIDE;
             nb_ok[i] = n < NPQ;
-            const int img = fast_div(nb_ok[i] ? n : 0, pq_mul, pq_shr);
-            const int pq = (nb_ok[i] ? n : 0) - img * PQ;
+            const int pixel = nb_ok[i] ? n : 0;
+            const int img = fast_div(pixel, pq_mul, pq_shr);
+            const int pq = pixel - img * PQ;
             const int p = fast_div(pq, q_mul, q_shr);
             nb_h0[i] = p * str_h - pad_h;
             nb_w0[i] = (pq - p * Q) * str_w - pad_w;
@@ -194,8 +196,8 @@ __global__ void __launch_bounds__(
                 const bool ok = nb_ok[i] && kk < CRS &&
                                 static_cast<unsigned int>(ih) < static_cast<unsigned int>(H) &&
                                 static_cast<unsigned int>(iw) < static_cast<unsigned int>(W);
-                const int n = nb_row + i * (THREADS / (BK / VB));
-                cp_async<16>(bs_base + ((st * BN + n) * (BK + APAD) + nb_k) * sizeof(T),
+                cp_async<16>(bs_base + ((st * BN + nb_row + i * NB_STRIDE) * (BK + APAD) +
+                                        nb_k) * sizeof(T),
                              ok ? x + nb_off[i] + (ih * W + iw) * C + c : x, ok);
             }
         } else {

@@ -17,16 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from algorithms.cuda import (
-    _cublas,
-    _rearrange,
-    depthwise,
-    direct,
-    fft,
-    im2col_gemm,
-    implicit_gemm,
-    implicit_gemm_tc,
-)
+from algorithms.cuda import KERNEL_MODULES, _cublas, fft
 from algorithms.cuda._loader import fastdiv
 from algorithms.problem import ConvProblem
 from tests.cuda_emu.cases import ALGORITHMS as ALGOS
@@ -204,7 +195,7 @@ BIG_PROBLEMS: dict[str, dict[str, Any]] = {
 def test_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch, name: str,
                                             shape: str, direction: str) -> None:
     """Whatever supports() accepts launches within grid, block and shared-memory limits."""
-    for module in (direct, im2col_gemm, implicit_gemm, implicit_gemm_tc, depthwise, _rearrange):
+    for module in KERNEL_MODULES:
         monkeypatch.setattr(module, "get_kernel", _checked_launch)
     monkeypatch.setattr(_cublas, "_gemm", _checked_gemm)
     LAUNCHES.clear()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from types import ModuleType
 
 from algorithms.cuda import (
     _loader,
@@ -44,6 +45,12 @@ register(DepthwiseCuda())
 #: Devices are "cuda:N".
 INDEXED = True
 
+#: The modules that compile and launch kernels: each has KERNEL_FILE, shipped_kernels() and
+#: its own `get_kernel` (which tests replace to emulate or check launches).
+KERNEL_MODULES: tuple[ModuleType, ...] = (
+    direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, winograd, depthwise, _rearrange,
+)
+
 
 def available() -> tuple[bool, str]:
     """Whether CuPy imports and sees at least one GPU, and why not."""
@@ -74,19 +81,17 @@ def shipped_kernels() -> dict[str, tuple[str, ...]]:
     tests/test_kernels_compile.py compiles exactly these with nvcc, so the list cannot drift
     from what runs.
     """
-    return {
-        direct.KERNEL_FILE: direct.shipped_kernels(),
-        im2col_gemm.KERNEL_FILE: im2col_gemm.shipped_kernels(),
-        implicit_gemm.KERNEL_FILE: implicit_gemm.shipped_kernels(),
-        fft.KERNEL_FILE: fft.shipped_kernels(),
-        implicit_gemm_tc.KERNEL_FILE: implicit_gemm_tc.shipped_kernels(),
-        winograd.KERNEL_FILE: winograd.shipped_kernels(),
-        depthwise.KERNEL_FILE: depthwise.shipped_kernels(),
-        _rearrange.KERNEL_FILE: _rearrange.shipped_kernels(),
-    }
+    return {module.KERNEL_FILE: module.shipped_kernels() for module in KERNEL_MODULES}
 
 
 __all__ = [
-    "DepthwiseCuda", "DirectCuda", "FftCuda", "Im2colGemmCuda", "ImplicitGemmCuda",
-    "ImplicitGemmTcCuda", "WinogradCuda", "shipped_kernels",
+    "KERNEL_MODULES",
+    "DepthwiseCuda",
+    "DirectCuda",
+    "FftCuda",
+    "Im2colGemmCuda",
+    "ImplicitGemmCuda",
+    "ImplicitGemmTcCuda",
+    "WinogradCuda",
+    "shipped_kernels",
 ]

@@ -54,6 +54,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from math import prod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -251,7 +252,7 @@ def k_splits(problem: ConvProblem, tile: TcTile) -> int:
     gx, gy, _ = gemm_grid(problem, tile.bm, tile.bn)
     splits = min(MAX_SPLITS, ceil_div(SPLIT_TARGET_BLOCKS, gx * gy),
                  k_steps(problem) // MIN_SPLIT_STEPS)
-    out_elements = int(np.prod(problem.output_shape))
+    out_elements = prod(problem.output_shape)
     return splits if splits >= 2 and tensors_fit_int32(problem, splits * out_elements) else 1
 
 
@@ -343,7 +344,7 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
                 *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w), part,
                 np.int32(kper)))
         if splits > 1:
-            total = int(np.prod(problem.output_shape))
+            total = prod(problem.output_shape)
             add = get_kernel(KERNEL_FILE, sum_name_expression(problem.dtype))
             add((grid_stride_blocks(total),), (256,),
                 (part, y, np.int32(total), np.int32(splits)))

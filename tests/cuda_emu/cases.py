@@ -25,8 +25,8 @@ import numpy as np
 
 from algorithms.base import Algorithm
 from algorithms.cuda import (
+    KERNEL_MODULES,
     _cublas,
-    _rearrange,
     depthwise,
     direct,
     fft,
@@ -67,8 +67,7 @@ def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
 
 def install() -> None:
     """Route every GPU library call of algorithms/cuda to the emulator and host stand-ins."""
-    for module in (direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, winograd,
-                   depthwise, _rearrange):
+    for module in KERNEL_MODULES:
         module.get_kernel = _kernel  # type: ignore[attr-defined]
     _cublas._gemm = fake_gemm  # type: ignore[assignment]
     fft._plan = FakePlan  # type: ignore[assignment]
