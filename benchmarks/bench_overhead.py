@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tuner import ConvProblem, convolve, find_best_algorithm, plan
-from tuner.nn import convert
+from tuner.nn import Conv2d, convert
+from tuner.nn import conv2d as operator
 from tuner.plans import untracked
 
 SMALL = dict(n=1, c=64, h=56, w=56, k=64, r=3, s=3, pad=1)  # issue 9's small problem
@@ -188,6 +189,20 @@ def main() -> None:
             lambda: tiny_plan.implementation.run(na, nb, ny, tiny_ws, tiny, tiny_plan.config),
             sync, args.seconds)
         results["tiny_plan"] = f"{tiny_plan.algorithm}/{tiny_plan.config}"
+        # The PyTorch module on the same tiny problem: inference (no graph), a forward pass
+        # that records the graph, and the custom operator the module goes through only
+        # when traced (it used to take every call), next to F.conv2d.
+        module = Conv2d(tiny.c, tiny.k, 1, bias=False, db=db).to(device)
+        results["tiny_module_us"] = per_call_us(partial(module, tx), sync, args.seconds)
+        with torch.enable_grad():
+            results["tiny_module_grad_us"] = per_call_us(partial(module, tx), sync,
+                                                         args.seconds)
+        weight = module.weight.detach()
+        results["tiny_operator_us"] = per_call_us(
+            lambda: operator(tx, weight, [1, 1], [0, 0], [1, 1], 1, "fp32", -1, db), sync,
+            args.seconds)
+        results["tiny_conv2d_us"] = per_call_us(partial(F.conv2d, tx, weight), sync,
+                                                args.seconds)
         results["convolve_us"] = per_call_us(
             lambda: convolve(x, w, padding=1, db=db), sync, args.seconds)
         results["torch_conv2d_us"] = per_call_us(
@@ -236,6 +251,10 @@ def main() -> None:
           f"arrays, algorithm alone | {results['tiny_plan_native_us']:.1f} / "
           f"{results['tiny_plan_torch_us']:.1f} us, {results['tiny_kernel_us']:.1f} us | | "
           f"plan - algorithm <= 15 us |")
+    print(f"| tiny problem: `tuner.nn.Conv2d` forward, no graph / recording the graph / "
+          f"through the custom operator | {results['tiny_module_us']:.1f} / "
+          f"{results['tiny_module_grad_us']:.1f} / {results['tiny_operator_us']:.1f} us | "
+          f"{results['tiny_conv2d_us']:.1f} us (`F.conv2d`) | |")
     print(f"| cached `convolve()`, n1 c64 56x56 k64 3x3 | {results['convolve_us']:.1f} us | "
           f"{results['torch_conv2d_us']:.1f} us (`F.conv2d`) | <= 1.0x `F.conv2d` |")
     print(f"| ResNet-50 b{batch} forward, {r['convolutions']} convolutions | "

@@ -82,6 +82,10 @@ def _where(x: Any) -> str:
     """The canonical device an array lives on: "cpu" or "cuda:N"."""
     if isinstance(x, np.ndarray):
         return "cpu"
+    if is_torch(x):  # torch's __dlpack_device__ is Python: 2.4 us a call on a CPU
+        place = x.device
+        if place.type in ("cpu", "cuda"):
+            return "cpu" if place.type == "cpu" else f"cuda:{place.index or 0}"
     dlpack_device = getattr(x, "__dlpack_device__", None)
     if dlpack_device is not None:  # CuPy, PyTorch, JAX...: (device type, index)
         kind, index = (int(v) for v in dlpack_device())

@@ -9,13 +9,17 @@ The convolution is the custom operator `convtune::conv2d` (torch.library.custom_
 torch.compile keeps it in one graph. Its backward pass runs convtune's tuned
 backward-data and backward-filter algorithms (`convtune::conv2d_backward_data` and
 `convtune::conv2d_backward_filter`), stored and planned like the forward pass, with
-PyTorch's `torch.nn.grad` where no backward algorithm serves the device. On CUDA tensors in
+PyTorch's `torch.nn.grad` where no backward algorithm serves the device. Eager calls
+skip the operators' dispatch, which cost more than the rest of the call: the same bodies
+run through an autograd.Function, or directly when no graph is recorded (`_traced` says
+when the operators are needed). On CUDA tensors in
 float32, `torch.backends.cudnn.allow_tf32` (PyTorch's switch for convolutions) picks
 math="tf32" or "fp32"; on the CPU every algorithm is FP32-accurate, so it is "fp32".
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import torch
@@ -27,17 +31,49 @@ from tuner.api import convolve_backward_data, convolve_backward_filter, run_conv
 from tuner.errors import NoUsableAlgorithm
 
 
+def _convolve(
+    x: Tensor, w: Tensor, stride: list[int], padding: list[int], dilation: list[int],
+    groups: int, math: str, workspace_limit: int, db: str | None,
+) -> Tensor:
+    """The forward convolution itself (the body of `conv2d`)."""
+    return run_convolution(  # type: ignore[no-any-return]
+        x, w, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
+        groups=groups, workspace_limit=None if workspace_limit < 0 else workspace_limit,
+        db=db, math=math, timed=False,
+    ).y
+
+
+def _backward_data(
+    dy: Tensor, w: Tensor, x_shape: list[int], stride: list[int], padding: list[int],
+    dilation: list[int], groups: int, math: str, workspace_limit: int, db: str | None,
+) -> Tensor:
+    """dx from dy (the body of `conv2d_backward_data`)."""
+    return convolve_backward_data(  # type: ignore[no-any-return]
+        dy.contiguous(), w, tuple(x_shape), tuple(stride), tuple(padding), tuple(dilation),
+        groups, workspace_limit=None if workspace_limit < 0 else workspace_limit, db=db,
+        math=math,
+    )
+
+
+def _backward_filter(
+    x: Tensor, dy: Tensor, w_shape: list[int], stride: list[int], padding: list[int],
+    dilation: list[int], groups: int, math: str, workspace_limit: int, db: str | None,
+) -> Tensor:
+    """dw from dy (the body of `conv2d_backward_filter`)."""
+    return convolve_backward_filter(  # type: ignore[no-any-return]
+        x, dy.contiguous(), tuple(w_shape), tuple(stride), tuple(padding), tuple(dilation),
+        groups, workspace_limit=None if workspace_limit < 0 else workspace_limit, db=db,
+        math=math,
+    )
+
+
 @torch.library.custom_op("convtune::conv2d", mutates_args=())
 def conv2d(
     x: Tensor, w: Tensor, stride: list[int], padding: list[int], dilation: list[int],
     groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """Cross-correlate x (n, c, h, w) with w (k, c/groups, r, s); workspace_limit -1: none."""
-    return run_convolution(  # type: ignore[no-any-return]
-        x, w, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
-        groups=groups, workspace_limit=None if workspace_limit < 0 else workspace_limit,
-        db=db, math=math, timed=False,
-    ).y
+    return _convolve(x, w, stride, padding, dilation, groups, math, workspace_limit, db)
 
 
 @conv2d.register_fake
@@ -60,11 +96,8 @@ def conv2d_backward_data(
     dilation: list[int], groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """dx of conv2d from its output gradient dy (convtune's tuned backward-data)."""
-    return convolve_backward_data(  # type: ignore[no-any-return]
-        dy.contiguous(), w, tuple(x_shape), tuple(stride), tuple(padding), tuple(dilation),
-        groups, workspace_limit=None if workspace_limit < 0 else workspace_limit, db=db,
-        math=math,
-    )
+    return _backward_data(dy, w, x_shape, stride, padding, dilation, groups, math,
+                          workspace_limit, db)
 
 
 @conv2d_backward_data.register_fake
@@ -81,11 +114,8 @@ def conv2d_backward_filter(
     dilation: list[int], groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """dw of conv2d from its output gradient dy, summed over the batch (tuned)."""
-    return convolve_backward_filter(  # type: ignore[no-any-return]
-        x, dy.contiguous(), tuple(w_shape), tuple(stride), tuple(padding), tuple(dilation),
-        groups, workspace_limit=None if workspace_limit < 0 else workspace_limit, db=db,
-        math=math,
-    )
+    return _backward_filter(x, dy, w_shape, stride, padding, dilation, groups, math,
+                            workspace_limit, db)
 
 
 @conv2d_backward_filter.register_fake
@@ -102,28 +132,73 @@ def _save(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     ctx.geometry = inputs[2:]  # stride, padding, dilation, groups, math, limit, db
 
 
-def _backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+def _gradients(ctx: Any, grad: Tensor, data: Callable[..., Tensor],
+               filter_: Callable[..., Tensor]) -> tuple[Tensor | None, ...]:
+    """(dx, dw, None...) by `data` and `filter_` (the operators, or their bodies)."""
     x, w = ctx.saved_tensors
     stride, padding, dilation, groups = ctx.geometry[:4]
     grad_x = grad_w = None
-    # Where convtune has no backward algorithm for the device (none on CUDA yet), PyTorch's
-    # reference gradients keep training working.
+    # Where convtune has no backward algorithm for the device, PyTorch's reference
+    # gradients keep training working.
     if ctx.needs_input_grad[0]:
         try:
-            grad_x = conv2d_backward_data(grad, w, list(x.shape), *ctx.geometry)
+            grad_x = data(grad, w, list(x.shape), *ctx.geometry)
         except NoUsableAlgorithm:
             grad_x = torch.nn.grad.conv2d_input(x.shape, w, grad, stride, padding, dilation,
                                                 groups)
     if ctx.needs_input_grad[1]:
         try:
-            grad_w = conv2d_backward_filter(x, grad, list(w.shape), *ctx.geometry)
+            grad_w = filter_(x, grad, list(w.shape), *ctx.geometry)
         except NoUsableAlgorithm:
             grad_w = torch.nn.grad.conv2d_weight(x, w.shape, grad, stride, padding, dilation,
                                                  groups)
     return grad_x, grad_w, None, None, None, None, None, None, None
 
 
+def _backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    # Through the operators: torch.compile traces this formula into its backward graph.
+    return _gradients(ctx, grad, conv2d_backward_data, conv2d_backward_filter)
+
+
 conv2d.register_autograd(_backward, setup_context=_save)
+
+
+class _EagerConv2d(torch.autograd.Function):
+    """`conv2d` with its autograd formula, without the operator's dispatch.
+
+    In eager mode the custom operator's Python layers cost more than our own call: 45 us
+    against 9 us for an autograd.Function on a tiny problem (CPU, BENCHMARKS.md "Call
+    overhead"), so `Conv2d` takes this path unless something traces it.
+    """
+
+    # forward takes ctx (no separate setup_context): with one, every apply binds the
+    # arguments through inspect.signature, 60 us a call. The geometry travels as one
+    # tuple: apply handles each argument in turn.
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, w: Tensor,  # type: ignore[override]
+                geometry: tuple[Any, ...]) -> Tensor:
+        """The convolution's body, as the operator runs it; keeps what backward needs."""
+        y = _convolve(x, w, *geometry)
+        _save(ctx, (x, w, *geometry), y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        """The operator's formula through the bodies of the backward operators."""
+        return _gradients(ctx, grad, _backward_data, _backward_filter)[:3]
+
+
+_PLAIN = (Tensor, nn.Parameter)
+
+
+def _traced(x: Tensor, w: Tensor) -> bool:
+    """Whether this call is being traced or transformed (torch.compile, export, jit,
+    functorch) or sees tensors without data (tensor subclasses such as FakeTensor or
+    DTensor, the meta device): then it must go through the operator, which such machinery
+    knows (its fake shape function, its schema)."""
+    return (torch.compiler.is_compiling() or torch.jit.is_tracing()
+            or type(x) not in _PLAIN or type(w) not in _PLAIN or x.is_meta
+            or torch._C._are_functorch_transforms_active())
 
 
 def _math(x: Tensor) -> str:
@@ -165,8 +240,15 @@ class Conv2d(nn.Conv2d):
         """Convolution (and bias) through convtune, and so are the gradients."""
         x, padding = self._padded(input)
         limit = -1 if self.workspace_limit is None else self.workspace_limit
-        y = conv2d(x, self.weight, list(self.stride), padding, list(self.dilation),
-                   self.groups, _math(x), limit, self.db)
+        w = self.weight
+        geometry = (list(self.stride), padding, list(self.dilation), self.groups, _math(x),
+                    limit, self.db)
+        if _traced(x, w):
+            y = conv2d(x, w, *geometry)
+        elif torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+            y = _EagerConv2d.apply(x, w, geometry)
+        else:  # inference: no graph to record
+            y = _convolve(x, w, *geometry)
         if self.bias is not None:
             y = y + self.bias.view(1, -1, 1, 1)
         return y

@@ -79,3 +79,64 @@ def test_torch_compile_keeps_one_graph(db_url: str) -> None:
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)  # no graph break
     x = torch.randn(2, 4, 9, 8, dtype=torch.float64)
     torch.testing.assert_close(compiled(x), reference(x), rtol=1e-9, atol=1e-9)
+
+
+def test_eager_calls_skip_the_operator_and_keep_its_gradients(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The eager path (an autograd.Function, or the plain call under no_grad) must give
+    # what the custom operator gives, outputs and gradients, without its dispatch.
+    import tuner.nn as tnn
+
+    conv = Conv2d(4, 6, 3, stride=(2, 1), groups=2, bias=False, db=db_url).double()
+    x = torch.randn(2, 4, 9, 8, dtype=torch.float64, requires_grad=True)
+    y_op = tnn.conv2d(x, conv.weight, [2, 1], [0, 0], [1, 1], 2, "fp32", -1, db_url)
+    grad = torch.randn_like(y_op)
+    dx_op, dw_op = torch.autograd.grad(y_op, (x, conv.weight), grad)
+
+    def no_operator(*_a: object, **_k: object) -> None:
+        raise AssertionError("an eager call went through the custom operator")
+
+    monkeypatch.setattr(tnn, "conv2d", no_operator)
+    monkeypatch.setattr(tnn, "conv2d_backward_data", no_operator)
+    monkeypatch.setattr(tnn, "conv2d_backward_filter", no_operator)
+    y = conv(x)
+    assert type(y.grad_fn).__name__ == "_EagerConv2dBackward"
+    torch.testing.assert_close(y, y_op, rtol=1e-12, atol=1e-12)
+    dx, dw = torch.autograd.grad(y, (x, conv.weight), grad)
+    torch.testing.assert_close(dx, dx_op, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(dw, dw_op, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        plain = conv(x)
+    assert plain.grad_fn is None
+    torch.testing.assert_close(plain, y_op, rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_gradients_match_nn_conv2d(db_url: str) -> None:
+    # torch.compile traces the operator's autograd formula (the backward operators), which
+    # eager calls no longer run.
+    reference, model = _pair("valid_strided")
+    convert(model, db=db_url)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    x = torch.randn(2, 4, 9, 8, dtype=torch.float64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    y, y_ref = compiled(x), reference(x_ref)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    y_ref.backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(model[0].weight.grad, reference.weight.grad, rtol=1e-9,
+                               atol=1e-9)
+
+
+def test_tensors_without_data_go_through_the_operator_s_shape_function(db_url: str) -> None:
+    # A FakeTensor or a meta tensor has no data for the eager path to read; the operator's
+    # fake implementation answers with the output's shape.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    conv = Conv2d(4, 6, 3, stride=2, padding=1, db=db_url)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        y = conv(torch.empty(2, 4, 9, 8))
+    assert tuple(y.shape) == (2, 6, 5, 4)
+    on_meta = Conv2d(4, 6, 3, stride=2, padding=1, db=db_url, device="meta")
+    assert tuple(on_meta(torch.empty(2, 4, 9, 8, device="meta")).shape) == (2, 6, 5, 4)
