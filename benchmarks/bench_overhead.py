@@ -203,6 +203,18 @@ def main() -> None:
             args.seconds)
         results["tiny_conv2d_us"] = per_call_us(partial(F.conv2d, tx, weight), sync,
                                                 args.seconds)
+        # A training step's share: forward and both gradients, each way.
+        with torch.enable_grad():
+            xg = tx.clone().requires_grad_()
+            dy = torch.randn(tiny.output_shape, device=device)
+            geometry = ([1, 1], [0, 0], [1, 1], 1, "fp32", -1, db)
+            results["tiny_module_train_us"] = per_call_us(
+                lambda: module(xg).backward(dy), sync, args.seconds)
+            results["tiny_operator_train_us"] = per_call_us(
+                lambda: operator(xg, module.weight, *geometry).backward(dy), sync,
+                args.seconds)
+            results["tiny_conv2d_train_us"] = per_call_us(
+                lambda: F.conv2d(xg, module.weight).backward(dy), sync, args.seconds)
         results["convolve_us"] = per_call_us(
             lambda: convolve(x, w, padding=1, db=db), sync, args.seconds)
         results["torch_conv2d_us"] = per_call_us(
@@ -255,6 +267,9 @@ def main() -> None:
           f"through the custom operator | {results['tiny_module_us']:.1f} / "
           f"{results['tiny_module_grad_us']:.1f} / {results['tiny_operator_us']:.1f} us | "
           f"{results['tiny_conv2d_us']:.1f} us (`F.conv2d`) | |")
+    print(f"| tiny problem: forward and both gradients, module / through the operators | "
+          f"{results['tiny_module_train_us']:.1f} / {results['tiny_operator_train_us']:.1f} us "
+          f"| {results['tiny_conv2d_train_us']:.1f} us (`F.conv2d`) | |")
     print(f"| cached `convolve()`, n1 c64 56x56 k64 3x3 | {results['convolve_us']:.1f} us | "
           f"{results['torch_conv2d_us']:.1f} us (`F.conv2d`) | <= 1.0x `F.conv2d` |")
     print(f"| ResNet-50 b{batch} forward, {r['convolutions']} convolutions | "
