@@ -166,14 +166,13 @@ conv2d.register_autograd(_backward, setup_context=_save)
 class _EagerConv2d(torch.autograd.Function):
     """`conv2d` with its autograd formula, without the operator's dispatch.
 
-    In eager mode the custom operator's Python layers cost more than our own call: 45 us
-    against 9 us for an autograd.Function on a tiny problem (CPU, BENCHMARKS.md "Call
-    overhead"), so `Conv2d` takes this path unless something traces it.
+    In eager mode the custom operator's Python dispatch costs more per call than an
+    autograd.Function (BENCHMARKS.md, "The PyTorch module's eager path"), so `Conv2d`
+    takes this path unless something traces it.
     """
 
     # forward takes ctx (no separate setup_context): with one, every apply binds the
-    # arguments through inspect.signature, 60 us a call. The geometry travels as one
-    # tuple: apply handles each argument in turn.
+    # arguments through inspect.signature. The geometry travels as one tuple.
     @staticmethod
     def forward(ctx: Any, x: Tensor, w: Tensor,  # type: ignore[override]
                 geometry: tuple[Any, ...]) -> Tensor:
