@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: the steps named on the command line, each under its own time
 # limit, every log packed into $OUT/logs.tgz (8 files at most come back from the device tool).
-# Usage: benchmarks/gpu_session.sh [STEP ...]     (default: tests sanitize fp32)
+# Usage: benchmarks/gpu_session.sh [STEP ...]     (default: warm tests sanitize fp32)
 # Steps:
+#   warm       benchmarks/warm_kernels.py: every kernel instance compiled once, one process
+#              per CPU, into CuPy's disk cache (first on a fresh machine: later steps and
+#              their test workers then load instead of compiling)
 #   tests      kernel compile checks, host checks and tests/gpu (pytest-xdist, JOBS workers;
 #              TESTS overrides the test paths)
 #   sanitize   compute-sanitizer memcheck and racecheck over small shapes of tests/gpu
@@ -27,7 +30,7 @@
 # and name .whl in the device tool's `carry`.
 set -uo pipefail
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(tests sanitize fp32)
+[[ ${#steps[@]} -eq 0 ]] && steps=(warm tests sanitize fp32)
 OUT=${OUT:-gpu_out}
 LOG="$OUT/logs"
 mkdir -p "$LOG"
@@ -64,6 +67,9 @@ bench() {  # bench STEP NETWORKS ARGS...: bench_gpu in one mode
 SAN_K="odd or groups4 or dilation_stride or depthwise_s2 or element_aligned or holes_1x1_s2 or vector_fills"
 for step in "${steps[@]}"; do
     case $step in
+    warm)
+        run warm warm python3 benchmarks/warm_kernels.py
+        tail -n 5 "$LOG/warm.log" ;;
     tests)
         # shellcheck disable=SC2086  # TESTS is a list of test paths
         run tests gpu_tests python3 -m pytest -q -p no:cacheprovider -n "${JOBS:-8}" \
