@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 import torch.nn.grad
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from tuner.api import convolve_backward_data, convolve_backward_filter, run_convolution
 from tuner.errors import NoUsableAlgorithm
@@ -181,7 +182,10 @@ class _EagerConv2d(torch.autograd.Function):
         _save(ctx, (x, w, *geometry), y)
         return y
 
+    # Our gradients are not differentiable themselves: asked for a second derivative
+    # (create_graph=True), this raises instead of silently dropping it, as the operator does.
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         """The operator's formula through the bodies of the backward operators."""
         return _gradients(ctx, grad, _backward_data, _backward_filter)[:3]
