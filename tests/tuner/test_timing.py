@@ -124,6 +124,32 @@ def test_racing_stops_a_hopeless_candidate_after_min_reps(
     assert rank(list(results.values()))[0].algorithm == "lead"
 
 
+@pytest.mark.parametrize("confirm_top", ["3", "1"])
+def test_first_pass_screens_and_the_round_decides(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, confirm_top: str
+) -> None:
+    # Issue 11 (ResNet-50 took 15.7 s to tune on an H100): each candidate near the leader
+    # got max_reps samples in the first pass, then the best of them as many again in the
+    # confirmation round. The first pass now stops at screen_reps when a round follows.
+    monkeypatch.setenv("CONVTUNE_CONFIRM_TOP", confirm_top)
+    monkeypatch.setenv("CONVTUNE_SCREEN_REPS", "5")
+    speeds = {"lead": 1.0, "close": 1.1, "third": 1.2, "fourth": 1.3}
+    rt = Scripted({name: steady(ms) for name, ms in speeds.items()})
+    policy = TimingPolicy(warmup=1, budget_s=60.0, min_reps=3, max_reps=20, batch_below_ms=0)
+    algos = [Clocked(name, rt) for name in speeds]
+    results = by_name(tuner_for(db_url, rt, policy, *algos).find(small_problem(), "cpu"))
+    assert [r.algorithm for r in rank(list(results.values()))] == list(speeds)
+    assert all(results[name].time_ms == ms for name, ms in speeds.items())
+    if confirm_top == "1":  # no round: the first pass is final and takes max_reps
+        assert all(results[name].reps == 20 for name in speeds)
+        assert dict(rt.samples) == {name: 1 + 20 for name in speeds}
+        return
+    assert results["fourth"].reps == 5 and rt.samples["fourth"] == 1 + 5
+    for name in ("lead", "close", "third"):  # confirmed: the round's 20 samples
+        assert results[name].reps == 20
+        assert rt.samples[name] == (1 + 5) + (1 + 20)  # each pass: a warm-up, then samples
+
+
 def test_tie_within_noise_prefers_less_workspace_and_says_so(db_url: str) -> None:
     rt = Scripted({"big_ws": steady(1.00), "no_ws": steady(1.01), "slow": steady(1.3)})
     policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=4, max_reps=4, batch_below_ms=0)
@@ -212,3 +238,9 @@ def test_bad_race_settings_are_one_line_errors(monkeypatch: pytest.MonkeyPatch) 
         RacePolicy.from_env()
     with pytest.raises(ValueError, match="cutoff"):
         TimingPolicy(cutoff_ms=0.0)
+    monkeypatch.delenv("CONVTUNE_RACE_FACTOR")
+    monkeypatch.setenv("CONVTUNE_SCREEN_REPS", "0")
+    with pytest.raises(ValueError, match="CONVTUNE_SCREEN_REPS must be positive"):
+        RacePolicy.from_env()
+    with pytest.raises(ValueError, match="screen_reps"):
+        RacePolicy(screen_reps=0)
