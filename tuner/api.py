@@ -82,7 +82,7 @@ def _where(x: Any) -> str:
     """The canonical device an array lives on: "cpu" or "cuda:N"."""
     if isinstance(x, np.ndarray):
         return "cpu"
-    if is_torch(x):  # torch's __dlpack_device__ is Python: 2.4 us a call on a CPU
+    if is_torch(x):  # torch's __dlpack_device__ is Python code: a few microseconds a call
         place = x.device
         if place.type in ("cpu", "cuda"):
             return "cpu" if place.type == "cpu" else f"cuda:{place.index or 0}"

@@ -40,9 +40,9 @@ log = logging.getLogger("convtune.measuring")
 #: and most samples of the screening pass ($CONVTUNE_SCREEN_REPS).
 RACE_FACTOR = 1.5
 CONFIRM_TOP = 3
-# On an H100 (2026-11-23) the first pass of a ResNet-50 layer spent about 30 ms on each of
-# 17-19 candidates, nearly all of it 50 samples of the ones near the leader: the tuning
-# time was sampling, and the confirmation round re-times the best of them anyway.
+# On an H100 (2026-11-23) tuning a ResNet-50 layer took about 30 ms per candidate (17-19 of
+# them), for kernels of 0.06-0.3 ms: by the policy's arithmetic mostly the max_reps samples
+# of the candidates near the leader, whose best the confirmation round re-times anyway.
 SCREEN_REPS = 10
 
 

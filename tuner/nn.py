@@ -10,11 +10,11 @@ torch.compile keeps it in one graph. Its backward pass runs convtune's tuned
 backward-data and backward-filter algorithms (`convtune::conv2d_backward_data` and
 `convtune::conv2d_backward_filter`), stored and planned like the forward pass, with
 PyTorch's `torch.nn.grad` where no backward algorithm serves the device. Eager calls
-skip the operators' dispatch, which cost more than the rest of the call: the same bodies
+skip the operators' dispatch, which costs more than the rest of the call: the same bodies
 run through an autograd.Function, or directly when no graph is recorded (`_traced` says
-when the operators are needed). On CUDA tensors in
-float32, `torch.backends.cudnn.allow_tf32` (PyTorch's switch for convolutions) picks
-math="tf32" or "fp32"; on the CPU every algorithm is FP32-accurate, so it is "fp32".
+when the operators are needed). On CUDA tensors in float32,
+`torch.backends.cudnn.allow_tf32` (PyTorch's switch for convolutions) picks math="tf32"
+or "fp32"; on the CPU every algorithm is FP32-accurate, so it is "fp32".
 """
 
 from __future__ import annotations
@@ -134,8 +134,9 @@ def _save(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
 
 
 def _gradients(ctx: Any, grad: Tensor, data: Callable[..., Tensor],
-               filter_: Callable[..., Tensor]) -> tuple[Tensor | None, ...]:
-    """(dx, dw, None...) by `data` and `filter_` (the operators, or their bodies)."""
+               filter_: Callable[..., Tensor]) -> tuple[Tensor | None, Tensor | None]:
+    """(dx, dw) by `data` and `filter_` (the operators, or their bodies); None where the
+    input needs no gradient."""
     x, w = ctx.saved_tensors
     stride, padding, dilation, groups = ctx.geometry[:4]
     grad_x = grad_w = None
@@ -153,12 +154,14 @@ def _gradients(ctx: Any, grad: Tensor, data: Callable[..., Tensor],
         except NoUsableAlgorithm:
             grad_w = torch.nn.grad.conv2d_weight(x, w.shape, grad, stride, padding, dilation,
                                                  groups)
-    return grad_x, grad_w, None, None, None, None, None, None, None
+    return grad_x, grad_w
 
 
 def _backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
     # Through the operators: torch.compile traces this formula into its backward graph.
-    return _gradients(ctx, grad, conv2d_backward_data, conv2d_backward_filter)
+    # None for each of the seven geometry arguments.
+    return (*_gradients(ctx, grad, conv2d_backward_data, conv2d_backward_filter),
+            *[None] * 7)
 
 
 conv2d.register_autograd(_backward, setup_context=_save)
@@ -188,7 +191,7 @@ class _EagerConv2d(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         """The operator's formula through the bodies of the backward operators."""
-        return _gradients(ctx, grad, _backward_data, _backward_filter)[:3]
+        return (*_gradients(ctx, grad, _backward_data, _backward_filter), None)
 
 
 _PLAIN = (Tensor, nn.Parameter)
