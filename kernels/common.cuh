@@ -60,6 +60,27 @@ __device__ __forceinline__ void store_float4(float* p, float a, float b, float c
                  : "memory");
 }
 
+// dst[i] = value(i) for 0 <= i < count, the block's THREADS threads sharing the work. Each
+// thread issues U loads before its first shared-memory store: in a loop of load, store,
+// load, store the store waits for its load, so a thread had one load in flight and a
+// memory-bound fill paid one memory latency per element it staged.
+template <int U, int THREADS, typename A, typename F>
+__device__ __forceinline__ void stage_shared(A* dst, int count, int tid, F value) {
+    for (int base = tid; base < count; base += U * THREADS) {
+        A v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * THREADS;
+            v[u] = i < count ? value(i) : A(0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * THREADS;
+            if (i < count) dst[i] = v[u];
+        }
+    }
+}
+
 // n / d for 0 <= n, d < 2^31 with a multiply and a shift; (mul, shift) come from
 // algorithms.cuda._loader.fastdiv(d), which tests/test_cuda_index_math.py checks.
 __device__ __forceinline__ int fast_div(int n, unsigned int mul, unsigned int shift) {

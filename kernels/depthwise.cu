@@ -2,7 +2,8 @@
 // cross the memory bus once. One block takes one (image, input channel) plane and one
 // TILE_H x TILE_W tile of its output pixels: it stages the tile's input footprint (the halo
 // included, zero where it falls in the padding) in shared memory once, converted to the
-// accumulation type, together with the M * R * S filter taps of the channel, then computes
+// accumulation type, together with the M * R * S filter taps of the channel (stage_shared:
+// four loads in flight per thread, where a load-then-store loop had one), then computes
 // the tile for each of the M output channels c * M + j that read this plane. A thread
 // computes PH vertically adjacent output pixels (TILE_H = TH * PH): its PH accumulators share
 // each filter tap it loads. Lanes run along the output width, so loads of the footprint
@@ -29,6 +30,7 @@ __global__ void __launch_bounds__(TW * TH, 1024 / (TW * TH))
     typedef typename AccOf<T>::type A;
     constexpr int THREADS = TW * TH;
     constexpr int TILE_H = TH * PH;
+    constexpr int FILL_LOADS = 4;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     A* s_in = reinterpret_cast<A*>(smem_raw);
 
@@ -52,20 +54,18 @@ __global__ void __launch_bounds__(TW * TH, 1024 / (TW * TH))
     const int iw0 = q0 * str_w - pad_w;
     const int tid = threadIdx.y * TW + threadIdx.x;
 
-    // The footprint, zero outside the image (that is the padding).
+    // The footprint, zero outside the image (that is the padding), FILL_LOADS loads in
+    // flight per thread.
     const T* xp = x + static_cast<long long>(plane) * H * W;
-    for (int i = tid; i < in_tile; i += THREADS) {
+    stage_shared<FILL_LOADS, THREADS>(s_in, in_tile, tid, [&](int i) {
         const int a = i / in_w;
-        const int b = i - a * in_w;
         const int ih = ih0 + a;
-        const int iw = iw0 + b;
-        A v = A(0);
-        if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = load_acc(xp + ih * W + iw);
-        s_in[i] = v;
-    }
+        const int iw = iw0 + i - a * in_w;
+        return ih >= 0 && ih < H && iw >= 0 && iw < W ? load_acc(xp + ih * W + iw) : A(0);
+    });
     // The taps of output channels c * M .. c * M + M - 1 (w is (K, 1, R, S)), contiguous.
     const T* wp = w + static_cast<long long>(c) * M * RS;
-    for (int i = tid; i < M * RS; i += THREADS) s_w[i] = load_acc(wp + i);
+    stage_shared<FILL_LOADS, THREADS>(s_w, M * RS, tid, [&](int i) { return load_acc(wp + i); });
     __syncthreads();
 
     const int q = q0 + threadIdx.x;

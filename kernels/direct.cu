@@ -52,33 +52,29 @@ __global__ void __launch_bounds__(TH * TW, 512 / (TH * TW))
 
     for (int c0 = 0; c0 < cg; c0 += cb) {
         const int cn = min(cb, cg - c0);
-        // Input patch, zero outside the image (that is the padding).
-        for (int i = tid; i < cn * in_tile; i += THREADS) {
+        // Input patch, zero outside the image (that is the padding); 4 loads in flight
+        // per thread.
+        stage_shared<4, THREADS>(s_in, cn * in_tile, tid, [&](int i) {
             const int cc = i / in_tile;
             const int rem = i - cc * in_tile;
             const int a = rem / in_w;
-            const int b = rem - a * in_w;
             const int ih = ih0 + a;
-            const int iw = iw0 + b;
-            A v = A(0);
-            if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
-                v = load_acc(xg + (static_cast<long long>(c0 + cc) * H + ih) * W + iw);
-            }
-            s_in[i] = v;
-        }
+            const int iw = iw0 + rem - a * in_w;
+            return ih >= 0 && ih < H && iw >= 0 && iw < W
+                       ? load_acc(xg + (static_cast<long long>(c0 + cc) * H + ih) * W + iw)
+                       : A(0);
+        });
         // Filter slice s_w[cc][kk][r][s]; channels past kg read as zero.
         const int wslice = KPT * RS;
-        for (int i = tid; i < cn * wslice; i += THREADS) {
+        stage_shared<4, THREADS>(s_w, cn * wslice, tid, [&](int i) {
             const int cc = i / wslice;
             const int rem = i - cc * wslice;
             const int kk = rem / RS;
             const int rs = rem - kk * RS;
-            A v = A(0);
-            if (k0 + kk < kg) {
-                v = load_acc(wg + (static_cast<long long>(kk) * cg + c0 + cc) * RS + rs);
-            }
-            s_w[i] = v;
-        }
+            return k0 + kk < kg
+                       ? load_acc(wg + (static_cast<long long>(kk) * cg + c0 + cc) * RS + rs)
+                       : A(0);
+        });
         __syncthreads();
         for (int cc = 0; cc < cn; ++cc) {
             const A* si = s_in + cc * in_tile + threadIdx.y * str_h * in_w + threadIdx.x * str_w;
