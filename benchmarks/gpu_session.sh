@@ -6,6 +6,8 @@
 #   warm       benchmarks/warm_kernels.py: every kernel instance compiled once, one process
 #              per CPU, into CuPy's disk cache (first on a fresh machine: later steps and
 #              their test workers then load instead of compiling)
+#   sass       SASS (nvcc -cubin, cuobjdump -sass) of a few instances whose instruction order
+#              matters (SASS_KERNELS: "file:instance;..."), for reading load grouping
 #   tests      kernel compile checks, host checks and tests/gpu (pytest-xdist, JOBS workers;
 #              TESTS overrides the test paths)
 #   sanitize   compute-sanitizer memcheck and racecheck over small shapes of tests/gpu
@@ -70,6 +72,17 @@ for step in "${steps[@]}"; do
     warm)
         run warm warm python3 benchmarks/warm_kernels.py
         tail -n 5 "$LOG/warm.log" ;;
+    sass)
+        # Default: the depthwise and direct fills (stage_shared) and the NHWC transpose.
+        kernels=${SASS_KERNELS:-"depthwise.cu:depthwise_conv<float, 32, 8, 2, 3, 3>;direct.cu:direct_conv<float, 16, 16, 8>;rearrange.cu:transpose<float>"}
+        IFS=';' read -ra items <<< "$kernels"
+        for item in "${items[@]}"; do
+            file=${item%%:*} name=${item#*:}
+            tag=$(echo "$name" | tr -c 'A-Za-z0-9' '_')
+            printf '#include "%s"\nvoid* keep[] = { (void*)&%s };\n' "$file" "$name" > "/tmp/$tag.cu"
+            run sass "sass_$tag" bash -c "nvcc -std=c++17 -arch=sm_90 -I kernels -cubin \
+                -o /tmp/$tag.cubin /tmp/$tag.cu && cuobjdump -sass /tmp/$tag.cubin"
+        done ;;
     tests)
         # shellcheck disable=SC2086  # TESTS is a list of test paths
         run tests gpu_tests python3 -m pytest -q -p no:cacheprovider -n "${JOBS:-8}" \
