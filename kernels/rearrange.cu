@@ -58,10 +58,17 @@ __global__ void __launch_bounds__(256)
         const int rest = u - b * row_tiles * col_tiles;
         const int i0 = rest / col_tiles * 32, j0 = rest % col_tiles * 32;
         const long long base = static_cast<long long>(b) * rows * cols;
-        for (int k = ty; k < 32; k += 8) {  // read rows i0 + k, 32 consecutive columns
+        // Read rows i0 + ty + 8m, 32 consecutive columns: a thread's four loads first, then
+        // its four stores (stage_shared's reason: one load in flight per element otherwise).
+        T v[4] = {};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            const int k = ty + 8 * m;
             if (i0 + k < rows && j0 + tx < cols)
-                tile[k][tx] = src[base + static_cast<long long>(i0 + k) * cols + j0 + tx];
+                v[m] = src[base + static_cast<long long>(i0 + k) * cols + j0 + tx];
         }
+#pragma unroll
+        for (int m = 0; m < 4; ++m) tile[ty + 8 * m][tx] = v[m];
         __syncthreads();
         for (int k = ty; k < 32; k += 8) {  // write rows j0 + k of dst, 32 consecutive i
             if (j0 + k < cols && i0 + tx < rows)
