@@ -83,6 +83,8 @@ _TC_POINTWISE = ("tc_pw_vec", "tc_pw_vec_groups", "tc_pw_pq_odd")
 #:   TF32 B fragment read at k = 2t + v                    -> 12 (every float32 case)
 #:   transpose tile read back untransposed                 -> 20: unwritten outputs
 #:   transpose row bound <= rows                           -> 17: ASan heap overflow
+#:   transpose's grouped reads all stored from the first    -> 17 of all 63 tc cases: error
+#:     register (v[0] for v[m])                                0.99-1.7
 #:   host: K divisor R*S instead of C/groups               -> 18: error, ASan heap overflow
 #:   host: filter transposed with rows and columns swapped -> 14: error 1.3-1.4
 #:   host: NHWC offered without C/groups % VEC == 0        -> 17 of all 51 forward tc cases:
