@@ -32,6 +32,11 @@ from tuner.api import convolve_backward_data, convolve_backward_filter, run_conv
 from tuner.errors import NoUsableAlgorithm
 
 
+def _limit(workspace_limit: int) -> int | None:
+    # The operators' schema has no optional int: -1 stands for "no limit".
+    return None if workspace_limit < 0 else workspace_limit
+
+
 def _convolve(
     x: Tensor, w: Tensor, stride: list[int], padding: list[int], dilation: list[int],
     groups: int, math: str, workspace_limit: int, db: str | None,
@@ -39,8 +44,8 @@ def _convolve(
     """The forward convolution itself (the body of `conv2d`)."""
     return run_convolution(  # type: ignore[no-any-return]
         x, w, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
-        groups=groups, workspace_limit=None if workspace_limit < 0 else workspace_limit,
-        db=db, math=math, timed=False,
+        groups=groups, workspace_limit=_limit(workspace_limit), db=db, math=math,
+        timed=False,
     ).y
 
 
@@ -51,8 +56,7 @@ def _backward_data(
     """dx from dy (the body of `conv2d_backward_data`)."""
     return convolve_backward_data(  # type: ignore[no-any-return]
         dy.contiguous(), w, tuple(x_shape), tuple(stride), tuple(padding), tuple(dilation),
-        groups, workspace_limit=None if workspace_limit < 0 else workspace_limit, db=db,
-        math=math,
+        groups, workspace_limit=_limit(workspace_limit), db=db, math=math,
     )
 
 
@@ -63,8 +67,7 @@ def _backward_filter(
     """dw from dy (the body of `conv2d_backward_filter`)."""
     return convolve_backward_filter(  # type: ignore[no-any-return]
         x, dy.contiguous(), tuple(w_shape), tuple(stride), tuple(padding), tuple(dilation),
-        groups, workspace_limit=None if workspace_limit < 0 else workspace_limit, db=db,
-        math=math,
+        groups, workspace_limit=_limit(workspace_limit), db=db, math=math,
     )
 
 

@@ -8,6 +8,7 @@ problem whose rearranged operands have 2**31 elements or more.
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from algorithms.base import Support, unsupported
@@ -24,7 +25,7 @@ class CudaByForward(ByForward, CudaAlgorithm):
     def _limits(self, problem: ConvProblem) -> Support:
         """The forward algorithm's limits, and 32-bit indexing of every rearranged tensor."""
         if problem.direction != "forward":
-            copied = [_rearrange.elements(shape) for remap in remaps(problem)
+            copied = [prod(shape) for remap in remaps(problem)
                       if remap is not None for shape in (remap.src_shape, remap.dst_shape)]
             if not tensors_fit_int32(problem, *copied):
                 return unsupported(f"a rearranged {problem.direction} operand has "

@@ -8,6 +8,7 @@ touch is below 2**31 elements (the callers' `_limits` check it).
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -18,8 +19,6 @@ from algorithms.cuda._loader import ceil_div, fastdiv_args, get_kernel, grid_str
 KERNEL_FILE = "rearrange.cu"
 
 _THREADS = 256
-#: Blocks of a transpose's grid-stride loop over its 32x32 tiles, at most.
-_MAX_TILE_BLOCKS = 65536
 
 #: Element size in bytes -> the unsigned type the copy kernels move (bits, not values).
 _BITS_TYPES: dict[int, str] = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
@@ -36,14 +35,9 @@ def shipped_kernels() -> tuple[str, ...]:
                  for size in _BITS_TYPES)
 
 
-def elements(shape: tuple[int, ...]) -> int:
-    """The number of elements of a shape."""
-    return int(np.prod(shape, dtype=np.int64))
-
-
 def remap(src: Any, dst: Any, remap: Remap, itemsize: int) -> None:
     """One launch of the remap kernel over dst."""
-    total = elements(remap.dst_shape)
+    total = prod(remap.dst_shape)
     (sh, sw), (dh, dw) = remap.src_hw, remap.dst_hw
     kernel = get_kernel(KERNEL_FILE, name_expression("remap", itemsize))
     kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
@@ -58,6 +52,7 @@ def transpose(src: Any, dst: Any, batch: int, rows: int, cols: int, itemsize: in
     row_tiles, col_tiles = ceil_div(rows, 32), ceil_div(cols, 32)
     tiles = batch * row_tiles * col_tiles
     kernel = get_kernel(KERNEL_FILE, name_expression("transpose", itemsize))
-    kernel((min(tiles, _MAX_TILE_BLOCKS),), (_THREADS,),
+    # One block per tile (grid_stride_blocks' cap), each looping over the rest.
+    kernel((grid_stride_blocks(tiles, threads=1),), (_THREADS,),
            (src, dst, np.int32(rows), np.int32(cols), np.int32(row_tiles),
             np.int32(col_tiles), np.int32(tiles)))

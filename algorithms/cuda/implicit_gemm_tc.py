@@ -277,6 +277,7 @@ def workspace_layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
     return layout
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every run
 def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
     """(pixel tiles over the whole batch, groups x channel tiles, K splits)."""
     cfg = parse_config(config)
@@ -337,17 +338,18 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
             k_divisor = problem.r * problem.s
             name = name_expression(problem.dtype, config, problem.math, widths)
         kernel = get_kernel(KERNEL_FILE, name)
-        kper, splits = split_steps(problem, cfg.splits)
+        grid = launch_grid(problem, config)
+        kper = split_steps(problem, cfg.splits)[0]
         part = buf.get("part", y)  # not written without splits
-        kernel(launch_grid(problem, config), (cfg.tile.threads,),
+        kernel(grid, (cfg.tile.threads,),
                (x, w, y, *shape_args(problem),
                 *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w), part,
                 np.int32(kper)))
-        if splits > 1:
+        if grid[2] > 1:  # the splits launched
             total = prod(problem.output_shape)
             add = get_kernel(KERNEL_FILE, sum_name_expression(problem.dtype))
             add((grid_stride_blocks(total),), (256,),
-                (part, y, np.int32(total), np.int32(splits)))
+                (part, y, np.int32(total), np.int32(grid[2])))
 
 
 class ImplicitGemmTcCuda(CudaByForward, _ImplicitGemmTcCudaForward):
