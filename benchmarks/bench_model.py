@@ -1,15 +1,22 @@
 """The learned cost model, leave-one-network-out: does it rank configurations it never saw?
 
-Usage: python benchmarks/bench_model.py [--batch 1] [--scale 4] [--budget-s 0.02]
-                                        [--db URL] [--out model.json]
-Tunes every convolution of every built-in network on the CPU (spatial sizes divided by
-`--scale`, so that a run takes minutes on two shared cores) into one SQLite store, every
-candidate measured. Then, per network: fit tuner.model on the rows of the *other*
-networks' problems only (a problem the held-out network shares with another is held out
-too), predict the held-out network's layers, and compare with what was measured:
+Usage: python benchmarks/bench_model.py [--device cpu] [--batch 1] [--scale 4]
+                                        [--budget-s 0.02] [--db URL] [--out model.json]
+       python benchmarks/bench_model.py --results bench_fp32.json [bench_tf32.json ...]
+The measurements, one of two ways:
+- tuned here: every convolution of every built-in network (spatial sizes divided by
+  `--scale`, so that a CPU run takes minutes on two shared cores) tuned on `--device` into
+  one SQLite store, every candidate measured;
+- `--results`: the per-configuration times of `bench_gpu.py` JSON files (each
+  configuration measured alone; any device, any networks, dtypes and math modes).
+Then, per network: fit tuner.model on the rows of the *other* networks' problems only (a
+problem the held-out network shares with another is held out too), predict the held-out
+network's layers, and compare with what was measured:
 - top-1 within 10%: the measured time of the predicted best is within 10% of the
   measured best;
-- top-3 hit: the measured best is among the three predicted fastest.
+- top-3 hit: the measured best is among the three predicted fastest;
+- unseen best: layers whose measured best algorithm has no training row at all (the model
+  cannot rank it; fast mode measures such an algorithm instead of ranking it).
 A baseline ranks every layer alike by each configuration's mean time per FLOP over the
 training problems (what "pick the usual winner" would do). Prints a Markdown table.
 """
@@ -34,7 +41,7 @@ from algorithms.runtime import TimingPolicy
 from db.engine import open_store
 from tuner import model as M
 from tuner.devices import identify
-from tuner.features import Sample
+from tuner.features import Sample, problem_of
 from tuner.networks import NETWORKS, network_problems
 from tuner.tuning import Tuner
 
@@ -49,6 +56,7 @@ class Score:
     layers: int
     top1: int  # predicted best within 10% of the measured best
     top3: int  # measured best among the three predicted fastest
+    unseen_best: int = 0  # measured best is of an algorithm without training rows
 
 
 def shrunk(problem: ConvProblem, scale: int) -> ConvProblem:
@@ -59,16 +67,19 @@ def shrunk(problem: ConvProblem, scale: int) -> ConvProblem:
     return ConvProblem.from_key(key)
 
 
-def score(ranked: Sequence[Sequence[Sample]], truth: Sequence[Sequence[Sample]]) -> Score:
-    """Top-1-within-10% and top-3 hits of predicted rankings against measured candidates."""
-    top1 = top3 = 0
+def score(ranked: Sequence[Sequence[Sample]], truth: Sequence[Sequence[Sample]],
+          trained: frozenset[str] = frozenset()) -> Score:
+    """Top-1-within-10% and top-3 hits of predicted rankings against measured candidates;
+    with `trained` (the algorithms of the training rows), the unseen bests too."""
+    top1 = top3 = unseen = 0
     for order, measured in zip(ranked, truth, strict=True):
         times = {(s.algorithm, s.config): s.time_ms or math.inf for s in measured}
         best_key = min(times, key=times.__getitem__)
         picks = [(s.algorithm, s.config) for s in order]
         top1 += times[picks[0]] <= 1.10 * times[best_key]
         top3 += best_key in picks[:3]
-    return Score(len(truth), top1, top3)
+        unseen += bool(trained) and best_key[0] not in trained
+    return Score(len(truth), top1, top3, unseen)
 
 
 def by_model(model: M.CostModel, candidates: Sequence[Sample]) -> list[Sample]:
@@ -87,23 +98,51 @@ def by_usual(train: Sequence[Sample], candidates: Sequence[Sample]) -> list[Samp
     return sorted(candidates, key=lambda s: mean.get((s.algorithm, s.config), math.inf))
 
 
-def tune_all(url: str, batch: int, scale: int, policy: TimingPolicy) -> dict[str, set[Any]]:
-    """Measure every candidate of every network's (shrunk) layers; each network's problems."""
+#: What scoring reads: every sample, each network's problems, the device's description.
+Measured = tuple[list[Sample], dict[str, set[ConvProblem]], dict[str, Any]]
+
+
+def tune_all(url: str, device: str, batch: int, scale: int, policy: TimingPolicy) -> Measured:
+    """Measure every candidate of every network's (shrunk) layers on `device`."""
     tuner = Tuner(open_store(url), policy=policy)
     problems: dict[str, set[ConvProblem]] = {}
     for name in NETWORKS:
         problems[name] = {shrunk(p, scale) for _, p in network_problems(name, batch)}
         started = time.perf_counter()
         for problem in sorted(problems[name], key=repr):
-            tuner.find_candidates(problem, "cpu", mode="auto")
+            tuner.find_candidates(problem, device, mode="auto")
         print(f"tuned {name}: {len(problems[name])} problems in "
               f"{time.perf_counter() - started:.0f} s", flush=True)
-    return problems  # type: ignore[return-value]
+    info = identify(device).info
+    _, samples = M.samples_from_store(open_store(url), str(info["kind"]))
+    return samples, problems, info
+
+
+def from_results(paths: Sequence[Path]) -> Measured:
+    """The configurations `bench_gpu.py` measured (each alone), from its JSON files."""
+    samples: list[Sample] = []
+    problems: dict[str, set[ConvProblem]] = defaultdict(set)
+    info: dict[str, Any] = {}
+    for path in paths:
+        report = json.loads(path.read_text())
+        info = report["device"]
+        for row in report["rows"]:
+            problem = problem_of(row["problem"])
+            problems[row["network"]].add(problem)
+            for algorithm, entry in row["algorithms"].items():
+                for config, found in (entry.get("configs") or {}).items():
+                    if found.get("status") == "ok" and found.get("ms"):
+                        samples.append(Sample(problem, int(info["units"]), algorithm, config,
+                                              found["workspace_bytes"], found["ms"]))
+    return samples, dict(problems), info
 
 
 def main() -> None:
     """Tune, then score the model and the baseline per held-out network; print the table."""
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N (tuned here)")
+    parser.add_argument("--results", type=Path, nargs="+", default=None,
+                        help="bench_gpu.py JSON files to score instead of tuning")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--scale", type=int, default=4, help="divide spatial sizes by this")
     parser.add_argument("--budget-s", type=float, default=0.02, help="timing per candidate")
@@ -115,12 +154,14 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url = args.db or f"sqlite:///{tmp}/bench_model.db"
-        started = time.perf_counter()
-        problems = tune_all(url, args.batch, args.scale, policy)
-        tuning_s = time.perf_counter() - started
-        _, samples = M.samples_from_store(open_store(url), "cpu")
+    started = time.perf_counter()
+    if args.results:
+        samples, problems, info = from_results(args.results)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            url = args.db or f"sqlite:///{tmp}/bench_model.db"
+            samples, problems, info = tune_all(url, args.device, args.batch, args.scale, policy)
+    tuning_s = time.perf_counter() - started
     per_problem: dict[ConvProblem, list[Sample]] = defaultdict(list)
     for s in samples:
         per_problem[s.problem].append(s)
@@ -133,16 +174,18 @@ def main() -> None:
         fit_s = time.perf_counter() - fit_started
         assert model is not None, f"too few rows to fit without {name}"
         truth = [per_problem[p] for p in sorted(held, key=repr) if per_problem[p]]
+        trained = frozenset(s.algorithm for s in train)
         rows.append({
             "held_out": name, "train_rows": len(train), "fit_s": round(fit_s, 2),
             "candidates": round(sum(map(len, truth)) / len(truth), 1),
-            "model": score([by_model(model, t) for t in truth], truth).__dict__,
+            "model": score([by_model(model, t) for t in truth], truth, trained).__dict__,
             "baseline": score([by_usual(train, t) for t in truth], truth).__dict__,
         })
 
-    report = {"date": date.today().isoformat(), "commit": commit,
-              "device": identify("cpu").info, "batch": args.batch, "scale": args.scale,
-              "budget_s": args.budget_s, "tuning_s": round(tuning_s), "rows": rows}
+    source = ({"results": [str(p) for p in args.results]} if args.results else
+              {"batch": args.batch, "scale": args.scale, "budget_s": args.budget_s})
+    report = {"date": date.today().isoformat(), "commit": commit, "device": info, **source,
+              "tuning_s": round(tuning_s), "rows": rows}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
     print_table(report)
@@ -150,18 +193,20 @@ def main() -> None:
 
 def print_table(report: dict[str, Any]) -> None:
     """The per-network Markdown table and the totals against the targets."""
-    print(f"\nbatch {report['batch']}, spatial sizes / {report['scale']}, "
-          f"{report['budget_s']} s per candidate; tuning took {report['tuning_s']} s; "
-          f"commit {report['commit']}\n")
+    names = ", ".join(Path(p).name for p in report.get("results", []))
+    where = (f"measurements of {names}" if names else
+             f"batch {report['batch']}, spatial sizes / {report['scale']}, "
+             f"{report['budget_s']} s per candidate; tuning took {report['tuning_s']} s")
+    print(f"\n{report['device'].get('name', '?')}: {where}; commit {report['commit']}\n")
     print("| held out | layers | candidates/layer | train rows | fit s | model top-1 within 10% "
-          "| model top-3 hit | baseline top-1 | baseline top-3 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| model top-3 hit | best unseen in training | baseline top-1 | baseline top-3 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     total = {"layers": 0, "model": [0, 0], "baseline": [0, 0]}
     for r in report["rows"]:
         m, b, n = r["model"], r["baseline"], r["model"]["layers"]
         print(f"| {r['held_out']} | {n} | {r['candidates']} | {r['train_rows']} | "
-              f"{r['fit_s']} | {m['top1']}/{n} | {m['top3']}/{n} | {b['top1']}/{n} | "
-              f"{b['top3']}/{n} |")
+              f"{r['fit_s']} | {m['top1']}/{n} | {m['top3']}/{n} | "
+              f"{m.get('unseen_best', 0)}/{n} | {b['top1']}/{n} | {b['top3']}/{n} |")
         total["layers"] += n  # type: ignore[operator]
         for who in ("model", "baseline"):
             total[who][0] += r[who]["top1"]  # type: ignore[index]

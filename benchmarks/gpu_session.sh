@@ -16,6 +16,9 @@
 #   tuner_unbatched  the same with CONVTUNE_BATCH_BELOW_MS=0.05 on both sides
 #   tuner_fast  ResNet-50 in fast mode, the store first filled with the other three networks
 #   train      benchmarks/bench_train.py (issue 13: a ResNet-50 training step vs PyTorch)
+#   model      benchmarks/bench_model.py --results on the bench_*.json of the bench steps
+#              run before it in the same call (issue 11: the cost model, leave-one-network-
+#              out over this GPU's measurements); no GPU time of its own
 #   fp32 tf32 fp16 bf16 bwd_data bwd_filter small
 #              benchmarks/bench_gpu.py in that mode (NETWORKS overrides the networks;
 #              small = GoogLeNet b32 and MobileNet-v2 b32 in fp32)
@@ -116,6 +119,19 @@ for step in "${steps[@]}"; do
     train)
         run train train python3 benchmarks/bench_train.py --device cuda --seconds 5
         tail -n 15 "$LOG/train.log" ;;
+    model)
+        results=()
+        for mode in fp32 tf32 fp16 bf16 small; do
+            [[ -f "$LOG/bench_$mode.json" ]] && results+=("$LOG/bench_$mode.json")
+        done
+        if [[ ${#results[@]} -eq 0 ]]; then
+            echo "model: run it after bench steps (fp32 tf32 fp16 small) in the same call" >&2
+            rc=2
+        else
+            run model model python3 benchmarks/bench_model.py --results "${results[@]}" \
+                --out "$LOG/model.json"
+            tail -n 14 "$LOG/model.log"
+        fi ;;
     fp32) bench fp32 resnet50:32,vgg16:16 --math fp32 ;;
     tf32) bench tf32 resnet50:32,vgg16:16 --math tf32 ;;
     fp16) bench fp16 resnet50:32,vgg16:16 --dtype float16 ;;

@@ -1,0 +1,51 @@
+"""The cost-model benchmark's scoring and its reader of bench_gpu.py results (no tuning)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from algorithms.problem import ConvProblem
+from benchmarks.bench_model import from_results, score
+from tuner.features import Sample
+
+P = ConvProblem(n=2, c=8, h=12, w=12, k=16, r=3, s=3, pad=1)
+
+
+def sample(algorithm: str, config: str, ms: float) -> Sample:
+    return Sample(P, 132, algorithm, config, 0, ms)
+
+
+def test_score_counts_close_picks_top3_hits_and_unseen_bests() -> None:
+    rng = np.random.default_rng()
+    best = float(rng.uniform(1.0, 2.0))
+    truth = [sample("a", "x", best), sample("b", "y", best * 1.05), sample("c", "z", best * 3),
+             sample("d", "w", best * 4)]
+    by_time = sorted(truth, key=lambda s: s.time_ms or 0.0)
+    close = [by_time[1], by_time[0], *by_time[2:]]  # 5% off: within 10%
+    far = [by_time[2], by_time[3], by_time[1], by_time[0]]  # best 4th: neither
+    got = score([close, far], [truth, truth], trained=frozenset({"b", "c", "d"}))
+    assert (got.layers, got.top1, got.top3, got.unseen_best) == (2, 1, 1, 2)
+
+
+def test_from_results_reads_each_usable_configuration(tmp_path: Path) -> None:
+    ms = float(np.random.default_rng().uniform(0.1, 1.0))
+    report = {
+        "device": {"kind": "cuda", "name": "GPU", "units": 132},
+        "rows": [{
+            "network": "net", "problem": P.key(), "algorithms": {
+                "direct": {"configs": {"16x16k8": {"status": "ok", "ms": ms,
+                                                   "workspace_bytes": 0},
+                                       "8x8k16": {"status": "failed", "ms": None,
+                                                  "workspace_bytes": 0}}},
+                "depthwise": {"reason": "unsupported"},
+            },
+        }],
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(report))
+    samples, problems, info = from_results([path])
+    assert samples == [Sample(P, 132, "direct", "16x16k8", 0, ms)]
+    assert problems == {"net": {P}} and info["name"] == "GPU"
