@@ -25,6 +25,24 @@ class Support:
 SUPPORTED = Support(True)
 
 
+@dataclass(frozen=True)
+class Work:
+    """How one run divides its work: what a cost model (tuner.features) reads beyond the
+    problem's sizes.
+
+    - blocks: parallel blocks of the main kernel; 0 where it is not known here (a cuBLAS
+      or cuFFT call, the CPU).
+    - fill: the share of those blocks' tiles that is real output (tiles overhanging the
+      edges compute padding).
+    - launches: kernels (GPU) or Python-level steps (CPU) of one run, each with a fixed
+      cost that small problems feel.
+    """
+
+    blocks: int = 0
+    fill: float = 1.0
+    launches: int = 1
+
+
 def unsupported(reason: str) -> Support:
     """A falsy Support that says why."""
     return Support(False, reason)
@@ -138,6 +156,11 @@ class AlgorithmBase:
         if needed and (workspace is None or workspace.size < needed):
             raise ValueError(f"{self.name}: workspace needs {needed} bytes")
         self._run(x, w, y, workspace, problem, config)
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """How a run of `config` divides its work (unknown blocks, one launch, unless an
+        implementation says more)."""
+        return Work()
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         return 0

@@ -28,10 +28,10 @@ rearranged problem):
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from algorithms.base import AlgorithmBase, Support, WorkspaceLayout, unsupported
+from algorithms.base import AlgorithmBase, Support, Work, WorkspaceLayout, unsupported
 from algorithms.problem import DIRECTIONS, ConvProblem
 
 
@@ -165,6 +165,15 @@ class ByForward(AlgorithmBase):
             return super()._workspace(problem, config)
         inner = forward_problem(problem)
         return _layout(problem).nbytes + super()._workspace(inner, config)
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """The forward run's work (once per group for backward_filter), plus the copies."""
+        if problem.direction == "forward":
+            return super().work(problem, config)
+        inner = super().work(forward_problem(problem), config)
+        runs = problem.groups if problem.direction == "backward_filter" else 1
+        copies = sum(remap is not None for remap in remaps(problem))
+        return replace(inner, launches=inner.launches * runs + copies)
 
     def _run(
         self, a: Any, b: Any, out: Any, workspace: Any, problem: ConvProblem, config: str

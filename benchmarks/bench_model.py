@@ -102,12 +102,16 @@ def by_usual(train: Sequence[Sample], candidates: Sequence[Sample]) -> list[Samp
 Measured = tuple[list[Sample], dict[str, set[ConvProblem]], dict[str, Any]]
 
 
-def tune_all(url: str, device: str, batch: int, scale: int, policy: TimingPolicy) -> Measured:
-    """Measure every candidate of every network's (shrunk) layers on `device`."""
-    tuner = Tuner(open_store(url), policy=policy)
+def tune_all(url: str, device: str, batch: int, scale: int,
+             policy: TimingPolicy | None) -> Measured:
+    """Measure every candidate of every network's (shrunk) layers on `device`; with no
+    policy, read the store at `url` as it is (the same measurements, another model)."""
+    tuner = Tuner(open_store(url), policy=policy) if policy else None
     problems: dict[str, set[ConvProblem]] = {}
     for name in NETWORKS:
         problems[name] = {shrunk(p, scale) for _, p in network_problems(name, batch)}
+        if tuner is None:
+            continue
         started = time.perf_counter()
         for problem in sorted(problems[name], key=repr):
             tuner.find_candidates(problem, device, mode="auto")
@@ -133,7 +137,8 @@ def from_results(paths: Sequence[Path]) -> Measured:
                 for config, found in (entry.get("configs") or {}).items():
                     if found.get("status") == "ok" and found.get("ms"):
                         samples.append(Sample(problem, int(info["units"]), algorithm, config,
-                                              found["workspace_bytes"], found["ms"]))
+                                              found["workspace_bytes"], found["ms"],
+                                              info["kind"]))
     return samples, dict(problems), info
 
 
@@ -147,6 +152,9 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=4, help="divide spatial sizes by this")
     parser.add_argument("--budget-s", type=float, default=0.02, help="timing per candidate")
     parser.add_argument("--db", default=None, help="store to tune into (default: a temp file)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="score the store at --db as it is, measuring nothing (its "
+                             "--batch and --scale must be those it was tuned with)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     policy = TimingPolicy(warmup=1, budget_s=args.budget_s, min_reps=3, max_reps=20)
@@ -157,6 +165,10 @@ def main() -> None:
     started = time.perf_counter()
     if args.results:
         samples, problems, info = from_results(args.results)
+    elif args.reuse:
+        if not args.db:
+            parser.error("--reuse needs --db")
+        samples, problems, info = tune_all(args.db, args.device, args.batch, args.scale, None)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             url = args.db or f"sqlite:///{tmp}/bench_model.db"

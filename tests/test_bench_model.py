@@ -15,7 +15,7 @@ P = ConvProblem(n=2, c=8, h=12, w=12, k=16, r=3, s=3, pad=1)
 
 
 def sample(algorithm: str, config: str, ms: float) -> Sample:
-    return Sample(P, 132, algorithm, config, 0, ms)
+    return Sample(P, 132, algorithm, config, 0, ms, "cuda")
 
 
 def test_score_counts_close_picks_top3_hits_and_unseen_bests() -> None:
@@ -47,5 +47,5 @@ def test_from_results_reads_each_usable_configuration(tmp_path: Path) -> None:
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(report))
     samples, problems, info = from_results([path])
-    assert samples == [Sample(P, 132, "direct", "16x16k8", 0, ms)]
+    assert samples == [Sample(P, 132, "direct", "16x16k8", 0, ms, "cuda")]
     assert problems == {"net": {P}} and info["name"] == "GPU"

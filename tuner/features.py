@@ -2,10 +2,18 @@
 
 One row per (problem, device, algorithm, config). Trees split on thresholds, so raw sizes
 serve as well as their logarithms; the derived quantities (FLOPs, bytes moved, arithmetic
-intensity, output size) are what lets a tree generalise from layers it has seen to ones it
-has not. Categories (dtype, math, direction) are small codes; the algorithm is one-hot over
-the names the model was trained on; a config's numbers ("128x64x8", "chunk=16") are read
-positionally, since each algorithm writes its own and the one-hot tells them apart.
+intensity, output size, the implicit GEMM's M, N and K) are what lets a tree generalise
+from layers it has seen to ones it has not. Categories (dtype, math, direction) are small
+codes; the algorithm is one-hot over the names the model was trained on; a config's
+numbers ("128x64x8", "chunk=16") are read positionally, since each algorithm writes its
+own and the one-hot tells them apart.
+
+A candidate's `Work` (algorithms.base: its blocks, the tiles' fill, its launches), asked
+of the implementation the running code registers, says what a tree cannot derive from
+thresholds on sizes: how many waves of blocks a tile size makes on this many units, how
+much of its tiles overhang the output, and how many fixed launch costs a run pays.
+A configuration the running code does not offer for the problem (a stored row of a
+removed one) gets NO_NUMBER there. What each input is worth: BENCHMARKS.md, "Cost model".
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.problem import DIRECTIONS, DTYPES, MATHS, ConvProblem
+from algorithms.registry import get_algorithm
 
 #: Numbers read from a config name, in order; more than any shipped config has (3).
 CONFIG_NUMBERS = 4
@@ -32,11 +41,12 @@ PROBLEM_COLUMNS: tuple[str, ...] = (
     "n", "c", "h", "w", "k", "r", "s", "stride_h", "stride_w", "pad_h", "pad_w",
     "dilation_h", "dilation_w", "groups", "c_per_group", "k_per_group", "depthwise",
     "out_h", "out_w", "log_flops", "log_output", "log_bytes", "intensity",
-    "dtype_bytes", "dtype", "math", "direction",
+    "dtype_bytes", "dtype", "math", "direction", "log_gemm_m", "log_gemm_n", "log_gemm_k",
 )
 DEVICE_COLUMNS: tuple[str, ...] = ("units",)
+WORK_COLUMNS: tuple[str, ...] = ("log_blocks", "waves", "last_wave", "fill", "log_launches")
 CANDIDATE_COLUMNS: tuple[str, ...] = (
-    "log_workspace", *(f"config{i}" for i in range(CONFIG_NUMBERS)),
+    "log_workspace", *(f"config{i}" for i in range(CONFIG_NUMBERS)), *WORK_COLUMNS,
 )
 _DTYPE_CODES = {name: i for i, name in enumerate(sorted(DTYPES))}
 
@@ -58,8 +68,22 @@ def _problem_vector(problem: ConvProblem) -> tuple[float, ...]:
         "log_bytes": math.log(moved), "intensity": problem.flops / moved,
         "dtype_bytes": problem.itemsize, "dtype": _DTYPE_CODES[problem.dtype],
         "math": MATHS.index(problem.math), "direction": DIRECTIONS.index(problem.direction),
+        **dict(zip(("log_gemm_m", "log_gemm_n", "log_gemm_k"),
+                   map(math.log, gemm_sizes(problem)), strict=True)),
     }
     return tuple(float(values[name]) for name in PROBLEM_COLUMNS)
+
+
+def gemm_sizes(problem: ConvProblem) -> tuple[int, int, int]:
+    """(M, N, K) of the problem's direction as one group's implicit GEMM; backward_data's
+    runs over dx's pixels, each against every tap (a stride makes some products zero)."""
+    out_h, out_w = problem.out_hw
+    cg, kg, taps = problem.c // problem.groups, problem.k // problem.groups, problem.r * problem.s
+    if problem.direction == "backward_data":
+        return problem.n * problem.h * problem.w, cg, kg * taps
+    if problem.direction == "backward_filter":
+        return kg, cg * taps, problem.n * out_h * out_w
+    return problem.n * out_h * out_w, kg, cg * taps
 
 
 def problem_vector(problem: ConvProblem) -> tuple[float, ...]:
@@ -80,6 +104,29 @@ def config_numbers(config: str) -> tuple[float, ...]:
     return tuple(found + [NO_NUMBER] * (CONFIG_NUMBERS - len(found)))
 
 
+@functools.lru_cache(maxsize=65536)
+def work_vector(kind: str, algorithm: str, config: str, problem: ConvProblem,
+                units: int) -> tuple[float, ...]:
+    """The WORK_COLUMNS of a candidate on a device of `kind` with `units` units, from its
+    implementation's `work`; NO_NUMBER throughout where the running code does not offer
+    the configuration for the problem (or has no such algorithm)."""
+    try:
+        implementation = get_algorithm(kind, algorithm)
+    except ValueError:  # an unknown backend or algorithm
+        return (NO_NUMBER,) * len(WORK_COLUMNS)
+    work = getattr(implementation, "work", None)
+    if work is None or config not in implementation.configs(problem):
+        return (NO_NUMBER,) * len(WORK_COLUMNS)
+    found = work(problem, config)
+    if found.blocks > 0 and units > 0:
+        waves = found.blocks / units
+        last = (found.blocks % units or units) / units  # busy share of the last wave
+        blocks = (math.log(found.blocks), waves, last)
+    else:
+        blocks = (NO_NUMBER,) * 3
+    return (*blocks, found.fill, math.log(found.launches))
+
+
 @dataclass(frozen=True)
 class Sample:
     """One candidate of one problem on one device: what the model reads (and, when
@@ -91,6 +138,7 @@ class Sample:
     config: str
     workspace_bytes: int
     time_ms: float | None = None
+    kind: str = ""  # the device's kind ("cpu", "cuda"), whose implementations say `work`
 
 
 @dataclass(frozen=True)
@@ -122,7 +170,8 @@ class Encoder:
         out = np.zeros((len(samples), width))
         for row, s in enumerate(samples):
             fixed = (*problem_vector(s.problem), float(s.units),
-                     math.log1p(s.workspace_bytes), *config_numbers(s.config))
+                     math.log1p(s.workspace_bytes), *config_numbers(s.config),
+                     *work_vector(s.kind, s.algorithm, s.config, s.problem, s.units))
             out[row, :onehot_at] = fixed
             if s.algorithm in index:
                 out[row, onehot_at + index[s.algorithm]] = 1.0

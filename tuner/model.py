@@ -48,8 +48,10 @@ from tuner.features import Encoder, Sample, log_ms_per_flop, problem_of
 #: Fewest usable measurements, and distinct problems, a model is fitted from.
 MIN_ROWS = 40
 MIN_PROBLEMS = 4
-#: Regressors in the bag (a bag of five took 1.2-1.4 s on 300-520 rows, busy 2-core host).
-MEMBERS = 5
+#: Regressors in the bag (five ranked no better than three on the H100 measurements).
+MEMBERS = 3
+#: Trees per member: rows // 10 of them, within these bounds.
+MIN_TREES, MAX_TREES = 100, 300
 #: "Within 10% of the fastest", the closeness `confidence` counts.
 NEAR = 1.10
 #: Growth of a kind's samples since the last fit that triggers a refit.
@@ -135,13 +137,15 @@ def _member(
 
 def _regressor(rows: int, seed: int) -> HistGradientBoostingRegressor:
     # Small leaves on small stores (the default 20 would forbid any split on 40 rows);
-    # no early stopping, so that a fit is the same on every run. 100 trees: on the
-    # leave-one-network-out store of BENCHMARKS.md, 200 ranked no better and fit twice as
-    # long (a fit follows every write of measurements).
+    # no early stopping, so that a fit is the same on every run. Capacity: on the H100
+    # measurements (about 18 configurations a layer) 300 trees of 31 leaves ranked
+    # clearly better than 100 of 15 (BENCHMARKS.md, "Cost model"); a tree costs a few
+    # milliseconds however few the rows, so small stores, which cannot use them, get
+    # fewer.
     return HistGradientBoostingRegressor(
-        max_iter=100, learning_rate=0.1, max_leaf_nodes=15,
-        min_samples_leaf=max(2, min(20, rows // 30)), l2_regularization=1e-3,
-        early_stopping=False, random_state=seed,
+        max_iter=min(MAX_TREES, max(MIN_TREES, rows // 10)), learning_rate=0.1,
+        max_leaf_nodes=31, min_samples_leaf=max(2, min(20, rows // 30)),
+        l2_regularization=1e-3, early_stopping=False, random_state=seed,
     )
 
 
@@ -152,7 +156,7 @@ def samples_from_store(store: Store, kind: str) -> tuple[int, list[Sample]]:
         rows = store_find.load_timed_measurements(session=session, kind=kind)
     return generation, [
         Sample(problem_of(key), units, row.algorithm, row.config, row.workspace_bytes,
-               row.time_ms)
+               row.time_ms, kind)
         for key, units, row in rows
     ]
 

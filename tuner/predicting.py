@@ -41,9 +41,11 @@ def from_model(
 ) -> list[AlgorithmResult]:
     """The model's prediction per candidate; an algorithm it never saw gets no time."""
     units = int(identity.info.get("units") or 0)
+    kind = str(identity.info.get("kind", ""))
     known = [c for c in allowed if model.knows(c.algorithm.name)]
     predictions = model.predict([
-        Sample(problem, units, c.algorithm.name, c.config, c.workspace_bytes) for c in known
+        Sample(problem, units, c.algorithm.name, c.config, c.workspace_bytes, kind=kind)
+        for c in known
     ])
     out = []
     for cand, p in zip(known, predictions, strict=True):

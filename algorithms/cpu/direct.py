@@ -15,6 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from algorithms.base import Work
 from algorithms.cpu._common import CpuAlgorithm, tap_windows
 from algorithms.problem import ConvProblem
 
@@ -31,6 +32,11 @@ class DirectConv(CpuAlgorithm):
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """Always 0."""
         return 0
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """One accumulation per filter tap, per image except for backward_filter."""
+        images = 1 if problem.direction == "backward_filter" else problem.n
+        return Work(launches=images * problem.r * problem.s)
 
     def _run(
         self, a: np.ndarray, b: np.ndarray, out: np.ndarray, workspace: np.ndarray | None,

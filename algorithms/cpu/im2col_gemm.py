@@ -20,7 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from algorithms.base import WorkspaceLayout
+from algorithms.base import Work, WorkspaceLayout
 from algorithms.cpu._common import (
     CpuAlgorithm,
     TapWindow,
@@ -63,6 +63,10 @@ class Im2colGemmConv(CpuAlgorithm):
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """The column matrix for one image (plus float32 staging for 16-bit storage)."""
         return _layout(problem).nbytes
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """Per image, a copy per filter tap and one GEMM: the Python loop's length."""
+        return Work(launches=problem.n * (problem.r * problem.s + 1))
 
     def _run(
         self, a: np.ndarray, b: np.ndarray, out: np.ndarray, workspace: np.ndarray | None,

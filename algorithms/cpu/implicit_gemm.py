@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from algorithms.base import WorkspaceLayout
+from algorithms.base import Work, WorkspaceLayout
 from algorithms.cpu._by_forward import CpuByForward
 from algorithms.cpu._common import CpuAlgorithm, compute_dtype
 from algorithms.problem import ConvProblem
@@ -96,6 +96,15 @@ class _ImplicitGemmConvForward(CpuAlgorithm):
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """One gathered tile, its offsets and masks, and the accumulator."""
         return _layout(problem, _tiling(problem, config)).nbytes
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """One gather and GEMM per (pixel tile, group, K-step): the Python loop's length."""
+        tiling = _tiling(problem, config)
+        out_h, out_w = problem.out_hw
+        pixel_tiles = (-(-problem.n // tiling.images)
+                       * -(-(out_h * out_w * tiling.images) // tiling.pixels))
+        k_steps = -(-(problem.c // problem.groups) * problem.r * problem.s // tiling.depth)
+        return Work(launches=pixel_tiles * problem.groups * k_steps)
 
     def _run(
         self, x: np.ndarray, w: np.ndarray, y: np.ndarray, workspace: np.ndarray | None,

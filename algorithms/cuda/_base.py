@@ -36,6 +36,13 @@ def gemm_grid(problem: ConvProblem, bm: int, bn: int) -> tuple[int, int, int]:
     return (ceil_div(problem.n * out_h * out_w, bn), problem.groups * ceil_div(kg, bm), 1)
 
 
+def gemm_fill(problem: ConvProblem, bm: int, bn: int) -> float:
+    """The share of gemm_grid's bm x bn tiles that is real output (the rest overhangs)."""
+    gx, gy, _ = gemm_grid(problem, bm, bn)
+    out_h, out_w = problem.out_hw
+    return problem.n * out_h * out_w * problem.k / (gx * bn * gy * bm)
+
+
 def fitting_tiles(problem: ConvProblem, tiles: Mapping[str, Any]) -> tuple[str, ...]:
     """The names of `tiles` (each with `bm`, `bn`) whose implicit-GEMM grid fits CUDA's."""
     return tuple(name for name, t in tiles.items()

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, depthwise_limits, unsupported
+from algorithms.base import SUPPORTED, Support, Work, depthwise_limits, unsupported
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._loader import (
     CTYPES,
@@ -126,6 +126,14 @@ class DepthwiseCuda(CudaAlgorithm):
         """The instances for this filter size whose footprint and taps fit shared memory."""
         return tuple(c for c, t in CONFIGS.items()
                      if t.fits(problem) and smem_bytes(problem, c) <= DEFAULT_SMEM_LIMIT)
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """One block per output tile of every (image, channel) plane."""
+        t = CONFIGS[config]
+        tiles_h, tiles_w = tiles(problem, config)
+        out_h, out_w = problem.out_hw
+        fill = out_h * out_w / (tiles_h * t.tile_h * tiles_w * t.tw)
+        return Work(problem.n * problem.c * tiles_h * tiles_w, fill)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str

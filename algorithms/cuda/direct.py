@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, unsupported
+from algorithms.base import SUPPORTED, Support, Work, unsupported
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._loader import (
     CTYPES,
@@ -136,6 +136,24 @@ class DirectCuda(CudaAlgorithm):
             c for c in CONFIGS
             if channels_per_step(problem, c) > 0 and _grid(problem, c)[1] <= _GRID_YZ_LIMIT
         )
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """One kernel: forward over output tiles (whose overhang is the waste); backward_data
+        over pixel x channel blocks; backward_filter one block per filter element."""
+        if problem.direction == "backward_data":
+            cg = problem.c // problem.groups
+            blocks = (ceil_div(problem.h * problem.w, _DATA_THREADS) * problem.groups
+                      * ceil_div(cg, DATA_CONFIGS[config]) * problem.n)
+            return Work(blocks)
+        if problem.direction == "backward_filter":
+            return Work(problem.k * (problem.c // problem.groups) * problem.r * problem.s)
+        th, tw, kpt = CONFIGS[config]
+        out_h, out_w = problem.out_hw
+        kg = problem.k // problem.groups
+        fill = (out_h * out_w * kg / (ceil_div(out_h, th) * th * ceil_div(out_w, tw) * tw
+                                      * ceil_div(kg, kpt) * kpt))
+        grid = _grid(problem, config)
+        return Work(grid[0] * grid[1] * grid[2], fill)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str

@@ -38,12 +38,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, align, unsupported, workspace_view
+from algorithms.base import SUPPORTED, Support, Work, align, unsupported, workspace_view
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._cublas import OP_N, OP_T, gemm_strided_batched
 from algorithms.cuda._loader import (
     CTYPES,
     INT32_LIMIT,
+    ceil_div,
     fastdiv_args,
     get_kernel,
     grid_stride_blocks,
@@ -125,6 +126,10 @@ class Im2colGemmCuda(CudaAlgorithm):
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """The column matrix of one chunk, then backward_filter's dyT and float16's float32 sum."""
         return _sum_offset(problem, config) + _sum_bytes(problem)
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """A column kernel and a GEMM per chunk (cuBLAS's blocks are not known here)."""
+        return Work(launches=2 * ceil_div(problem.n, chunk_images(problem, config)))
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str

@@ -27,13 +27,14 @@ the thread tile and the occupancy cap are fixed per configuration in CONFIGS.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, unsupported
-from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_grid
+from algorithms.base import SUPPORTED, Support, Work, unsupported
+from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_fill, gemm_grid
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
     CTYPES,
@@ -116,6 +117,11 @@ class _ImplicitGemmCudaForward(CudaAlgorithm):
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
         """The tile configurations whose grid fits this problem."""
         return fitting_tiles(problem, CONFIGS)
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """One kernel over the tile grid."""
+        t = CONFIGS[config]
+        return Work(math.prod(launch_grid(problem, config)), gemm_fill(problem, t.bm, t.bn))
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str

@@ -59,9 +59,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, WorkspaceLayout, unsupported
+from algorithms.base import SUPPORTED, Support, Work, WorkspaceLayout, unsupported
 from algorithms.cuda import _rearrange
-from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_grid
+from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_fill, gemm_grid
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
     CTYPES,
@@ -311,6 +311,13 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """See workspace_layout."""
         return workspace_layout(problem, config).nbytes
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """The GEMM kernel's tiles times its K splits; NHWC adds two copies, splits a sum."""
+        cfg = parse_config(config)
+        grid = launch_grid(problem, config)
+        launches = 1 + 2 * cfg.nhwc + (grid[2] > 1)
+        return Work(prod(grid), gemm_fill(problem, cfg.tile.bm, cfg.tile.bn), launches)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
