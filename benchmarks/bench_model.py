@@ -155,6 +155,8 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true",
                         help="score the store at --db as it is, measuring nothing (its "
                              "--batch and --scale must be those it was tuned with)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the model's bootstrap seed (how much a score owes to it)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     policy = TimingPolicy(warmup=1, budget_s=args.budget_s, min_reps=3, max_reps=20)
@@ -182,7 +184,7 @@ def main() -> None:
     for name, held in problems.items():
         train = [s for s in samples if s.problem not in held]
         fit_started = time.perf_counter()
-        model = M.fit(train)
+        model = M.fit(train, seed=args.seed)
         fit_s = time.perf_counter() - fit_started
         assert model is not None, f"too few rows to fit without {name}"
         truth = [per_problem[p] for p in sorted(held, key=repr) if per_problem[p]]
@@ -197,6 +199,7 @@ def main() -> None:
     source = ({"results": [str(p) for p in args.results]} if args.results else
               {"batch": args.batch, "scale": args.scale, "budget_s": args.budget_s})
     report = {"date": date.today().isoformat(), "commit": commit, "device": info, **source,
+              "seed": args.seed,
               "tuning_s": round(tuning_s), "rows": rows}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
