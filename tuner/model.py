@@ -22,7 +22,7 @@ resampling problems is what mimics meeting an unseen one). For each candidate:
 The fitted models of a store are cached per device kind. When the store's generation
 counter (db.find.generation, bumped by every write of measurements) moves, the samples are
 read again, and the model is refitted only once they grew by REFIT_GROWTH (10%) since its
-fit, or when there was no model yet: a fit takes about a second, and fast mode writes
+fit, or when there was no model yet: a fit takes 1-3 s (2,000 rows), and fast mode writes
 after every layer it tunes, so refitting on every write cost more than the measurements;
 a store with fewer than MIN_ROWS usable rows or MIN_PROBLEMS problems of a kind has no
 model, and callers fall back to scaling the nearest measured problem by FLOPs.
