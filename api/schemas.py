@@ -111,7 +111,8 @@ class FindRequest(BaseModel):
         default="auto",
         description="cached: only the database (404 if unknown); tune: measure now; "
                     "auto: cached, else tune; exhaustive: the same as auto; fast: the "
-                    "database, else measure only the cost model's predicted top k "
+                    "database, else measure only the cost model's predicted top k and "
+                    "the best of its top k algorithms "
                     "(the rest come back unmeasured, source 'not measured'); heuristic: "
                     "never measure, the database else the model's prediction (source "
                     "'predicted', with a confidence; 404 if nothing to predict from).",

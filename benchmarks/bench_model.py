@@ -43,7 +43,8 @@ from tuner import model as M
 from tuner.devices import identify
 from tuner.features import Sample, problem_of
 from tuner.networks import NETWORKS, network_problems
-from tuner.tuning import Tuner
+from tuner.predicting import fast_picks
+from tuner.tuning import FAST_K, Tuner
 
 #: Targets of issue 11.
 TOP1_TARGET, TOP3_TARGET = 0.80, 0.95
@@ -57,6 +58,9 @@ class Score:
     top1: int  # predicted best within 10% of the measured best
     top3: int  # measured best among the three predicted fastest
     unseen_best: int = 0  # measured best is of an algorithm without training rows
+    fast_within10: int = 0  # fast mode's pick within 10% of the measured best
+    fast_worst: float = 0.0  # fast mode's worst regret (pick / best - 1)
+    fast_measured: int = 0  # configurations fast mode measured, over all layers
 
 
 def shrunk(problem: ConvProblem, scale: int) -> ConvProblem:
@@ -68,10 +72,14 @@ def shrunk(problem: ConvProblem, scale: int) -> ConvProblem:
 
 
 def score(ranked: Sequence[Sequence[Sample]], truth: Sequence[Sequence[Sample]],
-          trained: frozenset[str] = frozenset()) -> Score:
+          trained: frozenset[str] = frozenset(), fast_k: int = FAST_K) -> Score:
     """Top-1-within-10% and top-3 hits of predicted rankings against measured candidates;
-    with `trained` (the algorithms of the training rows), the unseen bests too."""
-    top1 = top3 = unseen = 0
+    with `trained` (the algorithms of the training rows), the unseen bests too. Fast mode
+    is played out on the measured times: it measures what tuner.predicting.fast_picks
+    takes of a ranking and every configuration of an algorithm without training rows,
+    and picks the fastest."""
+    top1 = top3 = unseen = fast_within10 = fast_measured = 0
+    fast_worst = 0.0
     for order, measured in zip(ranked, truth, strict=True):
         times = {(s.algorithm, s.config): s.time_ms or math.inf for s in measured}
         best_key = min(times, key=times.__getitem__)
@@ -79,7 +87,12 @@ def score(ranked: Sequence[Sequence[Sample]], truth: Sequence[Sequence[Sample]],
         top1 += times[picks[0]] <= 1.10 * times[best_key]
         top3 += best_key in picks[:3]
         unseen += bool(trained) and best_key[0] not in trained
-    return Score(len(truth), top1, top3, unseen)
+        tried = fast_picks(picks, fast_k) + [k for k in picks if trained and k[0] not in trained]
+        regret = min(times[k] for k in tried) / times[best_key] - 1
+        fast_measured += len(set(tried))
+        fast_within10 += regret <= 0.10
+        fast_worst = max(fast_worst, regret)
+    return Score(len(truth), top1, top3, unseen, fast_within10, fast_worst, fast_measured)
 
 
 def by_model(model: M.CostModel, candidates: Sequence[Sample]) -> list[Sample]:
@@ -199,7 +212,7 @@ def main() -> None:
     source = ({"results": [str(p) for p in args.results]} if args.results else
               {"batch": args.batch, "scale": args.scale, "budget_s": args.budget_s})
     report = {"date": date.today().isoformat(), "commit": commit, "device": info, **source,
-              "seed": args.seed,
+              "seed": args.seed, "fast_k": FAST_K,
               "tuning_s": round(tuning_s), "rows": rows}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
@@ -216,24 +229,28 @@ def print_table(report: dict[str, Any]) -> None:
     print("| held out | layers | candidates/layer | train rows | fit s | model top-1 within 10% "
           "| model top-3 hit | best unseen in training | baseline top-1 | baseline top-3 |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    total = {"layers": 0, "model": [0, 0], "baseline": [0, 0]}
-    for r in report["rows"]:
+    rows = report["rows"]
+    for r in rows:
         m, b, n = r["model"], r["baseline"], r["model"]["layers"]
         print(f"| {r['held_out']} | {n} | {r['candidates']} | {r['train_rows']} | "
               f"{r['fit_s']} | {m['top1']}/{n} | {m['top3']}/{n} | "
               f"{m.get('unseen_best', 0)}/{n} | {b['top1']}/{n} | {b['top3']}/{n} |")
-        total["layers"] += n  # type: ignore[operator]
-        for who in ("model", "baseline"):
-            total[who][0] += r[who]["top1"]  # type: ignore[index]
-            total[who][1] += r[who]["top3"]  # type: ignore[index]
-    n = total["layers"]
+    n = sum(r["model"]["layers"] for r in rows)
     for who in ("model", "baseline"):
-        top1, top3 = total[who][0] / n, total[who][1] / n  # type: ignore[index,operator]
+        top1 = sum(r[who]["top1"] for r in rows) / n
+        top3 = sum(r[who]["top3"] for r in rows) / n
         print(f"\n{who}: top-1 within 10% on {top1:.0%} of {n} layers (target "
               f"{TOP1_TARGET:.0%}: {'met' if top1 >= TOP1_TARGET else 'NOT met'}), top-3 hit "
               f"{top3:.0%} (target {TOP3_TARGET:.0%}: "
               f"{'met' if top3 >= TOP3_TARGET else 'NOT met'})")
-
+    if "fast_within10" in rows[0]["model"]:
+        within = sum(r["model"]["fast_within10"] for r in rows) / n
+        worst = max(r["model"]["fast_worst"] for r in rows)
+        measured = sum(r["model"]["fast_measured"] for r in rows) / n
+        offered = sum(r["candidates"] * r["model"]["layers"] for r in rows) / n
+        print(f"\nfast mode (k={report['fast_k']}) played out on these times: its pick "
+              f"within 10% of the best on {within:.0%} of layers, worst regret {worst:.0%}, "
+              f"measuring {measured:.1f} of {offered:.1f} candidates a layer")
 
 if __name__ == "__main__":
     main()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from algorithms.problem import ConvProblem
 from benchmarks.bench_model import from_results, score
@@ -28,6 +29,13 @@ def test_score_counts_close_picks_top3_hits_and_unseen_bests() -> None:
     far = [by_time[2], by_time[3], by_time[1], by_time[0]]  # best 4th: neither
     got = score([close, far], [truth, truth], trained=frozenset({"b", "c", "d"}))
     assert (got.layers, got.top1, got.top3, got.unseen_best) == (2, 1, 1, 2)
+    # Fast mode measures algorithm a (never trained on) whatever the ranking: both exact.
+    fast = score([close, far], [truth, truth], trained=frozenset({"b", "c", "d"}), fast_k=1)
+    assert (fast.fast_within10, fast.fast_worst, fast.fast_measured) == (2, 0.0, 4)
+    # Trained on every algorithm, k=1 measures only the first of each ranking.
+    fast = score([close, far], [truth, truth], trained=frozenset("abcd"), fast_k=1)
+    assert fast.fast_within10 == 1 and fast.fast_measured == 2
+    assert fast.fast_worst == pytest.approx(2.0)
 
 
 def test_from_results_reads_each_usable_configuration(tmp_path: Path) -> None:

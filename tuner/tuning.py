@@ -38,8 +38,9 @@ from tuner.results import AlgorithmResult, best_of, per_algorithm, rank
 #: The find modes (stored in no table, but part of every front end: add, never rename).
 #: auto: the store, then measure every missing candidate; exhaustive: the same (cuDNN's and
 #: MIOpen's name for it); tune: measure every candidate again; cached: never measure, borrow
-#: from other devices or predict; fast: the store, then measure only the model's top
-#: `fast_k` missing candidates; heuristic: never measure, predict what is not stored.
+#: from other devices or predict; fast: the store, then measure only what
+#: tuner.predicting.fast_picks takes of the prediction (the top `fast_k`, and the best of
+#: each of the `fast_k` best algorithms); heuristic: never measure, predict the rest.
 MODES = ("cached", "tune", "auto", "exhaustive", "fast", "heuristic")
 #: Default number of candidates a fast find measures ($CONVTUNE_FAST_K).
 FAST_K = 4
@@ -211,7 +212,8 @@ class Tuner:
         mode="exhaustive" is "auto" (cuDNN's and MIOpen's name for it).
         mode="fast" answers from the store when it covers every candidate, else measures
         the `fast_k` candidates the prediction (tuner.predicting: the cost model, else the
-        nearest measured problem) ranks fastest, and any it cannot rank; the others come
+        nearest measured problem) ranks fastest, the fastest-ranked of each of its
+        `fast_k` fastest algorithms, and any it cannot rank; the others come
         back unmeasured (source "not measured", time null, the prediction in the note).
         With nothing to predict from it measures every candidate.
         mode="heuristic" never measures: this device's stored results, the rest predicted
@@ -310,7 +312,7 @@ class Tuner:
         self, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate],
         mode: str,
     ) -> list[AlgorithmResult]:
-        """What this device stored, the rest measured (fast: the predicted top `fast_k`
+        """What this device stored, the rest measured (fast: tuner.predicting.fast_picks
         only; every candidate while nothing predicts) or predicted (heuristic)."""
         known = self._load(problem, identity, allowed)
         if all(c.key in known for c in allowed):

@@ -22,6 +22,7 @@ from tuner import results as R
 from tuner.devices import identify
 from tuner.errors import NotInDatabase
 from tuner.features import config_numbers
+from tuner.predicting import fast_picks
 from tuner.service import Service
 from tuner.tuning import Tuner
 
@@ -229,6 +230,27 @@ def test_fast_k_is_validated(db_url: str, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("CONVTUNE_FAST_K", "zero")
     with pytest.raises(ValueError, match="CONVTUNE_FAST_K"):
         _ = tuner(open_store(db_url), fakes()).fast_k
+
+
+def test_fast_picks_hedge_across_the_first_k_algorithms() -> None:
+    ranked = [("a", "1"), ("a", "2"), ("a", "3"), ("b", "1"), ("c", "1"), ("b", "2"),
+              ("d", "1")]
+    assert fast_picks(ranked, 2) == [("a", "1"), ("a", "2"), ("b", "1")]
+    assert fast_picks(ranked, 3) == [("a", "1"), ("a", "2"), ("a", "3"), ("b", "1"),
+                                     ("c", "1")]
+    assert fast_picks(ranked, 9) == ranked
+    assert fast_picks([], 4) == []
+
+
+def test_fast_mode_measures_the_best_of_an_algorithm_outside_the_top_k(db_url: str) -> None:
+    # Three configurations of "fast" (predicted alike) fill the top 2; fast mode also
+    # measures the best of the second algorithm, "mid", and nothing slower.
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    algos = {**fakes(), "fast": Fake("fast", configs=("default", "b", "c"))}
+    tuner(store, algos, fast_k=2).find(UNSEEN, "cpu", mode="fast")
+    assert algos["fast"].runs and algos["mid"].runs
+    assert not algos["slow"].runs and not algos["slowest"].runs
 
 
 def test_config_numbers_are_read_in_order() -> None:
