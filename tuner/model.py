@@ -22,7 +22,7 @@ resampling problems is what mimics meeting an unseen one). For each candidate:
 The fitted models of a store are cached per device kind. When the store's generation
 counter (db.find.generation, bumped by every write of measurements) moves, the samples are
 read again, and the model is refitted only once they grew by REFIT_GROWTH (10%) since its
-fit, or when there was no model yet: a fit takes 1-3 s (2,000 rows), and fast mode writes
+fit, or when there was no model yet: a fit takes 1-2 s (2,000 rows), and fast mode writes
 after every layer it tunes, so refitting on every write cost more than the measurements;
 a store with fewer than MIN_ROWS usable rows or MIN_PROBLEMS problems of a kind has no
 model, and callers fall back to scaling the nearest measured problem by FLOPs.
@@ -51,7 +51,7 @@ MIN_PROBLEMS = 4
 #: Regressors in the bag (five ranked no better than three on the H100 measurements).
 MEMBERS = 3
 #: Trees per member: rows // 10 of them, within these bounds.
-MIN_TREES, MAX_TREES = 100, 300
+MIN_TREES, MAX_TREES = 100, 200
 #: "Within 10% of the fastest", the closeness `confidence` counts.
 NEAR = 1.10
 #: Growth of a kind's samples since the last fit that triggers a refit.
@@ -138,10 +138,11 @@ def _member(
 def _regressor(rows: int, seed: int) -> HistGradientBoostingRegressor:
     # Small leaves on small stores (the default 20 would forbid any split on 40 rows);
     # no early stopping, so that a fit is the same on every run. Capacity: on the H100
-    # measurements (about 18 configurations a layer) 300 trees of 31 leaves ranked
-    # clearly better than 100 of 15 (BENCHMARKS.md, "Cost model"); a tree costs a few
-    # milliseconds however few the rows, so small stores, which cannot use them, get
-    # fewer.
+    # measurements (about 18 configurations a layer) trees of 31 leaves ranked clearly
+    # better than 100 of 15 (BENCHMARKS.md, "Cost model"), and 150, 200 and 300 of them
+    # alike within the spread of seeds. A tree costs a few milliseconds however few the
+    # rows (a fit precedes a fast find's first measurement), so 200, and small stores,
+    # which cannot use them, get fewer.
     return HistGradientBoostingRegressor(
         max_iter=min(MAX_TREES, max(MIN_TREES, rows // 10)), learning_rate=0.1,
         max_leaf_nodes=31, min_samples_leaf=max(2, min(20, rows // 30)),
