@@ -99,8 +99,9 @@ def fast_picks(ranked: Sequence[tuple[str, str]], k: int) -> list[tuple[str, str
     Why the second part: the model errs by algorithm more than by configuration (on a
     layer unlike its training ones it under-rates an algorithm as a whole), so a fast find
     hedges across algorithms. On the H100 measurements of BENCHMARKS.md the top 4 alone
-    left a worst regret of 99%; with the best of the top 4 algorithms added, 10%, for
-    about 1.8 more measurements a layer.
+    left a worst regret of 99% (GoogLeNet's 3x3 layers, whose winner is winograd); with
+    the best of the top 4 algorithms added, 10-49% over the model's seeds (one small
+    layer's tile), for about 1.8 more measurements a layer.
     """
     chosen = list(ranked[:k])
     algorithms: list[str] = []
