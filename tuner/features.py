@@ -111,13 +111,13 @@ def work_vector(kind: str, algorithm: str, config: str, problem: ConvProblem,
     implementation's `work`; NO_NUMBER throughout where the running code does not offer
     the configuration for the problem (or has no such algorithm)."""
     try:
-        implementation = get_algorithm(kind, algorithm)
-    except ValueError:  # an unknown backend or algorithm
+        implementation = get_algorithm(kind, algorithm)  # ValueError: unknown kind or name
+        work = getattr(implementation, "work", None)
+        if work is None or config not in implementation.configs(problem):
+            return (NO_NUMBER,) * len(WORK_COLUMNS)
+        found = work(problem, config)
+    except (ValueError, KeyError, ZeroDivisionError):  # or a problem the algorithm refuses
         return (NO_NUMBER,) * len(WORK_COLUMNS)
-    work = getattr(implementation, "work", None)
-    if work is None or config not in implementation.configs(problem):
-        return (NO_NUMBER,) * len(WORK_COLUMNS)
-    found = work(problem, config)
     if found.blocks > 0 and units > 0:
         waves = found.blocks / units
         last = (found.blocks % units or units) / units  # busy share of the last wave
