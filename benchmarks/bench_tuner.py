@@ -36,6 +36,7 @@ from algorithms.runtime import Runtime, TimingPolicy
 from db.engine import open_store
 from tuner.candidates import Candidate
 from tuner.devices import backend_of, get_runtime, identify
+from tuner.model import model_cache
 from tuner.networks import network_problems
 from tuner.tuning import Tuner
 
@@ -44,8 +45,9 @@ MISS = 0.05
 
 
 def tune(url: str, device: str, model: str, batch: int,
-         mode: str = "exhaustive") -> list[dict[str, Any]]:
-    """Tune each distinct layer into the store at `url`: its pick and the wall time."""
+         mode: str = "exhaustive") -> tuple[list[dict[str, Any]], float]:
+    """Tune each distinct layer into the store at `url`: its pick and the wall time, and
+    the seconds of that spent fitting the cost model."""
     tuner = Tuner(open_store(url))
     rows = []
     for layer, problem in network_problems(model, batch):
@@ -54,7 +56,7 @@ def tune(url: str, device: str, model: str, batch: int,
         rows.append({"layer": layer.name, "problem": problem.describe(), "key": problem.key(),
                      "pick": f"{best.algorithm}/{best.config}", "tuned_ms": best.time_ms,
                      "note": best.note, "tune_s": time.perf_counter() - began})
-    return rows
+    return rows, model_cache(tuner.store).fit_s
 
 
 def isolated_ms(runtime: Runtime, cand: Candidate, problem: ConvProblem,
@@ -149,7 +151,8 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"regret over {len(rows)} layers: median {100 * statistics.median(regrets):.1f}%, "
         f"worst {100 * max(regrets):.1f}%, {misses} above {100 * MISS:.0f}%, "
         f"{beyond} above both {100 * MISS:.0f}% and their noise",
-        f"tuning wall time ({meta.get('mode', 'exhaustive')}): {meta['tune_s']:.1f} s; "
+        f"tuning wall time ({meta.get('mode', 'exhaustive')}): {meta['tune_s']:.1f} s "
+        f"(fitting the cost model: {meta.get('fit_s', 0.0):.1f} s); "
         f"isolated re-measurement: {meta['remeasure_s']:.1f} s",
     ]
     if meta.get("train_on"):
@@ -203,7 +206,7 @@ def main() -> None:
             tune(url, args.device, name, int(other_batch or args.batch))
         train_s = time.perf_counter() - began
         began = time.perf_counter()
-        tuned = tune(url, args.device, args.model, args.batch, args.mode)
+        tuned, fit_s = tune(url, args.device, args.model, args.batch, args.mode)
         tune_s = time.perf_counter() - began
         began = time.perf_counter()
         child = subprocess.run(
@@ -220,7 +223,7 @@ def main() -> None:
     info = identify(args.device).info
     meta = {"model": args.model, "batch": args.batch, "device": args.device,
             "device_name": info.get("name", "?"), "date": date.today().isoformat(),
-            "commit": commit, "tune_s": tune_s, "remeasure_s": remeasure_s,
+            "commit": commit, "tune_s": tune_s, "fit_s": fit_s, "remeasure_s": remeasure_s,
             "mode": args.mode, "train_on": args.train_on, "train_s": train_s}
     if args.out:
         args.out.write_text(json.dumps({**meta, "device_info": info, "rows": rows}, indent=2))

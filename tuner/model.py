@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -181,6 +182,8 @@ class ModelCache:
         self._lock = threading.Lock()
         #: How many fits this cache ran (tests assert refits happen only on writes).
         self.fits = 0
+        #: Seconds those fits took (benchmarks report what a find spent fitting).
+        self.fit_s = 0.0
 
     def model(self, kind: str) -> CostModel | None:
         """The model of device kind `kind` for the store as it is now; None if too small."""
@@ -198,7 +201,9 @@ class ModelCache:
                     len(samples) < found[1] * (1 + REFIT_GROWTH)):
                 self._models[kind] = (generation, found[1], found[2])  # still fresh enough
                 return found[2]
+            began = time.perf_counter()
             model = self._fit(samples)
+            self.fit_s += time.perf_counter() - began
             self.fits += 1
             self._models[kind] = (generation, len(samples), model)
             return model
