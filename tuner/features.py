@@ -55,6 +55,7 @@ _DTYPE_CODES = {name: i for i, name in enumerate(sorted(DTYPES))}
 def _problem_vector(problem: ConvProblem) -> tuple[float, ...]:
     out_h, out_w = problem.out_hw
     moved = sum(math.prod(shape) for shape in problem.operand_shapes) * problem.itemsize
+    gemm_m, gemm_n, gemm_k = gemm_sizes(problem)
     values: dict[str, float] = {
         "n": problem.n, "c": problem.c, "h": problem.h, "w": problem.w, "k": problem.k,
         "r": problem.r, "s": problem.s, "stride_h": problem.stride[0],
@@ -68,8 +69,8 @@ def _problem_vector(problem: ConvProblem) -> tuple[float, ...]:
         "log_bytes": math.log(moved), "intensity": problem.flops / moved,
         "dtype_bytes": problem.itemsize, "dtype": _DTYPE_CODES[problem.dtype],
         "math": MATHS.index(problem.math), "direction": DIRECTIONS.index(problem.direction),
-        **dict(zip(("log_gemm_m", "log_gemm_n", "log_gemm_k"),
-                   map(math.log, gemm_sizes(problem)), strict=True)),
+        "log_gemm_m": math.log(gemm_m), "log_gemm_n": math.log(gemm_n),
+        "log_gemm_k": math.log(gemm_k),
     }
     return tuple(float(values[name]) for name in PROBLEM_COLUMNS)
 

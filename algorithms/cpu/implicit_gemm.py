@@ -101,8 +101,8 @@ class _ImplicitGemmConvForward(CpuAlgorithm):
         """One gather and GEMM per (pixel tile, group, K-step): the Python loop's length."""
         tiling = _tiling(problem, config)
         out_h, out_w = problem.out_hw
-        pixel_tiles = (-(-problem.n // tiling.images)
-                       * -(-(out_h * out_w * tiling.images) // tiling.pixels))
+        # _run's two tile loops: over image groups, then over each one's pixels.
+        pixel_tiles = -(-problem.n // tiling.images) * -(-(out_h * out_w) // tiling.pixels)
         k_steps = -(-(problem.c // problem.groups) * problem.r * problem.s // tiling.depth)
         return Work(launches=pixel_tiles * problem.groups * k_steps)
 

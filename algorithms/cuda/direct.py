@@ -21,6 +21,7 @@ Workspace: 0 bytes.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -149,11 +150,8 @@ class DirectCuda(CudaAlgorithm):
             return Work(problem.k * (problem.c // problem.groups) * problem.r * problem.s)
         th, tw, kpt = CONFIGS[config]
         out_h, out_w = problem.out_hw
-        kg = problem.k // problem.groups
-        fill = (out_h * out_w * kg / (ceil_div(out_h, th) * th * ceil_div(out_w, tw) * tw
-                                      * ceil_div(kg, kpt) * kpt))
-        grid = _grid(problem, config)
-        return Work(grid[0] * grid[1] * grid[2], fill)
+        blocks = math.prod(_grid(problem, config))  # each th x tw pixels of kpt channels
+        return Work(blocks, problem.n * problem.k * out_h * out_w / (blocks * th * tw * kpt))
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
