@@ -12,6 +12,8 @@
 #              TESTS overrides the test paths)
 #   sanitize   compute-sanitizer memcheck and racecheck over small shapes of tests/gpu
 #   overhead   benchmarks/bench_overhead.py (issue 9: cached find, plan, convolve, ResNet-50)
+#   host       benchmarks/bench_host_path.py (issue 9: a plan call's host time step by step,
+#              and every configuration's enqueue time on the small problem)
 #   tuner      benchmarks/bench_tuner.py (issue 11: tuning time and regret, ResNet-50 b32)
 #   tuner_unbatched  the same with CONVTUNE_BATCH_BELOW_MS=0.05 on both sides
 #   tuner_fast  ResNet-50 in fast mode, the store first filled with the other three networks
@@ -104,6 +106,10 @@ for step in "${steps[@]}"; do
         run overhead overhead python3 benchmarks/bench_overhead.py --device cuda \
             --seconds 1 --out "$LOG/overhead.json"
         tail -n 30 "$LOG/overhead.log" ;;
+    host)
+        run host host_path python3 benchmarks/bench_host_path.py --device cuda:0 \
+            --out "$LOG/host_path.json"
+        tail -n 80 "$LOG/host_path.log" ;;
     tuner|tuner_unbatched)
         # tuner_unbatched: samples batch back-to-back runs only below 50 us (default 0.5 ms),
         # so that kernels of 0.05-0.5 ms are timed one L2-flushed run at a time.

@@ -1,0 +1,237 @@
+"""Where a plan call's host time goes (issue 9): each step of `Plan.enqueue` alone, and
+each algorithm configuration's enqueue on issue 9's small problem.
+
+Usage: python benchmarks/bench_host_path.py [--device cpu|cuda:0] [--out f.json]
+
+1. Steps: a plan call with `out` given, taken apart as `Plan.enqueue` does it (adopt each
+   operand, make the device and the caller's stream current, make x and w contiguous, find
+   the lane's workspace, run the algorithm), each step timed alone, then the whole call.
+   With NumPy/CuPy arrays and with torch tensors. "unaccounted" is the whole call minus
+   the sum of its steps.
+2. Algorithms: every supported configuration of every algorithm on the same problem, its
+   `run` alone: host time per call (enqueue only on a GPU; on the CPU the work itself),
+   and wall time per call with a synchronisation after each.
+
+Host time is taken in bursts of back-to-back calls with the device synchronised between
+bursts, outside the timed part, so that queued GPU work never blocks a launch being timed.
+No tuning and no database: plans are built directly for the configuration named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algorithms.problem import ConvProblem
+from algorithms.registry import algorithms_for, get_algorithm
+from algorithms.runtime import Runtime
+from tuner.devices import backend_of, get_runtime, parse_device
+from tuner.plans import Plan
+from tuner.results import OK, AlgorithmResult
+
+SMALL = dict(n=1, c=64, h=56, w=56, k=64, r=3, s=3, pad=1)  # issue 9's small problem
+#: Longest a burst of back-to-back calls runs, and the most calls in one.
+BURST_S, MAX_BURST = 0.002, 50
+
+
+def host_us(fn: Callable[[], Any], sync: Callable[[], None], budget_s: float = 0.2,
+            rounds: int = 41) -> float:
+    """Median over bursts of the host time per call, in microseconds (sync between bursts)."""
+    fn()
+    sync()
+    start = time.perf_counter()
+    fn()
+    probe = time.perf_counter() - start
+    sync()
+    calls = max(1, min(MAX_BURST, int(BURST_S / max(probe, 1e-9))))
+    per_call: list[float] = []
+    began = time.perf_counter()
+    while len(per_call) < 5 or (len(per_call) < rounds and time.perf_counter() - began < budget_s):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - start) / calls * 1e6)
+        sync()
+    return statistics.median(per_call)
+
+
+def wall_us(fn: Callable[[], Any], sync: Callable[[], None], budget_s: float = 0.2) -> float:
+    """Median wall time per call, in microseconds, with a synchronisation after each."""
+    def once() -> None:
+        fn()
+        sync()
+
+    return host_us(once, lambda: None, budget_s)
+
+
+def make_plan(problem: ConvProblem, device: str, algorithm: str, config: str) -> Plan:
+    """A plan of `algorithm`/`config` built directly (no tuning, no database)."""
+    implementation = get_algorithm(backend_of(device), algorithm)
+    choice = AlgorithmResult(algorithm=algorithm, config=config, status=OK, time_ms=None,
+                             workspace_bytes=implementation.workspace_bytes(problem, config))
+    return Plan(problem, device, choice, implementation, get_runtime(device))
+
+
+def step_times(plan: Plan, operands: tuple[Any, Any, Any],
+               sync: Callable[[], None]) -> dict[str, float]:
+    """Each step of `plan.enqueue(x, w, out)`, timed alone, and the whole call (us)."""
+    x, w, y = operands
+    runtime, problem = plan._runtime, plan.problem
+    shapes, names = problem.operand_shapes, problem.operand_names
+    xa, wa, ya = (plan._adopt(a, n, s) for a, n, s in zip(operands, (*names[:2], "out"),
+                                                           shapes, strict=True))
+    workspace = plan.workspace()
+
+    def device() -> None:
+        with runtime.activate():
+            pass
+
+    def stream() -> None:
+        with runtime.caller_stream(x):
+            pass
+
+    steps = {
+        "adopt x": lambda: plan._adopt(x, names[0], shapes[0]),
+        "adopt w": lambda: plan._adopt(w, names[1], shapes[1]),
+        "adopt out": lambda: plan._adopt(y, "out", shapes[2]),
+        "device current": device,
+        "caller's stream": stream,
+        "contiguous x, w": lambda: (runtime.contiguous(xa, problem.dtype),
+                                    runtime.contiguous(wa, problem.dtype)),
+        "workspace": plan.workspace,
+        "algorithm run": lambda: plan.implementation.run(xa, wa, ya, workspace, problem,
+                                                         plan.config),
+    }
+    # The stream step enters the device too; count the device step once, inside it.
+    times = {name: host_us(fn, sync) for name, fn in steps.items()}
+    whole = host_us(lambda: plan(x, w, out=y), sync)
+    parts = sum(t for name, t in times.items() if name != "device current")
+    return {**times, "whole plan call": whole, "unaccounted": whole - parts}
+
+
+def torch_operands(problem: ConvProblem, device: str) -> tuple[Any, Any, Any] | None:
+    """Random torch tensors for the problem on `device`, or None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    where = torch.device("cpu" if device == "cpu" else device)
+    a, b, out = problem.operand_shapes
+    return torch.randn(a, device=where), torch.randn(b, device=where), torch.empty(out,
+                                                                                  device=where)
+
+
+def native_operands(runtime: Runtime, problem: ConvProblem) -> tuple[Any, Any, Any]:
+    """Random NumPy (CPU) or CuPy (GPU) operands for the problem."""
+    rng = np.random.default_rng(0)
+    a, b, out = problem.operand_shapes
+    return (runtime.random(a, problem.dtype, rng), runtime.random(b, problem.dtype, rng),
+            runtime.empty(out, problem.dtype))
+
+
+def launches(algorithm: Any, problem: ConvProblem, config: str) -> int | None:
+    """What the implementation says one run launches (None where it says nothing)."""
+    work = getattr(algorithm, "work", None)  # optional in the Algorithm protocol
+    return None if work is None else int(work(problem, config).launches)
+
+
+def algorithm_rows(problem: ConvProblem, device: str, runtime: Runtime,
+                   sync: Callable[[], None]) -> list[dict[str, Any]]:
+    """Every supported configuration's run: host time, wall time, launches."""
+    x, w, y = native_operands(runtime, problem)
+    rows = []
+    with runtime.activate():
+        for algorithm in algorithms_for(backend_of(device)):
+            if not algorithm.supports(problem):
+                continue
+            for config in algorithm.configs(problem):
+                workspace = runtime.workspace(algorithm.workspace_bytes(problem, config))
+
+                def run(algorithm: Any = algorithm, config: str = config,
+                        workspace: Any = workspace) -> None:
+                    algorithm.run(x, w, y, workspace, problem, config)
+
+                try:
+                    rows.append({"algorithm": algorithm.name, "config": config,
+                                 "launches": launches(algorithm, problem, config),
+                                 "host_us": host_us(run, sync), "wall_us": wall_us(run, sync)})
+                except Exception as exc:  # a configuration that fails is data, not a crash
+                    rows.append({"algorithm": algorithm.name, "config": config,
+                                 "error": f"{type(exc).__name__}: {exc}"[:200]})
+    return rows
+
+
+def report(results: dict[str, Any]) -> str:
+    """The results as Markdown."""
+    lines = [f"{results['date']}, {results['device']}, commit {results['commit']}; problem "
+             f"{results['problem']}", ""]
+    kinds = list(results["operands"])
+    for plan_name, by_kind in results["plans"].items():
+        lines += [f"Plan {plan_name}, host time per call (us):", "",
+                  "| step | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+        for step in next(iter(by_kind.values())):
+            lines.append(f"| {step} | "
+                         + " | ".join(f"{by_kind[k][step]:.1f}" for k in kinds) + " |")
+        lines.append("")
+    lines += ["Each configuration's run alone (host: enqueue only on a GPU; wall: with a "
+              "synchronisation after each call):", "",
+              "| algorithm/config | launches | host us | wall us |", "|---|---|---|---|"]
+    for row in results["algorithms"]:
+        if "error" in row:
+            lines.append(f"| {row['algorithm']}/{row['config']} | | failed: {row['error']} | |")
+        else:
+            lines.append(f"| {row['algorithm']}/{row['config']} | {row['launches'] or '?'} | "
+                         f"{row['host_us']:.1f} | {row['wall_us']:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Run the benchmark; print Markdown, optionally write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    parser.add_argument("--plans", default="",
+                        help="algorithm/config,... whose plan steps to time (default: the "
+                             "first configuration of implicit_gemm_tc on a GPU, of "
+                             "im2col_gemm on the CPU, and of direct)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    device = parse_device(args.device)
+    runtime = get_runtime(device)
+    sync = runtime.synchronize
+    problem = ConvProblem(**SMALL)  # type: ignore[arg-type]
+    names = [p.split("/", 1) for p in args.plans.split(",") if p]
+    if not names:
+        first = "implicit_gemm_tc" if backend_of(device) == "cuda" else "im2col_gemm"
+        names = [[a, get_algorithm(backend_of(device), a).configs(problem)[0]]
+                 for a in dict.fromkeys((first, "direct"))]
+    operand_sets = {"native": native_operands(runtime, problem)}
+    if (tensors := torch_operands(problem, device)) is not None:
+        operand_sets["torch"] = tensors
+    plans: dict[str, dict[str, dict[str, float]]] = {}
+    for algorithm, config in names:
+        built = make_plan(problem, device, algorithm, config)
+        plans[f"{algorithm}/{config}"] = {
+            kind: step_times(built, operands, sync) for kind, operands in operand_sets.items()
+        }
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip()
+    results = {"date": date.today().isoformat(), "device": runtime.fingerprint()["name"],
+               "commit": commit, "problem": problem.describe(), "operands": list(operand_sets),
+               "plans": plans, "algorithms": algorithm_rows(problem, device, runtime, sync)}
+    print(report(results))
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The plan host-path benchmark on the CPU backend: its steps add up, its rows are real."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from algorithms.cpu.runtime import CpuRuntime
+from algorithms.problem import ConvProblem
+from benchmarks import bench_host_path as B
+
+TINY = ConvProblem(n=1, c=4, h=6, w=6, k=4, r=3, s=3, pad=1)
+
+
+def test_host_us_synchronises_between_bursts_never_inside_one() -> None:
+    events: list[str] = []
+    got = B.host_us(lambda: events.append("call"), lambda: events.append("sync"),
+                    budget_s=0.0)
+    assert got > 0
+    bursts = "".join("c" if e == "call" else "|" for e in events).split("|")
+    # The first two calls probe (each followed by a sync); then 5 bursts of equal size.
+    assert bursts[:2] == ["c", "c"] and len(set(bursts[2:-1])) == 1
+    assert len(bursts[2:-1]) == 5 and len(bursts[2]) > 1
+
+
+def test_plan_steps_add_up_to_the_whole_call() -> None:
+    runtime = CpuRuntime()
+    plan = B.make_plan(TINY, "cpu", "direct", "default")
+    times = B.step_times(plan, B.native_operands(runtime, TINY), runtime.synchronize)
+    steps = [k for k in times if k not in ("whole plan call", "unaccounted", "device current")]
+    assert len(steps) == 7 and all(times[k] > 0 for k in steps)
+    assert times["unaccounted"] == pytest.approx(
+        times["whole plan call"] - sum(times[k] for k in steps))
+
+
+def test_every_configuration_gets_a_row_and_a_failure_is_data(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A configuration that raises is a row with its error; the others still run.
+    from algorithms.registry import get_algorithm
+
+    fft = get_algorithm("cpu", "fft")
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(fft, "run", broken)
+    rows = B.algorithm_rows(TINY, "cpu", CpuRuntime(), lambda: None)
+    names = {(r["algorithm"], r["config"]) for r in rows}
+    assert ("direct", "default") in names and ("fft", "default") in names
+    failed = [r for r in rows if "error" in r]
+    assert [r["algorithm"] for r in failed] == ["fft"] and "injected" in failed[0]["error"]
+    assert all(r["host_us"] > 0 and r["wall_us"] > 0 and r["launches"] >= 1
+               for r in rows if "error" not in r)
+    text = B.report({"date": "d", "device": "cpu", "commit": "c", "problem": "p",
+                     "operands": ["native"], "plans": {}, "algorithms": rows})
+    assert "| fft/default | | failed: RuntimeError: injected | |" in text
