@@ -3,6 +3,8 @@ how results rank."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -60,22 +62,38 @@ class AlgorithmResult:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-#: Medians closer than this fraction are a tie whatever the spread (clock and timer noise).
+#: Medians closer than this fraction are a tie whatever their samples say (timer and clock
+#: noise that no sample count removes).
 TIE_REL = 0.02
-#: ... and never a tie beyond this fraction, however wide a measured spread.
-TIE_MAX_REL = 0.10
+#: ... and never a tie beyond this fraction: issue 11 bounds a pick's regret at 5%, and a
+#: tie-break for less workspace must stay inside that bound.
+TIE_MAX_REL = 0.05
+
+
+def median_error_ms(result: AlgorithmResult) -> float:
+    """The standard error of a result's median time, from its interquartile range and its
+    sample count; 0 where fewer than 4 samples leave the spread unknown.
+
+    For roughly normal samples sigma = IQR / 1.349 and the median's standard error is
+    1.2533 sigma / sqrt(n): about 0.93 IQR / sqrt(n).
+    """
+    if not result.spread_ms or result.reps < 4:
+        return 0.0
+    return 0.929 * result.spread_ms / math.sqrt(result.reps)
 
 
 def within_noise(fast: AlgorithmResult, slow: AlgorithmResult) -> bool:
     """Whether `slow`'s median is indistinguishable from `fast`'s.
 
-    Within the wider of their measured spreads (interquartile ranges) or 2%, whichever is
-    more, but never beyond 10%: a wide spread must not hand the pick to a slow candidate.
+    Within two standard errors of the difference of the two medians, or 2%, whichever is
+    more, but never beyond 5%. The spread of single samples (the IQR) is not the noise of a
+    median: with n samples the median is about sqrt(n) times steadier, so the IQR itself
+    (the rule before) called medians 10% apart a tie.
     """
     if fast.time_ms is None or slow.time_ms is None:
         return False
-    spread = max(fast.spread_ms or 0.0, slow.spread_ms or 0.0)
-    noise = min(max(TIE_REL * fast.time_ms, spread), TIE_MAX_REL * fast.time_ms)
+    difference_error = math.hypot(median_error_ms(fast), median_error_ms(slow))
+    noise = min(max(TIE_REL * fast.time_ms, 2 * difference_error), TIE_MAX_REL * fast.time_ms)
     return slow.time_ms - fast.time_ms <= noise
 
 
