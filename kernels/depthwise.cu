@@ -97,3 +97,97 @@ __global__ void __launch_bounds__(TW * TH, 1024 / (TW * TH))
         }
     }
 }
+
+// depthwise_flat: no shared memory and no barrier. One thread computes QV adjacent output
+// pixels of one output row, reading its taps' inputs straight from global memory (its
+// neighbours' reads of the same rows hit L1/L2), as PyTorch's NCHW depthwise kernel does.
+// The tile kernel above stages a footprint per block and waits at a barrier: on 7x7 and
+// 14x14 planes most of its threads idle, and on strided layers its blocks are short; the
+// flat kernel keeps every thread busy on any plane size.
+//
+// Grid: one thread per (n, k, p, group of QV columns), the column groups fastest, so a
+// warp's loads and stores run along rows. A thread whose window lies inside the image
+// takes the unchecked loop; one near the border checks each input coordinate.
+// UNIT_W: stride and dilation along the width are 1 (compiled in), so the QV + S - 1
+// inputs of a filter row are loaded once into registers and shared by the QV outputs.
+constexpr int DW_FLAT_THREADS = 256;
+
+template <bool CHECK, int QV, int KR, int KS, bool UNIT_W, typename T, typename A>
+__device__ __forceinline__ void depthwise_flat_sum(A (&acc)[QV], const T* __restrict__ xp,
+                                                   const T* __restrict__ wp, int ih0, int iw0,
+                                                   int H, int W, int RR, int SS, int str_w,
+                                                   int dil_h, int dil_w) {
+#pragma unroll
+    for (int r = 0; r < (KR > 0 ? KR : RR); ++r) {
+        const int ih = ih0 + r * dil_h;
+        if (CHECK && (ih < 0 || ih >= H)) continue;
+        const T* xr = xp + ih * W;
+        if constexpr (UNIT_W) {
+            A v[QV + KS - 1];
+#pragma unroll
+            for (int j = 0; j < QV + KS - 1; ++j) {
+                const int iw = iw0 + j;
+                v[j] = !CHECK || (iw >= 0 && iw < W) ? load_acc(xr + iw) : A(0);
+            }
+#pragma unroll
+            for (int s = 0; s < KS; ++s) {
+                const A wv = load_acc(wp + r * KS + s);
+#pragma unroll
+                for (int q = 0; q < QV; ++q) acc[q] += v[q + s] * wv;
+            }
+        } else {
+#pragma unroll
+            for (int s = 0; s < (KS > 0 ? KS : SS); ++s) {
+                const A wv = load_acc(wp + r * SS + s);
+#pragma unroll
+                for (int q = 0; q < QV; ++q) {
+                    const int iw = iw0 + q * str_w + s * dil_w;
+                    if (!CHECK || (iw >= 0 && iw < W)) acc[q] += load_acc(xr + iw) * wv;
+                }
+            }
+        }
+    }
+}
+
+// Registers capped at 64 (4 blocks of 256 threads), as for depthwise_conv.
+template <typename T, int QV, int KR, int KS, bool UNIT_W>
+__global__ void __launch_bounds__(DW_FLAT_THREADS, 4)
+    depthwise_flat(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                   CONV_SHAPE_PARAMS, int groups_q, unsigned int gq_mul, unsigned int gq_shift,
+                   unsigned int p_mul, unsigned int p_shift, unsigned int k_mul,
+                   unsigned int k_shift, unsigned int m_mul, unsigned int m_shift, int total) {
+    static_assert(!UNIT_W || KS > 0, "UNIT_W keeps a filter row in registers: KS is fixed");
+    typedef typename AccOf<T>::type A;
+    const int idx = blockIdx.x * DW_FLAT_THREADS + threadIdx.x;
+    if (idx >= total) return;
+    const int row = fast_div(idx, gq_mul, gq_shift);  // (n * K + k) * P + p
+    const int q0 = (idx - row * groups_q) * QV;
+    const int plane = fast_div(row, p_mul, p_shift);  // n * K + k
+    const int p = row - plane * P;
+    const int n = fast_div(plane, k_mul, k_shift);
+    const int k = plane - n * K;
+    const int c = fast_div(k, m_mul, m_shift);  // k / M: output channel k reads channel c
+    const int RR = KR > 0 ? KR : R;
+    const int SS = KS > 0 ? KS : S;
+    const T* xp = x + (static_cast<long long>(n) * C + c) * H * W;
+    const T* wp = w + static_cast<long long>(k) * RR * SS;
+    const int ih0 = p * str_h - pad_h;
+    const int iw0 = q0 * str_w - pad_w;
+    const bool inside = ih0 >= 0 && ih0 + (RR - 1) * dil_h < H && iw0 >= 0 &&
+                        iw0 + (QV - 1) * str_w + (SS - 1) * dil_w < W;
+    A acc[QV];
+#pragma unroll
+    for (int q = 0; q < QV; ++q) acc[q] = A(0);
+    if (inside) {
+        depthwise_flat_sum<false, QV, KR, KS, UNIT_W>(acc, xp, wp, ih0, iw0, H, W, RR, SS,
+                                                      str_w, dil_h, dil_w);
+    } else {
+        depthwise_flat_sum<true, QV, KR, KS, UNIT_W>(acc, xp, wp, ih0, iw0, H, W, RR, SS,
+                                                     str_w, dil_h, dil_w);
+    }
+    T* yp = y + static_cast<long long>(row) * Q + q0;
+#pragma unroll
+    for (int q = 0; q < QV; ++q) {
+        if (q0 + q < Q) store_acc(yp + q, acc[q]);
+    }
+}

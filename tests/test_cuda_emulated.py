@@ -173,6 +173,15 @@ _WINOGRAD_SHAPES: dict[str, dict[str, Any]] = {
 #:   the last element of each fill not stored (count - 1)   -> 63 of 110 (all 19 depthwise)
 #:   a thread's loads at consecutive indices (base + u, not
 #:   base + u * THREADS)                                      -> 74 of 110
+#: and of depthwise_flat, the configurations "flat_q*" (each injected once; n of the 19
+#: depthwise cases that fail):
+#:   its interior test iw_last < W made <= W                -> 9, AddressSanitizer overflow
+#:   output channel k reads input channel k, not k / M      -> 7, the multiplier > 1 cases
+#:   "_s1" reads its shared row at v[s], not v[q + s]       -> 5, relative error 1.2
+#:   a row's phantom last columns stored (q0 + q <= Q)      -> 2, dw_7x7_m3 (Q = 7 in groups
+#:                                                             of 4), AddressSanitizer
+#:   the border path's row test without ih >= H             -> 19, AddressSanitizer
+#:   column groups 1 apart instead of QV (q0 without * QV)  -> 5, unwritten outputs
 _DW_DTYPES: dict[str, tuple[str, ...]] = {
     "dw_dilated_m2": tuple(DTYPES), "dw_5x5_tall": ("float32", "bfloat16"),
     "dw_asymmetric": ("float32", "float16"), "dw_7x7_m3": ("float32", "bfloat16"),

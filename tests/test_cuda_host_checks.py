@@ -182,7 +182,8 @@ BIG_PROBLEMS: dict[str, dict[str, Any]] = {
     "k_tiles_over_grid_yz": dict(n=1, c=1, h=2, w=2, k=600000, r=1, s=1),
     "near_int32": dict(n=64, c=512, h=224, w=224, k=64, r=3, s=3, pad=1),
     "huge_dilation": dict(n=1, c=2, h=300, w=300, k=2, r=3, s=3, dilation=100),
-    # Depthwise: just under 2**31 input elements, and a footprint over 48 KB for every tile.
+    # Depthwise: just under 2**31 input elements, and a footprint over 48 KB for every tile
+    # (the flat instances serve it).
     "depthwise_near_int32": dict(n=64, c=512, h=255, w=255, k=512, r=3, s=3, pad=1,
                                  groups=512),
     "depthwise_huge_dilation": dict(n=1, c=2, h=300, w=300, k=4, r=3, s=3, dilation=100,
@@ -301,8 +302,11 @@ def test_gemm_batches_are_split_for_cublas(monkeypatch: pytest.MonkeyPatch) -> N
 def test_depthwise_limits_say_why() -> None:
     algorithm = ALGOS["depthwise"]
     assert "groups == c" in algorithm.supports(ConvProblem(**SHAPES["odd"])).reason
-    huge = algorithm.supports(ConvProblem(**BIG_PROBLEMS["depthwise_huge_dilation"]))
-    assert "48 KB" in huge.reason
+    # No tile's footprint fits 48 KB of shared memory: the flat instances (no shared memory)
+    # serve it, except the one compiled for unit stride and dilation along the width.
+    huge = ConvProblem(**BIG_PROBLEMS["depthwise_huge_dilation"])
+    assert algorithm.supports(huge)
+    assert algorithm.configs(huge) == ("flat_q1", "flat_q1_3x3")
     assert algorithm.supports(ConvProblem(**BIG_PROBLEMS["depthwise_near_int32"]))
     over = ConvProblem(**{**BIG_PROBLEMS["depthwise_near_int32"], "h": 256, "w": 256})
     assert "2**31" in algorithm.supports(over).reason
@@ -312,6 +316,6 @@ def test_depthwise_offers_compiled_in_filter_sizes_only_for_them() -> None:
     configs = {(r, s): set(ALGOS["depthwise"].configs(
         ConvProblem(n=1, c=4, h=9, w=9, k=4, r=r, s=s, pad=1, groups=4)))
         for r, s in ((3, 3), (5, 5), (3, 1))}
-    assert {"32x16p2_3x3", "16x16p2_3x3"} <= configs[(3, 3)]
-    assert configs[(5, 5)] == configs[(3, 1)] == set(configs[(3, 3)]) - {
-        "32x16p2_3x3", "16x16p2_3x3"}
+    compiled_3x3 = {"32x16p2_3x3", "16x16p2_3x3", "flat_q1_3x3", "flat_q4_3x3_s1"}
+    assert compiled_3x3 <= configs[(3, 3)]
+    assert configs[(5, 5)] == configs[(3, 1)] == set(configs[(3, 3)]) - compiled_3x3

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from algorithms.cuda.depthwise import CONFIGS, DepthwiseCuda
+from algorithms.cuda.depthwise import CONFIGS, FLAT_CONFIGS, DepthwiseCuda
 from algorithms.problem import DTYPES
 from tests.cuda_shapes import DEPTHWISE_SHAPES, SHAPES
 from tests.gpu.conftest import config_failures
@@ -36,8 +36,10 @@ def test_every_config_matches_reference_and_torch(shape: str, dtype: str) -> Non
     problem = make_problem(**GPU_SHAPES[shape], dtype=dtype)
     support = ALGORITHM.supports(problem)
     assert support, support.reason
-    # Every tile fits these shapes: all the instances for the filter size run.
-    assert set(ALGORITHM.configs(problem)) == {
-        name for name, t in CONFIGS.items() if t.fits(problem)}
+    # Every tile fits these shapes: all the instances for the filter size (and, for the
+    # flat ones, the width stride) run.
+    assert set(ALGORITHM.configs(problem)) == (
+        {name for name, t in CONFIGS.items() if t.fits(problem)}
+        | {name for name, f in FLAT_CONFIGS.items() if f.fits(problem)})
     failures = config_failures(ALGORITHM, problem)
     assert not failures, f"{shape} {dtype}:\n" + "\n".join(failures)
