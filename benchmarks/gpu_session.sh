@@ -14,6 +14,9 @@
 #   overhead   benchmarks/bench_overhead.py (issue 9: cached find, plan, convolve, ResNet-50)
 #   host       benchmarks/bench_host_path.py (issue 9: a plan call's host time step by step,
 #              and every configuration's enqueue time on the small problem)
+#   profile    Nsight Compute over benchmarks/profile_kernels.py, one ncu process per case
+#              (PROFILE_CASES=a,b to choose; NCU_METRICS="" to drop the stall metrics),
+#              then benchmarks/ncu_summary.py's table of every kernel: run `warm` first
 #   tuner      benchmarks/bench_tuner.py (issue 11: tuning time and regret, ResNet-50 b32)
 #   tuner_unbatched  the same with CONVTUNE_BATCH_BELOW_MS=0.05 on both sides
 #   tuner_fast  ResNet-50 in fast mode, the store first filled with the other three networks
@@ -110,6 +113,25 @@ for step in "${steps[@]}"; do
         run host host_path python3 benchmarks/bench_host_path.py --device cuda:0 \
             --out "$LOG/host_path.json"
         tail -n 80 "$LOG/host_path.log" ;;
+    profile)
+        sections=(--section SpeedOfLight --section LaunchStats --section Occupancy
+                  --section WarpStateStats --section ComputeWorkloadAnalysis
+                  --section MemoryWorkloadAnalysis)
+        metrics=${NCU_METRICS-regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio}
+        cases=${PROFILE_CASES:-$(python3 benchmarks/profile_kernels.py --list | cut -d: -f1)}
+        for case in ${cases//,/ }; do
+            ncu=(ncu --profile-from-start off --clock-control none --csv --page details
+                 "${sections[@]}")
+            run profile "ncu_$case" "${ncu[@]}" ${metrics:+--metrics "$metrics"} \
+                python3 benchmarks/profile_kernels.py --cases "$case"
+            if grep -q "==ERROR==" "$LOG/ncu_$case.log" && [[ -n $metrics ]]; then
+                run profile "ncu_$case" "${ncu[@]}" python3 benchmarks/profile_kernels.py \
+                    --cases "$case"  # without the stall metrics, in case ncu refused them
+            fi
+            grep "^case " "$LOG/ncu_$case.log"
+        done
+        python3 benchmarks/ncu_summary.py "$LOG"/ncu_*.log > "$LOG/profile.md"
+        cat "$LOG/profile.md" ;;
     tuner|tuner_unbatched)
         # tuner_unbatched: samples batch back-to-back runs only below 50 us (default 0.5 ms),
         # so that kernels of 0.05-0.5 ms are timed one L2-flushed run at a time.

@@ -1,0 +1,158 @@
+"""Our weakest kernels, and what PyTorch runs for the same layers, under Nsight Compute.
+
+Usage (on a GPU machine; `gpu_session.sh profile` runs it this way):
+    ncu --profile-from-start off --clock-control none [sections] \\
+        python3 benchmarks/profile_kernels.py [--cases a,b]
+    python3 benchmarks/profile_kernels.py [--cases a,b]     # CUDA-event times, no ncu
+    python3 benchmarks/profile_kernels.py --list
+
+Each case runs untimed first (compilation, cuDNN's algorithm search), then once between
+cudaProfilerStart and cudaProfilerStop: `ncu --profile-from-start off` profiles exactly
+those launches, in case order (the script prints which case each belongs to). Without ncu
+the same window is timed with CUDA events (median of 20 runs, L2 not flushed).
+
+The cases are the layers where the H100 runs of 2026-11-23 put us furthest behind, each
+with the configuration that was fastest there or the new one meant to replace it, next to
+PyTorch (cuDNN, or PyTorch's own depthwise kernel) on the same layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from algorithms.problem import ConvProblem
+
+VGG_CONV4_2 = dict(n=16, c=512, h=28, w=28, k=512, r=3, s=3, pad=1)
+RES2_1X1B = dict(n=32, c=64, h=56, w=56, k=256, r=1, s=1)
+RES3_3X3 = dict(n=32, c=128, h=28, w=28, k=128, r=3, s=3, pad=1)
+RES4_1X1B = dict(n=32, c=256, h=14, w=14, k=1024, r=1, s=1)
+MBV2_DW_S2 = dict(n=32, c=96, h=112, w=112, k=96, r=3, s=3, pad=1, stride=2, groups=96)
+MBV2_DW_7X7 = dict(n=32, c=960, h=7, w=7, k=960, r=3, s=3, pad=1, groups=960)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One layer and what runs it: our algorithm/config, or "torch" (F.conv2d)."""
+
+    problem: dict[str, Any]
+    algorithm: str
+    config: str = ""
+    options: dict[str, Any] = field(default_factory=dict)  # dtype, math
+
+    def conv_problem(self) -> ConvProblem:
+        """The ConvProblem of this case."""
+        return ConvProblem(**self.problem, **self.options)
+
+
+CASES: dict[str, Case] = {
+    # float16 tensor cores: about 70 TFLOP/s against cuDNN's 478 on this layer.
+    "fp16_conv4_2_tc_nchw": Case(VGG_CONV4_2, "implicit_gemm_tc", "128x128",
+                                 {"dtype": "float16"}),
+    "fp16_conv4_2_tc_nhwc": Case(VGG_CONV4_2, "implicit_gemm_tc", "128x128-nhwc",
+                                 {"dtype": "float16"}),
+    "fp16_conv4_2_torch": Case(VGG_CONV4_2, "torch", options={"dtype": "float16"}),
+    "fp16_res2_1x1b_tc": Case(RES2_1X1B, "implicit_gemm_tc", "128x128", {"dtype": "float16"}),
+    "fp16_res2_1x1b_torch": Case(RES2_1X1B, "torch", options={"dtype": "float16"}),
+    # 3xTF32 (FP32 accuracy) and the SIMT kernel that ResNet-50's 1x1 layers fall back on.
+    "fp32_res3_3x3_tc": Case(RES3_3X3, "implicit_gemm_tc", "128x128"),
+    "fp32_res4_1x1b_simt": Case(RES4_1X1B, "implicit_gemm", "128x128x8"),
+    "fp32_res4_1x1b_torch": Case(RES4_1X1B, "torch"),
+    # Depthwise: stride 2, and 7x7 planes, where the tile kernel ran at 0.33-0.73x PyTorch.
+    "dw_s2_tile": Case(MBV2_DW_S2, "depthwise", "32x16p2_3x3"),
+    "dw_s2_flat": Case(MBV2_DW_S2, "depthwise", "flat_q1_3x3"),
+    "dw_s2_torch": Case(MBV2_DW_S2, "torch"),
+    "dw_7x7_tile": Case(MBV2_DW_7X7, "depthwise", "8x8p1"),
+    "dw_7x7_flat": Case(MBV2_DW_7X7, "depthwise", "flat_q4_3x3_s1"),
+    "dw_7x7_torch": Case(MBV2_DW_7X7, "torch"),
+}
+
+
+def ours(case: Case) -> Callable[[], Any]:
+    """A call that enqueues our algorithm on fresh random operands of the case."""
+    from algorithms.registry import get_algorithm
+    from tuner.devices import get_runtime
+
+    problem = case.conv_problem()
+    runtime = get_runtime("cuda:0")
+    algorithm = get_algorithm("cuda", case.algorithm)
+    rng = np.random.default_rng(0)
+    a, b, out = problem.operand_shapes
+    x, w = (runtime.random(s, problem.dtype, rng) for s in (a, b))
+    y = runtime.empty(out, problem.dtype)
+    workspace = runtime.workspace(algorithm.workspace_bytes(problem, case.config))
+    return lambda: algorithm.run(x, w, y, workspace, problem, case.config)
+
+
+def torch_call(case: Case) -> Callable[[], Any]:
+    """F.conv2d on the case's layer (cuDNN benchmark mode; TF32 only for math "tf32")."""
+    import torch
+    import torch.nn.functional as F
+
+    problem = case.conv_problem()
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = problem.math == "tf32"
+    dtype = getattr(torch, problem.dtype)
+    x = torch.randn(problem.input_shape, device="cuda", dtype=dtype)
+    w = torch.randn(problem.filter_shape, device="cuda", dtype=dtype)
+    return lambda: F.conv2d(x, w, None, problem.stride, problem.pad, problem.dilation,
+                            problem.groups)
+
+
+def flops(problem: ConvProblem) -> float:
+    """Multiply-adds times two."""
+    out_h, out_w = problem.out_hw
+    return (2.0 * problem.n * problem.k * out_h * out_w * (problem.c // problem.groups)
+            * problem.r * problem.s)
+
+
+def main() -> None:
+    """Run the cases: inside the profiler window under ncu, or timed with CUDA events."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--list", action="store_true", help="print the cases and exit")
+    args = parser.parse_args()
+    names = [n for n in args.cases.split(",") if n] or list(CASES)
+    unknown = sorted(set(names) - set(CASES))
+    if unknown:
+        parser.error(f"unknown cases {unknown}; known: {', '.join(CASES)}")
+    if args.list:
+        for name in names:
+            case = CASES[name]
+            print(f"{name}: {case.conv_problem().describe()} {case.algorithm}/{case.config}")
+        return
+    import cupy
+
+    for index, name in enumerate(names):
+        case = CASES[name]
+        run = torch_call(case) if case.algorithm == "torch" else ours(case)
+        for _ in range(3):  # compile, load, search: outside the window
+            run()
+        cupy.cuda.runtime.deviceSynchronize()
+        cupy.cuda.runtime.profilerStart()
+        run()
+        cupy.cuda.runtime.deviceSynchronize()
+        cupy.cuda.runtime.profilerStop()
+        times = []
+        for _ in range(20):
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, end))
+        problem = case.conv_problem()
+        ms = statistics.median(times)
+        print(f"case {index}: {name}: {problem.describe()} {case.algorithm}/{case.config}: "
+              f"{ms:.4f} ms, {flops(problem) / ms / 1e9:.1f} TFLOP/s, "
+              f"{problem.buffer_bytes / ms / 1e6:.0f} GB/s (x, w, y once)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
