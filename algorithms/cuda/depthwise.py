@@ -79,7 +79,6 @@ CONFIGS: dict[str, DwTile] = {
 }
 
 
-
 @dataclass(frozen=True)
 class DwFlat:
     """A flat instance: QV outputs per thread; a fixed filter size; unit width stride."""
