@@ -4,7 +4,6 @@ how results rank."""
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
