@@ -205,3 +205,13 @@ class Runtime(Protocol):
     def fingerprint(self) -> dict[str, Any]: ...
 
     def memory_bytes(self) -> int | None: ...
+
+
+def random_operands(runtime: Runtime, problem: ConvProblem,
+                    rng: np.random.Generator) -> tuple[Any, Any, Any]:
+    """Fresh random operands of the problem's direction on `runtime`, and an empty output:
+    (x, w, y), (dy, w, dx) or (x, dy, dw)."""
+    a_shape, b_shape, out_shape = problem.operand_shapes
+    return (runtime.random(a_shape, problem.dtype, rng),
+            runtime.random(b_shape, problem.dtype, rng),
+            runtime.empty(out_shape, problem.dtype))

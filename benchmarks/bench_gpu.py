@@ -50,7 +50,7 @@ from algorithms.cuda.runtime import CudaRuntime, cuda_available  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from algorithms.reference import tolerance  # noqa: E402
 from algorithms.registry import algorithms_for, get_algorithm  # noqa: E402
-from algorithms.runtime import TimingPolicy  # noqa: E402
+from algorithms.runtime import TimingPolicy, random_operands  # noqa: E402
 from benchmarks.gpu_report import (  # noqa: E402
     HBM_COPY_GBPS,
     bandwidth,
@@ -182,10 +182,7 @@ class Bench:
         cupy = self.cupy
         rt = self.rt
         # The direction's operands: (x, w) -> y, (dy, w) -> dx or (x, dy) -> dw.
-        a_shape, b_shape, out_shape = problem.operand_shapes
-        x = rt.random(a_shape, problem.dtype, self.rng)
-        w = rt.random(b_shape, problem.dtype, self.rng)
-        y = rt.empty(out_shape, problem.dtype)
+        x, w, y = random_operands(rt, problem, self.rng)
         ref = self.reference(x, w, problem)
         row: dict[str, Any] = {
             "network": network, "layer": name, "problem": problem.key(),

@@ -33,7 +33,7 @@ import numpy as np
 
 from algorithms.problem import ConvProblem
 from algorithms.registry import algorithms_for, get_algorithm
-from algorithms.runtime import Runtime
+from algorithms.runtime import Runtime, random_operands
 from tuner.devices import backend_of, get_runtime, parse_device
 from tuner.plans import Plan
 from tuner.results import OK, AlgorithmResult
@@ -132,10 +132,7 @@ def torch_operands(problem: ConvProblem, device: str) -> tuple[Any, Any, Any] | 
 
 def native_operands(runtime: Runtime, problem: ConvProblem) -> tuple[Any, Any, Any]:
     """Random NumPy (CPU) or CuPy (GPU) operands for the problem."""
-    rng = np.random.default_rng(0)
-    a, b, out = problem.operand_shapes
-    return (runtime.random(a, problem.dtype, rng), runtime.random(b, problem.dtype, rng),
-            runtime.empty(out, problem.dtype))
+    return random_operands(runtime, problem, np.random.default_rng(0))
 
 
 def launches(algorithm: Any, problem: ConvProblem, config: str) -> int | None:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.problem import ConvProblem
-from algorithms.runtime import Runtime, TimingPolicy
+from algorithms.runtime import Runtime, TimingPolicy, random_operands
 from db.engine import open_store
 from tuner.candidates import Candidate
 from tuner.devices import backend_of, get_runtime, identify
@@ -62,10 +62,7 @@ def tune(url: str, device: str, model: str, batch: int,
 def isolated_ms(runtime: Runtime, cand: Candidate, problem: ConvProblem,
                 policy: TimingPolicy, rng: np.random.Generator) -> float:
     """The median time of one configuration measured alone, on fresh random inputs."""
-    a_shape, b_shape, out_shape = problem.operand_shapes
-    x = runtime.random(a_shape, problem.dtype, rng)
-    w = runtime.random(b_shape, problem.dtype, rng)
-    y = runtime.empty(out_shape, problem.dtype)
+    x, w, y = random_operands(runtime, problem, rng)
     workspace = runtime.workspace(cand.workspace_bytes)
 
     def run() -> None:

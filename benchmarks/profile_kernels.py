@@ -76,15 +76,13 @@ CASES: dict[str, Case] = {
 def ours(case: Case) -> Callable[[], Any]:
     """A call that enqueues our algorithm on fresh random operands of the case."""
     from algorithms.registry import get_algorithm
+    from algorithms.runtime import random_operands
     from tuner.devices import get_runtime
 
     problem = case.conv_problem()
     runtime = get_runtime("cuda:0")
     algorithm = get_algorithm("cuda", case.algorithm)
-    rng = np.random.default_rng(0)
-    a, b, out = problem.operand_shapes
-    x, w = (runtime.random(s, problem.dtype, rng) for s in (a, b))
-    y = runtime.empty(out, problem.dtype)
+    x, w, y = random_operands(runtime, problem, np.random.default_rng(0))
     workspace = runtime.workspace(algorithm.workspace_bytes(problem, case.config))
     return lambda: algorithm.run(x, w, y, workspace, problem, case.config)
 

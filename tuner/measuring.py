@@ -26,7 +26,7 @@ import numpy as np
 
 from algorithms.problem import ConvProblem
 from algorithms.reference import tolerance
-from algorithms.runtime import Runtime, Timing, TimingPolicy
+from algorithms.runtime import Runtime, Timing, TimingPolicy, random_operands
 from db.rows import MeasurementRow, utcnow
 from tuner import results as R
 from tuner.candidates import Candidate
@@ -113,10 +113,7 @@ class Measurer:
             return Measured([])
         runtime = self.runtime
         # The operands of the problem's direction: (x, w) -> y, (dy, w) -> dx, (x, dy) -> dw.
-        a_shape, b_shape, out_shape = problem.operand_shapes
-        x = runtime.random(a_shape, problem.dtype, self.rng)
-        w = runtime.random(b_shape, problem.dtype, self.rng)
-        y = runtime.empty(out_shape, problem.dtype)
+        x, w, y = random_operands(runtime, problem, self.rng)
         rows: list[MeasurementRow] = []
         timings: list[Timing | None] = []
         with runtime.activate():  # run() enqueues on the current device's stream
