@@ -53,9 +53,15 @@ def tune(url: str, device: str, model: str, batch: int,
     for layer, problem in network_problems(model, batch):
         began = time.perf_counter()
         best = tuner.best(problem, device, mode=mode)
+        tune_s = time.perf_counter() - began
+        # What the tuner measured of each configuration, to tell a miss's cause: the true
+        # best measured slow, or never measured (fast mode).
+        stored = tuner.find_candidates(problem, device, mode="cached")
         rows.append({"layer": layer.name, "problem": problem.describe(), "key": problem.key(),
                      "pick": f"{best.algorithm}/{best.config}", "tuned_ms": best.time_ms,
-                     "note": best.note, "tune_s": time.perf_counter() - began})
+                     "note": best.note, "tune_s": tune_s,
+                     "tuned_all_ms": {f"{r.algorithm}/{r.config}": r.time_ms
+                                      for r in stored if r.usable}})
     return rows, model_cache(tuner.store).fit_s
 
 
@@ -152,6 +158,13 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"(fitting the cost model: {meta.get('fit_s', 0.0):.1f} s); "
         f"isolated re-measurement: {meta['remeasure_s']:.1f} s",
     ]
+    for r in rows:
+        if r["regret"] > MISS:
+            tuned = r.get("tuned_all_ms", {})
+            seen = (f"the tuner measured it at {tuned[r['best']]:.3f} ms"
+                    if tuned.get(r["best"]) is not None else "the tuner did not measure it")
+            lines.append(f"miss {r['layer']}: best alone {r['best']}; {seen}, its pick at "
+                         f"{r['tuned_ms']:.3f} ms")
     if meta.get("train_on"):
         lines.append(f"store first filled with {meta['train_on']} (exhaustive, untimed: "
                      f"{meta['train_s']:.1f} s)")

@@ -15,7 +15,8 @@ from tuner.candidates import Candidate
 def test_regret_is_the_pick_alone_over_the_best_alone() -> None:
     rng = np.random.default_rng()
     best, factor = float(rng.uniform(1.0, 2.0)), float(rng.uniform(1.1, 2.0))
-    tuned = [{"layer": "l1", "problem": "p1", "pick": "a/x", "tuned_ms": 1.0},
+    tuned = [{"layer": "l1", "problem": "p1", "pick": "a/x", "tuned_ms": 1.0,
+              "tuned_all_ms": {"a/x": 1.0, "b/y": 1.25}},
              {"layer": "l2", "problem": "p2", "pick": "b/y", "tuned_ms": 2.0}]
     isolated = [{"a/x": best * factor, "b/y": best}, {"b/y": 3.0, "c/z": 4.0}]
     rows = regret_rows(tuned, isolated)
@@ -25,6 +26,12 @@ def test_regret_is_the_pick_alone_over_the_best_alone() -> None:
                          "date": "d", "commit": "c", "tune_s": 1.0, "remeasure_s": 2.0})
     assert "| l1 | p1 | a/x |" in text and "regret over 2 layers" in text
     assert f"worst {100 * (factor - 1):.1f}%, 1 above 5%" in text
+    # A miss says what the tuner saw of the true best.
+    assert "miss l1: best alone b/y; the tuner measured it at 1.250 ms, its pick at 1.000" in text
+    rows[0]["tuned_all_ms"] = {"a/x": 1.0}  # fast mode: never measured
+    assert "miss l1: best alone b/y; the tuner did not measure it" in report(
+        rows, {"model": "m", "batch": 1, "device": "cpu", "device_name": "n", "date": "d",
+               "commit": "c", "tune_s": 1.0, "remeasure_s": 2.0})
 
 
 def test_isolated_measurement_runs_the_configuration_alone() -> None:

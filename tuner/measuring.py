@@ -4,11 +4,15 @@ The runtime is passed in (Triton-style: the benchmarker is a parameter), so test
 fake one instead of patching globals. A failing candidate is data, not a crash: its row
 says `failed` or `wrong_result` with the reason.
 
-A pass warms the device first, races the candidates (one whose fastest run is clearly
-slower than the leader's median stops after min_reps), and ends with a confirmation round:
-the top few are re-timed interleaved (A B C A B C ...), so drifting clocks and bursts of
-interference hit them alike, and their rows carry those times. Since the round decides,
-the first pass only screens: it takes at most `screen_reps` samples of a candidate (the
+A pass warms the device first and verifies every candidate. Then it times the verified
+ones together, interleaved (A B C A B C ...): a burst of interference or a drifting clock
+hits them alike. Timed one after the other, a burst that lasted one candidate's turn
+(0.1-0.5 s) inflated even its fastest run, and a true best could be screened out
+(ResNet-50 res5.1x1a.s2 on the CPU: 52% regret in one run of bench_tuner, right in 30
+re-tunings). Candidates race: one whose fastest run is clearly slower than the leader's
+median stops after min_reps. A confirmation round then re-times the top few, interleaved
+again with the full policy, and their rows carry those times. Since the round decides, the
+first pass only screens: it takes at most `screen_reps` samples of a candidate (the
 policy's max_reps where no round follows). Every timed region holds the tuner.quiet gate,
 so none of our background threads runs inside one.
 """
@@ -16,6 +20,7 @@ so none of our background threads runs inside one.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -26,7 +31,7 @@ import numpy as np
 
 from algorithms.problem import ConvProblem
 from algorithms.reference import tolerance
-from algorithms.runtime import Runtime, Timing, TimingPolicy, random_operands
+from algorithms.runtime import Runtime, Timing, TimingPolicy, batch_size, random_operands
 from db.rows import MeasurementRow, utcnow
 from tuner import results as R
 from tuner.candidates import Candidate
@@ -92,6 +97,39 @@ class Measured:
     fault: str | None = None
 
 
+class Lane:
+    """One candidate's samples in an interleaved pass (bookkeeping, not a value)."""
+
+    def __init__(self, run: Callable[[], None]) -> None:
+        self.run = run
+        self.batch = 1  # back-to-back runs per sample
+        self.times: list[float] = []
+        self.spent_s = 0.0  # wall time of this lane's samples
+        self.done = False
+        self.error: str | None = None
+        self.fatal = False  # its failure left the device unable to run work
+
+    @property
+    def active(self) -> bool:
+        """Still sampling."""
+        return self.error is None and not self.done
+
+    def review(self, policy: TimingPolicy, cutoff: float | None) -> None:
+        """Stop after min_reps at max_reps, the budget, or a fastest sample past `cutoff`."""
+        if len(self.times) < policy.min_reps:
+            return
+        self.done = (len(self.times) >= policy.max_reps or self.spent_s >= policy.budget_s
+                     or (cutoff is not None and min(self.times) > cutoff))
+
+    def settle(self, row: MeasurementRow) -> MeasurementRow:
+        """`row` with this lane's times, or failed with its error."""
+        if self.error is not None:
+            return replace(row, status=R.FAILED, error=self.error)
+        timing = Timing(tuple(self.times), self.batch)
+        return replace(row, time_ms=timing.median_ms, spread_ms=timing.spread_ms,
+                       min_ms=timing.min_ms, reps=len(self.times), measured_at=utcnow())
+
+
 class Measurer:
     """Verifies and times candidates of one problem on one runtime."""
 
@@ -103,46 +141,49 @@ class Measurer:
         self.race = race or RacePolicy.from_env()
 
     def measure(self, problem: ConvProblem, candidates: Sequence[Candidate]) -> Measured:
-        """One row per candidate, in order; stops after a candidate that kills the device.
+        """One row per candidate, in order; stops after a candidate that kills the device
+        (its row last).
 
-        Inputs are fresh random values (never zeros); outputs are compared with the float64
-        reference (computed and compared where the runtime keeps its arrays) before
-        anything is timed.
+        Inputs are fresh random values (never zeros); each candidate's output is compared
+        with the float64 reference (computed and compared where the runtime keeps its
+        arrays) before anything is timed. Then the verified candidates are timed together,
+        interleaved, and the best few are confirmed.
         """
         if not candidates:
             return Measured([])
         runtime = self.runtime
         # The operands of the problem's direction: (x, w) -> y, (dy, w) -> dx, (x, dy) -> dw.
-        x, w, y = random_operands(runtime, problem, self.rng)
+        operands = random_operands(runtime, problem, self.rng)
         rows: list[MeasurementRow] = []
-        timings: list[Timing | None] = []
         with runtime.activate():  # run() enqueues on the current device's stream
-            ref = runtime.reference(x, w, problem)
+            ref = runtime.reference(operands[0], operands[1], problem)
             with timed_region():
                 runtime.warm_up()
-            screening = self.race.first_pass(self.policy, len(candidates))
             for cand in candidates:
-                row, timing = self._one(problem, cand, x, w, y, ref, screening,
-                                        self._cutoff(rows))
-                rows.append(row)
-                timings.append(timing)
-                fault = runtime.fault() if row.status == R.FAILED else None
-                if fault is not None:
-                    return Measured(rows, fault)
-            try:
-                self._confirm(problem, candidates, rows, timings, (x, w, y))
-            except Exception:  # keep the first pass's times; the fault probe decides
-                log.warning("confirmation round of %s failed; keeping the first pass's "
-                            "times", problem.describe(), exc_info=True)
-                fault = runtime.fault()
-                if fault is not None:
-                    return Measured(rows, fault)
-        return Measured(rows)
-
-    def _cutoff(self, rows: list[MeasurementRow]) -> float | None:
-        """The race cutoff: the leader's median times the factor (None before a leader)."""
-        medians = [r.time_ms for r in rows if r.status == R.OK and r.time_ms is not None]
-        return min(medians) * self.race.factor if medians else None
+                rows.append(self._verify(problem, cand, operands, ref))
+                fault = runtime.fault() if rows[-1].status == R.FAILED else None
+                if fault is not None:  # verified rows are no results until timed
+                    return Measured([r for r in rows if r.status != R.OK], fault)
+            verified = [i for i, row in enumerate(rows) if row.status == R.OK]
+            if not verified:
+                return Measured(rows)
+            # One workspace, the largest needed, serves all: they run one after the other.
+            workspace = runtime.workspace(max(candidates[i].workspace_bytes for i in verified))
+            runs = [self._run(problem, candidates[i], operands, workspace) for i in verified]
+            lanes = self._interleaved(runs, self.race.first_pass(self.policy, len(verified)),
+                                      self.race.factor)
+            fatal = next((j for j, lane in enumerate(lanes) if lane.fatal), None)
+            if fatal is not None:  # partly timed rows are no results either
+                culprit = lanes[fatal].settle(rows[verified[fatal]])
+                return Measured([*(r for r in rows if r.status != R.OK), culprit],
+                                runtime.fault())
+            for i, lane in zip(verified, lanes, strict=True):
+                rows[i] = lane.settle(rows[i])
+            top = contenders(rows, self.race)
+            if len(top) < 2:
+                return Measured(rows)
+            runs = [self._run(problem, candidates[i], operands, workspace) for i in top]
+            return self._confirm(problem, rows, top, self._interleaved(runs, self.policy))
 
     def _run(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
              workspace: Any) -> Callable[[], None]:
@@ -153,26 +194,24 @@ class Measurer:
 
         return run
 
-    def _one(
-        self, problem: ConvProblem, cand: Candidate, x: Any, w: Any, y: Any, ref: Any,
-        policy: TimingPolicy, cutoff: float | None,
-    ) -> tuple[MeasurementRow, Timing | None]:
+    def _verify(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
+                ref: Any) -> MeasurementRow:
+        """The candidate's row after one checked run: `ok` (untimed), wrong or failed."""
         runtime = self.runtime
-        algorithm, config = cand.algorithm, cand.config
+        algorithm = cand.algorithm
         row: dict[str, Any] = {
-            "algorithm": algorithm.name, "config": config, "impl_hash": cand.impl_hash,
-            "time_ms": None, "spread_ms": None, "min_ms": None, "reps": 0,
+            "algorithm": algorithm.name, "config": cand.config, "impl_hash": cand.impl_hash,
+            "status": R.OK, "time_ms": None, "spread_ms": None, "min_ms": None, "reps": 0,
             "workspace_bytes": cand.workspace_bytes, "max_error": None, "rel_error": None,
             "error": None, "measured_at": utcnow(), "tuner_version": TUNER_VERSION,
         }
-        timing = None
+        y = operands[2]
         try:
             workspace = runtime.workspace(cand.workspace_bytes)
             if workspace is not None:
                 workspace.fill(0xFF)  # reads of unwritten workspace show up as NaN
             y.fill(np.nan)  # unwritten outputs show up as NaN
-            run = self._run(problem, cand, (x, w, y), workspace)
-            run()
+            self._run(problem, cand, operands, workspace)()
             runtime.synchronize()
             max_error, rel = runtime.compare(y, ref, problem.dtype)
             row["max_error"] = max_error
@@ -181,57 +220,78 @@ class Measurer:
             if not np.isfinite(rel) or rel > limit:
                 row["status"] = R.WRONG_RESULT
                 row["error"] = f"relative error {rel:.3g} exceeds {limit:g}"
-                return MeasurementRow(**row), None
-            with timed_region():
-                timing = runtime.time(run, replace(policy, cutoff_ms=cutoff))
-            row.update(
-                status=R.OK, time_ms=timing.median_ms, spread_ms=timing.spread_ms,
-                min_ms=timing.min_ms, reps=len(timing.times_ms),
-            )
         except Exception as exc:
             row["status"] = R.FAILED
-            last = traceback.extract_tb(exc.__traceback__)[-1:]
-            where = f" at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno}" if last else ""
-            row["error"] = f"{type(exc).__name__}: {exc}{where}"[:2000]
-            timing = None
-        return MeasurementRow(**row), timing
+            row["error"] = failure_text(exc)
+        return MeasurementRow(**row)
 
-    def _confirm(
-        self, problem: ConvProblem, candidates: Sequence[Candidate],
-        rows: list[MeasurementRow], timings: list[Timing | None],
-        operands: tuple[Any, Any, Any],
-    ) -> None:
-        """Re-time the top candidates interleaved; their rows take the round's times."""
-        top = contenders(rows, self.race)
-        if len(top) < 2:
-            return
-        # One workspace, the largest needed, serves all: they run one after the other.
-        workspace = self.runtime.workspace(max(candidates[i].workspace_bytes for i in top))
-        runs = [self._run(problem, candidates[i], operands, workspace) for i in top]
-        batches = [t.runs_per_sample if (t := timings[i]) is not None else 1 for i in top]
-        for i, batch, times in zip(top, batches, self._rounds(runs, batches), strict=True):
-            confirmed = Timing(tuple(times), batch)
-            rows[i] = replace(
-                rows[i], time_ms=confirmed.median_ms, spread_ms=confirmed.spread_ms,
-                min_ms=confirmed.min_ms, reps=len(times), measured_at=utcnow(),
-            )
-
-    def _rounds(self, runs: list[Callable[[], None]], batches: list[int]) -> list[list[float]]:
-        """Samples of each run, taken A B C A B C ...: rounds as the policy allows for one."""
-        policy, sample = self.policy, self.runtime.sample_ms
-        for _ in range(policy.warmup):
-            with timed_region():
-                for run, batch in zip(runs, batches, strict=True):
-                    sample(run, batch)
-        times: list[list[float]] = [[] for _ in runs]
-        began = time.perf_counter()
-        while len(times[0]) < policy.min_reps or (
-            time.perf_counter() - began < policy.budget_s and len(times[0]) < policy.max_reps
-        ):
+    def _interleaved(self, runs: list[Callable[[], None]], policy: TimingPolicy,
+                     factor: float | None = None) -> list[Lane]:
+        """Time `runs` interleaved, A B C A B C ...: a burst of interference or a drifting
+        clock then hits them alike, where timing one after the other let it decide between
+        them. Each first takes its untimed warm-ups (the fastest decides its batch). With a
+        race `factor`, a run stops after min_reps once its fastest sample is past `factor`
+        x the leader's median. Stops at the first failure that leaves the device unable to
+        run work."""
+        lanes = [Lane(run) for run in runs]
+        sample = self.runtime.sample_ms
+        for lane in lanes:
+            try:
+                with timed_region():
+                    probes = [sample(lane.run, 1) for _ in range(policy.warmup)]
+            except Exception as exc:
+                if self._fail(lane, exc):
+                    return lanes
+                continue
+            lane.batch = batch_size(min(probes, default=None), policy)
+        while active := [lane for lane in lanes if lane.active]:
             with timed_region():  # one round at a time: chores may run between rounds
-                for slot, run, batch in zip(times, runs, batches, strict=True):
-                    slot.append(sample(run, batch))
-        return times
+                for lane in active:
+                    began = time.perf_counter()
+                    try:
+                        lane.times.append(sample(lane.run, lane.batch))
+                    except Exception as exc:
+                        if self._fail(lane, exc):
+                            return lanes
+                    lane.spent_s += time.perf_counter() - began
+            medians = [statistics.median(lane.times) for lane in lanes
+                       if lane.error is None and len(lane.times) >= policy.min_reps]
+            cutoff = min(medians) * factor if factor is not None and medians else None
+            for lane in active:
+                lane.review(policy, cutoff)
+        return lanes
+
+    def _fail(self, lane: Lane, exc: Exception) -> bool:
+        """Record a lane's failure; whether it left the device unable to run work."""
+        lane.error = failure_text(exc)
+        lane.fatal = self.runtime.fault() is not None
+        return lane.fatal
+
+    def _confirm(self, problem: ConvProblem, rows: list[MeasurementRow], top: list[int],
+                 lanes: list[Lane]) -> Measured:
+        """The rows, the confirmed ones (`top`) with their round's times. A candidate that
+        fails in the round is failed; the others then keep the first pass's times."""
+        if not any(lane.error for lane in lanes):
+            for i, lane in zip(top, lanes, strict=True):
+                rows[i] = lane.settle(rows[i])
+            return Measured(rows)
+        log.warning("confirmation round of %s failed; keeping the first pass's times",
+                    problem.describe())
+        for i, lane in zip(top, lanes, strict=True):
+            if lane.error is not None:
+                rows[i] = lane.settle(rows[i])
+        culprit = next((i for i, lane in zip(top, lanes, strict=True) if lane.fatal), None)
+        if culprit is None:
+            return Measured(rows)
+        return Measured([r for i, r in enumerate(rows) if i != culprit] + [rows[culprit]],
+                        self.runtime.fault())
+
+
+def failure_text(exc: BaseException) -> str:
+    """A failed candidate's error: type, message and where it was raised, bounded."""
+    last = traceback.extract_tb(exc.__traceback__)[-1:]
+    where = f" at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno}" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"[:2000]
 
 
 def contenders(rows: list[MeasurementRow], race: RacePolicy) -> list[int]:
