@@ -183,7 +183,9 @@ class Measurer:
             if len(top) < 2:
                 return Measured(rows)
             runs = [self._run(problem, candidates[i], operands, workspace) for i in top]
-            return self._confirm(problem, rows, top, self._interleaved(runs, self.policy))
+            # The round shares one budget, as one candidate's timing would spend it.
+            shared = replace(self.policy, budget_s=self.policy.budget_s / len(top))
+            return self._confirm(problem, rows, top, self._interleaved(runs, shared))
 
     def _run(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
              workspace: Any) -> Callable[[], None]:
