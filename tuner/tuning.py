@@ -272,7 +272,7 @@ class Tuner:
         measurer = Measurer(self._runtime(identity.device), self.policy, self._rng)
         measured = measurer.measure(problem, candidates)
         # Keep what was measured, a culprit's failure included, so that the next process
-        # skips it; nothing is stored for candidates never run.
+        # skips it; nothing is stored for candidates never run or not fully timed.
         self._save(problem, identity, measured.rows)
         if measured.fault is not None:
             culprit = measured.rows[-1]
