@@ -173,6 +173,15 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines.append(f"re-measurement noise (pass-to-pass spread of one configuration, "
                      f"{len(spreads)} configurations): median {middle:.1f}%, "
                      f"worst {100 * max(spreads):.1f}%")
+    ratios = [ms / r["isolated_ms"][name] for r in rows
+              for name, ms in r.get("tuned_all_ms", {}).items()
+              if ms and r["isolated_ms"].get(name)]
+    if len(ratios) >= 4:
+        # Far from 1, the tuner times a configuration otherwise than it runs alone (order,
+        # caches, clocks): its picks can then be wrong however quiet the machine.
+        q = statistics.quantiles(ratios, n=4)
+        lines.append(f"tuner's time over the isolated time ({len(ratios)} configurations): "
+                     f"median {q[1]:.2f}, quartiles {q[0]:.2f}-{q[2]:.2f}")
     return "\n".join(lines)
 
 

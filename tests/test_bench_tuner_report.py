@@ -28,6 +28,7 @@ def test_regret_is_the_pick_alone_over_the_best_alone() -> None:
     assert f"worst {100 * (factor - 1):.1f}%, 1 above 5%" in text
     # A miss says what the tuner saw of the true best.
     assert "miss l1: best alone b/y; the tuner measured it at 1.250 ms, its pick at 1.000" in text
+    assert "tuner's time over the isolated time" not in text  # 2 configurations: too few
     rows[0]["tuned_all_ms"] = {"a/x": 1.0}  # fast mode: never measured
     assert "miss l1: best alone b/y; the tuner did not measure it" in report(
         rows, {"model": "m", "batch": 1, "device": "cpu", "device_name": "n", "date": "d",
@@ -60,3 +61,16 @@ def test_regret_within_the_re_measurement_noise_is_not_counted_beyond_it() -> No
                          "date": "d", "commit": "c", "tune_s": 1.0, "remeasure_s": 2.0})
     assert "2 above 5%, 1 above both 5% and their noise" in text
     assert f"worst {100 * noisy:.1f}%" in text.splitlines()[-1]
+
+
+def test_the_report_compares_the_tuners_times_with_the_isolated_ones() -> None:
+    rng = np.random.default_rng()
+    factor = float(rng.uniform(0.5, 2.0))  # the tuner times everything this much off
+    iso = {f"a/{i}": float(rng.uniform(1.0, 3.0)) for i in range(5)}
+    tuned = [{"layer": "l", "problem": "p", "pick": "a/0", "tuned_ms": iso["a/0"] * factor,
+              "tuned_all_ms": {name: ms * factor for name, ms in iso.items()}}]
+    text = report(regret_rows(tuned, [iso]),
+                  {"model": "m", "batch": 1, "device": "cpu", "device_name": "n", "date": "d",
+                   "commit": "c", "tune_s": 1.0, "remeasure_s": 2.0})
+    assert (f"tuner's time over the isolated time (5 configurations): median {factor:.2f}, "
+            f"quartiles {factor:.2f}-{factor:.2f}") in text
