@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from algorithms.cpu.runtime import CpuRuntime
-from algorithms.runtime import Timing, TimingPolicy
+from algorithms.problem import ConvProblem
 from db.engine import open_store
 from tests.api.conftest import TINY, stored_rows
 from tuner.api import problem_for
+from tuner.candidates import Candidate
+from tuner.measuring import Measured, Measurer
 from tuner.tuning import Tuner
 
 
 class TimerSpy:
-    """Counts timed candidates and the most that were ever being timed at once."""
+    """Counts measured candidates and the most measuring passes that ever ran at once."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -29,21 +30,22 @@ class TimerSpy:
         self.lock = threading.Lock()
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        real = CpuRuntime.time
+        real = Measurer.measure
 
-        def timed(runtime: CpuRuntime, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
+        def measure(measurer: Measurer, problem: ConvProblem,
+                    candidates: Sequence[Candidate]) -> Measured:
             with self.lock:
-                self.calls += 1
+                self.calls += len(candidates)
                 self.active += 1
                 self.most_active = max(self.most_active, self.active)
             try:
                 time.sleep(0.02)  # widen the window in which a second request could overlap
-                return real(runtime, fn, policy)
+                return real(measurer, problem, candidates)
             finally:
                 with self.lock:
                     self.active -= 1
 
-        monkeypatch.setattr(CpuRuntime, "time", timed)
+        monkeypatch.setattr(Measurer, "measure", measure)
 
 
 def _candidates(db_url: str) -> int:
