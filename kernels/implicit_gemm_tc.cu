@@ -2,7 +2,8 @@
 // Y_g (kg x N*P*Q) = W_g (kg x cg*R*S) . X_g, with X_g gathered from the NCHW input while its
 // shared-memory tiles are filled (never formed in memory).
 //
-// Block tile BM (output channels) x BN (output pixels over the batch), K-step BK = 16; WM x WN
+// Block tile BM (output channels) x BN (output pixels over the batch), K-step BK = 16 (32
+// for 16-bit NHWC instances: half the barriers and pipeline waits per product); WM x WN
 // warps, each computing a (BM/WM) x (BN/WN) warp tile as MI x NI mma tiles of 16 x 8.
 //   float:           m16n8k8 TF32. PASSES 3 (math "fp32", 3xTF32): each operand x is split
 //                    into big = tf32(x) and small = tf32(x - big) and the warp accumulates
@@ -57,7 +58,7 @@
 // registers by up to 70; 3xTF32 NHWC ones from 182 to 240).
 // kdiv is the K index's first divisor: R*S (NCHW, k = c*R*S + rs) or C/groups (NHWC).
 template <typename T, int BM, int BN, int WM, int WN, int STAGES, int PASSES, int VA, int VB,
-          bool NHWC>
+          bool NHWC, int BK>
 __global__ void __launch_bounds__(
     WM * WN * 32, ((VA > 1 && VB == 1) || (NHWC && sizeof(T) == 4 && PASSES == 1)) ? 1 : 0)
     implicit_gemm_tc_conv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
@@ -65,7 +66,6 @@ __global__ void __launch_bounds__(
                           unsigned int s_mul, unsigned int s_shr, unsigned int pq_mul,
                           unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,
                           void* __restrict__ partials, int kper) {
-    constexpr int BK = 16;
     constexpr int THREADS = WM * WN * 32;
     constexpr bool F32 = sizeof(T) == 4;
     // Row padding: 16-bit rows stay multiples of 16 bytes for ldmatrix. For the TF32 fragment
@@ -95,6 +95,8 @@ __global__ void __launch_bounds__(
                   "B tiles must split evenly over the threads");
     static_assert(VA > 1 || A_VECS % THREADS == 0, "A tiles must split evenly over the threads");
     static_assert(STAGES >= 2, "a pipeline needs two stages");
+    static_assert(BK == 16 || (BK == 32 && NHWC && sizeof(T) == 2),
+                  "K-step 32 only for 16-bit NHWC tiles");
     static_assert(F32 || PASSES == 1, "16-bit operands take one pass");
     static_assert(!NHWC || (VA > 1 && VA == VB && NB_LOADS * VB * THREADS == BN * BK &&
                             (F32 || NI % 2 == 0)),
@@ -330,39 +332,43 @@ __global__ void __launch_bounds__(
                 }
             }
         } else {
-            unsigned int a_frag[MI][4];
 #pragma unroll
-            for (int i = 0; i < MI; ++i) {
-                // Lane l gives row l % 16 of the 16x16 tile, at column 8 * (l / 16).
-                const int row = wm + i * 16 + lane % 16;
-                ldmatrix_x4(a_frag[i], as_base + ((st * BM + row) * (BK + APAD) +
-                                                  8 * (lane / 16)) * 2ull);
-            }
-            if constexpr (NHWC) {
+            for (int kk = 0; kk < BK; kk += 16) {
+                unsigned int a_frag[MI][4];
 #pragma unroll
-                for (int j = 0; j < NI; j += 2) {
-                    // Matrices (n8 tile j, k 0..7), (j, k 8..15), (j+1, 0..7), (j+1, 8..15):
-                    // lane l gives row n = l % 8 of matrix l / 8.
-                    unsigned int b4[4];
-                    const int row = wn + j * 8 + 8 * (lane / 16) + lane % 8;
-                    ldmatrix_x4(b4, bs_base + ((st * BN + row) * (BK + APAD) +
-                                               8 * ((lane / 8) % 2)) * 2ull);
-                    const unsigned int b_lo[2] = {b4[0], b4[1]}, b_hi[2] = {b4[2], b4[3]};
-#pragma unroll
-                    for (int i = 0; i < MI; ++i) {
-                        mma_k16(x, acc[i][j], a_frag[i], b_lo);
-                        mma_k16(x, acc[i][j + 1], a_frag[i], b_hi);
-                    }
+                for (int i = 0; i < MI; ++i) {
+                    // Lane l gives row l % 16 of the 16x16 tile, at column kk + 8 * (l / 16).
+                    const int row = wm + i * 16 + lane % 16;
+                    ldmatrix_x4(a_frag[i], as_base + ((st * BM + row) * (BK + APAD) + kk +
+                                                      8 * (lane / 16)) * 2ull);
                 }
-            } else {
+                if constexpr (NHWC) {
 #pragma unroll
-                for (int j = 0; j < NI; ++j) {
-                    // Lanes 0..15 give K rows 0..15 of the 16x8 B tile (lanes 16..31 unused).
-                    unsigned int b_frag[2];
-                    ldmatrix_x2_trans(b_frag, bs_base + ((st * BK + lane % 16) * (BN + BPAD) +
-                                                         wn + j * 8) * 2ull);
+                    for (int j = 0; j < NI; j += 2) {
+                        // Matrices (n8 tile j, k kk..kk+7), (j, kk+8..kk+15), (j+1, kk..),
+                        // (j+1, kk+8..): lane l gives row n = l % 8 of matrix l / 8.
+                        unsigned int b4[4];
+                        const int row = wn + j * 8 + 8 * (lane / 16) + lane % 8;
+                        ldmatrix_x4(b4, bs_base + ((st * BN + row) * (BK + APAD) + kk +
+                                                   8 * ((lane / 8) % 2)) * 2ull);
+                        const unsigned int b_lo[2] = {b4[0], b4[1]}, b_hi[2] = {b4[2], b4[3]};
 #pragma unroll
-                    for (int i = 0; i < MI; ++i) mma_k16(x, acc[i][j], a_frag[i], b_frag);
+                        for (int i = 0; i < MI; ++i) {
+                            mma_k16(x, acc[i][j], a_frag[i], b_lo);
+                            mma_k16(x, acc[i][j + 1], a_frag[i], b_hi);
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) {
+                        // Lanes 0..15 give K rows kk..kk+15 of the 16x8 B tile (16..31
+                        // unused).
+                        unsigned int b_frag[2];
+                        ldmatrix_x2_trans(b_frag, bs_base + ((st * BK + kk + lane % 16) *
+                                                             (BN + BPAD) + wn + j * 8) * 2ull);
+#pragma unroll
+                        for (int i = 0; i < MI; ++i) mma_k16(x, acc[i][j], a_frag[i], b_frag);
+                    }
                 }
             }
             if (!(A_ASYNC && B_ASYNC) && fetch) store_regs(next % STAGES);

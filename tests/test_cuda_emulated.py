@@ -113,8 +113,8 @@ _TC_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
                           "k_over_tile", "pad_gt_filter", "single_pixel", "tc_deep",
                           "tc_long_k", *_TC_POINTWISE, *_TC_NHWC),
     ("float32", "tf32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE, *_TC_NHWC),
-    ("float16", "fp32"): ("odd", "dilation_stride", "k_over_tile", "tc_deep", *_TC_POINTWISE,
-                          *_TC_NHWC),
+    ("float16", "fp32"): ("odd", "dilation_stride", "k_over_tile", "tc_deep", "tc_long_k",
+                          *_TC_POINTWISE, *_TC_NHWC),
     ("bfloat16", "fp32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE, *_TC_NHWC),
 }
 #: 14 K-steps (the cp.async ring wraps at every stage count) and 40 output channels (every

@@ -25,7 +25,8 @@ from tests.precision import make_problem
 ALG = tc.ImplicitGemmTcCuda()
 BASIC: dict[str, Any] = dict(n=2, c=16, h=9, w=9, k=24, r=3, s=3, pad=1)
 #: Every configuration name: each tile gathering from NCHW, and from NHWC copies.
-ALL_CONFIGS = [*tc.CONFIGS, *(c + tc.NHWC for c in tc.CONFIGS)]
+ALL_CONFIGS = [*tc.CONFIGS, *(c + tc.NHWC for c in tc.CONFIGS),
+               *(c + tc.BK32 + tc.NHWC for c in tc.BK32_TILES)]
 
 
 def test_name_is_registered_after_the_first_four() -> None:
@@ -49,7 +50,9 @@ def test_supports_every_dtype_and_math(dtype: str, math: str) -> None:
     # in 2 (at least 4 K-steps per split).
     tiles = tuple(tc.tiles(dtype, math))
     whole = tiles + tuple(t + tc.NHWC for t in tiles)
-    assert ALG.configs(problem) == whole + tuple(f"{c}-k2" for c in whole)
+    # 16-bit: K-steps of 32 too (5 of them here: too few to split).
+    deep = tuple(t + tc.BK32 + tc.NHWC for t in tc.BK32_TILES) if dtype != "float32" else ()
+    assert ALG.configs(problem) == whole + deep + tuple(f"{c}-k2" for c in whole)
     assert all(ALG.workspace_bytes(problem, t) == 0 for t in tiles)
     # NHWC: x (2*9*9*16 elements) and w (24*9*16); split: 2 float32 outputs (2*24*9*9);
     # each rounded up to 256 bytes.
@@ -92,36 +95,43 @@ def test_math_picks_the_number_of_tf32_passes() -> None:
     assert tc.passes("float32", "fp32") == 3
     assert tc.passes("float32", "tf32") == 1
     assert tc.passes("float16", "fp32") == tc.passes("bfloat16", "tf32") == 1
-    assert tc.name_expression("float32", "64x64", "fp32").endswith(", 3, 1, 1, false>")
-    assert tc.name_expression("float32", "64x64", "tf32").endswith(", 1, 1, 1, false>")
+    assert tc.name_expression("float32", "64x64", "fp32").endswith(", 3, 1, 1, false, 16>")
+    assert tc.name_expression("float32", "64x64", "tf32").endswith(", 1, 1, 1, false, 16>")
     assert tc.name_expression("bfloat16", "64x64").startswith("implicit_gemm_tc_conv<bf16_t,")
 
 
 def test_shipped_instances_are_every_dtype_config_math_and_copy_width() -> None:
     names = shipped_kernels()[tc.KERNEL_FILE]
     # (f32 x 2 maths, f16, bf16; 3xTF32 without 128x64) x (NCHW element, vector A, vector A
-    # and B; NHWC)
-    # and the split-K sum per dtype
-    assert len(names) == len(set(names)) == (len(tc.CONFIGS) * 4 - 1) * 4 + 3
+    # and B; NHWC), the 16-bit NHWC tiles with K-steps of 32, and the split-K sum per dtype
+    assert len(names) == len(set(names)) == (
+        (len(tc.CONFIGS) * 4 - 1) * 4 + 2 * len(tc.BK32_TILES) + 3)
     for dtype in tc.DTYPES:
         vec = tc.vector_elements(dtype)
         for math in tc.MATHS:
             for config in tc.tiles(dtype, math):
                 for widths in ((1, 1), (vec, 1), (vec, vec)):
                     name = tc.name_expression(dtype, config, math, widths)
-                    assert name in names and name.endswith(f"{widths[1]}, false>")
+                    assert name in names and name.endswith(f"{widths[1]}, false, 16>")
                 nhwc = tc.name_expression(dtype, config + tc.NHWC, math)
-                assert nhwc in names and nhwc.endswith(f"{vec}, {vec}, true>")
+                assert nhwc in names and nhwc.endswith(f"{vec}, {vec}, true, 16>")
                 # A split runs the same GEMM instance.
                 assert tc.name_expression(dtype, config + tc.NHWC + "-k4", math) == nhwc
         assert tc.sum_name_expression(dtype) in names
+        for config in tc.BK32_TILES:
+            deep = tc.name_expression(dtype, config + tc.BK32 + tc.NHWC)
+            assert (deep in names) == (dtype != "float32")
+            assert deep.endswith(f"{vec}, {vec}, true, 32>")
 
 
 def test_config_names_parse_and_unknown_ones_are_refused() -> None:
     assert tc.parse_config("64x128") == tc.TcConfig(tc.CONFIGS["64x128"], False, 1)
     assert tc.parse_config("64x128-nhwc-k3") == tc.TcConfig(tc.CONFIGS["64x128"], True, 3)
     assert tc.parse_config("32x128-k8") == tc.TcConfig(tc.CONFIGS["32x128"], False, 8)
-    for bad in ("16x16", "64x128-k", "64x128-k2-nhwc", "64x128-nchw", "default"):
+    assert tc.parse_config("128x64x32-nhwc-k2") == tc.TcConfig(tc.CONFIGS["128x64"], True, 2,
+                                                               32)
+    for bad in ("16x16", "64x128-k", "64x128-k2-nhwc", "64x128-nchw", "default",
+                "128x128x32", "64x64x32-nhwc", "128x128x16-nhwc", "128x128-nhwcx32"):
         with pytest.raises(ValueError, match="unknown config"):
             tc.parse_config(bad)
     problem = ConvProblem(**BASIC)
@@ -204,6 +214,8 @@ def test_vector_widths_follow_the_filter_row_and_the_pointwise_geometry() -> Non
 @pytest.mark.parametrize("config", ALL_CONFIGS)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_stages_fit_static_shared_memory(config: str, dtype: str) -> None:
+    if tc.BK32 in config and dtype == "float32":
+        pytest.skip("K-steps of 32 are 16-bit only")
     assert 2 <= tc.stages(dtype, config) <= tc.MAX_STAGES
     assert tc.smem_bytes(dtype, config) <= DEFAULT_SMEM_LIMIT
 
@@ -212,8 +224,9 @@ def test_stages_fit_static_shared_memory(config: str, dtype: str) -> None:
 def test_tiles_split_into_warps_and_mma_tiles(config: str) -> None:
     t = tc.CONFIGS[config]
     assert t.bm % (16 * t.wm) == 0 and t.bn % (8 * t.wn) == 0
-    assert t.threads % t.bn == 0 and tc.BK % (t.threads // t.bn) == 0  # kernel static_asserts
-    assert t.bm * tc.BK % t.threads == 0
+    for bk in (tc.BK, tc.BK32_STEP) if config in tc.BK32_TILES else (tc.BK,):
+        assert t.threads % t.bn == 0 and bk % (t.threads // t.bn) == 0  # kernel static_asserts
+        assert t.bm * bk % t.threads == 0
 
 
 def test_launch_grid_covers_pixels_groups_and_channel_tiles() -> None:
@@ -256,5 +269,8 @@ def test_documented_shared_memory_matches_ptxas(tmp_path: Path) -> None:
                 for widths in ((1, 1), (vec(d), 1), (vec(d), vec(d)))}
     expected |= {tc.name_expression(d, c + tc.NHWC, m): tc.smem_bytes(d, c + tc.NHWC)
                  for d in tc.DTYPES for m in tc.MATHS for c in tc.tiles(d, m)}
+    deep = [c + tc.BK32 + tc.NHWC for c in tc.BK32_TILES]
+    expected |= {tc.name_expression(d, c): tc.smem_bytes(d, c)
+                 for d in ("float16", "bfloat16") for c in deep}
     assert len(reported) == len(names)
     assert sorted(reported) == sorted(expected[n] for n in names)

@@ -39,7 +39,9 @@ operands in the workspace.
 
 Configurations "BMxBN[-nhwc][-kS]": block tile of BM output channels by BN output pixels,
 K-step 16, a fixed warp layout per tile; the pipeline depth is the most stages (at most 4)
-whose tiles fit in 48 KiB of static shared memory for the dtype and layout.
+whose tiles fit in 48 KiB of static shared memory for the dtype and layout. For float16
+and bfloat16, "BMxBNx32-nhwc[-kS]" (BM x BN in BK32_TILES) takes K-steps of 32: half the
+barriers and pipeline waits per product, in 2-3 stages.
 
 Resources (ptxas, CUDA 13, every shipped instance at sm_80 and sm_90): no spills, no stack
 frame; 96-255 registers per thread for the element-wise instances (128x64 reaches the 255
@@ -81,12 +83,19 @@ BK = 16
 MAX_STAGES = 4
 #: The suffix of a configuration that gathers from NHWC copies of the operands.
 NHWC = "-nhwc"
+#: A 16-bit NHWC configuration "BMxBNx32-nhwc" has a K-step of 32 (BK32_STEP), not BK:
+#: twice the products per barrier and pipeline wait, at half the stages in the same shared
+#: memory (CUTLASS's sm80 half-precision tiles take 32; the name is CUTLASS's BMxBNxBK).
+#: Offered for the tiles in BK32_TILES.
+BK32 = "x32"
+BK32_STEP = 32
+BK32_TILES = ("128x128", "128x64", "64x128")
 #: Split K: a grid below this many blocks (one wave on an H100's 132 SMs) is offered a
 #: split into at most MAX_SPLITS slices of at least MIN_SPLIT_STEPS K-steps each.
 SPLIT_TARGET_BLOCKS = 132
 MAX_SPLITS = 8
 MIN_SPLIT_STEPS = 4
-_CONFIG = re.compile(r"(\d+x\d+)(-nhwc)?(?:-k(\d+))?")
+_CONFIG = re.compile(r"(\d+x\d+)(x32)?(-nhwc)?(?:-k(\d+))?")
 
 
 @dataclass(frozen=True)
@@ -139,32 +148,35 @@ def tiles(dtype: str, math: str) -> dict[str, TcTile]:
 
 @dataclass(frozen=True)
 class TcConfig:
-    """A parsed configuration name: tile, operand layout, K splits (1: none)."""
+    """A parsed configuration name: tile, operand layout, K splits (1: none), K-step."""
 
     tile: TcTile
     nhwc: bool
     splits: int
+    bk: int = BK
 
 
 @functools.lru_cache(maxsize=256)
 def parse_config(config: str) -> TcConfig:
-    """The parts of "BMxBN[-nhwc][-kS]"; ValueError for any other name."""
+    """The parts of "BMxBN[-nhwc][-kS]" or "BMxBNx32-nhwc[-kS]"; ValueError for any other
+    name."""
     found = _CONFIG.fullmatch(config)
-    if found is None or found.group(1) not in CONFIGS:
+    if found is None or found.group(1) not in CONFIGS or (
+            found.group(2) and (not found.group(3) or found.group(1) not in BK32_TILES)):
         raise ValueError(f"implicit_gemm_tc: unknown config {config!r}")
-    return TcConfig(CONFIGS[found.group(1)], found.group(2) is not None,
-                    int(found.group(3) or 1))
+    return TcConfig(CONFIGS[found.group(1)], found.group(3) is not None,
+                    int(found.group(4) or 1), BK32_STEP if found.group(2) else BK)
 
 
 def _stage_bytes(dtype: str, config: str) -> int:
     """One stage's A and B tiles with the kernel's row padding (APAD, BPAD); NHWC stores
     B n-major, rows padded like A's."""
     cfg = parse_config(config)
-    t, nhwc = cfg.tile, cfg.nhwc
+    t, nhwc, bk = cfg.tile, cfg.nhwc, cfg.bk
     item = 4 if dtype == "float32" else 2
     a_pad = 4 if item == 4 else 8
-    b_elements = t.bn * (BK + a_pad) if nhwc else BK * (t.bn + 8)
-    return (t.bm * (BK + a_pad) + b_elements) * item
+    b_elements = t.bn * (bk + a_pad) if nhwc else bk * (t.bn + 8)
+    return (t.bm * (bk + a_pad) + b_elements) * item
 
 
 def stages(dtype: str, config: str) -> int:
@@ -194,7 +206,7 @@ def name_expression(dtype: str, config: str, math: str = "fp32",
     return (
         f"implicit_gemm_tc_conv<{TC_CTYPES[dtype]}, {t.bm}, {t.bn}, {t.wm}, {t.wn}, "
         f"{stages(dtype, config)}, {passes(dtype, math)}, {widths[0]}, {widths[1]}, "
-        f"{str(nhwc).lower()}>"
+        f"{str(nhwc).lower()}, {cfg.bk}>"
     )
 
 
@@ -207,6 +219,8 @@ def shipped_kernels() -> tuple[str, ...]:
         names += [name_expression(d, c, m, widths) for m in MATHS for c in tiles(d, m)
                   for widths in ((1, 1), (v, 1), (v, v))]
         names += [name_expression(d, c + NHWC, m) for m in MATHS for c in tiles(d, m)]
+        if d != "float32":
+            names += [name_expression(d, c + BK32 + NHWC) for c in BK32_TILES]
         names.append(sum_name_expression(d))
     return tuple(dict.fromkeys(names))
 
@@ -240,26 +254,27 @@ def sum_name_expression(dtype: str) -> str:
     return f"implicit_gemm_tc_sum_splits<{TC_CTYPES[dtype]}>"
 
 
-def k_steps(problem: ConvProblem) -> int:
-    """K-steps of the GEMM: C/groups*R*S in slices of BK."""
-    return ceil_div(problem.c // problem.groups * problem.r * problem.s, BK)
+def k_steps(problem: ConvProblem, bk: int = BK) -> int:
+    """K-steps of the GEMM: C/groups*R*S in slices of `bk`."""
+    return ceil_div(problem.c // problem.groups * problem.r * problem.s, bk)
 
 
-def k_splits(problem: ConvProblem, tile: TcTile) -> int:
+def k_splits(problem: ConvProblem, tile: TcTile, bk: int = BK) -> int:
     """The K split offered for a tile: enough slices to fill one wave (SPLIT_TARGET_BLOCKS),
     at most MAX_SPLITS of at least MIN_SPLIT_STEPS K-steps; 1 where none is offered (the
     grid is large enough, K is short, or the partial sums would pass 2**31 elements)."""
     gx, gy, _ = gemm_grid(problem, tile.bm, tile.bn)
     splits = min(MAX_SPLITS, ceil_div(SPLIT_TARGET_BLOCKS, gx * gy),
-                 k_steps(problem) // MIN_SPLIT_STEPS)
+                 k_steps(problem, bk) // MIN_SPLIT_STEPS)
     out_elements = prod(problem.output_shape)
     return splits if splits >= 2 and tensors_fit_int32(problem, splits * out_elements) else 1
 
 
-def split_steps(problem: ConvProblem, splits: int) -> tuple[int, int]:
-    """(K-steps per split, splits launched): the last split may be short, none empty."""
-    per = ceil_div(k_steps(problem), splits)
-    return per, ceil_div(k_steps(problem), per)
+def split_steps(problem: ConvProblem, splits: int, bk: int = BK) -> tuple[int, int]:
+    """(K-steps of `bk` per split, splits launched): the last split may be short, none
+    empty."""
+    per = ceil_div(k_steps(problem, bk), splits)
+    return per, ceil_div(k_steps(problem, bk), per)
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every run
@@ -282,7 +297,7 @@ def launch_grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
     """(pixel tiles over the whole batch, groups x channel tiles, K splits)."""
     cfg = parse_config(config)
     gx, gy, _ = gemm_grid(problem, cfg.tile.bm, cfg.tile.bn)
-    return gx, gy, split_steps(problem, cfg.splits)[1]
+    return gx, gy, split_steps(problem, cfg.splits, cfg.bk)[1]
 
 
 class _ImplicitGemmTcCudaForward(CudaAlgorithm):
@@ -300,13 +315,19 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         return SUPPORTED
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """The tiles whose grid fits this problem, NCHW then NHWC, then their K splits."""
+        """The tiles whose grid fits this problem, NCHW, NHWC, NHWC with K-step 32 (16-bit),
+        then their K splits."""
         fitting = fitting_tiles(problem, tiles(problem.dtype, problem.math))
-        layouts = ("", NHWC) if nhwc_allowed(problem) else ("",)
+        nhwc = nhwc_allowed(problem)
+        layouts = ("", NHWC) if nhwc else ("",)
         whole = [t + layout for layout in layouts for t in fitting]
+        deep = ([t + BK32 + NHWC for t in fitting if t in BK32_TILES]
+                if nhwc and problem.dtype != "float32" else [])
         split = [f"{t}{layout}-k{s}" for layout in layouts for t in fitting
                  if (s := k_splits(problem, CONFIGS[t])) > 1]
-        return tuple(whole + split)
+        split += [f"{c}-k{s}" for c in deep
+                  if (s := k_splits(problem, parse_config(c).tile, BK32_STEP)) > 1]
+        return tuple(whole + deep + split)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """See workspace_layout."""
@@ -346,7 +367,7 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
             name = name_expression(problem.dtype, config, problem.math, widths)
         kernel = get_kernel(KERNEL_FILE, name)
         grid = launch_grid(problem, config)
-        kper = split_steps(problem, cfg.splits)[0]
+        kper = split_steps(problem, cfg.splits, cfg.bk)[0]
         part = buf.get("part", y)  # not written without splits
         kernel(grid, (cfg.tile.threads,),
                (x, w, y, *shape_args(problem),
