@@ -379,7 +379,8 @@ def test_tensor_core_vector_fills_exactly_where_allowed(
         for name, _args in verdict["launches"]:
             if not name.startswith("implicit_gemm_tc_conv<"):
                 continue  # the NHWC configurations' transposes
-            *_, va, vb, nhwc = (f.strip() for f in name.rstrip(">").split("<")[1].split(","))
+            *_, va, vb, nhwc, _bk = (f.strip()
+                                     for f in name.rstrip(">").split("<")[1].split(","))
             layouts.add(nhwc)
             expected = (vec, vec) if nhwc == "true" else (vec if a_vec else 1, vec if b_vec else 1)
             assert (int(va), int(vb)) == expected, (case_id, name)
