@@ -58,6 +58,9 @@ CASES: dict[str, Case] = {
                                  {"dtype": "float16"}),
     "fp16_conv4_2_tc_nhwc_k32": Case(VGG_CONV4_2, "implicit_gemm_tc", "128x128x32-nhwc",
                                      {"dtype": "float16"}),
+    # 64x64 warp tiles, four stages in 80 KiB of opted-in dynamic shared memory.
+    "fp16_conv4_2_tc_nhwc_s4": Case(VGG_CONV4_2, "implicit_gemm_tc", "128x128x32-nhwc-s4",
+                                    {"dtype": "float16"}),
     "fp16_conv4_2_torch": Case(VGG_CONV4_2, "torch", options={"dtype": "float16"}),
     "fp16_res2_1x1b_tc": Case(RES2_1X1B, "implicit_gemm_tc", "128x128", {"dtype": "float16"}),
     "fp16_res2_1x1b_torch": Case(RES2_1X1B, "torch", options={"dtype": "float16"}),

@@ -13,11 +13,13 @@
 //                    "tf32"): big.big only.
 //   half_t / bf16_t: m16n8k16, FP32 accumulation; fragments read with ldmatrix (A as x4, B
 //                    as x2.trans from its K-major rows).
-// Pipeline: STAGES shared-memory stages. float tiles are filled with 4-byte cp.async
-// (zero-fill for padding and edges), STAGES-1 tiles in flight during the multiply; a 16-bit
-// element is too small for cp.async's 4-byte minimum and NCHW gathers give no contiguous
-// pairs, so 16-bit tiles go through registers: the loads of step kt + STAGES - 1 are issued
-// before the multiply of step kt and stored to the ring after it. One barrier per K-step.
+// Pipeline: STAGES shared-memory stages, in dynamic shared memory (48 KiB unless the host
+// opts in, as it does for the deeper pipelines of its "-sS" configurations). float tiles are
+// filled with 4-byte cp.async (zero-fill for padding and edges), STAGES-1 tiles in flight
+// during the multiply; a 16-bit element is too small for cp.async's 4-byte minimum and NCHW
+// gathers give no contiguous pairs, so 16-bit tiles go through registers: the loads of step
+// kt + STAGES - 1 are issued before the multiply of step kt and stored to the ring after it.
+// One barrier per K-step.
 //
 // 16-byte vector fills (VA, VB: elements per copy, VA * sizeof(T) == 16, or 1 for element-
 // wise copies), chosen by the host per call:
@@ -102,8 +104,13 @@ __global__ void __launch_bounds__(
                             (F32 || NI % 2 == 0)),
                   "NHWC: vector tiles split evenly, 16-bit n8 tiles in pairs");
 
-    __shared__ __align__(16) T As[STAGES][BM][BK + APAD];
-    __shared__ __align__(16) T Bs[STAGES][B_D0][B_D1];
+    // The stages live in dynamic shared memory, A tiles then B tiles (each a multiple of 16
+    // bytes): the host passes their size, and opts in beyond 48 KiB (the "-sS" tiles).
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    using ATiles = T[STAGES][BM][BK + APAD];
+    using BTiles = T[STAGES][B_D0][B_D1];
+    ATiles& As = *reinterpret_cast<ATiles*>(smem_raw);
+    BTiles& Bs = *reinterpret_cast<BTiles*>(smem_raw + sizeof(ATiles));
 
     const int cg = C / groups;
     const int kg = K / groups;

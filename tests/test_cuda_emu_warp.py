@@ -16,6 +16,8 @@ bite by an injected bug (the kernels' `bug` argument):
 | cp.async + wait_group | wait_group 1, then read group 1 | abort: ASan use-after-poison |
 | cp.async 16 B | source 4 bytes off | abort: misaligned cp.async source |
 | cp.async | global address as destination | abort: outside shared memory |
+| dynamic shared memory | over 48 KiB without an opt-in | abort: names the missing opt-in |
+| dynamic shared memory | more than the kernel opted in to | abort: over the opt-in |
 """
 
 from __future__ import annotations
@@ -36,14 +38,16 @@ _missing = missing_tools()
 pytestmark = pytest.mark.skipif(_missing is not None, reason=f"cannot emulate: {_missing}")
 
 
-def _run(tmp_path: Path, kernel: str, bug: int,
-         arrays: list[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
-    """(the kernel's arrays after the launch, or None if it aborted; its stderr)."""
+def _run(tmp_path: Path, kernel: str, bug: int, arrays: list[np.ndarray],
+         smem: tuple[int, int] = (0, 48 * 1024)) -> tuple[list[np.ndarray] | None, str]:
+    """(the kernel's arrays after the launch, or None if it aborted; its stderr). `smem`:
+    the launch's dynamic shared memory and the kernel's opt-in."""
     src, dst = tmp_path / "in.npz", tmp_path / "out.npz"
     named: dict[str, Any] = {f"a{i}": a for i, a in enumerate(arrays)}
     np.savez(src, **named)
     done = subprocess.run(
-        [sys.executable, "-m", "tests.cuda_emu.warp_run", kernel, str(bug), str(src), str(dst)],
+        [sys.executable, "-m", "tests.cuda_emu.warp_run", kernel, str(bug), str(src), str(dst),
+         *map(str, smem)],
         capture_output=True, text=True, cwd=ROOT_DIR, env=sanitizer_env(), timeout=600)
     if done.returncode != 0:
         return None, done.stderr
@@ -151,3 +155,22 @@ def test_cp_async(tmp_path: Path, bug: int, message: str | None) -> None:
     want1[:, 3] = 7.0
     assert np.array_equal(out[1][:128].reshape(32, 4), want0)
     assert np.array_equal(out[1][128:].reshape(32, 4), want1)
+
+
+@pytest.mark.parametrize(("smem", "opt_in", "message"), [
+    (80 * 1024, 80 * 1024, None),
+    (48 * 1024, 48 * 1024, None),
+    (80 * 1024, 48 * 1024, "over 48 KiB without an opt-in"),
+    (80 * 1024, 64 * 1024, "over the kernel's opt-in"),
+    (80 * 1024, 300 * 1024, "more shared memory than a GPU has"),
+])
+def test_dynamic_shared_memory_beyond_48_kib_needs_the_kernels_opt_in(
+        tmp_path: Path, smem: int, opt_in: int, message: str | None) -> None:
+    # The `bug` argument carries the byte count the kernel uses: all of the launch's.
+    out, err = _run(tmp_path, "dynamic_smem_kernel", smem, [np.zeros(32, np.float32)],
+                    (smem, opt_in))
+    if message is not None:
+        assert out is None and message in err, err
+        return
+    assert out is not None, err
+    assert np.array_equal(out[0], 3.0 * np.arange(32, dtype=np.float32))

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from algorithms.base import AlgorithmBase
-from algorithms.cuda import KERNEL_MODULES, _cublas, fft
+from algorithms.cuda import KERNEL_MODULES, _cublas, _loader, fft
 from algorithms.cuda._loader import fastdiv
 from algorithms.problem import ConvProblem
 from tests.cuda_emu.cases import ALGORITHMS as ALGOS
@@ -116,18 +116,22 @@ def test_fft_workspace_regions_are_aligned_for_every_dtype() -> None:
 
 # --- launch limits on problems too big to emulate -------------------------------------------------
 GRID_X_LIMIT, GRID_YZ_LIMIT, SMEM_LIMIT = 2**31 - 1, 65535, 48 * 1024
+#: The most dynamic shared memory a kernel may opt in to on every sm_80+ GPU (sm_86, sm_89).
+SMEM_OPT_IN_LIMIT = 99 * 1024
 
 
 def _checked_launch(filename: str, name_expression: str) -> Callable[..., None]:
-    """A kernel stand-in that checks only the launch: grid and block limits, shared memory,
-    32-bit scalar arguments (Python ints would be passed as 64-bit and shift the rest)."""
+    """A kernel stand-in that checks only the launch: grid and block limits, shared memory
+    (beyond 48 KiB only as far as the kernel opted in), 32-bit scalar arguments (Python
+    ints would be passed as 64-bit and shift the rest)."""
 
     def kernel(grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...],
                shared_mem: int = 0) -> None:
         assert 1 <= len(grid) <= 3 and 1 <= len(block) <= 3
         assert all(isinstance(v, int) and v >= 1 for v in (*grid, *block))
         assert grid[0] <= GRID_X_LIMIT and all(v <= GRID_YZ_LIMIT for v in grid[1:])
-        assert int(np.prod(block)) <= 1024 and 0 <= shared_mem <= SMEM_LIMIT
+        limit = getattr(kernel, "max_dynamic_shared_size_bytes", SMEM_LIMIT)
+        assert int(np.prod(block)) <= 1024 and 0 <= shared_mem <= limit <= SMEM_OPT_IN_LIMIT
         for a in args:
             if isinstance(a, np.generic):
                 assert isinstance(a, (np.int32, np.uint32, np.float32, np.float64)), a
@@ -191,18 +195,19 @@ BIG_PROBLEMS: dict[str, dict[str, Any]] = {
 }
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
 @pytest.mark.parametrize("shape", list(BIG_PROBLEMS))
 @pytest.mark.parametrize("name", ["direct", "im2col_gemm", "implicit_gemm", "implicit_gemm_tc",
                                   "depthwise"])
 def test_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch, name: str,
-                                            shape: str, direction: str) -> None:
+                                            shape: str, direction: str, dtype: str) -> None:
     """Whatever supports() accepts launches within grid, block and shared-memory limits."""
     for module in KERNEL_MODULES:
         monkeypatch.setattr(module, "get_kernel", _checked_launch)
     monkeypatch.setattr(_cublas, "_gemm", _checked_gemm)
     LAUNCHES.clear()
-    problem = ConvProblem(**BIG_PROBLEMS[shape], direction=direction)
+    problem = ConvProblem(**BIG_PROBLEMS[shape], direction=direction, dtype=dtype)
     algorithm = ALGOS[name]
     if not algorithm.supports(problem):
         assert algorithm.supports(problem).reason
@@ -319,3 +324,30 @@ def test_depthwise_offers_compiled_in_filter_sizes_only_for_them() -> None:
     compiled_3x3 = {"32x16p2_3x3", "16x16p2_3x3", "flat_q1_3x3", "flat_q4_3x3_s1"}
     assert compiled_3x3 <= configs[(3, 3)]
     assert configs[(5, 5)] == configs[(3, 1)] == set(configs[(3, 3)]) - compiled_3x3
+
+
+class _Function:
+    """CuPy's Function, as far as the opt-in goes: counts the attribute's writes."""
+
+    def __init__(self) -> None:
+        self.writes: list[int] = []
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return self.writes[-1] if self.writes else SMEM_LIMIT
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, nbytes: int) -> None:
+        self.writes.append(nbytes)
+
+
+def test_shared_memory_opt_in_is_set_once_per_kernel_and_only_beyond_48_kib() -> None:
+    first, second = _Function(), _Function()
+    _loader.allow_shared_memory(first, SMEM_LIMIT)  # within the default: no driver call
+    assert first.writes == []
+    for _ in range(3):  # runs sit in timed regions: one attribute write, not one per run
+        _loader.allow_shared_memory(first, 80 * 1024)
+    _loader.allow_shared_memory(first, 64 * 1024)  # less than it already has
+    _loader.allow_shared_memory(second, 90 * 1024)
+    _loader.allow_shared_memory(first, 90 * 1024)  # more: set again
+    assert first.writes == [80 * 1024, 90 * 1024] and second.writes == [90 * 1024]

@@ -30,8 +30,9 @@ import numpy as np
 from algorithms.problem import DIRECTIONS, DTYPES, MATHS, ConvProblem
 from algorithms.registry import get_algorithm
 
-#: Numbers read from a config name, in order; more than any shipped config has (3).
-CONFIG_NUMBERS = 4
+#: Numbers read from a config name, in order: as many as a shipped config has at most
+#: (implicit_gemm_tc's "256x128x32-nhwc-s3-k2").
+CONFIG_NUMBERS = 5
 #: What "all" in a config ("chunk=all": the whole batch at once) reads as: larger than
 #: any batch, so a tree puts it past every numeric chunk.
 _ALL = float(2**30)

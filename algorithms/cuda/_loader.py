@@ -113,6 +113,25 @@ def get_kernel(filename: str, name_expression: str) -> Any:
     return kernel
 
 
+# id(kernel) -> (the kernel, the dynamic shared memory it may take); holding the kernel
+# keeps its id from being reused by another object.
+_opted_in: dict[int, tuple[Any, int]] = {}
+
+
+def allow_shared_memory(kernel: Any, nbytes: int) -> None:
+    """Let `kernel` take `nbytes` of dynamic shared memory: beyond DEFAULT_SMEM_LIMIT a
+    launch fails unless the function opted in (cuFuncSetAttribute, through CuPy's
+    `Function.max_dynamic_shared_size_bytes`). Once per kernel and size: runs sit inside
+    timed regions, where a driver call each time would cost."""
+    if nbytes <= DEFAULT_SMEM_LIMIT:
+        return
+    found = _opted_in.get(id(kernel))
+    if found is not None and found[0] is kernel and found[1] >= nbytes:
+        return
+    kernel.max_dynamic_shared_size_bytes = nbytes
+    _opted_in[id(kernel)] = (kernel, nbytes)
+
+
 def fastdiv(d: int) -> tuple[int, int]:
     """(mul, shift) with n // d == (umulhi(n, mul) + n) >> shift for 0 <= n, d < 2**31.
 

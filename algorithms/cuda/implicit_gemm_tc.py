@@ -39,16 +39,25 @@ operands in the workspace.
 
 Configurations "BMxBN[-nhwc][-kS]": block tile of BM output channels by BN output pixels,
 K-step 16, a fixed warp layout per tile; the pipeline depth is the most stages (at most 4)
-whose tiles fit in 48 KiB of static shared memory for the dtype and layout. For float16
-and bfloat16, "BMxBNx32-nhwc[-kS]" (BM x BN in BK32_TILES) takes K-steps of 32: half the
-barriers and pipeline waits per product, in 2-3 stages.
+whose tiles fit in 48 KiB of shared memory for the dtype and layout. For float16 and
+bfloat16, "BMxBNx32-nhwc[-kS]" (BM x BN in BK32_TILES) takes K-steps of 32: half the
+barriers and pipeline waits per product, in 2-3 stages. "BMxBNx32-nhwc-sS[-kS]" (DEEP_TILES,
+16-bit) is CUTLASS's sm80 layout: 64x64 warp tiles and S stages in 80-90 KiB of dynamic
+shared memory, which a block gets only by opting in (`_loader.allow_shared_memory`).
+Why: per K-step of 32 (256 mma m16n8k16), a 128x128 block of eight 64x32 warp tiles reads
+48 KiB of fragments by ldmatrix and writes 16 KiB of tiles, 256 bytes of shared memory per
+mma; an SM's shared memory moves 128 bytes a clock, so that is at most one mma every two
+clocks, half an H100's dense FP16 rate. Four 64x64 warp tiles read 32 KiB for the same
+products (192 bytes per mma). The extra stages hide the global loads' latency at the two
+blocks (or one) per SM that these tiles leave room for.
 
 Resources (ptxas, CUDA 13, every shipped instance at sm_80 and sm_90): no spills, no stack
 frame; 96-255 registers per thread for the element-wise instances (128x64 reaches the 255
 cap, and is not shipped for 3xTF32); fewer for the vector ones of the same tile (no
 per-element index math; float16 128x128: 118 with both tiles in vectors, 127 with vector
-A, 170 element-wise; NHWC 115); 20-48 KiB static shared memory (NHWC stores B n-major,
-which takes more).
+A, 170 element-wise; NHWC 115); 20-48 KiB of shared memory (NHWC stores B n-major, which
+takes more), and 224-243 registers with 80-90 KiB for the "-sS" tiles. The stages are the
+kernel's dynamic shared memory (`smem_bytes`, passed at launch; ptxas reports none static).
 """
 
 from __future__ import annotations
@@ -68,6 +77,7 @@ from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
     CTYPES,
     DEFAULT_SMEM_LIMIT,
+    allow_shared_memory,
     ceil_div,
     fastdiv_args,
     get_kernel,
@@ -90,12 +100,15 @@ NHWC = "-nhwc"
 BK32 = "x32"
 BK32_STEP = 32
 BK32_TILES = ("128x128", "128x64", "64x128")
+#: Opt-in shared memory a "-sS" configuration may take: within the 99 KiB a block can have on
+#: sm_86 and sm_89, so that they run on every GPU of compute capability 8.0 or newer.
+DEEP_SMEM_LIMIT = 96 * 1024
 #: Split K: a grid below this many blocks (one wave on an H100's 132 SMs) is offered a
 #: split into at most MAX_SPLITS slices of at least MIN_SPLIT_STEPS K-steps each.
 SPLIT_TARGET_BLOCKS = 132
 MAX_SPLITS = 8
 MIN_SPLIT_STEPS = 4
-_CONFIG = re.compile(r"(\d+x\d+)(x32)?(-nhwc)?(?:-k(\d+))?")
+_CONFIG = re.compile(r"(\d+x\d+)(x32)?(-nhwc)?(?:-s(\d+))?(?:-k(\d+))?")
 
 
 @dataclass(frozen=True)
@@ -124,6 +137,17 @@ CONFIGS: dict[str, TcTile] = {
     "32x128": TcTile(32, 128, 1, 4),
 }
 
+#: "BMxBNx32-nhwc-sS" tiles (16-bit NHWC, K-step 32): 64x64 warp tiles, S stages (the most
+#: within DEEP_SMEM_LIMIT) in dynamic shared memory.
+DEEP_TILES: dict[str, tuple[TcTile, int]] = {
+    "128x128": (TcTile(128, 128, 2, 2), 4),
+    "256x128": (TcTile(256, 128, 4, 2), 3),
+    "128x256": (TcTile(128, 256, 2, 4), 3),
+}
+#: The "-sS" configuration names, without a split.
+DEEP_CONFIGS: tuple[str, ...] = tuple(
+    f"{name}{BK32}{NHWC}-s{depth}" for name, (_, depth) in DEEP_TILES.items())
+
 #: Storage dtype -> C++ type (bfloat16 is kernels/common.cuh's bf16_t).
 TC_CTYPES: dict[str, str] = {**{d: CTYPES[d] for d in ("float32", "float16")},
                              "bfloat16": "bf16_t"}
@@ -148,24 +172,32 @@ def tiles(dtype: str, math: str) -> dict[str, TcTile]:
 
 @dataclass(frozen=True)
 class TcConfig:
-    """A parsed configuration name: tile, operand layout, K splits (1: none), K-step."""
+    """A parsed configuration name: tile, operand layout, K splits (1: none), K-step, and
+    the stages of a "-sS" configuration (0: as many as fit 48 KiB)."""
 
     tile: TcTile
     nhwc: bool
     splits: int
     bk: int = BK
+    depth: int = 0
 
 
 @functools.lru_cache(maxsize=256)
 def parse_config(config: str) -> TcConfig:
-    """The parts of "BMxBN[-nhwc][-kS]" or "BMxBNx32-nhwc[-kS]"; ValueError for any other
-    name."""
+    """The parts of "BMxBN[-nhwc][-kS]", "BMxBNx32-nhwc[-kS]" or "BMxBNx32-nhwc-sS[-kS]";
+    ValueError for any other name."""
     found = _CONFIG.fullmatch(config)
-    if found is None or found.group(1) not in CONFIGS or (
-            found.group(2) and (not found.group(3) or found.group(1) not in BK32_TILES)):
+    if found is None:
         raise ValueError(f"implicit_gemm_tc: unknown config {config!r}")
-    return TcConfig(CONFIGS[found.group(1)], found.group(3) is not None,
-                    int(found.group(4) or 1), BK32_STEP if found.group(2) else BK)
+    tile, x32, nhwc, depth, splits = found.groups()
+    whole = tile + (x32 or "") + (nhwc or "") + (f"-s{depth}" if depth else "")
+    if depth is not None and whole in DEEP_CONFIGS:
+        return TcConfig(DEEP_TILES[tile][0], True, int(splits or 1), BK32_STEP, int(depth))
+    if depth is not None or tile not in CONFIGS or (
+            x32 and (not nhwc or tile not in BK32_TILES)):
+        raise ValueError(f"implicit_gemm_tc: unknown config {config!r}")
+    return TcConfig(CONFIGS[tile], nhwc is not None, int(splits or 1),
+                    BK32_STEP if x32 else BK)
 
 
 def _stage_bytes(dtype: str, config: str) -> int:
@@ -180,12 +212,14 @@ def _stage_bytes(dtype: str, config: str) -> int:
 
 
 def stages(dtype: str, config: str) -> int:
-    """Pipeline depth: the most stages (2..4) whose tiles fit the static shared memory."""
-    return max(2, min(MAX_STAGES, DEFAULT_SMEM_LIMIT // _stage_bytes(dtype, config)))
+    """Pipeline depth: a "-sS" configuration's S, else the most stages (2..4) whose tiles
+    fit in 48 KiB."""
+    depth = parse_config(config).depth
+    return depth or max(2, min(MAX_STAGES, DEFAULT_SMEM_LIMIT // _stage_bytes(dtype, config)))
 
 
 def smem_bytes(dtype: str, config: str) -> int:
-    """Static shared memory of one block."""
+    """Dynamic shared memory of one block: its stages' tiles."""
     return stages(dtype, config) * _stage_bytes(dtype, config)
 
 
@@ -221,6 +255,7 @@ def shipped_kernels() -> tuple[str, ...]:
         names += [name_expression(d, c + NHWC, m) for m in MATHS for c in tiles(d, m)]
         if d != "float32":
             names += [name_expression(d, c + BK32 + NHWC) for c in BK32_TILES]
+            names += [name_expression(d, c) for c in DEEP_CONFIGS]
         names.append(sum_name_expression(d))
     return tuple(dict.fromkeys(names))
 
@@ -315,14 +350,16 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         return SUPPORTED
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """The tiles whose grid fits this problem, NCHW, NHWC, NHWC with K-step 32 (16-bit),
-        then their K splits."""
+        """The tiles whose grid fits this problem, NCHW, NHWC, then for 16-bit NHWC the
+        K-step-32 tiles and the "-sS" ones; then their K splits."""
         fitting = fitting_tiles(problem, tiles(problem.dtype, problem.math))
         nhwc = nhwc_allowed(problem)
         layouts = ("", NHWC) if nhwc else ("",)
         whole = [t + layout for layout in layouts for t in fitting]
-        deep = ([t + BK32 + NHWC for t in fitting if t in BK32_TILES]
-                if nhwc and problem.dtype != "float32" else [])
+        deep: list[str] = []
+        if nhwc and problem.dtype != "float32":
+            deep = [t + BK32 + NHWC for t in fitting if t in BK32_TILES]
+            deep += fitting_tiles(problem, {c: parse_config(c).tile for c in DEEP_CONFIGS})
         split = [f"{t}{layout}-k{s}" for layout in layouts for t in fitting
                  if (s := k_splits(problem, CONFIGS[t])) > 1]
         split += [f"{c}-k{s}" for c in deep
@@ -366,13 +403,15 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
             k_divisor = problem.r * problem.s
             name = name_expression(problem.dtype, config, problem.math, widths)
         kernel = get_kernel(KERNEL_FILE, name)
+        smem = smem_bytes(problem.dtype, config)
+        allow_shared_memory(kernel, smem)
         grid = launch_grid(problem, config)
         kper = split_steps(problem, cfg.splits, cfg.bk)[0]
         part = buf.get("part", y)  # not written without splits
         kernel(grid, (cfg.tile.threads,),
                (x, w, y, *shape_args(problem),
                 *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w), part,
-                np.int32(kper)))
+                np.int32(kper)), shared_mem=smem)
         if grid[2] > 1:  # the splits launched
             total = prod(problem.output_shape)
             add = get_kernel(KERNEL_FILE, sum_name_expression(problem.dtype))

@@ -181,10 +181,10 @@ def unit_source(filename: str, name_expression: str) -> str:
         f'#include "{RUNTIME}"\n{text}\n'
         f'extern "C" const char* emu_signature() {{ return emu::signature(&{name_expression}); }}\n'
         'extern "C" void emu_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
-        "unsigned by, unsigned bz, std::size_t smem, void** args, int schedule, "
-        "unsigned seed) {\n"
+        "unsigned by, unsigned bz, std::size_t smem, std::size_t smem_limit, void** args, "
+        "int schedule, unsigned seed) {\n"
         f"    emu::launch(&{name_expression}, dim3{{gx, gy, gz}}, dim3{{bx, by, bz}}, smem, "
-        "args, schedule, seed);\n}\n"
+        "smem_limit, args, schedule, seed);\n}\n"
     )
 
 
@@ -230,6 +230,8 @@ class EmulatedKernel:
 
     Arrays are anything with `.data.ptr` (host memory here). Scalars must be the exact NumPy
     type of the parameter, as 64-bit Python ints would shift every later argument on a GPU.
+    `max_dynamic_shared_size_bytes` is CuPy's Function attribute: a launch with more dynamic
+    shared memory than it allows fails, as on a GPU (48 KiB until set).
     """
 
     #: (schedule, seed) for every launch: 0 forward, 1 reverse, 2 shuffled per phase.
@@ -239,12 +241,14 @@ class EmulatedKernel:
 
     def __init__(self, filename: str, name_expression: str) -> None:
         self.name = name_expression
+        self.max_dynamic_shared_size_bytes = 48 * 1024
         self._lib = ctypes.CDLL(str(build(filename, name_expression)))
         self._lib.emu_signature.restype = ctypes.c_char_p
         self.signature = self._lib.emu_signature().decode()
         self._lib.emu_launch.restype = None
         self._lib.emu_launch.argtypes = [
-            *[ctypes.c_uint] * 6, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
+            *[ctypes.c_uint] * 6, ctypes.c_size_t, ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_void_p),
             ctypes.c_int, ctypes.c_uint,
         ]
 
@@ -267,4 +271,5 @@ class EmulatedKernel:
         b = (*block, 1, 1)[:3]
         EmulatedKernel.launches.append(
             (self.name, tuple(a for a in args if isinstance(a, np.generic))))
-        self._lib.emu_launch(*g, *b, shared_mem, pointers, *self.schedule)
+        self._lib.emu_launch(*g, *b, shared_mem, self.max_dynamic_shared_size_bytes, pointers,
+                             *self.schedule)

@@ -10,9 +10,9 @@
 // dynamic) are separate heap blocks filled with 0xFF (NaN as float) for every block, so
 // AddressSanitizer sees overruns of them and an unwritten slot that is read shows up as
 // NaN; global buffers are the caller's own heap blocks.
-// Launch checks: grid/block limits and __launch_bounds__, 48 KiB of shared memory, every
-// typed pointer argument aligned to its element type, barriers reached by all threads of a block
-// the same number of times.
+// Launch checks: grid/block limits and __launch_bounds__, 48 KiB of shared memory (dynamic
+// beyond it only as far as the kernel opted in), every typed pointer argument aligned to its
+// element type, barriers reached by all threads of a block the same number of times.
 // build.py rewrites the few CUDA-only constructs (`__shared__` declarations, inline PTX) into
 // calls of this file; everything else of the kernel source compiles as plain C++17.
 // Warp-level PTX (mma.sync, ldmatrix, cp.async) lives in warp.h, included at the end: a
@@ -113,7 +113,10 @@ namespace emu {
 }
 
 constexpr std::size_t kStackBytes = 256 * 1024;
-constexpr std::size_t kSharedLimit = 48 * 1024;  // without cudaFuncSetAttribute opt-in
+constexpr std::size_t kSharedLimit = 48 * 1024;  // static; dynamic without an opt-in
+// The most a block may take, static and dynamic, once its kernel opted in
+// (cudaFuncAttributeMaxDynamicSharedMemorySize): an H100's sharedMemPerBlockOptin.
+constexpr std::size_t kSharedOptInLimit = 227 * 1024;
 
 struct Fiber {
     void* sp = nullptr;  // saved stack pointer while suspended
@@ -135,6 +138,7 @@ struct Block {
     std::size_t shared_bytes = 0;
     unsigned char* dynamic_shared = nullptr;
     std::size_t dynamic_bytes = 0;
+    std::size_t dynamic_limit = kSharedLimit;  // the kernel's opt-in, or 48 KiB
     const void* main_stack_bottom = nullptr;
     std::size_t main_stack_size = 0;
 };
@@ -212,8 +216,9 @@ inline void* take_shared(std::size_t bytes, std::size_t alignment) {
         b.shared.push_back(p);
         b.shared_sizes.push_back(bytes);
         b.shared_bytes += bytes;
-        if (b.shared_bytes + b.dynamic_bytes > kSharedLimit) {
-            fail("block uses over 48 KiB of shared memory");
+        if (b.shared_bytes > kSharedLimit) fail("block uses over 48 KiB of static shared memory");
+        if (b.shared_bytes + b.dynamic_bytes > std::max(kSharedLimit, b.dynamic_limit)) {
+            fail("block's static and dynamic shared memory pass its kernel's limit");
         }
     }
     return b.shared[f.shared_next++];
@@ -343,16 +348,21 @@ void call(void (*kernel)(Ps...), void** args, std::index_sequence<I...>) {
 }
 
 // Runs the whole grid; returns only if every check passed (failures abort the process).
+// `smem_limit`: the kernel's max_dynamic_shared_size_bytes (48 KiB unless it opted in).
 template <typename... Ps>
-void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem, void** args,
-            int schedule, unsigned int seed) {
+void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,
+            std::size_t smem_limit, void** args, int schedule, unsigned int seed) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
         grid.x > 2147483647u) {
         fail("grid dimensions out of range");
     }
     const unsigned long long threads = 1ull * block.x * block.y * block.z;
     if (threads == 0 || threads > 1024 || block.z > 64) fail("block dimensions out of range");
-    if (smem > kSharedLimit) fail("dynamic shared memory over 48 KiB");
+    if (smem_limit > kSharedOptInLimit) fail("kernel opted in to more shared memory than a GPU has");
+    if (smem > smem_limit) {
+        fail(smem_limit == kSharedLimit ? "dynamic shared memory over 48 KiB without an opt-in"
+                                        : "dynamic shared memory over the kernel's opt-in");
+    }
     {
         int index = 0;
         ((check_argument<Ps>(args[index], index), ++index), ...);
@@ -362,6 +372,7 @@ void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem, void
     blockDim = block;
     std::mt19937 rng(seed);
     Block b;
+    b.dynamic_limit = smem_limit;
     b.body = [&] { call(kernel, args, std::index_sequence_for<Ps...>{}); };
     b.fibers.resize(threads);
     if (!EMU_NO_BARRIERS) {

@@ -112,3 +112,15 @@ __global__ void __launch_bounds__(32) cp_async_kernel(const float* src, float* o
     for (int j = 0; j < 4; ++j) out[128 + lane * 4 + j] = s1[lane * 4 + j];
     if (bug == 1 || bug == 2) cp_async_wait<0>();
 }
+
+// Dynamic shared memory beyond 48 KiB (the launch's opt-in is the test's): each lane writes
+// and reads back its slot at both ends of the `bytes` the launch gave.
+__global__ void __launch_bounds__(32) dynamic_smem_kernel(float* out, int bytes) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float* s = reinterpret_cast<float*>(smem_raw);
+    const int lane = threadIdx.x, last = bytes / 4 - 32;
+    s[lane] = lane;
+    s[last + lane] = 2.0f * lane;
+    __syncthreads();
+    out[lane] = s[lane] + s[last + lane];
+}
