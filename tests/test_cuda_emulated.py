@@ -114,13 +114,20 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #:   A ldmatrix without kk                                   -> 2 of 2 tried: error 0.93-1.02
 #:   (K-steps counted in 16s, or split K's steps per slice in 16s, change no result: the extra
 #:   steps are masked, the short slices cover K. Not caught, and not bugs.)
+#: Stages in dynamic shared memory, and the "-sS" tiles' opt-in beyond 48 KiB (tc_deep,
+#: tc_long_k, tc_nhwc_geom, tc_nhwc_groups in 16 bits; tc_multi_block gives the 256-row and
+#: 256-column tiles several blocks each way):
+#:   the host's opt-in (allow_shared_memory) left out        -> 4 of 4: emulator abort
+#:   launched with 32 bytes less than smem_bytes              -> 4 of 4: ASan overflow (16
+#:     less is not caught, and no bug: the last B row's padding is never touched)
+#:   B tiles placed 64 bytes into the A tiles                 -> 4 of 4: ASan use-after-poison
 _TC_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float32", "fp32"): ("odd", "stride_pair", "dilation_stride", "groups_strided",
                           "k_over_tile", "pad_gt_filter", "single_pixel", "tc_deep",
                           "tc_long_k", *_TC_POINTWISE, *_TC_NHWC),
     ("float32", "tf32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE, *_TC_NHWC),
     ("float16", "fp32"): ("odd", "dilation_stride", "k_over_tile", "tc_deep", "tc_long_k",
-                          *_TC_POINTWISE, *_TC_NHWC),
+                          "tc_multi_block", *_TC_POINTWISE, *_TC_NHWC),
     ("bfloat16", "fp32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE, *_TC_NHWC),
 }
 #: 14 K-steps (the cp.async ring wraps at every stage count) and 40 output channels (every
@@ -135,6 +142,9 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
     "tc_pw_pq_odd": dict(n=2, c=16, h=3, w=5, k=8, r=1, s=1),
     "tc_nhwc_geom": dict(n=2, c=16, h=9, w=10, k=24, r=3, s=3, pad=(1, 2), stride=(2, 1),
                          dilation=(1, 2)),
+    # Several blocks along both GEMM dimensions for every tile, the 256-row and 256-column
+    # "-sS" ones included (600 pixels, 264 output channels; NHWC).
+    "tc_multi_block": dict(n=2, c=16, h=15, w=20, k=264, r=3, s=3, pad=1),
     "tc_nhwc_groups": dict(n=3, c=24, h=5, w=6, k=18, r=3, s=2, pad=2, dilation=2, groups=3),
 }
 

@@ -50,9 +50,13 @@ def test_supports_every_dtype_and_math(dtype: str, math: str) -> None:
     # in 2 (at least 4 K-steps per split).
     tiles = tuple(tc.tiles(dtype, math))
     whole = tiles + tuple(t + tc.NHWC for t in tiles)
-    # 16-bit: K-steps of 32 too, and the "-sS" tiles (5 K-steps here: too few to split).
-    deep = ((*(t + tc.BK32 + tc.NHWC for t in tc.BK32_TILES), *tc.DEEP_CONFIGS)
-            if dtype != "float32" else ())
+    # 16-bit: K-steps of 32 too; and the "-sS" tiles (5 K-steps of 32 here: too few to split;
+    # the float32 ones have 9 of 16, and split like the others).
+    deep = tuple(t + tc.BK32 + tc.NHWC for t in tc.BK32_TILES) if dtype != "float32" else ()
+    deep += tc.deep_configs(dtype, math)
+    if dtype == "float32":
+        whole += deep
+        deep = ()
     assert ALG.configs(problem) == whole + deep + tuple(f"{c}-k2" for c in whole)
     assert all(ALG.workspace_bytes(problem, t) == 0 for t in tiles)
     # NHWC: x (2*9*9*16 elements) and w (24*9*16); split: 2 float32 outputs (2*24*9*9);
@@ -104,10 +108,11 @@ def test_math_picks_the_number_of_tf32_passes() -> None:
 def test_shipped_instances_are_every_dtype_config_math_and_copy_width() -> None:
     names = shipped_kernels()[tc.KERNEL_FILE]
     # (f32 x 2 maths, f16, bf16; 3xTF32 without 128x64) x (NCHW element, vector A, vector A
-    # and B; NHWC), the 16-bit NHWC tiles with K-steps of 32 and the "-sS" ones, and the
-    # split-K sum per dtype
+    # and B; NHWC), the 16-bit NHWC tiles with K-steps of 32, the "-sS" ones (three in
+    # 1xTF32, none in 3xTF32, three per 16-bit dtype), and the split-K sum per dtype
     assert len(names) == len(set(names)) == (
-        (len(tc.CONFIGS) * 4 - 1) * 4 + 2 * len(tc.BK32_TILES) + 2 * len(tc.DEEP_CONFIGS) + 3)
+        (len(tc.CONFIGS) * 4 - 1) * 4 + 2 * len(tc.BK32_TILES) + 3 + 2 * 3 + 3)
+    assert tc.deep_configs("float32", "fp32") == ()
     for dtype in tc.DTYPES:
         vec = tc.vector_elements(dtype)
         for math in tc.MATHS:
@@ -124,13 +129,16 @@ def test_shipped_instances_are_every_dtype_config_math_and_copy_width() -> None:
             deep = tc.name_expression(dtype, config + tc.BK32 + tc.NHWC)
             assert (deep in names) == (dtype != "float32")
             assert deep.endswith(f"{vec}, {vec}, true, 32>")
-        for config in tc.DEEP_CONFIGS:  # 64x64 warp tiles, the stages the name gives
-            tile, depth = tc.DEEP_TILES[config.split("x32")[0]]
-            expected = (f"{tile.bm}, {tile.bn}, {tile.bm // 64}, {tile.bn // 64}, {depth}, 1, "
-                        f"{vec}, {vec}, true, 32>")
-            deep = tc.name_expression(dtype, config)
-            assert (deep in names) == (dtype != "float32")
-            assert dtype == "float32" or deep.endswith(expected)
+        for math in tc.MATHS:  # 64x64 warp tiles, the stages the name gives
+            for config in tc.deep_configs(dtype, math):
+                found = re.match(r"\d+x\d+", config)
+                assert found is not None
+                tile, depth = tc.DEEP_TILES[found[0]]
+                bk = 32 if tc.BK32 + tc.NHWC in config else 16
+                expected = (f"{tile.bm}, {tile.bn}, {tile.bm // 64}, {tile.bn // 64}, {depth}, "
+                            f"{tc.passes(dtype, math)}, {vec}, {vec}, true, {bk}>")
+                deep = tc.name_expression(dtype, config, math)
+                assert deep in names and deep.endswith(expected)
 
 
 def test_config_names_parse_and_unknown_ones_are_refused() -> None:
@@ -143,11 +151,14 @@ def test_config_names_parse_and_unknown_ones_are_refused() -> None:
         tc.TcTile(256, 128, 4, 2), True, 2, 32, 3)
     assert tc.parse_config("128x128x32-nhwc-s4") == tc.TcConfig(
         tc.TcTile(128, 128, 2, 2), True, 1, 32, 4)
+    assert tc.parse_config("128x256-nhwc-s3-k4") == tc.TcConfig(  # float32, math "tf32"
+        tc.TcTile(128, 256, 2, 4), True, 4, 16, 3)
     for bad in ("16x16", "64x128-k", "64x128-k2-nhwc", "64x128-nchw", "default",
                 "128x128x32", "64x64x32-nhwc", "128x128x16-nhwc", "128x128-nhwcx32",
                 # "-sS" only with the stage count DEEP_TILES gives, K-step 32 and NHWC
-                "128x128x32-nhwc-s3", "256x128x32-nhwc-s4", "128x128-nhwc-s4",
-                "128x128x32-s4", "256x128x32-nhwc", "256x128", "128x128x32-nhwc-k2-s4"):
+                "128x128x32-nhwc-s3", "256x128x32-nhwc-s4", "128x128-nhwc-s3",
+                "128x128x32-s4", "256x128x32-nhwc", "256x128", "128x128x32-nhwc-k2-s4",
+                "128x128-s4", "64x64-nhwc-s4"):
         with pytest.raises(ValueError, match="unknown config"):
             tc.parse_config(bad)
     problem = ConvProblem(**BASIC)
@@ -232,6 +243,9 @@ def test_vector_widths_follow_the_filter_row_and_the_pointwise_geometry() -> Non
 def test_stages_fit_48_kib_unless_the_config_opts_in(config: str, dtype: str) -> None:
     if tc.BK32 in config and dtype == "float32":
         pytest.skip("K-steps of 32 are 16-bit only")
+    if config in tc.DEEP_CONFIGS and config not in (*tc.deep_configs(dtype, "fp32"),
+                                                     *tc.deep_configs(dtype, "tf32")):
+        pytest.skip("a '-sS' configuration of the other width")
     assert 2 <= tc.stages(dtype, config) <= tc.MAX_STAGES
     if config in tc.DEEP_CONFIGS:  # and one more stage would pass the opt-in cap
         stage = tc.smem_bytes(dtype, config) // tc.stages(dtype, config)
@@ -254,9 +268,10 @@ def test_tiles_split_into_warps_and_mma_tiles(config: str) -> None:
 def test_deep_tiles_are_64x64_warp_tiles_whose_vectors_split_evenly(config: str) -> None:
     t = tc.parse_config(config).tile
     assert (t.bm // t.wm, t.bn // t.wn) == (64, 64)
-    vec = tc.vector_elements("float16")
+    cfg = tc.parse_config(config)
+    vec = tc.vector_elements("float16" if cfg.bk == tc.BK32_STEP else "float32")
     for rows in (t.bm, t.bn):  # A and B tiles: whole 16-byte vectors per thread
-        assert rows * tc.BK32_STEP % (vec * t.threads) == 0
+        assert rows * cfg.bk % (vec * t.threads) == 0
 
 
 def test_launch_grid_covers_pixels_groups_and_channel_tiles() -> None:

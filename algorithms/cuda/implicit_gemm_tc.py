@@ -41,22 +41,24 @@ Configurations "BMxBN[-nhwc][-kS]": block tile of BM output channels by BN outpu
 K-step 16, a fixed warp layout per tile; the pipeline depth is the most stages (at most 4)
 whose tiles fit in 48 KiB of shared memory for the dtype and layout. For float16 and
 bfloat16, "BMxBNx32-nhwc[-kS]" (BM x BN in BK32_TILES) takes K-steps of 32: half the
-barriers and pipeline waits per product, in 2-3 stages. "BMxBNx32-nhwc-sS[-kS]" (DEEP_TILES,
-16-bit) is CUTLASS's sm80 layout: 64x64 warp tiles and S stages in 80-90 KiB of dynamic
-shared memory, which a block gets only by opting in (`_loader.allow_shared_memory`).
-Why: per K-step of 32 (256 mma m16n8k16), a 128x128 block of eight 64x32 warp tiles reads
-48 KiB of fragments by ldmatrix and writes 16 KiB of tiles, 256 bytes of shared memory per
-mma; an SM's shared memory moves 128 bytes a clock, so that is at most one mma every two
-clocks, half an H100's dense FP16 rate. Four 64x64 warp tiles read 32 KiB for the same
-products (192 bytes per mma). The extra stages hide the global loads' latency at the two
-blocks (or one) per SM that these tiles leave room for.
+barriers and pipeline waits per product, in 2-3 stages. "BMxBNx32-nhwc-sS[-kS]" (16-bit)
+and "BMxBN-nhwc-sS[-kS]" (float32 at math "tf32"; `deep_configs`) are CUTLASS's sm80
+layout: 64x64 warp tiles and S stages in 80-90 KiB of dynamic shared memory, which a block
+gets only by opting in (`_loader.allow_shared_memory`). Why, in float16: per K-step of 32
+(256 mma m16n8k16), a 128x128 block of eight 64x32 warp tiles reads 48 KiB of fragments by
+ldmatrix and writes 16 KiB of tiles, 256 bytes of shared memory per mma; an SM's shared
+memory moves 128 bytes a clock, so that is at most one mma every two clocks, half an H100's
+dense FP16 rate. Four 64x64 warp tiles read 32 KiB for the same products (192 bytes per
+mma). TF32 fragments are read by 4-byte loads, 192 bytes per mma m16n8k8 with 64x32 warp
+tiles and 128 with 64x64, at half the FP16 FLOPs per mma: the same limit. The extra stages hide the
+global loads' latency at the two blocks (or one) per SM that these tiles leave room for.
 
 Resources (ptxas, CUDA 13, every shipped instance at sm_80 and sm_90): no spills, no stack
 frame; 96-255 registers per thread for the element-wise instances (128x64 reaches the 255
 cap, and is not shipped for 3xTF32); fewer for the vector ones of the same tile (no
 per-element index math; float16 128x128: 118 with both tiles in vectors, 127 with vector
 A, 170 element-wise; NHWC 115); 20-48 KiB of shared memory (NHWC stores B n-major, which
-takes more), and 224-243 registers with 80-90 KiB for the "-sS" tiles. The stages are the
+takes more), and 210-243 registers with 80-90 KiB for the "-sS" tiles. The stages are the
 kernel's dynamic shared memory (`smem_bytes`, passed at launch; ptxas reports none static).
 """
 
@@ -137,16 +139,19 @@ CONFIGS: dict[str, TcTile] = {
     "32x128": TcTile(32, 128, 1, 4),
 }
 
-#: "BMxBNx32-nhwc-sS" tiles (16-bit NHWC, K-step 32): 64x64 warp tiles, S stages (the most
-#: within DEEP_SMEM_LIMIT) in dynamic shared memory.
+#: "-sS" tiles (NHWC; K-step 32 in 16 bits, 16 in float32): 64x64 warp tiles, S stages (the
+#: most within DEEP_SMEM_LIMIT, 80-90 KiB in either width) in dynamic shared memory.
 DEEP_TILES: dict[str, tuple[TcTile, int]] = {
     "128x128": (TcTile(128, 128, 2, 2), 4),
     "256x128": (TcTile(256, 128, 4, 2), 3),
     "128x256": (TcTile(128, 256, 2, 4), 3),
 }
-#: The "-sS" configuration names, without a split.
-DEEP_CONFIGS: tuple[str, ...] = tuple(
-    f"{name}{BK32}{NHWC}-s{depth}" for name, (_, depth) in DEEP_TILES.items())
+#: The float32 "-sS" tiles per TF32 passes: those ptxas (sm_90) fits in 255 registers
+#: without spilling. 1xTF32 (math "tf32"): all three (240, 210 and 218 registers). 3xTF32
+#: none: with its big and small fragments 128x128, 256x128 and 128x256 spilled 164, 8 and
+#: 100 bytes.
+_FLOAT_DEEP: dict[int, tuple[str, ...]] = {1: tuple(DEEP_TILES), 3: ()}
+
 
 #: Storage dtype -> C++ type (bfloat16 is kernels/common.cuh's bf16_t).
 TC_CTYPES: dict[str, str] = {**{d: CTYPES[d] for d in ("float32", "float16")},
@@ -170,6 +175,19 @@ def tiles(dtype: str, math: str) -> dict[str, TcTile]:
     return CONFIGS
 
 
+def deep_configs(dtype: str, math: str) -> tuple[str, ...]:
+    """The "-sS" configuration names (without a split) shipped for a dtype and math mode."""
+    if dtype == "float32":
+        return tuple(f"{t}{NHWC}-s{DEEP_TILES[t][1]}" for t in _FLOAT_DEEP[passes(dtype, math)])
+    return tuple(f"{t}{BK32}{NHWC}-s{depth}" for t, (_, depth) in DEEP_TILES.items())
+
+
+#: Every "-sS" name of any dtype and math mode.
+DEEP_CONFIGS: tuple[str, ...] = tuple(dict.fromkeys(
+    c for d, m in (("float32", "fp32"), ("float32", "tf32"), ("float16", "fp32"))
+    for c in deep_configs(d, m)))
+
+
 @dataclass(frozen=True)
 class TcConfig:
     """A parsed configuration name: tile, operand layout, K splits (1: none), K-step, and
@@ -184,7 +202,7 @@ class TcConfig:
 
 @functools.lru_cache(maxsize=256)
 def parse_config(config: str) -> TcConfig:
-    """The parts of "BMxBN[-nhwc][-kS]", "BMxBNx32-nhwc[-kS]" or "BMxBNx32-nhwc-sS[-kS]";
+    """The parts of "BMxBN[-nhwc][-kS]", "BMxBNx32-nhwc[-kS]" or "BMxBN[x32]-nhwc-sS[-kS]";
     ValueError for any other name."""
     found = _CONFIG.fullmatch(config)
     if found is None:
@@ -192,7 +210,8 @@ def parse_config(config: str) -> TcConfig:
     tile, x32, nhwc, depth, splits = found.groups()
     whole = tile + (x32 or "") + (nhwc or "") + (f"-s{depth}" if depth else "")
     if depth is not None and whole in DEEP_CONFIGS:
-        return TcConfig(DEEP_TILES[tile][0], True, int(splits or 1), BK32_STEP, int(depth))
+        return TcConfig(DEEP_TILES[tile][0], True, int(splits or 1),
+                        BK32_STEP if x32 else BK, int(depth))
     if depth is not None or tile not in CONFIGS or (
             x32 and (not nhwc or tile not in BK32_TILES)):
         raise ValueError(f"implicit_gemm_tc: unknown config {config!r}")
@@ -255,7 +274,7 @@ def shipped_kernels() -> tuple[str, ...]:
         names += [name_expression(d, c + NHWC, m) for m in MATHS for c in tiles(d, m)]
         if d != "float32":
             names += [name_expression(d, c + BK32 + NHWC) for c in BK32_TILES]
-            names += [name_expression(d, c) for c in DEEP_CONFIGS]
+        names += [name_expression(d, c, m) for m in MATHS for c in deep_configs(d, m)]
         names.append(sum_name_expression(d))
     return tuple(dict.fromkeys(names))
 
@@ -350,20 +369,22 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         return SUPPORTED
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """The tiles whose grid fits this problem, NCHW, NHWC, then for 16-bit NHWC the
+        """The tiles whose grid fits this problem, NCHW, NHWC, then with NHWC the 16-bit
         K-step-32 tiles and the "-sS" ones; then their K splits."""
         fitting = fitting_tiles(problem, tiles(problem.dtype, problem.math))
         nhwc = nhwc_allowed(problem)
         layouts = ("", NHWC) if nhwc else ("",)
         whole = [t + layout for layout in layouts for t in fitting]
         deep: list[str] = []
-        if nhwc and problem.dtype != "float32":
-            deep = [t + BK32 + NHWC for t in fitting if t in BK32_TILES]
-            deep += fitting_tiles(problem, {c: parse_config(c).tile for c in DEEP_CONFIGS})
+        if nhwc:
+            if problem.dtype != "float32":
+                deep = [t + BK32 + NHWC for t in fitting if t in BK32_TILES]
+            deep += fitting_tiles(problem, {c: parse_config(c).tile
+                                            for c in deep_configs(problem.dtype, problem.math)})
         split = [f"{t}{layout}-k{s}" for layout in layouts for t in fitting
                  if (s := k_splits(problem, CONFIGS[t])) > 1]
         split += [f"{c}-k{s}" for c in deep
-                  if (s := k_splits(problem, parse_config(c).tile, BK32_STEP)) > 1]
+                  if (s := k_splits(problem, (cfg := parse_config(c)).tile, cfg.bk)) > 1]
         return tuple(whole + deep + split)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
