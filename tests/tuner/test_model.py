@@ -256,4 +256,7 @@ def test_fast_mode_measures_the_best_of_an_algorithm_outside_the_top_k(db_url: s
 def test_config_numbers_are_read_in_order() -> None:
     assert config_numbers("128x64x8")[:3] == (128.0, 64.0, 8.0)
     assert config_numbers("chunk=all")[0] > config_numbers("chunk=16")[0]
-    assert config_numbers("default") == (-1.0,) * 4
+    assert config_numbers("default") == (-1.0,) * 5
+    # Regression: a "-sS" configuration's split is its fifth number; read only four, the
+    # model could not tell "256x128x32-nhwc-s3-k2" from its other splits.
+    assert config_numbers("256x128x32-nhwc-s3-k2") == (256.0, 128.0, 32.0, 3.0, 2.0)
