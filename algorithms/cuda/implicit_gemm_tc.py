@@ -50,8 +50,9 @@ ldmatrix and writes 16 KiB of tiles, 256 bytes of shared memory per mma; an SM's
 memory moves 128 bytes a clock, so that is at most one mma every two clocks, half an H100's
 dense FP16 rate. Four 64x64 warp tiles read 32 KiB for the same products (192 bytes per
 mma). TF32 fragments are read by 4-byte loads, 192 bytes per mma m16n8k8 with 64x32 warp
-tiles and 128 with 64x64, at half the FP16 FLOPs per mma: the same limit. The extra stages hide the
-global loads' latency at the two blocks (or one) per SM that these tiles leave room for.
+tiles and 128 with 64x64, at half the FP16 FLOPs per mma: the same limit. The extra stages
+hide the global loads' latency at the two blocks (or one) per SM that these tiles leave
+room for.
 
 Resources (ptxas, CUDA 13, every shipped instance at sm_80 and sm_90): no spills, no stack
 frame; 96-255 registers per thread for the element-wise instances (128x64 reaches the 255
