@@ -12,10 +12,9 @@ hits them alike. Timed one after the other, a burst that lasted one candidate's 
 re-tunings). Candidates race: one whose fastest run is clearly slower than the leader's
 median stops after min_reps. A confirmation round then re-times the top few, interleaved
 again, up to the policy's samples within one budget shared by the round, and their rows
-carry those times. Since the round decides, the
-first pass only screens: it takes at most `screen_reps` samples of a candidate (the
-policy's max_reps where no round follows). Every timed region holds the tuner.quiet gate,
-so none of our background threads runs inside one.
+carry those times. Since the round decides, the first pass only screens: it takes at most
+`screen_reps` samples of a candidate (the policy's max_reps where no round follows). Every
+timed region holds the tuner.quiet gate, so none of our background threads runs inside one.
 """
 
 from __future__ import annotations

@@ -185,8 +185,7 @@ def deep_configs(dtype: str, math: str) -> tuple[str, ...]:
 
 #: Every "-sS" name of any dtype and math mode.
 DEEP_CONFIGS: tuple[str, ...] = tuple(dict.fromkeys(
-    c for d, m in (("float32", "fp32"), ("float32", "tf32"), ("float16", "fp32"))
-    for c in deep_configs(d, m)))
+    c for d in DTYPES for m in MATHS for c in deep_configs(d, m)))
 
 
 @dataclass(frozen=True)
@@ -238,6 +237,7 @@ def stages(dtype: str, config: str) -> int:
     return depth or max(2, min(MAX_STAGES, DEFAULT_SMEM_LIMIT // _stage_bytes(dtype, config)))
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every run
 def smem_bytes(dtype: str, config: str) -> int:
     """Dynamic shared memory of one block: its stages' tiles."""
     return stages(dtype, config) * _stage_bytes(dtype, config)
