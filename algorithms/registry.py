@@ -21,6 +21,7 @@ from algorithms.runtime import Runtime
 #: Every algorithm name ever used, in order of introduction. Append only.
 ALGORITHM_NAMES: tuple[str, ...] = (
     "direct", "im2col_gemm", "implicit_gemm", "fft", "implicit_gemm_tc", "winograd", "depthwise",
+    "implicit_gemm_wgmma",
 )
 
 #: Backends and the package that implements each (imported on first use).

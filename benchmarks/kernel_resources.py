@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms.cuda import shipped_kernels
-from algorithms.cuda._loader import KERNELS_DIR
+from algorithms.cuda._loader import KERNELS_DIR, target_arch
 
 NVCC = shutil.which("nvcc")
 
@@ -50,8 +50,11 @@ def compile_report(src: Path, arch: str) -> subprocess.CompletedProcess[str]:
     """nvcc's output for `src` on `arch`, warnings as errors, with ptxas's resource usage."""
     if NVCC is None:
         raise RuntimeError("nvcc is not on PATH")
+    # A feature target ("sm_90a") only by -gencode: -arch=sm_90a also runs a plain sm_90 pass.
+    target = (f"-gencode=arch=compute_{arch[3:]},code={arch}" if arch.endswith("a")
+              else f"-arch={arch}")
     cmd = [
-        NVCC, "-std=c++17", f"-arch={arch}", "-I", str(KERNELS_DIR),
+        NVCC, "-std=c++17", target, "-I", str(KERNELS_DIR),
         "-Werror", "all-warnings", "--resource-usage", "-c", str(src),
         "-o", str(src.with_suffix(f".{arch}.o")),
     ]
@@ -61,7 +64,9 @@ def compile_report(src: Path, arch: str) -> subprocess.CompletedProcess[str]:
 def compile_all(
     archs: tuple[str, ...], workdir: Path, workers: int = 4
 ) -> dict[tuple[str, str], str]:
-    """(kernel file, arch) -> nvcc's combined output; RuntimeError naming a failed compile."""
+    """(kernel file, arch) -> nvcc's combined output; RuntimeError naming a failed compile.
+    A file built for one architecture only (_loader.FEATURE_ARCH) is compiled for that one
+    under every `arch` key."""
     jobs: dict[tuple[str, str], Path] = {}
     for filename, names in shipped_kernels().items():
         src = workdir / f"keep_{Path(filename).stem}.cu"
@@ -69,7 +74,8 @@ def compile_all(
         for arch in archs:
             jobs[(filename, arch)] = src
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {key: pool.submit(compile_report, src, key[1]) for key, src in jobs.items()}
+        futures = {key: pool.submit(compile_report, src, target_arch(*key))
+                   for key, src in jobs.items()}
         results = {key: fut.result() for key, fut in futures.items()}
     out: dict[tuple[str, str], str] = {}
     for key, proc in results.items():

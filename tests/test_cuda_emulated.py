@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from algorithms.cuda import depthwise, shipped_kernels, winograd
+from algorithms.cuda import depthwise, implicit_gemm_wgmma, shipped_kernels, winograd
 from algorithms.cuda._loader import CTYPES
 from algorithms.problem import DTYPES
 from tests.cuda_emu.build import build_all, missing_tools
@@ -267,6 +267,35 @@ _TC_BWD_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+#: implicit_gemm_wgmma (16-bit only, C/groups a multiple of 8) on the NHWC shapes of the tc
+#: kernel: K-steps across filter taps with a partial last one (tc_deep, C/groups*R*S = 216),
+#: 36 K-steps (tc_long_k: the stage ring wraps many times), padding, stride and dilation
+#: differing per axis, groups with partial pixel tiles across images, several blocks each
+#: way for every tile (tc_multi_block), operands one element off alignment (the kernel reads
+#: only the workspace's NHWC copies), and both backward directions (wg_bwd: n = 8, so that
+#: backward_filter's rearranged problem has C/groups = 8 too).
+#: The checks of tests/cuda_emu/warp.h's wgmma model, and mutations of the kernel, each
+#: injected once and caught on tc_deep (float16) and tc_nhwc_geom (bfloat16):
+#:   fence.proxy.async after the cp.async wait removed  -> emulator abort: "wgmma reads shared
+#:                                                         memory a cp.async wrote without
+#:                                                         fence.proxy.async"
+#:   wgmma.fence before the K-step's wgmma removed       -> abort: "without a wgmma.fence"
+#:   wgmma.wait_group 1 in the loop (one group left in
+#:     flight, never retired)                            -> abort: "block ended with wgmma
+#:                                                         operations never waited for"
+#:   the loop's __syncthreads() removed                  -> abort: "shared memory read by a
+#:                                                         wgmma was overwritten before its
+#:                                                         wgmma.wait_group"
+#:   A descriptor with LBO and SBO swapped               -> relative error 1.2-1.3
+#:   B descriptor without the k16 step's offset          -> relative error 1.2
+#:   epilogue register 4j + 2h + v (v and h swapped)     -> relative error 0.9
+_WG_SHAPES: dict[str, tuple[str, ...]] = {
+    "float16": ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
+    "bfloat16": ("tc_deep", "tc_nhwc_groups"),
+}
+_WG_BWD = dict(n=8, c=16, h=5, w=6, k=8, r=3, s=3, pad=1, stride=2)
+
+
 def _case(case_id: str, name: str, problem: dict[str, Any],
           offsets: list[int] | None = None) -> dict[str, Any] | None:
     if not ALGORITHMS[name].supports(make_problem(**problem)):
@@ -277,7 +306,7 @@ def _case(case_id: str, name: str, problem: dict[str, Any],
 def _cases() -> list[dict[str, Any]]:
     cases: list[dict[str, Any] | None] = []
     geometry = {k: v for k, v in SHAPES.items() if k not in NETWORK_SHAPES}
-    for name in (n for n in ALGORITHMS if n != "implicit_gemm_tc"):
+    for name in (n for n in ALGORITHMS if n not in ("implicit_gemm_tc", "implicit_gemm_wgmma")):
         for shape, kw in (geometry | ({} if name == "fft" else _LAYERS)).items():
             dtypes = ["float32"]
             if shape in OTHER_DTYPE_SHAPES:
@@ -332,6 +361,15 @@ def _cases() -> list[dict[str, Any]]:
                             "implicit_gemm_tc", {**_BWD_SHAPES[shape], "dtype": dtype,
                                                  "math": math, "direction": direction})
                       for shape in shapes]
+    for dtype, shapes in _WG_SHAPES.items():
+        cases += [_case(f"implicit_gemm_wgmma-{shape}-{dtype}", "implicit_gemm_wgmma",
+                        {**_TC_EXTRA_SHAPES[shape], "dtype": dtype}) for shape in shapes]
+        cases.append(_case(f"implicit_gemm_wgmma-tc_nhwc_geom-{dtype}-offset",
+                           "implicit_gemm_wgmma", {**_TC_EXTRA_SHAPES["tc_nhwc_geom"],
+                                                   "dtype": dtype}, [2, 2, 2]))
+    cases += [_case(f"implicit_gemm_wgmma-{direction}-wg_bwd-float16", "implicit_gemm_wgmma",
+                    {**_WG_BWD, "dtype": "float16", "direction": direction})
+              for direction in _BWD_DIRECTIONS]
     return [c for c in cases if c is not None]
 
 
@@ -355,7 +393,8 @@ def test_matches_reference_race_free_in_bounds(verdicts: dict[str, dict[str, Any
 def test_every_algorithm_and_dtype_is_covered() -> None:
     covered = {(c["algorithm"], c["problem"].get("dtype", "float32")) for c in CASES.values()}
     for name in ALGORITHMS:
-        assert (name, "float32") in covered
+        assert (name, "float32") in covered or name == "implicit_gemm_wgmma"
+    assert {d for n, d in covered if n == "implicit_gemm_wgmma"} == set(_WG_SHAPES)
     tc = {(c["problem"]["dtype"], c["problem"]["math"]) for c in CASES.values()
           if c["algorithm"] == "implicit_gemm_tc"}
     assert tc == set(_TC_SHAPES)
@@ -421,10 +460,13 @@ def test_every_winograd_instance_runs(verdicts: dict[str, dict[str, Any]]) -> No
     assert launched == set(winograd.shipped_kernels())
 
 
-def test_every_shipped_depthwise_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:
-    launched = {name for case_id, case in CASES.items() if case["algorithm"] == "depthwise"
-                for name, _args in verdicts[case_id].get("launches", [])}
-    assert launched == set(depthwise.shipped_kernels())
+@pytest.mark.parametrize("name, module", [("depthwise", depthwise),
+                                          ("implicit_gemm_wgmma", implicit_gemm_wgmma)])
+def test_every_shipped_instance_runs(verdicts: dict[str, dict[str, Any]], name: str,
+                                     module: Any) -> None:
+    launched = {kernel for case_id, case in CASES.items() if case["algorithm"] == name
+                for kernel, _args in verdicts[case_id].get("launches", [])}
+    assert set(module.shipped_kernels()) <= launched
 
 
 def test_every_backward_kernel_and_dtype_is_covered() -> None:

@@ -1,4 +1,5 @@
-"""Every kernels/*.cu compiles with nvcc for sm_80 and sm_90, warning- and spill-free.
+"""Every kernels/*.cu compiles with nvcc for sm_80 and sm_90 (a file of wgmma for sm_90a
+only: _loader.FEATURE_ARCH), warning- and spill-free.
 
 Instantiates exactly the template instances the Python side ships
 (algorithms.cuda.shipped_kernels()), by taking each one's address in a generated file, and
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from algorithms.cuda import shipped_kernels
-from algorithms.cuda._loader import COMPILE_OPTIONS, KERNELS_DIR, kernel_source
+from algorithms.cuda._loader import COMPILE_OPTIONS, KERNELS_DIR, kernel_source, target_arch
 from benchmarks.kernel_resources import NVCC, compile_all, usages
 
 ARCHS = ("sm_80", "sm_90")
@@ -74,7 +75,8 @@ def test_loader_source_compiles_with_nvrtc(filename: str, arch: str) -> None:
         for name in names:
             nvrtc.addNameExpression(prog, name)
         # The options CuPy's RawModule uses with ours: an explicit arch instead of the device's.
-        options = (*COMPILE_OPTIONS, f"-arch={arch}", "--device-as-default-execution-space")
+        options = (*COMPILE_OPTIONS, f"-arch={target_arch(filename, arch)}",
+                   "--device-as-default-execution-space")
         try:
             nvrtc.compileProgram(prog, options)
         except Exception as exc:

@@ -11,15 +11,15 @@ from pathlib import Path
 from algorithms.cpu.depthwise import DepthwiseConv
 from algorithms.cpu.direct import DirectConv
 from algorithms.cpu.fft import FftConv
+from algorithms.cpu.gpu_only import ImplicitGemmTcConv, ImplicitGemmWgmmaConv
 from algorithms.cpu.im2col_gemm import Im2colGemmConv
 from algorithms.cpu.implicit_gemm import ImplicitGemmConv
-from algorithms.cpu.implicit_gemm_tc import ImplicitGemmTcConv
 from algorithms.cpu.winograd import WinogradConv
 from algorithms.registry import algorithm_sources, hash_sources, register
 from algorithms.runtime import Runtime
 
 for _algorithm in (DirectConv(), Im2colGemmConv(), ImplicitGemmConv(), FftConv(),
-                   ImplicitGemmTcConv(), WinogradConv(), DepthwiseConv()):
+                   ImplicitGemmTcConv(), WinogradConv(), DepthwiseConv(), ImplicitGemmWgmmaConv()):
     register(_algorithm)
 
 #: "cpu" names the one host device; there is no "cpu:N".
@@ -46,4 +46,4 @@ def implementation_hash() -> str:
 
 
 __all__ = ["DepthwiseConv", "DirectConv", "FftConv", "Im2colGemmConv", "ImplicitGemmConv",
-           "ImplicitGemmTcConv", "WinogradConv"]
+           "ImplicitGemmTcConv", "ImplicitGemmWgmmaConv", "WinogradConv"]

@@ -22,6 +22,7 @@ from algorithms.cuda import (
     im2col_gemm,
     implicit_gemm,
     implicit_gemm_tc,
+    implicit_gemm_wgmma,
     winograd,
 )
 from algorithms.cuda.depthwise import DepthwiseCuda
@@ -30,6 +31,7 @@ from algorithms.cuda.fft import FftCuda
 from algorithms.cuda.im2col_gemm import Im2colGemmCuda
 from algorithms.cuda.implicit_gemm import ImplicitGemmCuda
 from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda
+from algorithms.cuda.implicit_gemm_wgmma import ImplicitGemmWgmmaCuda
 from algorithms.cuda.winograd import WinogradCuda
 from algorithms.registry import algorithm_sources, hash_sources, register
 from algorithms.runtime import Runtime
@@ -41,6 +43,7 @@ register(FftCuda())
 register(ImplicitGemmTcCuda())
 register(WinogradCuda())
 register(DepthwiseCuda())
+register(ImplicitGemmWgmmaCuda())
 
 #: Devices are "cuda:N".
 INDEXED = True
@@ -49,6 +52,7 @@ INDEXED = True
 #: its own `get_kernel` (which tests replace to emulate or check launches).
 KERNEL_MODULES: tuple[ModuleType, ...] = (
     direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, winograd, depthwise, _rearrange,
+    implicit_gemm_wgmma,
 )
 
 
@@ -92,6 +96,7 @@ __all__ = [
     "Im2colGemmCuda",
     "ImplicitGemmCuda",
     "ImplicitGemmTcCuda",
+    "ImplicitGemmWgmmaCuda",
     "WinogradCuda",
     "shipped_kernels",
 ]

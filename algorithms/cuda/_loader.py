@@ -35,6 +35,17 @@ KERNELS_DIR = _kernels_dir()
 #: NVRTC options; CuPy adds the architecture of the current device itself.
 COMPILE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 
+#: Kernel files built for one architecture's feature set (PTX "a" targets): wgmma exists only
+#: on sm_90a, which CuPy's RawModule cannot target (it appends the plain -arch=sm_90 of the
+#: device), so these are compiled by NVRTC here and run only on a device of that compute
+#: capability.
+FEATURE_ARCH: dict[str, str] = {"implicit_gemm_wgmma.cu": "sm_90a"}
+
+
+def target_arch(filename: str, arch: str) -> str:
+    """The architecture kernels/`filename` is built for when others are built for `arch`."""
+    return FEATURE_ARCH.get(filename, arch)
+
 #: The C++ storage type of each problem dtype (half_t is defined in kernels/common.cuh).
 CTYPES: dict[str, str] = {"float16": "half_t", "float32": "float", "float64": "double"}
 
@@ -47,6 +58,7 @@ DEFAULT_SMEM_LIMIT = 48 * 1024
 _INCLUDE_LINE = '#include "common.cuh"'
 _lock = threading.Lock()
 _kernels: dict[tuple[int, str, str], Any] = {}
+_modules: list[Any] = []
 
 
 def kernel_files() -> list[Path]:
@@ -104,13 +116,49 @@ def get_kernel(filename: str, name_expression: str) -> Any:
         with _lock:
             kernel = _kernels.get(key)
             if kernel is None:
-                module = cupy.RawModule(
-                    code=_cached_source(filename), options=COMPILE_OPTIONS,
-                    name_expressions=[name_expression],
-                )
-                kernel = module.get_function(name_expression)
+                if filename in FEATURE_ARCH:
+                    kernel = _feature_kernel(cupy, filename, name_expression)
+                else:
+                    module = cupy.RawModule(
+                        code=_cached_source(filename), options=COMPILE_OPTIONS,
+                        name_expressions=[name_expression],
+                    )
+                    kernel = module.get_function(name_expression)
                 _kernels[key] = kernel
     return kernel
+
+
+def _feature_kernel(cupy: Any, filename: str, name_expression: str) -> Any:
+    """`name_expression` compiled by NVRTC for FEATURE_ARCH[filename] and loaded; a
+    RuntimeError on a device of another compute capability (before anything is compiled).
+
+    Not in CuPy's disk cache: each process compiles such a kernel once (a second or two).
+    """
+    from cupy.cuda import function
+    from cupy_backends.cuda.libs import nvrtc
+
+    arch = FEATURE_ARCH[filename]
+    capability = str(cupy.cuda.Device().compute_capability)
+    if capability != arch.removeprefix("sm_").rstrip("a"):
+        raise RuntimeError(f"{filename} needs a GPU of compute capability "
+                           f"{arch.removeprefix('sm_')} ({arch}); this one is {capability}")
+    program = nvrtc.createProgram(_cached_source(filename), filename, (), ())
+    try:
+        nvrtc.addNameExpression(program, name_expression)
+        try:
+            nvrtc.compileProgram(program, [*COMPILE_OPTIONS, f"-arch={arch}",
+                                           "--device-as-default-execution-space"])
+        except nvrtc.NVRTCError as exc:
+            raise RuntimeError(f"NVRTC failed on {name_expression} for {arch}: "
+                               f"{nvrtc.getProgramLog(program)}") from exc
+        lowered = nvrtc.getLoweredName(program, name_expression)
+        cubin = nvrtc.getCUBIN(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    module = function.Module()
+    module.load(cubin)
+    _modules.append(module)  # a Function needs its module alive
+    return module.get_function(lowered)
 
 
 # id(kernel) -> (the kernel, the dynamic shared memory it may take); holding the kernel

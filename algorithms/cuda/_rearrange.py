@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.base import WorkspaceLayout
 from algorithms.by_forward import Remap
 from algorithms.cuda._loader import ceil_div, fastdiv_args, get_kernel, grid_stride_blocks
+from algorithms.problem import ConvProblem
 
 KERNEL_FILE = "rearrange.cu"
 
@@ -56,3 +58,18 @@ def transpose(src: Any, dst: Any, batch: int, rows: int, cols: int, itemsize: in
     kernel((grid_stride_blocks(tiles, threads=1),), (_THREADS,),
            (src, dst, np.int32(rows), np.int32(cols), np.int32(row_tiles),
             np.int32(col_tiles), np.int32(tiles)))
+
+
+def add_nhwc_operands(layout: WorkspaceLayout, problem: ConvProblem) -> WorkspaceLayout:
+    """Reserve the NHWC copies of x (N, H, W, C) and w (K, R*S, C/groups) in `layout`."""
+    layout.add("x", (problem.n, problem.h, problem.w, problem.c), problem.dtype)
+    return layout.add("w", (problem.k, problem.r * problem.s, problem.c // problem.groups),
+                      problem.dtype)
+
+
+def to_nhwc(x: Any, w: Any, views: dict[str, Any], problem: ConvProblem) -> tuple[Any, Any]:
+    """Enqueue the copies of x and w into add_nhwc_operands' views; (x, w) as copied."""
+    rs, item = problem.r * problem.s, problem.itemsize
+    transpose(x, views["x"], problem.n, problem.c, problem.h * problem.w, item)
+    transpose(w, views["w"], problem.k, problem.c // problem.groups, rs, item)
+    return views["x"], views["w"]

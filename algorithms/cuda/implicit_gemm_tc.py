@@ -339,9 +339,7 @@ def workspace_layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
     cfg = parse_config(config)
     layout = WorkspaceLayout()
     if cfg.nhwc:
-        layout.add("x", (problem.n, problem.h, problem.w, problem.c), problem.dtype)
-        layout.add("w", (problem.k, problem.r * problem.s, problem.c // problem.groups),
-                   problem.dtype)
+        _rearrange.add_nhwc_operands(layout, problem)
     if cfg.splits > 1:
         layout.add("part", (cfg.splits, *problem.output_shape), "float32")
     return layout
@@ -410,10 +408,8 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         layout = workspace_layout(problem, config)
         buf = layout.views(workspace) if layout.nbytes else {}
         if cfg.nhwc:  # the K index runs (r, s, c): its first divisor is C/groups
-            rs, item = problem.r * problem.s, problem.itemsize
-            _rearrange.transpose(x, buf["x"], problem.n, problem.c, problem.h * problem.w, item)
-            _rearrange.transpose(w, buf["w"], problem.k, cg, rs, item)
-            x, w, k_divisor = buf["x"], buf["w"], cg
+            x, w = _rearrange.to_nhwc(x, w, buf, problem)
+            k_divisor = cg
             name = name_expression(problem.dtype, config, problem.math)
         else:  # the K index runs (c, r, s): its first divisor is R*S
             widths = vector_widths(problem)

@@ -22,7 +22,7 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")
 UNSUPPORTED_DTYPES = {("direct", "float16"), ("direct", "bfloat16")}
 
 #: Algorithms with no CPU implementation: supports() refuses every problem, with why.
-GPU_ONLY = {"implicit_gemm_tc"}
+GPU_ONLY = {"implicit_gemm_tc", "implicit_gemm_wgmma"}
 
 
 def winograd_refuses(problem: ConvProblem) -> bool:

@@ -111,7 +111,26 @@ def _asm_call(match: re.Match[str]) -> str:
     instruction = template.strip().rstrip(";")
     mnemonic = instruction.split()[0]
     order = [operands[int(i)] for i in re.findall(r"%(\d+)", instruction)]
-    return f"emu::ptx_{mnemonic.replace('.', '_')}({', '.join(order)});"
+    name = mnemonic.replace("::", "_").replace(".", "_")  # fence.proxy.async.shared::cta
+    return f"emu::ptx_{name}({', '.join(order)});"
+
+
+_DEFINE = re.compile(r"^#define[ \t]+(\w+)[ \t]+((?:.*\\\n)*.*)$", re.M)
+
+
+def _expand_macros(text: str) -> str:
+    """Each asm statement with the file's object-like macros expanded in it (a wgmma's 64
+    accumulator operands are written once, as a macro, for every instruction that takes
+    them)."""
+    macros = {name: body.replace("\\\n", " ") for name, body in _DEFINE.findall(text)}
+    if not macros:
+        return text
+    names = re.compile(rf"\b({'|'.join(map(re.escape, macros))})\b")
+
+    def expand(match: re.Match[str]) -> str:
+        return names.sub(lambda m: macros[m.group(1)], match.group(0))
+
+    return _ASM.sub(expand, text)
 
 
 def _shared_decl(match: re.Match[str]) -> str:
@@ -153,7 +172,7 @@ def translate(filename: str) -> str:
     `filename` names a file of kernels/, or is an absolute path (a test's own kernels, which
     include common.cuh the same way: `KERNELS_DIR / filename` is then that path).
     """
-    text = _SHARED.sub(_shared_decl, _ASM.sub(_asm_call, kernel_source(filename)))
+    text = _SHARED.sub(_shared_decl, _ASM.sub(_asm_call, _expand_macros(kernel_source(filename))))
     text = _check_launch_bounds(text)
     leftover = re.search(r"\b(asm|__shared__)\b", text)
     if leftover:
@@ -175,7 +194,7 @@ def unit_source(filename: str, name_expression: str) -> str:
     text = translate(filename)
     # Warp-synchronous instructions park lanes as fibers, like barriers do.
     barriers = has_barrier(text, name_expression.split("<")[0].strip()) or bool(
-        re.search(r"emu::ptx_(mma|ldmatrix)", text))
+        re.search(r"emu::ptx_(mma|ldmatrix|wgmma)", text))
     return (
         f"#define EMU_NO_BARRIERS {int(not barriers)}\n"
         f'#include "{RUNTIME}"\n{text}\n'

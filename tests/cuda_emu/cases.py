@@ -33,6 +33,7 @@ from algorithms.cuda import (
     im2col_gemm,
     implicit_gemm,
     implicit_gemm_tc,
+    implicit_gemm_wgmma,
     winograd,
 )
 from algorithms.reference import reference, relative_error
@@ -55,6 +56,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "implicit_gemm_tc": implicit_gemm_tc.ImplicitGemmTcCuda(),
     "winograd": winograd.WinogradCuda(),
     "depthwise": depthwise.DepthwiseCuda(),
+    "implicit_gemm_wgmma": implicit_gemm_wgmma.ImplicitGemmWgmmaCuda(),
 }
 #: (schedule, seed) pairs each configuration runs under; see runtime.h.
 SCHEDULES = ((0, 0), (1, 0))

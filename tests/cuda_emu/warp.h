@@ -16,6 +16,9 @@
 #pragma once
 
 #include <cstring>
+#include <map>
+#include <tuple>
+#include <utility>
 
 #if EMU_ASAN
 #include <sanitizer/asan_interface.h>
@@ -80,37 +83,52 @@ struct WarpLane {
     const void* in = nullptr;
     void* out = nullptr;
 };
-struct WarpState {
+// A warp (SIZE 32) or a warpgroup (SIZE 128, four consecutive warps: wgmma) meeting at one
+// instruction.
+template <int SIZE>
+struct GroupState {
     int arrived = 0;
     const char* op = nullptr;
-    WarpLane lanes[32];
+    WarpLane lanes[SIZE];
 };
-inline std::vector<WarpState> g_warps;
+inline std::vector<GroupState<32>> g_warps;
+inline std::vector<GroupState<128>> g_warpgroups;
 
-// Park this lane at `op` until all 32 lanes are there; the last one runs `compute(lanes)`.
-template <typename F>
+// Park this lane at `op` until all SIZE lanes of its warp (or warpgroup) are there; the last
+// one runs `compute(lanes)`.
+template <int SIZE = 32, typename F>
 inline void warp_collective(const char* op, const void* in, void* out, F&& compute) {
     if (EMU_NO_BARRIERS) fail("warp instruction in a kernel built without fibers");
     Block& b = *g_block;
     Fiber& f = *b.current;
     const std::size_t t = static_cast<std::size_t>(&f - b.fibers.data());
-    if (b.fibers.size() % 32 != 0) fail("warp instruction in a block of partial warps");
-    if (g_warps.size() != b.fibers.size() / 32) g_warps.assign(b.fibers.size() / 32, {});
-    WarpState& w = g_warps[t / 32];
+    if (b.fibers.size() % SIZE != 0) {
+        fail(SIZE == 32 ? "warp instruction in a block of partial warps"
+                        : "warpgroup instruction in a block of partial warpgroups");
+    }
+    auto& groups = [&]() -> std::vector<GroupState<SIZE>>& {
+        if constexpr (SIZE == 32) {
+            return g_warps;
+        } else {
+            return g_warpgroups;
+        }
+    }();
+    if (groups.size() != b.fibers.size() / SIZE) groups.assign(b.fibers.size() / SIZE, {});
+    GroupState<SIZE>& w = groups[t / SIZE];
     if (w.arrived == 0) {
         w.op = op;
     } else if (std::strcmp(w.op, op) != 0) {
         fail("lanes of a warp are at different warp-synchronous instructions");
     }
-    w.lanes[t % 32] = {in, out};
-    if (++w.arrived < 32) {
+    w.lanes[t % SIZE] = {in, out};
+    if (++w.arrived < SIZE) {
         f.state = kAtWarp;
         to_scheduler(f, false);
         return;  // the last lane has written this lane's results
     }
     compute(w.lanes);
     w.arrived = 0;
-    for (std::size_t i = t / 32 * 32; i < t / 32 * 32 + 32; ++i) {
+    for (std::size_t i = t / SIZE * SIZE; i < t / SIZE * SIZE + SIZE; ++i) {
         if (i != t) b.fibers[i].state = kRunnable;
     }
 }
@@ -294,6 +312,10 @@ EMU_LDMATRIX(x2_trans, 2, true, unsigned& r0, unsigned& r1)
 EMU_LDMATRIX(x4_trans, 4, true, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3)
 
 // --- cp.async -----------------------------------------------------------------------------------
+// A landed copy is written through the generic proxy: wgmma (async proxy) may read it only
+// after the writing thread's fence.proxy.async (see the wgmma section).
+inline void note_unfenced(unsigned char* dst, unsigned size);
+
 struct AsyncCopy {
     unsigned char* dst;
     const unsigned char* src;
@@ -365,6 +387,7 @@ inline void ptx_cp_async_wait_group(int pending) {
             // The source is read here, at completion: on a GPU any time in between.
             std::memcpy(c.dst, c.src, c.src_size);
             std::memset(c.dst + c.src_size, 0, c.size - c.src_size);
+            note_unfenced(c.dst, c.size);
         } else {
             still.push_back(c);
         }
@@ -377,13 +400,252 @@ inline void ptx_cp_async_wait_all() {
     ptx_cp_async_wait_group(0);
 }
 
+// --- wgmma (sm_90a) -------------------------------------------------------------------------------
+// wgmma.mma_async is a warpgroup instruction (128 lanes, four consecutive warps) whose A and B
+// come from shared memory through 64-bit matrix descriptors and whose accumulators are the
+// lanes' registers. It is asynchronous, and this model is too: at issue the product is
+// computed from shared memory as it is then, each destination register is set to a NaN
+// (kAccPoison) and the result is held back until the wgmma.wait_group that retires its commit
+// group, which first checks that the shared memory it read is unchanged and that no lane wrote
+// a destination register in between. So each of these fails or shows NaN:
+// - reading the accumulators before the wait (NaN in the output);
+// - refilling a stage that an in-flight wgmma reads (the check at the wait);
+// - an mma_async without a wgmma.fence since the lane's last wait (checked at issue; the PTX
+//   rule is "before the first wgmma, and after the registers were touched": stricter here);
+// - operands that a cp.async landed but whose thread has not yet run fence.proxy.async
+//   (checked at issue, per byte of dynamic shared memory read).
+// Descriptors (PTX ISA, "Matrix Descriptor Format"): start address, leading byte offset
+// (between core matrices adjacent in K) and stride byte offset (between 8-row groups), in
+// 16-byte units at bits 0, 16 and 32; base offset bits 49-51 and swizzle bits 62-63, which
+// must be zero here (only the no-swizzle K-major layout is emulated). The start address is
+// read as an offset into the block's dynamic shared memory (the low 18 bits of a
+// shared-window address, see cvta.to.shared above). Accumulator layout of m64nNk16 with f32
+// results: lane l of warp w (of the warpgroup), g = l / 4, t = l % 4, register 4j + 2v + h
+// holds row 16w + g + 8v, column 8j + 2t + h.
+constexpr unsigned kAccPoison = 0x7FBADBADu;
+
+struct WgmmaOp {
+    long long group = -1;  // -1 until committed
+    std::vector<float*> regs;
+    std::vector<float> values, a, b;  // results; the operands as read at issue
+    unsigned long long desc_a = 0, desc_b = 0;
+    int n = 0;
+    std::vector<float> (*read)(unsigned long long, int, bool) = nullptr;  // the operand reader
+};
+struct WgmmaState {
+    std::vector<WgmmaOp> ops;
+    std::map<float*, float> pending;  // register -> its value after the newest op in flight
+    long long committed = 0;
+};
+inline std::vector<WgmmaState> g_wgmma;                // per warpgroup
+inline std::vector<char> g_wgmma_fenced;               // per thread
+inline std::vector<std::vector<std::pair<unsigned char*, unsigned>>> g_unfenced;  // per thread
+inline std::vector<int> g_unfenced_bytes;              // per byte of dynamic shared memory
+
+inline std::size_t my_thread() {
+    Block& b = *g_block;
+    const std::size_t n = b.fibers.size();
+    if (g_wgmma_fenced.size() != n) {
+        g_wgmma_fenced.assign(n, 0);
+        g_unfenced.assign(n, {});
+        g_wgmma.assign((n + 127) / 128, {});
+        g_unfenced_bytes.assign(b.dynamic_bytes, 0);
+    }
+    return static_cast<std::size_t>(b.current - b.fibers.data());
+}
+
+inline void note_unfenced(unsigned char* dst, unsigned size) {
+    Block& b = *g_block;
+    if (b.dynamic_shared == nullptr || dst < b.dynamic_shared ||
+        dst >= b.dynamic_shared + b.dynamic_bytes) {
+        return;  // wgmma reads dynamic shared memory only
+    }
+    g_unfenced[my_thread()].push_back({dst, size});
+    for (unsigned i = 0; i < size; ++i) ++g_unfenced_bytes[dst - b.dynamic_shared + i];
+}
+
+inline void ptx_fence_proxy_async_shared_cta() {
+    Block& b = *g_block;
+    auto& mine = g_unfenced[my_thread()];
+    for (const auto& [dst, size] : mine) {
+        for (unsigned i = 0; i < size; ++i) --g_unfenced_bytes[dst - b.dynamic_shared + i];
+    }
+    mine.clear();
+}
+
+inline void ptx_wgmma_fence_sync_aligned() { g_wgmma_fenced[my_thread()] = 1; }
+
+// The rows x 16 matrix a K-major, unswizzled descriptor points at, as floats.
+template <float (*Cvt)(unsigned short)>
+inline std::vector<float> wgmma_operand(unsigned long long desc, int rows, bool at_issue) {
+    if ((desc >> 62) != 0) fail("wgmma: only descriptors without swizzle are emulated");
+    if (((desc >> 49) & 7u) != 0) fail("wgmma: a nonzero matrix base offset");
+    const unsigned long long start = (desc & 0x3FFFu) << 4, lbo = ((desc >> 16) & 0x3FFFu) << 4,
+                             sbo = ((desc >> 32) & 0x3FFFu) << 4;
+    std::vector<float> out(static_cast<std::size_t>(rows) * 16);
+    for (int r = 0; r < rows; ++r) {
+        for (int k = 0; k < 16; ++k) {
+            const unsigned long long offset =
+                start + (r / 8) * sbo + (r % 8) * 16 + (k / 8) * lbo + (k % 8) * 2;
+            const unsigned char* at = shared_host(((kDynamicSharedIndex + 1) << 32) | offset, 2,
+                                                  2, "wgmma operand outside dynamic shared memory");
+            if (at_issue && (g_unfenced_bytes[offset] || g_unfenced_bytes[offset + 1])) {
+                fail("wgmma reads shared memory a cp.async wrote without fence.proxy.async");
+            }
+            unsigned short bits;
+            std::memcpy(&bits, at, 2);
+            out[static_cast<std::size_t>(r) * 16 + k] = Cvt(bits);
+        }
+    }
+    return out;
+}
+
+template <int R>
+struct WgmmaIn {
+    float* d[R];
+    unsigned long long desc_a, desc_b;
+    int imm[5];  // scale-d, scale-a, scale-b, trans-a, trans-b
+};
+
+template <int N, float (*Cvt)(unsigned short)>
+inline void wgmma_issue(const char* op, const WgmmaIn<N / 2>& in) {
+    constexpr int R = N / 2;
+    const std::size_t me = my_thread();
+    if (!g_wgmma_fenced[me]) fail("wgmma.mma_async without a wgmma.fence since the last wait");
+    warp_collective<128>(op, &in, nullptr, [&](WarpLane* lanes) {
+        const auto& first = *static_cast<const WgmmaIn<R>*>(lanes[0].in);
+        for (int l = 0; l < 128; ++l) {
+            const auto& v = *static_cast<const WgmmaIn<R>*>(lanes[l].in);
+            if (v.desc_a != first.desc_a || v.desc_b != first.desc_b ||
+                std::memcmp(v.imm, first.imm, sizeof v.imm) != 0) {
+                fail("wgmma: lanes of a warpgroup give different descriptors or immediates");
+            }
+        }
+        if (first.imm[1] != 1 || first.imm[2] != 1 || first.imm[3] != 0 || first.imm[4] != 0) {
+            fail("wgmma: only unscaled, untransposed (K-major) operands are emulated");
+        }
+        WgmmaState& state = g_wgmma[me / 128];
+        WgmmaOp rec;
+        rec.n = N;
+        rec.desc_a = first.desc_a;
+        rec.desc_b = first.desc_b;
+        rec.read = &wgmma_operand<Cvt>;
+        rec.a = wgmma_operand<Cvt>(first.desc_a, 64, true);
+        rec.b = wgmma_operand<Cvt>(first.desc_b, N, true);
+        for (int l = 0; l < 128; ++l) {
+            const auto& v = *static_cast<const WgmmaIn<R>*>(lanes[l].in);
+            const int w = l / 32, g = (l % 32) / 4, t = l % 4;
+            for (int i = 0; i < R; ++i) {
+                const int row = 16 * w + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
+                float* reg = v.d[i];
+                const auto chained = state.pending.find(reg);
+                double s = !first.imm[0] ? 0.0 : chained != state.pending.end() ? chained->second
+                                                                                   : *reg;
+                for (int k = 0; k < 16; ++k) {
+                    s += double(rec.a[row * 16 + k]) * double(rec.b[col * 16 + k]);
+                }
+                const float result = round_toward_zero(s);  // as mma.sync (above)
+                state.pending[reg] = result;
+                *reg = __uint_as_float(kAccPoison);
+                rec.regs.push_back(reg);
+                rec.values.push_back(result);
+            }
+        }
+        state.ops.push_back(std::move(rec));
+    });
+}
+
+#define EMU_WGMMA(n, type, cvt)                                                                  \
+    template <typename... Args>                                                                  \
+    inline void ptx_wgmma_mma_async_sync_aligned_m64n##n##k16_f32_##type##_##type(             \
+        Args&&... args) {                                                                        \
+        wgmma_forward<n, cvt>("wgmma.m64n" #n "k16." #type, std::forward_as_tuple(args...),     \
+                              std::make_index_sequence<n / 2>{});                                \
+    }
+
+// (d[0], ..., d[R-1], desc_a, desc_b, scale-d, scale-a, scale-b, trans-a, trans-b) -> WgmmaIn.
+template <int N, float (*Cvt)(unsigned short), typename Tuple, std::size_t... I>
+inline void wgmma_forward(const char* op, Tuple&& args, std::index_sequence<I...>) {
+    constexpr std::size_t R = N / 2;
+    static_assert(std::tuple_size_v<std::decay_t<Tuple>> == R + 7, "wgmma operand count");
+    WgmmaIn<R> in{{&std::get<I>(args)...},
+                  static_cast<unsigned long long>(std::get<R>(args)),
+                  static_cast<unsigned long long>(std::get<R + 1>(args)),
+                  {static_cast<int>(std::get<R + 2>(args)), static_cast<int>(std::get<R + 3>(args)),
+                   static_cast<int>(std::get<R + 4>(args)), static_cast<int>(std::get<R + 5>(args)),
+                   static_cast<int>(std::get<R + 6>(args))}};
+    wgmma_issue<N, Cvt>(op, in);
+}
+
+EMU_WGMMA(128, f16, half_bits_to_float)
+EMU_WGMMA(128, bf16, bf16_bits_to_float)
+
+inline void ptx_wgmma_commit_group_sync_aligned() {
+    const std::size_t me = my_thread();
+    warp_collective<128>("wgmma.commit_group", nullptr, nullptr, [&](WarpLane*) {
+        WgmmaState& state = g_wgmma[me / 128];
+        for (WgmmaOp& op : state.ops) {
+            if (op.group < 0) op.group = state.committed;
+        }
+        ++state.committed;
+    });
+}
+
+// Retires every committed group but the newest `pending`: checks, then writes, each
+// destination register (its last result; one that a younger op still targets stays NaN).
+inline void ptx_wgmma_wait_group_sync_aligned(int pending) {
+    const std::size_t me = my_thread();
+    warp_collective<128>("wgmma.wait_group", nullptr, nullptr, [&](WarpLane*) {
+        WgmmaState& state = g_wgmma[me / 128];
+        std::vector<WgmmaOp> landing, still;
+        for (WgmmaOp& op : state.ops) {
+            (op.group >= 0 && op.group < state.committed - pending ? landing : still)
+                .push_back(std::move(op));
+        }
+        std::map<float*, float> final_values;
+        for (const WgmmaOp& op : landing) {
+            const std::vector<float> a = op.read(op.desc_a, 64, false), b = op.read(op.desc_b, op.n, false);
+            if (std::memcmp(a.data(), op.a.data(), a.size() * sizeof(float)) != 0 ||
+                std::memcmp(b.data(), op.b.data(), b.size() * sizeof(float)) != 0) {
+                fail("shared memory read by a wgmma was overwritten before its wgmma.wait_group");
+            }
+            for (std::size_t i = 0; i < op.regs.size(); ++i) {
+                if (__float_as_uint(*op.regs[i]) != kAccPoison) {
+                    fail("a wgmma accumulator register was written while the wgmma was in flight");
+                }
+                final_values[op.regs[i]] = op.values[i];
+            }
+        }
+        for (const WgmmaOp& op : still) {
+            for (float* reg : op.regs) final_values.erase(reg);
+        }
+        state.ops = std::move(still);
+        for (const auto& [reg, value] : final_values) {
+            *reg = value;
+            state.pending.erase(reg);
+        }
+        for (std::size_t i = me / 128 * 128; i < me / 128 * 128 + 128; ++i) {
+            g_wgmma_fenced[i] = 0;
+        }
+    });
+}
+
 inline void end_block_async(Block& b) {
     for (AsyncState& s : g_async) {
         if (!s.copies.empty()) fail("block ended with cp.async copies never waited for");
     }
+    for (WgmmaState& s : g_wgmma) {
+        if (!s.ops.empty()) fail("block ended with wgmma operations never waited for");
+    }
     g_async.clear();
     g_warps.clear();
+    g_warpgroups.clear();
+    g_wgmma.clear();
+    g_wgmma_fenced.clear();
+    g_unfenced.clear();
+    g_unfenced_bytes.clear();
     (void)b;
 }
 
 }  // namespace emu
+

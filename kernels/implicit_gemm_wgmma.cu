@@ -1,0 +1,231 @@
+// Implicit-GEMM convolution on Hopper's warpgroup tensor cores (wgmma.mma_async, sm_90a only),
+// 16-bit operands with FP32 accumulation, from NHWC copies of the operands: per group g,
+// Y_g (kg x N*P*Q) = W_g (kg x R*S*cg) . X_g, K index k = (r*S + s)*cg + c, as in the NHWC
+// instances of implicit_gemm_tc.cu (the host makes the same copies).
+//
+// Block tile BM (output channels) x BN = 128 (output pixels over the batch), K-step BK = 64;
+// BM / 64 warpgroups, warpgroup j computing rows 64j..64j+63 with one wgmma m64n128k16 per
+// 16 of K (four per K-step), A and B straight from shared memory (no fragments in registers,
+// no ldmatrix): the 64 x 128 FP32 accumulator is 64 registers per thread.
+//
+// Shared memory, per stage: the A tile (BM x BK) then the B tile (BN x BK), each K-major in
+// wgmma's canonical layout without swizzle: 8x8 "core matrices" of 8 rows x 16 bytes, 128
+// contiguous bytes each; the 8 core matrices along K of one 8-row group are adjacent (leading
+// byte offset LBO = 128), and 8-row groups follow each other (stride byte offset SBO = BK/8 *
+// 128 = 1024). Vector (16 bytes = 8 elements) number e of a tile is row (e / 64) * 8 + e % 8,
+// k 8 * ((e / 8) % 8), and lives at byte 16 * e: a thread's cp.async writes are one
+// contiguous run per warp (no bank conflicts), and 8 lanes read 8 rows at one k while the next
+// 8 read the next 16 bytes of the same rows, so a warp covers 64 contiguous bytes of 8 pixels
+// (whole 32-byte sectors). With THREADS a multiple of 64, a thread's k offset is fixed and its
+// rows are tid / 64 * 8 + tid % 8 + i * THREADS / 8: its pixels are decomposed once.
+//
+// Pipeline: STAGES stages of cp.async (16 bytes, zero-fill at padding and edges), STAGES - 1
+// K-steps in flight. Per K-step: wait for this thread's copies of the step, fence.proxy.async
+// (cp.async writes through the generic proxy; wgmma reads through the async proxy), barrier,
+// issue the copies of step kt + STAGES - 1 into the stage the previous step read, then
+// wgmma.fence, four wgmma, commit, and wait for them: the stage they read is the next one to
+// be refilled. (Keeping one wgmma group in flight across the barrier needs one more stage of
+// distance; a later step, once a GPU has measured this one.)
+//
+// Epilogue: the accumulator layout of m64nNk16 (warp w of the warpgroup holds rows 16w..16w+15;
+// register 4j + 2v + h of lane (g = lane / 4, t = lane % 4) is row 16w + g + 8v, column
+// 8j + 2t + h), stored element-wise into NCHW y.
+//
+// Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM). Needs cg a multiple of 8 (a vector
+// stays within one filter tap) and 16-byte aligned copies; all tensors < 2^31 elements.
+#include "common.cuh"
+
+// The 64 accumulator operands of an m64n128 wgmma, and its operand list (the emulator's
+// translator expands these object-like macros inside inline PTX).
+#define WGMMA_N128_REGS \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, %66, %67, %68, %69, " \
+    "%70;"
+#define WGMMA_N128_ACC \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+    "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+    "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), \
+    "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
+    "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+    "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
+    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), \
+    "+f"(d[62]), "+f"(d[63])
+
+// d (64 x 128, FP32) += A (64 x 16) . B (16 x 128), both K-major in shared memory, described
+// by a and b; scale-d 1 (accumulate), no negation, no transposition.
+__device__ __forceinline__ void wgmma_m64n128k16(const half_t*, float (&d)[64],
+                                                 unsigned long long a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WGMMA_N128_REGS
+                 : WGMMA_N128_ACC
+                 : "l"(a), "l"(b), "n"(1), "n"(1), "n"(1), "n"(0), "n"(0));
+}
+__device__ __forceinline__ void wgmma_m64n128k16(const bf16_t*, float (&d)[64],
+                                                 unsigned long long a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_N128_REGS
+                 : WGMMA_N128_ACC
+                 : "l"(a), "l"(b), "n"(1), "n"(1), "n"(1), "n"(0), "n"(0));
+}
+
+// Orders this thread's earlier register accesses (the accumulators) before the next wgmma.
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+// Wait until at most N of this warpgroup's committed wgmma groups are still running.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Makes this thread's generic-proxy writes to shared memory (cp.async's) visible to the
+// async proxy, through which wgmma reads its operands.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// A shared-memory matrix descriptor: start address, LBO and SBO in 16-byte units (14 bits
+// each, bits 0, 16 and 32), base offset 0, no swizzle (bits 62-63 zero). The start address is
+// the shared-window address's low 18 bits (shared memory is below 256 KiB).
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned long long shared, int lbo,
+                                                         int sbo) {
+    return ((shared & 0x3FFFFull) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
+           (static_cast<unsigned long long>(sbo >> 4) << 32);
+}
+
+template <typename T, int BM, int STAGES>
+__global__ void __launch_bounds__(BM / 64 * 128, 1)
+    implicit_gemm_wgmma_conv(const T* __restrict__ x, const T* __restrict__ w,
+                             T* __restrict__ y, CONV_SHAPE_PARAMS, unsigned int cg_mul,
+                             unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,
+                             unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul,
+                             unsigned int q_shr) {
+    constexpr int BN = 128, BK = 64, VEC = 8;  // VEC: 16-bit elements per 16-byte copy
+    constexpr int THREADS = BM / 64 * 128;
+    constexpr int CORE = 128;             // bytes of one 8x8 core matrix
+    constexpr int LBO = CORE;             // K-adjacent core matrices
+    constexpr int SBO = BK / VEC * CORE;  // 8-row groups
+    constexpr int A_BYTES = BM * BK * 2, STAGE_BYTES = (BM + BN) * BK * 2;
+    constexpr int ROW_STEP = THREADS / VEC;  // rows between a thread's vectors
+    constexpr int A_LOADS = BM / ROW_STEP, B_LOADS = BN / ROW_STEP;
+    static_assert(sizeof(T) == 2, "wgmma here takes 16-bit operands");
+    static_assert(BM % 64 == 0 && THREADS % (BK / VEC * 8) == 0 && BN % ROW_STEP == 0 &&
+                      BM % ROW_STEP == 0,
+                  "tiles split evenly over the threads");
+    static_assert(STAGES >= 2, "a pipeline needs two stages");
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    const unsigned long long smem = smem_addr(smem_raw);
+
+    const int cg = C / groups;
+    const int kg = K / groups;
+    const int CRS = cg * R * S;
+    const int PQ = P * Q;
+    const int NPQ = N * PQ;
+    const int HW = H * W;
+    const int mblocks = (kg + BM - 1) / BM;
+    const int grp = blockIdx.y / mblocks;
+    const int m0 = (blockIdx.y - grp * mblocks) * BM;
+    const int n0 = blockIdx.x * BN;
+    const int tid = threadIdx.x;
+    const T* wg = w + static_cast<long long>(grp) * kg * CRS;
+
+    // This thread's vectors: k offset kv, rows row0 + i * ROW_STEP, bytes 16 * (tid + i *
+    // THREADS) of a tile (see the file comment).
+    const int kv = VEC * ((tid / 8) % (BK / VEC));
+    const int row0 = tid / (BK / VEC * 8) * 8 + tid % 8;
+    int nb_off[B_LOADS], nb_h0[B_LOADS], nb_w0[B_LOADS];
+    bool nb_ok[B_LOADS];
+#pragma unroll
+    for (int i = 0; i < B_LOADS; ++i) {
+        const int n = n0 + row0 + i * ROW_STEP;
+        nb_ok[i] = n < NPQ;
+        const int pixel = nb_ok[i] ? n : 0;
+        const int img = fast_div(pixel, pq_mul, pq_shr);
+        const int pq = pixel - img * PQ;
+        const int p = fast_div(pq, q_mul, q_shr);
+        nb_h0[i] = p * str_h - pad_h;
+        nb_w0[i] = (pq - p * Q) * str_w - pad_w;
+        nb_off[i] = img * HW * C + grp * cg;
+    }
+
+    auto load_stage = [&](int st, int k0) {
+        const unsigned long long a_dst = smem + st * STAGE_BYTES + tid * 16;
+        const int kk = k0 + kv;
+#pragma unroll
+        for (int i = 0; i < A_LOADS; ++i) {
+            const int m = m0 + row0 + i * ROW_STEP;
+            const bool ok = m < kg && kk < CRS;  // CRS is a multiple of VEC
+            cp_async<16>(a_dst + i * THREADS * 16ull, ok ? wg + m * CRS + kk : w, ok);
+        }
+        const int rs = fast_div(kk, cg_mul, cg_shr);  // a vector stays in one (r, s)
+        const int r = fast_div(rs, s_mul, s_shr);
+        const int c = kk - rs * cg;
+        const int dh = r * dil_h, dw = (rs - r * S) * dil_w;
+        const unsigned long long b_dst = a_dst + A_BYTES;
+#pragma unroll
+        for (int i = 0; i < B_LOADS; ++i) {
+            const int ih = nb_h0[i] + dh, iw = nb_w0[i] + dw;
+            const bool ok = nb_ok[i] && kk < CRS &&
+                            static_cast<unsigned int>(ih) < static_cast<unsigned int>(H) &&
+                            static_cast<unsigned int>(iw) < static_cast<unsigned int>(W);
+            cp_async<16>(b_dst + i * THREADS * 16ull,
+                         ok ? x + nb_off[i] + (ih * W + iw) * C + c : x, ok);
+        }
+    };
+
+    float acc[64];
+#pragma unroll
+    for (int v = 0; v < 64; ++v) acc[v] = 0.0f;
+
+    const int ktiles = (CRS + BK - 1) / BK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < ktiles) load_stage(s, s * BK);
+        cp_async_commit();  // one group per stage, empty past the end, so the count is fixed
+    }
+    const int wgroup = tid / 128;
+    for (int kt = 0; kt < ktiles; ++kt) {
+        cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
+        fence_proxy_async();          // ... and are visible to the tensor cores
+        __syncthreads();              // ... everyone's; the previous step's wgmma are done
+        const int next = kt + STAGES - 1;
+        if (next < ktiles) load_stage(next % STAGES, next * BK);
+        cp_async_commit();
+        const unsigned long long a_tile =
+            smem + (kt % STAGES) * STAGE_BYTES + wgroup * (64 / 8) * SBO;
+        const unsigned long long b_tile = smem + (kt % STAGES) * STAGE_BYTES + A_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < BK / 16; ++k16) {  // two core matrices of K per wgmma
+            wgmma_m64n128k16(x, acc, wgmma_desc(a_tile + k16 * 2 * CORE, LBO, SBO),
+                             wgmma_desc(b_tile + k16 * 2 * CORE, LBO, SBO));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+    }
+    cp_async_wait<0>();  // only empty groups remain; nothing may be in flight at exit
+
+    const int lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + g;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + j * 8 + 2 * t + h;
+            if (n >= NPQ) continue;
+            const int img = fast_div(n, pq_mul, pq_shr);
+            const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+                const int m = row + 8 * v;
+                if (m < kg) store_acc(y + base + m * PQ, acc[4 * j + 2 * v + h]);
+            }
+        }
+    }
+}
