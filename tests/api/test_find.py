@@ -31,7 +31,8 @@ def test_auto_tunes_then_answers_from_the_database(client: TestClient, db_url: s
                 "device", "measured_at", "rel_error"}
     assert expected <= set(data["best"])
     rows = stored_rows(db_url)
-    assert rows >= len(names)
+    # Every measured algorithm has its rows (the refused ones, GPU-only here, may have none).
+    assert rows >= len({c["algorithm"] for c in data["candidates"] if c["status"] == R.OK})
 
     again = find(client)
     assert again.status_code == 200

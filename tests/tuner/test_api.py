@@ -30,9 +30,9 @@ def test_find_algorithms_lists_all_four_fastest_first(db_url: str) -> None:
     found = find_algorithms(small_problem(), device="cpu")
     names = [a.name for a in algorithms_for("cpu")]
     assert sorted(r.algorithm for r in found) == sorted(names)
-    # Listed but refused: implicit_gemm_tc is GPU-only, depthwise needs groups == c
-    # (winograd serves this 3x3 stride-1 layer).
-    refused = {"implicit_gemm_tc", "depthwise"}
+    # Listed but refused: implicit_gemm_tc and implicit_gemm_wgmma are GPU-only, depthwise
+    # needs groups == c (winograd serves this 3x3 stride-1 layer).
+    refused = {"implicit_gemm_tc", "implicit_gemm_wgmma", "depthwise"}
     assert {r.algorithm for r in found if not r.usable} == refused
     usable = [r for r in found if r.usable]
     assert len(usable) == len(names) - len(refused)
