@@ -109,6 +109,60 @@ __device__ __forceinline__ int tap_output(int i, int t, int pad, int str, int di
     int N, int C, int H, int W, int K, int R, int S, int P, int Q, int pad_h, int pad_w,  \
         int str_h, int str_w, int dil_h, int dil_w, int groups
 
+// --- NHWC gathers of an implicit GEMM's pixel operand (implicit_gemm_tc.cu's NHWC instances,
+// implicit_gemm_wgmma.cu): x is NHWC and the K index is k = (r*S + s)*cg + c. ---
+
+// The filter tap (dh, dw: input offsets of the receptive field) and channel c of K index kk;
+// (cg_mul, cg_shr) and (s_mul, s_shr) divide by C/groups and by S.
+struct NhwcTap {
+    int dh, dw, c;
+};
+__device__ __forceinline__ NhwcTap nhwc_tap(int kk, int cg, int S, int dil_h, int dil_w,
+                                            unsigned int cg_mul, unsigned int cg_shr,
+                                            unsigned int s_mul, unsigned int s_shr) {
+    const int rs = fast_div(kk, cg_mul, cg_shr);
+    const int r = fast_div(rs, s_mul, s_shr);
+    return {r * dil_h, (rs - r * S) * dil_w, kk - rs * cg};
+}
+
+// The LOADS output pixels first, first + step, ... of a thread's B-tile copies, decomposed
+// once (`init`) into their receptive fields' corners and the NHWC offset of their image's
+// channels of group grp; `source` then gives each one's copy source for a tap, every K-step.
+template <int LOADS>
+struct NhwcPixels {
+    int off[LOADS], h0[LOADS], w0[LOADS];
+    bool valid[LOADS];  // false past N*P*Q
+
+    __device__ __forceinline__ void init(int first, int step, int NPQ, int PQ, int Q, int HWC,
+                                         int group_channels, int str_h, int str_w, int pad_h,
+                                         int pad_w, unsigned int pq_mul, unsigned int pq_shr,
+                                         unsigned int q_mul, unsigned int q_shr) {
+#pragma unroll
+        for (int i = 0; i < LOADS; ++i) {
+            const int n = first + i * step;
+            valid[i] = n < NPQ;
+            const int pixel = valid[i] ? n : 0;
+            const int img = fast_div(pixel, pq_mul, pq_shr);
+            const int pq = pixel - img * PQ;
+            const int p = fast_div(pq, q_mul, q_shr);
+            h0[i] = p * str_h - pad_h;
+            w0[i] = (pq - p * Q) * str_w - pad_w;
+            off[i] = img * HWC + group_channels;
+        }
+    }
+
+    // Pixel i's run of channels at `tap` in x, with `ok` whether to copy it (a valid pixel,
+    // k_ok, inside the image); x itself, a valid address never read, where not.
+    template <typename T>
+    __device__ __forceinline__ const T* source(const T* x, int i, NhwcTap tap, bool k_ok, int H,
+                                               int W, int C, bool& ok) const {
+        const int ih = h0[i] + tap.dh, iw = w0[i] + tap.dw;
+        ok = valid[i] && k_ok && static_cast<unsigned int>(ih) < static_cast<unsigned int>(H) &&
+             static_cast<unsigned int>(iw) < static_cast<unsigned int>(W);
+        return ok ? x + off[i] + (ih * W + iw) * C + tap.c : x;
+    }
+};
+
 
 // --- Warp-level tensor-core and async-copy PTX (sm_80+), one instruction per inline-PTX statement so
 // tests/cuda_emu can emulate each (tests/cuda_emu/warp.h documents the fragment layouts). ---

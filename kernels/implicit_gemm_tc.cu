@@ -138,25 +138,13 @@ __global__ void __launch_bounds__(
     const int b_row = tid / B_VPR;
     int col_off = 0, h0 = 0, w0 = 0;
     const bool col_ok = n0 + b_col < NPQ;  // for a vector: all VB columns (VB | P*Q)
-    // NHWC: this thread's pixels (tile rows nb_row + i * NB_STRIDE), their
-    // receptive fields' corners and offsets of channel grp*cg; nb_ok[i] false past N*P*Q.
+    // NHWC: this thread's pixels, tile rows nb_row + i * NB_STRIDE (common.cuh NhwcPixels).
     const int nb_k = VB * (tid % (BK / VB));
     const int nb_row = tid / (BK / VB);
-    int nb_off[NHWC ? NB_LOADS : 1], nb_h0[NHWC ? NB_LOADS : 1], nb_w0[NHWC ? NB_LOADS : 1];
-    bool nb_ok[NHWC ? NB_LOADS : 1];
+    NhwcPixels<NHWC ? NB_LOADS : 1> pixels;
     if constexpr (NHWC) {
-#pragma unroll
-        for (int i = 0; i < NB_LOADS; ++i) {
-            const int n = n0 + nb_row + i * NB_STRIDE;
-            nb_ok[i] = n < NPQ;
-            const int pixel = nb_ok[i] ? n : 0;
-            const int img = fast_div(pixel, pq_mul, pq_shr);
-            const int pq = pixel - img * PQ;
-            const int p = fast_div(pq, q_mul, q_shr);
-            nb_h0[i] = p * str_h - pad_h;
-            nb_w0[i] = (pq - p * Q) * str_w - pad_w;
-            nb_off[i] = img * HW * C + grp * cg;
-        }
+        pixels.init(n0 + nb_row, NB_STRIDE, NPQ, PQ, Q, HW * C, grp * cg, str_h, str_w, pad_h,
+                    pad_w, pq_mul, pq_shr, q_mul, q_shr);
     } else if (col_ok) {
         const int img = fast_div(n0 + b_col, pq_mul, pq_shr);
         const int pq = n0 + b_col - img * PQ;
@@ -195,19 +183,15 @@ __global__ void __launch_bounds__(
         }
         if constexpr (NHWC) {  // k = (r*S + s)*cg + c: a vector stays in one (r, s)
             const int kk = k0 + nb_k;
-            const int rs = fast_div(kk, kdiv_mul, kdiv_shr);
-            const int r = fast_div(rs, s_mul, s_shr);
-            const int c = kk - rs * cg;
-            const int dh = r * dil_h, dw = (rs - r * S) * dil_w;
+            const NhwcTap tap =
+                nhwc_tap(kk, cg, S, dil_h, dil_w, kdiv_mul, kdiv_shr, s_mul, s_shr);
 #pragma unroll
             for (int i = 0; i < NB_LOADS; ++i) {
-                const int ih = nb_h0[i] + dh, iw = nb_w0[i] + dw;
-                const bool ok = nb_ok[i] && kk < CRS &&
-                                static_cast<unsigned int>(ih) < static_cast<unsigned int>(H) &&
-                                static_cast<unsigned int>(iw) < static_cast<unsigned int>(W);
+                bool ok;
+                const T* src = pixels.source(x, i, tap, kk < CRS, H, W, C, ok);
                 cp_async<16>(bs_base + ((st * BN + nb_row + i * NB_STRIDE) * (BK + APAD) +
                                         nb_k) * sizeof(T),
-                             ok ? x + nb_off[i] + (ih * W + iw) * C + c : x, ok);
+                             src, ok);
             }
         } else {
 #pragma unroll

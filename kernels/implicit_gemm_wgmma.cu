@@ -139,20 +139,9 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     // THREADS) of a tile (see the file comment).
     const int kv = VEC * ((tid / 8) % (BK / VEC));
     const int row0 = tid / (BK / VEC * 8) * 8 + tid % 8;
-    int nb_off[B_LOADS], nb_h0[B_LOADS], nb_w0[B_LOADS];
-    bool nb_ok[B_LOADS];
-#pragma unroll
-    for (int i = 0; i < B_LOADS; ++i) {
-        const int n = n0 + row0 + i * ROW_STEP;
-        nb_ok[i] = n < NPQ;
-        const int pixel = nb_ok[i] ? n : 0;
-        const int img = fast_div(pixel, pq_mul, pq_shr);
-        const int pq = pixel - img * PQ;
-        const int p = fast_div(pq, q_mul, q_shr);
-        nb_h0[i] = p * str_h - pad_h;
-        nb_w0[i] = (pq - p * Q) * str_w - pad_w;
-        nb_off[i] = img * HW * C + grp * cg;
-    }
+    NhwcPixels<B_LOADS> pixels;
+    pixels.init(n0 + row0, ROW_STEP, NPQ, PQ, Q, HW * C, grp * cg, str_h, str_w, pad_h, pad_w,
+                pq_mul, pq_shr, q_mul, q_shr);
 
     auto load_stage = [&](int st, int k0) {
         const unsigned long long a_dst = smem + st * STAGE_BYTES + tid * 16;
@@ -163,19 +152,14 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
             const bool ok = m < kg && kk < CRS;  // CRS is a multiple of VEC
             cp_async<16>(a_dst + i * THREADS * 16ull, ok ? wg + m * CRS + kk : w, ok);
         }
-        const int rs = fast_div(kk, cg_mul, cg_shr);  // a vector stays in one (r, s)
-        const int r = fast_div(rs, s_mul, s_shr);
-        const int c = kk - rs * cg;
-        const int dh = r * dil_h, dw = (rs - r * S) * dil_w;
+        // A vector stays in one (r, s): C/groups is a multiple of VEC.
+        const NhwcTap tap = nhwc_tap(kk, cg, S, dil_h, dil_w, cg_mul, cg_shr, s_mul, s_shr);
         const unsigned long long b_dst = a_dst + A_BYTES;
 #pragma unroll
         for (int i = 0; i < B_LOADS; ++i) {
-            const int ih = nb_h0[i] + dh, iw = nb_w0[i] + dw;
-            const bool ok = nb_ok[i] && kk < CRS &&
-                            static_cast<unsigned int>(ih) < static_cast<unsigned int>(H) &&
-                            static_cast<unsigned int>(iw) < static_cast<unsigned int>(W);
-            cp_async<16>(b_dst + i * THREADS * 16ull,
-                         ok ? x + nb_off[i] + (ih * W + iw) * C + c : x, ok);
+            bool ok;
+            const T* src = pixels.source(x, i, tap, kk < CRS, H, W, C, ok);
+            cp_async<16>(b_dst + i * THREADS * 16ull, src, ok);
         }
     };
 

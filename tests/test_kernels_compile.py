@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from algorithms.cuda import shipped_kernels
-from algorithms.cuda._loader import COMPILE_OPTIONS, KERNELS_DIR, kernel_source, target_arch
+from algorithms.cuda._loader import KERNELS_DIR, NVRTC_OPTIONS, kernel_source, target_arch
 from benchmarks.kernel_resources import NVCC, compile_all, usages
 
 ARCHS = ("sm_80", "sm_90")
@@ -75,8 +75,7 @@ def test_loader_source_compiles_with_nvrtc(filename: str, arch: str) -> None:
         for name in names:
             nvrtc.addNameExpression(prog, name)
         # The options CuPy's RawModule uses with ours: an explicit arch instead of the device's.
-        options = (*COMPILE_OPTIONS, f"-arch={target_arch(filename, arch)}",
-                   "--device-as-default-execution-space")
+        options = (*NVRTC_OPTIONS, f"-arch={target_arch(filename, arch)}")
         try:
             nvrtc.compileProgram(prog, options)
         except Exception as exc:

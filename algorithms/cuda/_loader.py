@@ -40,6 +40,9 @@ COMPILE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 #: device), so these are compiled by NVRTC here and run only on a device of that compute
 #: capability.
 FEATURE_ARCH: dict[str, str] = {"implicit_gemm_wgmma.cu": "sm_90a"}
+#: The NVRTC options besides the architecture that CuPy's RawModule compiles with (so a
+#: FEATURE_ARCH file is built as every other is).
+NVRTC_OPTIONS: tuple[str, ...] = (*COMPILE_OPTIONS, "--device-as-default-execution-space")
 
 
 def target_arch(filename: str, arch: str) -> str:
@@ -58,7 +61,6 @@ DEFAULT_SMEM_LIMIT = 48 * 1024
 _INCLUDE_LINE = '#include "common.cuh"'
 _lock = threading.Lock()
 _kernels: dict[tuple[int, str, str], Any] = {}
-_modules: list[Any] = []
 
 
 def kernel_files() -> list[Path]:
@@ -146,8 +148,7 @@ def _feature_kernel(cupy: Any, filename: str, name_expression: str) -> Any:
     try:
         nvrtc.addNameExpression(program, name_expression)
         try:
-            nvrtc.compileProgram(program, [*COMPILE_OPTIONS, f"-arch={arch}",
-                                           "--device-as-default-execution-space"])
+            nvrtc.compileProgram(program, (*NVRTC_OPTIONS, f"-arch={arch}"))
         except nvrtc.NVRTCError as exc:
             raise RuntimeError(f"NVRTC failed on {name_expression} for {arch}: "
                                f"{nvrtc.getProgramLog(program)}") from exc
@@ -157,8 +158,7 @@ def _feature_kernel(cupy: Any, filename: str, name_expression: str) -> Any:
         nvrtc.destroyProgram(program)
     module = function.Module()
     module.load(cubin)
-    _modules.append(module)  # a Function needs its module alive
-    return module.get_function(lowered)
+    return module.get_function(lowered)  # the Function holds its Module
 
 
 # id(kernel) -> (the kernel, the dynamic shared memory it may take); holding the kernel

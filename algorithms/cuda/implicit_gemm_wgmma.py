@@ -27,7 +27,6 @@ spills, no stack; one block per SM (`__launch_bounds__(threads, 1)`).
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from math import prod
 from typing import Any, ClassVar
@@ -50,7 +49,6 @@ KERNEL_FILE = "implicit_gemm_wgmma.cu"
 BN, BK = 128, 64
 #: 16-bit values per 16-byte copy: C/groups must be a multiple (a copy stays in one tap).
 VECTOR = 8
-_CONFIG = re.compile(r"(\d+)x128x64-s(\d+)")
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,11 @@ class WgmmaTile:
 
     bm: int
     stages: int
-    bn: int = BN
+
+    @property
+    def bn(self) -> int:
+        """Output pixels per block: the kernel's one N."""
+        return BN
 
     @property
     def threads(self) -> int:
@@ -83,14 +85,14 @@ CONFIGS: dict[str, WgmmaTile] = {
 CTYPES: dict[str, str] = {"float16": "half_t", "bfloat16": "bf16_t"}
 
 
-@functools.lru_cache(maxsize=64)
 def parse_config(config: str) -> WgmmaTile:
     """The tile of a configuration name; ValueError for any other name."""
-    if _CONFIG.fullmatch(config) is None or config not in CONFIGS:
+    if config not in CONFIGS:
         raise ValueError(f"implicit_gemm_wgmma: unknown config {config!r}")
     return CONFIGS[config]
 
 
+@functools.lru_cache(maxsize=64)  # asked on every run
 def name_expression(dtype: str, config: str) -> str:
     """The kernel template instance of a dtype and configuration."""
     tile = parse_config(config)

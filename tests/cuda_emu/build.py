@@ -197,6 +197,8 @@ def unit_source(filename: str, name_expression: str) -> str:
         re.search(r"emu::ptx_(mma|ldmatrix|wgmma)", text))
     return (
         f"#define EMU_NO_BARRIERS {int(not barriers)}\n"
+        # Only a file with wgmma tracks which cp.async landings still need a proxy fence.
+        f"#define EMU_USES_WGMMA {int('emu::ptx_wgmma' in text)}\n"
         f'#include "{RUNTIME}"\n{text}\n'
         f'extern "C" const char* emu_signature() {{ return emu::signature(&{name_expression}); }}\n'
         'extern "C" void emu_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '

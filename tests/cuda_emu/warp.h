@@ -313,7 +313,11 @@ EMU_LDMATRIX(x4_trans, 4, true, unsigned& r0, unsigned& r1, unsigned& r2, unsign
 
 // --- cp.async -----------------------------------------------------------------------------------
 // A landed copy is written through the generic proxy: wgmma (async proxy) may read it only
-// after the writing thread's fence.proxy.async (see the wgmma section).
+// after the writing thread's fence.proxy.async (see the wgmma section). build.py defines
+// EMU_USES_WGMMA for a file that has wgmma; no other tracks landings.
+#ifndef EMU_USES_WGMMA
+#define EMU_USES_WGMMA 0
+#endif
 inline void note_unfenced(unsigned char* dst, unsigned size);
 
 struct AsyncCopy {
@@ -456,7 +460,7 @@ inline std::size_t my_thread() {
 
 inline void note_unfenced(unsigned char* dst, unsigned size) {
     Block& b = *g_block;
-    if (b.dynamic_shared == nullptr || dst < b.dynamic_shared ||
+    if (!EMU_USES_WGMMA || b.dynamic_shared == nullptr || dst < b.dynamic_shared ||
         dst >= b.dynamic_shared + b.dynamic_bytes) {
         return;  // wgmma reads dynamic shared memory only
     }
