@@ -1,48 +1,57 @@
 // Implicit-GEMM convolution on Hopper's warpgroup tensor cores (wgmma.mma_async, sm_90a only),
-// 16-bit operands with FP32 accumulation, from NHWC copies of the operands: per group g,
+// FP32 accumulation, from NHWC copies of the operands: per group g,
 // Y_g (kg x N*P*Q) = W_g (kg x R*S*cg) . X_g, K index k = (r*S + s)*cg + c, as in the NHWC
-// instances of implicit_gemm_tc.cu (the host makes the same copies).
+// instances of implicit_gemm_tc.cu (the host makes the copies). Operand types:
+// - float16 or bfloat16: one wgmma m64n128k16 per 16 of K;
+// - float32 as TF32 (m64n128k8 per 8 of K), from copies the host rounded to TF32 (cvt.rna;
+//   the tensor core itself would truncate): COPIES 1 for math "tf32"; COPIES 2 for math
+//   "fp32", 3xTF32: the host's copies are big = tf32(v) then small = tf32(v - big), each
+//   operand's small copy right after its big one, and each product is small.big + big.small
+//   + big.big (small.small, below 2^-22 of the product, is dropped), summed per K-step from
+//   zero and then added to the FP32 accumulators.
 //
-// Block tile BM (output channels) x BN = 128 (output pixels over the batch), K-step BK = 64;
-// BM / 64 warpgroups, warpgroup j computing rows 64j..64j+63 with one wgmma m64n128k16 per
-// 16 of K (four per K-step), A and B straight from shared memory (no fragments in registers,
-// no ldmatrix): the 64 x 128 FP32 accumulator is 64 registers per thread.
+// Block tile BM (output channels) x BN = 128 (output pixels over the batch), K-step BK = 128
+// bytes of elements (64 16-bit values, 32 floats); BM / 64 warpgroups, warpgroup j computing
+// rows 64j..64j+63 with four wgmma per K-step and copy pair, A and B straight from shared
+// memory (no fragments in registers, no ldmatrix): the 64 x 128 FP32 accumulator is 64
+// registers per thread.
 //
-// Shared memory, per stage: the A tile (BM x BK) then the B tile (BN x BK), each K-major in
-// wgmma's canonical layout without swizzle: 8x8 "core matrices" of 8 rows x 16 bytes, 128
-// contiguous bytes each; the 8 core matrices along K of one 8-row group are adjacent (leading
-// byte offset LBO = 128), and 8-row groups follow each other (stride byte offset SBO = BK/8 *
-// 128 = 1024). Vector (16 bytes = 8 elements) number e of a tile is row (e / 64) * 8 + e % 8,
-// k 8 * ((e / 8) % 8), and lives at byte 16 * e: a thread's cp.async writes are one
-// contiguous run per warp (no bank conflicts), and 8 lanes read 8 rows at one k while the next
-// 8 read the next 16 bytes of the same rows, so a warp covers 64 contiguous bytes of 8 pixels
-// (whole 32-byte sectors). With THREADS a multiple of 64, a thread's k offset is fixed and its
-// rows are tid / 64 * 8 + tid % 8 + i * THREADS / 8: its pixels are decomposed once.
+// Shared memory, per stage and copy: the A tile (BM x BK) then the B tile (BN x BK), each
+// K-major in wgmma's canonical layout without swizzle: "core matrices" of 8 rows x 16 bytes,
+// 128 contiguous bytes each; the 8 core matrices along K of one 8-row group are adjacent
+// (leading byte offset LBO = 128), and 8-row groups follow each other (stride byte offset
+// SBO = 8 * 128 = 1024). Vector (16 bytes) number e of a tile is row (e / 64) * 8 + e % 8,
+// byte 16 * ((e / 8) % 8) of the row's K-step, and lives at byte 16 * e: a thread's cp.async
+// writes are one contiguous run per warp (no bank conflicts), and 8 lanes read 8 rows at one
+// k while the next 8 read the next 16 bytes of the same rows, so a warp covers 64 contiguous
+// bytes of 8 pixels (whole 32-byte sectors). With THREADS a multiple of 64, a thread's k
+// offset is fixed and its rows are tid / 64 * 8 + tid % 8 + i * THREADS / 8: its pixels are
+// decomposed once.
 //
 // Pipeline: STAGES stages of cp.async (16 bytes, zero-fill at padding and edges), STAGES - 1
 // K-steps in flight. Per K-step: wait for this thread's copies of the step, fence.proxy.async
 // (cp.async writes through the generic proxy; wgmma reads through the async proxy), barrier,
 // issue the copies of step kt + STAGES - 1 into the stage the previous step read, then
-// wgmma.fence, four wgmma, commit, and wait for them: the stage they read is the next one to
-// be refilled. (Keeping one wgmma group in flight across the barrier needs one more stage of
-// distance; a later step, once a GPU has measured this one.)
+// wgmma.fence, the K-step's wgmma, commit, and wait for them: the stage they read is the next
+// one to be refilled. (Keeping one wgmma group in flight across the barrier needs one more
+// stage of distance; a later step, once a GPU has measured this one.)
 //
-// Epilogue: the accumulator layout of m64nNk16 (warp w of the warpgroup holds rows 16w..16w+15;
-// register 4j + 2v + h of lane (g = lane / 4, t = lane % 4) is row 16w + g + 8v, column
-// 8j + 2t + h), stored element-wise into NCHW y.
+// Epilogue: the FP32 accumulator layout of m64nNkK, whatever K (warp w of the warpgroup holds
+// rows 16w..16w+15; register 4j + 2v + h of lane (g = lane / 4, t = lane % 4) is row
+// 16w + g + 8v, column 8j + 2t + h), stored element-wise into NCHW y.
 //
-// Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM). Needs cg a multiple of 8 (a vector
-// stays within one filter tap) and 16-byte aligned copies; all tensors < 2^31 elements.
+// Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM). Needs cg a whole number of 16-byte
+// vectors (a vector stays within one filter tap) and 16-byte aligned copies; all tensors
+// < 2^31 elements (a small copy is addressed past its big one in 64-bit arithmetic).
 #include "common.cuh"
 
-// The 64 accumulator operands of an m64n128 wgmma, and its operand list (the emulator's
+// The 64 accumulator operands of an m64n128 wgmma, and their constraints (the emulator's
 // translator expands these object-like macros inside inline PTX).
-#define WGMMA_N128_REGS \
+#define WGMMA_N128_D                                                                           \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
-    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
-    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, %66, %67, %68, %69, " \
-    "%70;"
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
 #define WGMMA_N128_ACC \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
     "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
@@ -56,19 +65,29 @@
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), \
     "+f"(d[62]), "+f"(d[63])
 
-// d (64 x 128, FP32) += A (64 x 16) . B (16 x 128), both K-major in shared memory, described
-// by a and b; scale-d 1 (accumulate), no negation, no transposition.
-__device__ __forceinline__ void wgmma_m64n128k16(const half_t*, float (&d)[64],
-                                                 unsigned long long a, unsigned long long b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WGMMA_N128_REGS
+// d (64 x 128, FP32) += A (64 x 32 bytes of K) . B (32 bytes of K x 128), both K-major in
+// shared memory, described by a and b; scale-d 1 (accumulate), no negation; 16-bit types
+// untransposed (tf32 has no transposition operands: K-major is its only layout).
+__device__ __forceinline__ void wgmma_m64n128(const half_t*, float (&d)[64],
+                                              unsigned long long a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WGMMA_N128_D
+                 "%64, %65, %66, %67, %68, %69, %70;"
                  : WGMMA_N128_ACC
                  : "l"(a), "l"(b), "n"(1), "n"(1), "n"(1), "n"(0), "n"(0));
 }
-__device__ __forceinline__ void wgmma_m64n128k16(const bf16_t*, float (&d)[64],
-                                                 unsigned long long a, unsigned long long b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_N128_REGS
+__device__ __forceinline__ void wgmma_m64n128(const bf16_t*, float (&d)[64],
+                                              unsigned long long a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_N128_D
+                 "%64, %65, %66, %67, %68, %69, %70;"
                  : WGMMA_N128_ACC
                  : "l"(a), "l"(b), "n"(1), "n"(1), "n"(1), "n"(0), "n"(0));
+}
+__device__ __forceinline__ void wgmma_m64n128(const float*, float (&d)[64],
+                                              unsigned long long a, unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " WGMMA_N128_D
+                 "%64, %65, %66, %67, %68;"
+                 : WGMMA_N128_ACC
+                 : "l"(a), "l"(b), "n"(1), "n"(1), "n"(1));
 }
 
 // Orders this thread's earlier register accesses (the accumulators) before the next wgmma.
@@ -98,23 +117,27 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned long long shar
            (static_cast<unsigned long long>(sbo >> 4) << 32);
 }
 
-template <typename T, int BM, int STAGES>
+template <typename T, int BM, int STAGES, int COPIES>
 __global__ void __launch_bounds__(BM / 64 * 128, 1)
     implicit_gemm_wgmma_conv(const T* __restrict__ x, const T* __restrict__ w,
                              T* __restrict__ y, CONV_SHAPE_PARAMS, unsigned int cg_mul,
                              unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,
                              unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul,
                              unsigned int q_shr) {
-    constexpr int BN = 128, BK = 64, VEC = 8;  // VEC: 16-bit elements per 16-byte copy
+    constexpr int BN = 128, ROW_BYTES = 128, BK = ROW_BYTES / sizeof(T);  // K-step, elements
+    constexpr int VEC = 16 / sizeof(T);   // elements per 16-byte copy
     constexpr int THREADS = BM / 64 * 128;
-    constexpr int CORE = 128;             // bytes of one 8x8 core matrix
+    constexpr int CORE = 128;             // bytes of one core matrix (8 rows x 16 bytes)
     constexpr int LBO = CORE;             // K-adjacent core matrices
     constexpr int SBO = BK / VEC * CORE;  // 8-row groups
-    constexpr int A_BYTES = BM * BK * 2, STAGE_BYTES = (BM + BN) * BK * 2;
-    constexpr int ROW_STEP = THREADS / VEC;  // rows between a thread's vectors
+    constexpr int A_BYTES = BM * ROW_BYTES, COPY_BYTES = (BM + BN) * ROW_BYTES;
+    constexpr int STAGE_BYTES = COPIES * COPY_BYTES;
+    constexpr int ROW_STEP = THREADS / 8;  // rows between a thread's vectors (8 per row)
     constexpr int A_LOADS = BM / ROW_STEP, B_LOADS = BN / ROW_STEP;
-    static_assert(sizeof(T) == 2, "wgmma here takes 16-bit operands");
-    static_assert(BM % 64 == 0 && THREADS % (BK / VEC * 8) == 0 && BN % ROW_STEP == 0 &&
+    static_assert(sizeof(T) == 2 || (sizeof(T) == 4 && COPIES <= 2),
+                  "16-bit operands, or float32 as TF32 (1 copy) or 3xTF32 (2 copies)");
+    static_assert(sizeof(T) == 4 || COPIES == 1, "16-bit operands have one copy");
+    static_assert(BM % 64 == 0 && THREADS % 64 == 0 && BN % ROW_STEP == 0 &&
                       BM % ROW_STEP == 0,
                   "tiles split evenly over the threads");
     static_assert(STAGES >= 2, "a pipeline needs two stages");
@@ -134,6 +157,9 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     const int n0 = blockIdx.x * BN;
     const int tid = threadIdx.x;
     const T* wg = w + static_cast<long long>(grp) * kg * CRS;
+    // 3xTF32: each operand's small copy follows its big one (the host's layout).
+    const long long x_small = static_cast<long long>(N) * HW * C;
+    const long long w_small = static_cast<long long>(K) * CRS;
 
     // This thread's vectors: k offset kv, rows row0 + i * ROW_STEP, bytes 16 * (tid + i *
     // THREADS) of a tile (see the file comment).
@@ -144,28 +170,37 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                 pq_mul, pq_shr, q_mul, q_shr);
 
     auto load_stage = [&](int st, int k0) {
-        const unsigned long long a_dst = smem + st * STAGE_BYTES + tid * 16;
         const int kk = k0 + kv;
-#pragma unroll
-        for (int i = 0; i < A_LOADS; ++i) {
-            const int m = m0 + row0 + i * ROW_STEP;
-            const bool ok = m < kg && kk < CRS;  // CRS is a multiple of VEC
-            cp_async<16>(a_dst + i * THREADS * 16ull, ok ? wg + m * CRS + kk : w, ok);
-        }
         // A vector stays in one (r, s): C/groups is a multiple of VEC.
         const NhwcTap tap = nhwc_tap(kk, cg, S, dil_h, dil_w, cg_mul, cg_shr, s_mul, s_shr);
-        const unsigned long long b_dst = a_dst + A_BYTES;
 #pragma unroll
-        for (int i = 0; i < B_LOADS; ++i) {
-            bool ok;
-            const T* src = pixels.source(x, i, tap, kk < CRS, H, W, C, ok);
-            cp_async<16>(b_dst + i * THREADS * 16ull, src, ok);
+        for (int copy = 0; copy < COPIES; ++copy) {
+            const unsigned long long a_dst = smem + st * STAGE_BYTES + copy * COPY_BYTES + tid * 16;
+#pragma unroll
+            for (int i = 0; i < A_LOADS; ++i) {
+                const int m = m0 + row0 + i * ROW_STEP;
+                const bool ok = m < kg && kk < CRS;  // CRS is a multiple of VEC
+                cp_async<16>(a_dst + i * THREADS * 16ull, ok ? wg + copy * w_small + m * CRS + kk : w,
+                             ok);
+            }
+            const unsigned long long b_dst = a_dst + A_BYTES;
+#pragma unroll
+            for (int i = 0; i < B_LOADS; ++i) {
+                bool ok;
+                const T* src = pixels.source(x + copy * x_small, i, tap, kk < CRS, H, W, C, ok);
+                cp_async<16>(b_dst + i * THREADS * 16ull, src, ok);
+            }
         }
     };
 
-    float acc[64];
+    // 3xTF32 sums each K-step's products in `part` first, then adds them to acc in FP32 (round
+    // to nearest): the tensor core rounds its sums toward zero, which summed straight into acc
+    // drifts past the FP32 tolerance over long K (implicit_gemm_tc.cu measured 1.6e-5 at
+    // K = 2304 on an H100). 1xTF32 and 16-bit types, within wider tolerances, use acc alone.
+    float acc[64], part[64];
 #pragma unroll
     for (int v = 0; v < 64; ++v) acc[v] = 0.0f;
+    float(&sums)[64] = COPIES == 2 ? part : acc;
 
     const int ktiles = (CRS + BK - 1) / BK;
 #pragma unroll
@@ -184,14 +219,29 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         const unsigned long long a_tile =
             smem + (kt % STAGES) * STAGE_BYTES + wgroup * (64 / 8) * SBO;
         const unsigned long long b_tile = smem + (kt % STAGES) * STAGE_BYTES + A_BYTES;
+        if (COPIES == 2) {
+#pragma unroll
+            for (int v = 0; v < 64; ++v) part[v] = 0.0f;
+        }
         wgmma_fence();
 #pragma unroll
-        for (int k16 = 0; k16 < BK / 16; ++k16) {  // two core matrices of K per wgmma
-            wgmma_m64n128k16(x, acc, wgmma_desc(a_tile + k16 * 2 * CORE, LBO, SBO),
-                             wgmma_desc(b_tile + k16 * 2 * CORE, LBO, SBO));
+        for (int kc = 0; kc < ROW_BYTES / 32; ++kc) {  // two core matrices of K per wgmma
+            const unsigned long long a_big = wgmma_desc(a_tile + kc * 2 * CORE, LBO, SBO);
+            const unsigned long long b_big = wgmma_desc(b_tile + kc * 2 * CORE, LBO, SBO);
+            if (COPIES == 2) {  // the small terms first, as CUTLASS's 3xTF32 does
+                wgmma_m64n128(x, sums, wgmma_desc(a_tile + COPY_BYTES + kc * 2 * CORE, LBO, SBO),
+                              b_big);
+                wgmma_m64n128(x, sums, a_big,
+                              wgmma_desc(b_tile + COPY_BYTES + kc * 2 * CORE, LBO, SBO));
+            }
+            wgmma_m64n128(x, sums, a_big, b_big);
         }
         wgmma_commit();
         wgmma_wait<0>();
+        if (COPIES == 2) {
+#pragma unroll
+            for (int v = 0; v < 64; ++v) acc[v] += part[v];
+        }
     }
     cp_async_wait<0>();  // only empty groups remain; nothing may be in flight at exit
 

@@ -43,16 +43,20 @@ __global__ void __launch_bounds__(256)
 
 // A batch of transposes, dst[b][j][i] = src[b][i][j] over (batch, rows, cols): NCHW -> NHWC
 // with (rows, cols) = (C, H*W), and a filter (K, C/groups, R*S) -> (K, R*S, C/groups), the
-// operands of implicit_gemm_tc's NHWC configurations. Bits, like remap. One 32x32 tile per
+// operands of the tensor-core kernels' NHWC configurations. PARTS 0: bits, like remap (T an
+// unsigned type). PARTS 1 and 2, T float, for wgmma's TF32 operands (which the tensor core
+// would truncate): dst holds tf32(v) (cvt.rna), and with PARTS 2 the whole batch's
+// tf32(v - tf32(v)) follows it (3xTF32's big and small parts). One 32x32 tile per
 // block iteration (grid-stride over batch x row tiles x column tiles) through shared memory,
 // so that reads and writes are both coalesced; the +1 column keeps the transposed reads off
 // a single bank.
-template <typename T>
+template <typename T, int PARTS>
 __global__ void __launch_bounds__(256)
     transpose(const T* __restrict__ src, T* __restrict__ dst, int rows, int cols,
               int row_tiles, int col_tiles, int tiles) {
     __shared__ T tile[32][33];
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+    const long long plane = static_cast<long long>(tiles / (row_tiles * col_tiles)) * rows * cols;
     for (int u = blockIdx.x; u < tiles; u += gridDim.x) {
         const int b = u / (row_tiles * col_tiles);
         const int rest = u - b * row_tiles * col_tiles;
@@ -71,8 +75,16 @@ __global__ void __launch_bounds__(256)
         for (int m = 0; m < 4; ++m) tile[ty + 8 * m][tx] = v[m];
         __syncthreads();
         for (int k = ty; k < 32; k += 8) {  // write rows j0 + k of dst, 32 consecutive i
-            if (j0 + k < cols && i0 + tx < rows)
-                dst[base + static_cast<long long>(j0 + k) * rows + i0 + tx] = tile[tx][k];
+            if (j0 + k < cols && i0 + tx < rows) {
+                const long long at = base + static_cast<long long>(j0 + k) * rows + i0 + tx;
+                if constexpr (PARTS == 0) {
+                    dst[at] = tile[tx][k];
+                } else {
+                    const float big = __uint_as_float(tf32_rna(tile[tx][k]));
+                    dst[at] = big;
+                    if (PARTS == 2) dst[plane + at] = __uint_as_float(tf32_rna(tile[tx][k] - big));
+                }
+            }
         }
         __syncthreads();  // the tile is read before the next iteration overwrites it
     }

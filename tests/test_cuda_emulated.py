@@ -267,8 +267,8 @@ _TC_BWD_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
-#: implicit_gemm_wgmma (16-bit only, C/groups a multiple of 8) on the NHWC shapes of the tc
-#: kernel: K-steps across filter taps with a partial last one (tc_deep, C/groups*R*S = 216),
+#: implicit_gemm_wgmma (C/groups a whole number of 16-byte vectors) on the NHWC shapes of the
+#: tc kernel: K-steps across filter taps with a partial last one (tc_deep, C/groups*R*S = 216),
 #: 36 K-steps (tc_long_k: the stage ring wraps many times), padding, stride and dilation
 #: differing per axis, groups with partial pixel tiles across images, several blocks each
 #: way for every tile (tc_multi_block), operands one element off alignment (the kernel reads
@@ -289,18 +289,23 @@ _TC_BWD_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
 #:   A descriptor with LBO and SBO swapped               -> relative error 1.2-1.3
 #:   B descriptor without the k16 step's offset          -> relative error 1.2
 #:   epilogue register 4j + 2h + v (v and h swapped)     -> relative error 0.9
-_WG_SHAPES: dict[str, tuple[str, ...]] = {
-    "float16": ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
-    "bfloat16": ("tc_deep", "tc_nhwc_groups"),
+_WG_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("float16", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
+    ("bfloat16", "fp32"): ("tc_deep", "tc_nhwc_groups"),
+    ("float32", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
+    ("float32", "tf32"): ("tc_deep", "tc_nhwc_groups", "tc_multi_block"),
 }
 _WG_BWD = dict(n=8, c=16, h=5, w=6, k=8, r=3, s=3, pad=1, stride=2)
+#: The backward directions on wgmma: 16-bit, and 3xTF32 (the FP32 tolerance).
+_WG_BWD_DTYPES = ("float16", "float32")
 
 
 def _case(case_id: str, name: str, problem: dict[str, Any],
-          offsets: list[int] | None = None) -> dict[str, Any] | None:
+          offsets: list[int] | None = None, inputs: str | None = None) -> dict[str, Any] | None:
     if not ALGORITHMS[name].supports(make_problem(**problem)):
         return None
-    return {"id": case_id, "algorithm": name, "problem": problem, "offsets": offsets}
+    return {"id": case_id, "algorithm": name, "problem": problem, "offsets": offsets,
+            "inputs": inputs}
 
 
 def _cases() -> list[dict[str, Any]]:
@@ -361,15 +366,23 @@ def _cases() -> list[dict[str, Any]]:
                             "implicit_gemm_tc", {**_BWD_SHAPES[shape], "dtype": dtype,
                                                  "math": math, "direction": direction})
                       for shape in shapes]
-    for dtype, shapes in _WG_SHAPES.items():
-        cases += [_case(f"implicit_gemm_wgmma-{shape}-{dtype}", "implicit_gemm_wgmma",
-                        {**_TC_EXTRA_SHAPES[shape], "dtype": dtype}) for shape in shapes]
-        cases.append(_case(f"implicit_gemm_wgmma-tc_nhwc_geom-{dtype}-offset",
+    for (dtype, math), shapes in _WG_SHAPES.items():
+        cases += [_case(f"implicit_gemm_wgmma-{shape}-{dtype}-{math}", "implicit_gemm_wgmma",
+                        {**_TC_EXTRA_SHAPES[shape], "dtype": dtype, "math": math})
+                  for shape in shapes]
+        item = DTYPES[dtype]
+        cases.append(_case(f"implicit_gemm_wgmma-tc_nhwc_geom-{dtype}-{math}-offset",
                            "implicit_gemm_wgmma", {**_TC_EXTRA_SHAPES["tc_nhwc_geom"],
-                                                   "dtype": dtype}, [2, 2, 2]))
-    cases += [_case(f"implicit_gemm_wgmma-{direction}-wg_bwd-float16", "implicit_gemm_wgmma",
-                    {**_WG_BWD, "dtype": "float16", "direction": direction})
-              for direction in _BWD_DIRECTIONS]
+                                                   "dtype": dtype, "math": math},
+                           [item, item, item]))
+    # Operands that TF32 rounding and truncation tell apart (cases.py): the NHWC copies must
+    # round (the mma.sync kernel rounds in registers; tests/test_cuda_emu_warp.py pins that).
+    cases.append(_case("implicit_gemm_wgmma-tc_deep-float32-tf32-round_up",
+                       "implicit_gemm_wgmma", {**_TC_EXTRA_SHAPES["tc_deep"], "dtype": "float32",
+                                               "math": "tf32"}, inputs="tf32_round_up"))
+    cases += [_case(f"implicit_gemm_wgmma-{direction}-wg_bwd-{dtype}", "implicit_gemm_wgmma",
+                    {**_WG_BWD, "dtype": dtype, "direction": direction})
+              for direction in _BWD_DIRECTIONS for dtype in _WG_BWD_DTYPES]
     return [c for c in cases if c is not None]
 
 
@@ -393,8 +406,10 @@ def test_matches_reference_race_free_in_bounds(verdicts: dict[str, dict[str, Any
 def test_every_algorithm_and_dtype_is_covered() -> None:
     covered = {(c["algorithm"], c["problem"].get("dtype", "float32")) for c in CASES.values()}
     for name in ALGORITHMS:
-        assert (name, "float32") in covered or name == "implicit_gemm_wgmma"
-    assert {d for n, d in covered if n == "implicit_gemm_wgmma"} == set(_WG_SHAPES)
+        assert (name, "float32") in covered
+    wgmma = {(c["problem"]["dtype"], c["problem"].get("math", "fp32")) for c in CASES.values()
+             if c["algorithm"] == "implicit_gemm_wgmma"}
+    assert wgmma == set(_WG_SHAPES)
     tc = {(c["problem"]["dtype"], c["problem"]["math"]) for c in CASES.values()
           if c["algorithm"] == "implicit_gemm_tc"}
     assert tc == set(_TC_SHAPES)

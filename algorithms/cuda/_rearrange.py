@@ -1,9 +1,10 @@
 """Launchers of kernels/rearrange.cu's copies: `remap` (the backward directions' rearranged
-operands, algorithms/by_forward.py) and `transpose` (implicit_gemm_tc's NHWC operands).
+operands, algorithms/by_forward.py) and `transpose` (the tensor-core kernels' NHWC operands).
 
 Both copy bits through an unsigned type of the element's size, so every float format comes
-through exactly; both enqueue on the current stream and allocate nothing. Every tensor they
-touch is below 2**31 elements (the callers' `_limits` check it).
+through exactly, except where a float32 transpose is asked to round to TF32 (wgmma's
+operands, `tf32_parts`); both enqueue on the current stream and allocate nothing. Every
+tensor they touch is below 2**31 elements (the callers' `_limits` check it).
 """
 
 from __future__ import annotations
@@ -26,15 +27,24 @@ _THREADS = 256
 _BITS_TYPES: dict[int, str] = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
 
-def name_expression(kernel: str, itemsize: int) -> str:
-    """The template instance of `kernel` ("remap" or "transpose") for an element size."""
-    return f"{kernel}<{_BITS_TYPES[itemsize]}>"
+#: TF32 parts of a float32 transpose: 0 copies bits, 1 rounds to TF32, 2 also writes each
+#: value's TF32 remainder after the whole rounded batch (3xTF32's big and small parts).
+TF32_PARTS = (0, 1, 2)
+
+
+def name_expression(kernel: str, itemsize: int, parts: int = 0) -> str:
+    """The template instance of `kernel` ("remap" or "transpose") for an element size (and a
+    transpose's TF32 parts)."""
+    if kernel == "remap":
+        return f"remap<{_BITS_TYPES[itemsize]}>"
+    return f"transpose<{'float' if parts else _BITS_TYPES[itemsize]}, {parts}>"
 
 
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for."""
-    return tuple(name_expression(kernel, size) for kernel in ("remap", "transpose")
-                 for size in _BITS_TYPES)
+    return (*(name_expression(kernel, size) for kernel in ("remap", "transpose")
+              for size in _BITS_TYPES),
+            *(name_expression("transpose", 4, parts) for parts in TF32_PARTS if parts))
 
 
 def remap(src: Any, dst: Any, remap: Remap, itemsize: int) -> None:
@@ -49,27 +59,33 @@ def remap(src: Any, dst: Any, remap: Remap, itemsize: int) -> None:
             np.int32(total), *fastdiv_args(dw, dh, remap.a, remap.b)))
 
 
-def transpose(src: Any, dst: Any, batch: int, rows: int, cols: int, itemsize: int) -> None:
-    """dst[b][j][i] = src[b][i][j] for a (batch, rows, cols) source, in one launch."""
+def transpose(src: Any, dst: Any, batch: int, rows: int, cols: int, itemsize: int,
+              parts: int = 0) -> None:
+    """dst[b][j][i] = src[b][i][j] for a (batch, rows, cols) source, in one launch (rounded
+    to TF32 in `parts`, see TF32_PARTS)."""
     row_tiles, col_tiles = ceil_div(rows, 32), ceil_div(cols, 32)
     tiles = batch * row_tiles * col_tiles
-    kernel = get_kernel(KERNEL_FILE, name_expression("transpose", itemsize))
+    kernel = get_kernel(KERNEL_FILE, name_expression("transpose", itemsize, parts))
     # One block per tile (grid_stride_blocks' cap), each looping over the rest.
     kernel((grid_stride_blocks(tiles, threads=1),), (_THREADS,),
            (src, dst, np.int32(rows), np.int32(cols), np.int32(row_tiles),
             np.int32(col_tiles), np.int32(tiles)))
 
 
-def add_nhwc_operands(layout: WorkspaceLayout, problem: ConvProblem) -> WorkspaceLayout:
-    """Reserve the NHWC copies of x (N, H, W, C) and w (K, R*S, C/groups) in `layout`."""
-    layout.add("x", (problem.n, problem.h, problem.w, problem.c), problem.dtype)
-    return layout.add("w", (problem.k, problem.r * problem.s, problem.c // problem.groups),
-                      problem.dtype)
+def add_nhwc_operands(layout: WorkspaceLayout, problem: ConvProblem,
+                      copies: int = 1) -> WorkspaceLayout:
+    """Reserve the NHWC copies of x (N, H, W, C) and w (K, R*S, C/groups) in `layout`:
+    `copies` of each, one after the other (3xTF32's big and small parts: 2)."""
+    layout.add("x", (copies * problem.n, problem.h, problem.w, problem.c), problem.dtype)
+    return layout.add("w", (copies * problem.k, problem.r * problem.s,
+                            problem.c // problem.groups), problem.dtype)
 
 
-def to_nhwc(x: Any, w: Any, views: dict[str, Any], problem: ConvProblem) -> tuple[Any, Any]:
-    """Enqueue the copies of x and w into add_nhwc_operands' views; (x, w) as copied."""
+def to_nhwc(x: Any, w: Any, views: dict[str, Any], problem: ConvProblem,
+            parts: int = 0) -> tuple[Any, Any]:
+    """Enqueue the copies of x and w into add_nhwc_operands' views (with `parts` copies of
+    each, or one when 0); (x, w) as copied."""
     rs, item = problem.r * problem.s, problem.itemsize
-    transpose(x, views["x"], problem.n, problem.c, problem.h * problem.w, item)
-    transpose(w, views["w"], problem.k, problem.c // problem.groups, rs, item)
+    transpose(x, views["x"], problem.n, problem.c, problem.h * problem.w, item, parts)
+    transpose(w, views["w"], problem.k, problem.c // problem.groups, rs, item, parts)
     return views["x"], views["w"]

@@ -1,27 +1,40 @@
 """GPU implicit GEMM on Hopper's warpgroup tensor cores (kernels/implicit_gemm_wgmma.cu):
-wgmma.mma_async, sm_90a only, float16 and bfloat16 with FP32 accumulation.
+wgmma.mma_async, sm_90a only, float16 and bfloat16, and float32 as TF32 or 3xTF32, all with
+FP32 accumulation.
 
 The same GEMM as implicit_gemm_tc's NHWC configurations (x copied to NHWC and the filter to
 (K, R, S, C/groups) in the workspace, _rearrange.to_nhwc), but each warpgroup of 128 threads
-multiplies a 64 x 128 tile with one wgmma m64n128k16 per 16 of K, straight from shared
-memory: no fragment loads through registers (ldmatrix), which is what bounds the mma.sync
-kernel's 16-bit rate (implicit_gemm_tc's docstring: 192-256 bytes of shared memory moved per
-mma m16n8k16). Why a name of its own rather than more implicit_gemm_tc configurations: it
-runs on one architecture only, is built by another path (_loader.FEATURE_ARCH: NVRTC for
-sm_90a) and has its own limits, and the store keeps its measurements apart.
+multiplies a 64 x 128 tile with one wgmma per 32 bytes of K (m64n128k16 for 16-bit types,
+m64n128k8 for TF32), straight from shared memory: no fragment loads through registers
+(ldmatrix), which is what bounds the mma.sync kernel's rate (implicit_gemm_tc's docstring:
+192-256 bytes of shared memory moved per mma). Why a name of its own rather than more
+implicit_gemm_tc configurations: it runs on one architecture only, is built by another path
+(_loader.FEATURE_ARCH: NVRTC for sm_90a) and has its own limits, and the store keeps its
+measurements apart.
 
-Configurations "BMx128x64-sS": BM output channels (64, 128 or 256: one, two or four
-warpgroups) by 128 output pixels per block, K-steps of 64, S cp.async stages in 96-144 KiB of
-opted-in dynamic shared memory (Hopper gives a block up to 227 KiB).
+Precision (`problem.math`), as implicit_gemm_tc's:
+- float16 / bfloat16: 16-bit products, FP32 sums.
+- float32, math "tf32": 1xTF32. The tensor core reads a TF32 operand's top 19 bits
+  (truncation), so the NHWC copies round to TF32 first (cvt.rna, as the mma.sync kernel
+  does), which halves the worst representation error.
+- float32, math "fp32": 3xTF32, meant for the FP32 tolerance. wgmma reads both operands from
+  shared memory, so the split into big = tf32(v) and small = tf32(v - big) cannot happen in
+  registers as in the mma.sync kernel: the NHWC copies write both parts, and each K-step
+  loads both tiles of both operands (twice the copy traffic and shared memory of 1xTF32) and
+  runs small.big + big.small + big.big.
 
-Limits: float16 or bfloat16 (math "fp32": 16-bit products, FP32 sums, as the other 16-bit
-kernels); C/groups a whole number of 16-byte vectors (8 values); tensors below 2**31
-elements; a compute-capability-9.0 GPU (the loader refuses any other with a RuntimeError,
-which the tuner records as a failed candidate, before compiling anything). No split K yet.
-Workspace: the NHWC copies of x and w.
+Configurations "BMx128xBK-sS": BM output channels (64, 128 or 256: one, two or four
+warpgroups) by 128 output pixels per block, K-steps of BK = 128 bytes (64 16-bit values or
+32 floats), S cp.async stages in 96-192 KiB of opted-in dynamic shared memory (Hopper gives
+a block up to 227 KiB). The same name has fewer stages at 3xTF32 (`TILES`).
 
-Resources (ptxas, CUDA 13, sm_90a): 64x128: 168 registers, 128x128: 135, 256x128: 123; no
-spills, no stack; one block per SM (`__launch_bounds__(threads, 1)`).
+Limits: C/groups a whole number of 16-byte vectors (8 16-bit values, 4 floats); tensors
+below 2**31 elements; a compute-capability-9.0 GPU (the loader refuses any other with a
+RuntimeError, which the tuner records as a failed candidate, before compiling anything). No
+split K yet. Workspace: the NHWC copies of x and w (both parts of each at 3xTF32).
+
+Resources (ptxas, CUDA 13, sm_90a): see BENCHMARKS.md's table; no spills, no stack; one
+block per SM (`__launch_bounds__(threads, 1)`).
 """
 
 from __future__ import annotations
@@ -42,13 +55,16 @@ from algorithms.cuda._loader import (
     shape_args,
     tensors_fit_int32,
 )
+from algorithms.cuda.implicit_gemm_tc import passes
+from algorithms.problem import DTYPES as DTYPE_BYTES
 from algorithms.problem import ConvProblem
 
 KERNEL_FILE = "implicit_gemm_wgmma.cu"
-#: The block's pixel tile (the wgmma N) and K-step, fixed by the kernel.
-BN, BK = 128, 64
-#: 16-bit values per 16-byte copy: C/groups must be a multiple (a copy stays in one tap).
-VECTOR = 8
+#: The block's pixel tile (the wgmma N), fixed by the kernel.
+BN = 128
+#: Bytes of K per K-step and per 16-byte copy: BK is 128 // itemsize elements (64 16-bit
+#: values, 32 floats), and C/groups must be a whole number of copies (one stays in one tap).
+ROW_BYTES, VECTOR_BYTES = 128, 16
 
 
 @dataclass(frozen=True)
@@ -68,46 +84,78 @@ class WgmmaTile:
         """Threads per block: a warpgroup per 64 rows."""
         return self.bm // 64 * 128
 
-    @property
-    def smem_bytes(self) -> int:
-        """Dynamic shared memory: the stages' A (BM x BK) and B (BN x BK) 16-bit tiles."""
-        return self.stages * (self.bm + self.bn) * BK * 2
+    def smem_bytes(self, copies: int) -> int:
+        """Dynamic shared memory: the stages' A (BM x BK) and B (BN x BK) tiles, per copy."""
+        return copies * self.stages * (self.bm + self.bn) * ROW_BYTES
 
 
-#: Shipped configurations; tests/test_kernels_compile.py builds each for sm_90a.
-CONFIGS: dict[str, WgmmaTile] = {
-    "64x128x64-s4": WgmmaTile(64, 4),
-    "128x128x64-s4": WgmmaTile(128, 4),
-    "256x128x64-s3": WgmmaTile(256, 3),
+#: Storage dtype -> C++ type (kernels/common.cuh; float32 runs as TF32).
+CTYPES: dict[str, str] = {"float16": "half_t", "bfloat16": "bf16_t", "float32": "float"}
+
+
+def copies(dtype: str, math: str) -> int:
+    """Operand copies in shared memory: 2 (TF32 big and small) for 3xTF32, else 1."""
+    return 2 if passes(dtype, math) == 3 else 1
+
+
+def _tiles(bk: int, shapes: tuple[tuple[int, int], ...]) -> dict[str, WgmmaTile]:
+    return {f"{bm}x{BN}x{bk}-s{stages}": WgmmaTile(bm, stages) for bm, stages in shapes}
+
+
+#: Shipped configurations "BMx128xBK-sS" per (element bytes, copies), in at most 192 KiB of
+#: shared memory (Hopper gives a block up to 227 KiB); tests/test_kernels_compile.py builds
+#: each for sm_90a. 3xTF32's two copies take a stage less on the 128-row tile; its 256-row
+#: tile is not shipped: with the K-step's partial sums (64 more registers) it spilled 228
+#: bytes at the 128 registers that 512 threads leave.
+TILES: dict[tuple[int, int], dict[str, WgmmaTile]] = {
+    (2, 1): _tiles(64, ((64, 4), (128, 4), (256, 3))),
+    (4, 1): _tiles(32, ((64, 4), (128, 4), (256, 3))),
+    (4, 2): _tiles(32, ((64, 4), (128, 3))),
 }
 
-#: Storage dtype -> C++ type (kernels/common.cuh).
-CTYPES: dict[str, str] = {"float16": "half_t", "bfloat16": "bf16_t"}
+
+def tiles(dtype: str, math: str) -> dict[str, WgmmaTile]:
+    """The configurations shipped for a dtype and math mode."""
+    return TILES[DTYPE_BYTES[dtype], copies(dtype, math)]
 
 
-def parse_config(config: str) -> WgmmaTile:
-    """The tile of a configuration name; ValueError for any other name."""
-    if config not in CONFIGS:
-        raise ValueError(f"implicit_gemm_wgmma: unknown config {config!r}")
-    return CONFIGS[config]
+def parse_config(dtype: str, math: str, config: str) -> WgmmaTile:
+    """The tile of a configuration name; ValueError for a name not shipped for the dtype and
+    math."""
+    shipped = tiles(dtype, math)
+    if config not in shipped:
+        raise ValueError(f"implicit_gemm_wgmma: unknown config {config!r} for {dtype} at "
+                         f"math {math!r}")
+    return shipped[config]
 
 
 @functools.lru_cache(maxsize=64)  # asked on every run
-def name_expression(dtype: str, config: str) -> str:
-    """The kernel template instance of a dtype and configuration."""
-    tile = parse_config(config)
-    return f"implicit_gemm_wgmma_conv<{CTYPES[dtype]}, {tile.bm}, {tile.stages}>"
+def name_expression(dtype: str, config: str, math: str = "fp32") -> str:
+    """The kernel template instance of a dtype, configuration and math mode."""
+    tile = parse_config(dtype, math, config)
+    return (f"implicit_gemm_wgmma_conv<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
+            f"{copies(dtype, math)}>")
 
 
 def shipped_kernels() -> tuple[str, ...]:
-    """Every name expression this module can ask for."""
-    return tuple(name_expression(d, c) for d in CTYPES for c in CONFIGS)
+    """Every name expression this module can ask for (float32 in both math modes)."""
+    pairs = [(d, "fp32") for d in CTYPES] + [("float32", "tf32")]
+    return tuple(name_expression(d, c, m) for d, m in pairs for c in tiles(d, m))
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every run
 def workspace_layout(problem: ConvProblem) -> WorkspaceLayout:
-    """The NHWC copies of x and w."""
-    return _rearrange.add_nhwc_operands(WorkspaceLayout(), problem)
+    """The NHWC copies of x and w (two of each for 3xTF32: big, then small)."""
+    return _rearrange.add_nhwc_operands(WorkspaceLayout(), problem,
+                                        copies(problem.dtype, problem.math))
+
+
+def tf32_parts(problem: ConvProblem) -> int:
+    """What the NHWC transposes do (_rearrange.TF32_PARTS): copy 16-bit bits (0), round
+    float32 to TF32 (1), or also write the TF32 remainder (2, 3xTF32)."""
+    if problem.dtype != "float32":
+        return 0
+    return copies(problem.dtype, problem.math)
 
 
 class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
@@ -117,11 +165,13 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
     dtypes: ClassVar[tuple[str, ...]] = tuple(CTYPES)
 
     def _limits(self, problem: ConvProblem) -> Support:
-        """16-bit channels in whole vectors per group, 32-bit indexing, a grid that fits."""
+        """Channels in whole 16-byte vectors per group, 32-bit indexing, a grid that fits."""
         cg = problem.c // problem.groups
-        if cg % VECTOR:
-            return unsupported(f"implicit_gemm_wgmma needs C/groups a multiple of {VECTOR} "
-                               f"(16-byte copies within one filter tap), got {cg}")
+        vector = VECTOR_BYTES // problem.itemsize
+        if cg % vector:
+            return unsupported(f"implicit_gemm_wgmma needs C/groups a multiple of {vector} "
+                               f"for {problem.dtype} (16-byte copies within one filter tap), "
+                               f"got {cg}")
         if not tensors_fit_int32(problem):
             return unsupported("a tensor has 2**31 elements or more (32-bit indexing)")
         if not self.configs(problem):
@@ -130,7 +180,7 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
         """The tiles whose grid fits this problem."""
-        return fitting_tiles(problem, CONFIGS)
+        return fitting_tiles(problem, tiles(problem.dtype, problem.math))
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """The NHWC copies of x and w."""
@@ -138,7 +188,7 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
 
     def work(self, problem: ConvProblem, config: str) -> Work:
         """The GEMM kernel's tiles, after the two NHWC copies."""
-        tile = parse_config(config)
+        tile = parse_config(problem.dtype, problem.math, config)
         return Work(prod(gemm_grid(problem, tile.bm, tile.bn)),
                     gemm_fill(problem, tile.bm, tile.bn), 3)
 
@@ -146,16 +196,18 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
         """Enqueue the NHWC copies and the GEMM kernel on the current stream; no sync."""
-        tile = parse_config(config)
+        tile = parse_config(problem.dtype, problem.math, config)
+        smem = tile.smem_bytes(copies(problem.dtype, problem.math))
         out_h, out_w = problem.out_hw
-        x, w = _rearrange.to_nhwc(x, w, workspace_layout(problem).views(workspace), problem)
-        kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config))
-        allow_shared_memory(kernel, tile.smem_bytes)
+        x, w = _rearrange.to_nhwc(x, w, workspace_layout(problem).views(workspace), problem,
+                                  tf32_parts(problem))
+        kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config, problem.math))
+        allow_shared_memory(kernel, smem)
         grid = gemm_grid(problem, tile.bm, tile.bn)
         kernel(grid, (tile.threads,),
                (x, w, y, *shape_args(problem),
                 *fastdiv_args(problem.c // problem.groups, problem.s, out_h * out_w, out_w)),
-               shared_mem=tile.smem_bytes)
+               shared_mem=smem)
 
 
 class ImplicitGemmWgmmaCuda(CudaByForward, _ImplicitGemmWgmmaCudaForward):

@@ -90,10 +90,19 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
 
     rng = np.random.default_rng()
     dtype = problem.dtype
+
+    def values(shape: tuple[int, ...]) -> np.ndarray:
+        if case.get("inputs") == "tf32_round_up":
+            # 1 + u * 2**-10, u in [0.6, 0.9): TF32 rounding (cvt.rna) takes every value up
+            # to 1 + 2**-10 (products off by about 5e-4), truncation down to 1 (1.5e-3, past
+            # math "tf32"'s tolerance, and of one sign, so the sums cannot hide it).
+            return 1.0 + rng.uniform(0.6, 0.9, shape) * 2.0**-10
+        return rng.standard_normal(shape)
+
     # The direction's operands (x, w; dy, w; or x, dy) and its float64 reference.
     a_shape, b_shape, out_shape = problem.operand_shapes
-    x = to_storage(rng.standard_normal(a_shape), dtype)
-    w = to_storage(rng.standard_normal(b_shape), dtype)
+    x = to_storage(values(a_shape), dtype)
+    w = to_storage(values(b_shape), dtype)
     ref = reference(to_float(x, dtype), to_float(w, dtype), problem)
     limit = tolerance_for(dtype, problem.math, case["algorithm"])
     EmulatedKernel.launches.clear()

@@ -479,26 +479,30 @@ inline void ptx_fence_proxy_async_shared_cta() {
 
 inline void ptx_wgmma_fence_sync_aligned() { g_wgmma_fenced[my_thread()] = 1; }
 
-// The rows x 16 matrix a K-major, unswizzled descriptor points at, as floats.
-template <float (*Cvt)(unsigned short)>
+// The rows x K matrix a K-major, unswizzled descriptor points at, as floats: K is 32 bytes of
+// elements (k16 of a 16-bit type, k8 of tf32), two core matrices of 16 bytes per row.
+template <typename Bits, float (*Cvt)(Bits)>
 inline std::vector<float> wgmma_operand(unsigned long long desc, int rows, bool at_issue) {
+    constexpr int E = sizeof(Bits), K = 32 / E, CORE_K = 16 / E;
     if ((desc >> 62) != 0) fail("wgmma: only descriptors without swizzle are emulated");
     if (((desc >> 49) & 7u) != 0) fail("wgmma: a nonzero matrix base offset");
     const unsigned long long start = (desc & 0x3FFFu) << 4, lbo = ((desc >> 16) & 0x3FFFu) << 4,
                              sbo = ((desc >> 32) & 0x3FFFu) << 4;
-    std::vector<float> out(static_cast<std::size_t>(rows) * 16);
+    std::vector<float> out(static_cast<std::size_t>(rows) * K);
     for (int r = 0; r < rows; ++r) {
-        for (int k = 0; k < 16; ++k) {
+        for (int k = 0; k < K; ++k) {
             const unsigned long long offset =
-                start + (r / 8) * sbo + (r % 8) * 16 + (k / 8) * lbo + (k % 8) * 2;
-            const unsigned char* at = shared_host(((kDynamicSharedIndex + 1) << 32) | offset, 2,
-                                                  2, "wgmma operand outside dynamic shared memory");
-            if (at_issue && (g_unfenced_bytes[offset] || g_unfenced_bytes[offset + 1])) {
-                fail("wgmma reads shared memory a cp.async wrote without fence.proxy.async");
+                start + (r / 8) * sbo + (r % 8) * 16 + (k / CORE_K) * lbo + (k % CORE_K) * E;
+            const unsigned char* at = shared_host(((kDynamicSharedIndex + 1) << 32) | offset, E,
+                                                  E, "wgmma operand outside dynamic shared memory");
+            for (int i = 0; at_issue && i < E; ++i) {
+                if (g_unfenced_bytes[offset + i]) {
+                    fail("wgmma reads shared memory a cp.async wrote without fence.proxy.async");
+                }
             }
-            unsigned short bits;
-            std::memcpy(&bits, at, 2);
-            out[static_cast<std::size_t>(r) * 16 + k] = Cvt(bits);
+            Bits bits;
+            std::memcpy(&bits, at, E);
+            out[static_cast<std::size_t>(r) * K + k] = Cvt(bits);
         }
     }
     return out;
@@ -508,12 +512,12 @@ template <int R>
 struct WgmmaIn {
     float* d[R];
     unsigned long long desc_a, desc_b;
-    int imm[5];  // scale-d, scale-a, scale-b, trans-a, trans-b
+    int imm[5];  // scale-d, scale-a, scale-b, trans-a, trans-b (tf32 has no trans: 0)
 };
 
-template <int N, float (*Cvt)(unsigned short)>
+template <int N, typename Bits, float (*Cvt)(Bits)>
 inline void wgmma_issue(const char* op, const WgmmaIn<N / 2>& in) {
-    constexpr int R = N / 2;
+    constexpr int R = N / 2, K = 32 / sizeof(Bits);
     const std::size_t me = my_thread();
     if (!g_wgmma_fenced[me]) fail("wgmma.mma_async without a wgmma.fence since the last wait");
     warp_collective<128>(op, &in, nullptr, [&](WarpLane* lanes) {
@@ -533,9 +537,9 @@ inline void wgmma_issue(const char* op, const WgmmaIn<N / 2>& in) {
         rec.n = N;
         rec.desc_a = first.desc_a;
         rec.desc_b = first.desc_b;
-        rec.read = &wgmma_operand<Cvt>;
-        rec.a = wgmma_operand<Cvt>(first.desc_a, 64, true);
-        rec.b = wgmma_operand<Cvt>(first.desc_b, N, true);
+        rec.read = &wgmma_operand<Bits, Cvt>;
+        rec.a = wgmma_operand<Bits, Cvt>(first.desc_a, 64, true);
+        rec.b = wgmma_operand<Bits, Cvt>(first.desc_b, N, true);
         for (int l = 0; l < 128; ++l) {
             const auto& v = *static_cast<const WgmmaIn<R>*>(lanes[l].in);
             const int w = l / 32, g = (l % 32) / 4, t = l % 4;
@@ -545,8 +549,8 @@ inline void wgmma_issue(const char* op, const WgmmaIn<N / 2>& in) {
                 const auto chained = state.pending.find(reg);
                 double s = !first.imm[0] ? 0.0 : chained != state.pending.end() ? chained->second
                                                                                    : *reg;
-                for (int k = 0; k < 16; ++k) {
-                    s += double(rec.a[row * 16 + k]) * double(rec.b[col * 16 + k]);
+                for (int k = 0; k < K; ++k) {
+                    s += double(rec.a[row * K + k]) * double(rec.b[col * K + k]);
                 }
                 const float result = round_toward_zero(s);  // as mma.sync (above)
                 state.pending[reg] = result;
@@ -559,30 +563,37 @@ inline void wgmma_issue(const char* op, const WgmmaIn<N / 2>& in) {
     });
 }
 
-#define EMU_WGMMA(n, type, cvt)                                                                  \
+#define EMU_WGMMA(n, kk, type, bits, cvt)                                                        \
     template <typename... Args>                                                                  \
-    inline void ptx_wgmma_mma_async_sync_aligned_m64n##n##k16_f32_##type##_##type(             \
+    inline void ptx_wgmma_mma_async_sync_aligned_m64n##n##k##kk##_f32_##type##_##type(          \
         Args&&... args) {                                                                        \
-        wgmma_forward<n, cvt>("wgmma.m64n" #n "k16." #type, std::forward_as_tuple(args...),     \
-                              std::make_index_sequence<n / 2>{});                                \
+        wgmma_forward<n, bits, cvt>("wgmma.m64n" #n "k" #kk "." #type,                          \
+                                    std::forward_as_tuple(args...),                              \
+                                    std::make_index_sequence<n / 2>{});                          \
     }
 
-// (d[0], ..., d[R-1], desc_a, desc_b, scale-d, scale-a, scale-b, trans-a, trans-b) -> WgmmaIn.
-template <int N, float (*Cvt)(unsigned short), typename Tuple, std::size_t... I>
+template <std::size_t FROM, typename Tuple, std::size_t... J>
+inline void wgmma_immediates(int (&imm)[5], const Tuple& args, std::index_sequence<J...>) {
+    ((imm[J] = static_cast<int>(std::get<FROM + J>(args))), ...);
+}
+
+// (d[0], ..., d[R-1], desc_a, desc_b, scale-d, scale-a, scale-b[, trans-a, trans-b]) ->
+// WgmmaIn: 16-bit types take the two transposition immediates, tf32 none.
+template <int N, typename Bits, float (*Cvt)(Bits), typename Tuple, std::size_t... I>
 inline void wgmma_forward(const char* op, Tuple&& args, std::index_sequence<I...>) {
-    constexpr std::size_t R = N / 2;
-    static_assert(std::tuple_size_v<std::decay_t<Tuple>> == R + 7, "wgmma operand count");
+    constexpr std::size_t R = N / 2, IMMS = std::tuple_size_v<std::decay_t<Tuple>> - R - 2;
+    static_assert(IMMS == (sizeof(Bits) == 2 ? 5 : 3), "wgmma operand count");
     WgmmaIn<R> in{{&std::get<I>(args)...},
                   static_cast<unsigned long long>(std::get<R>(args)),
                   static_cast<unsigned long long>(std::get<R + 1>(args)),
-                  {static_cast<int>(std::get<R + 2>(args)), static_cast<int>(std::get<R + 3>(args)),
-                   static_cast<int>(std::get<R + 4>(args)), static_cast<int>(std::get<R + 5>(args)),
-                   static_cast<int>(std::get<R + 6>(args))}};
-    wgmma_issue<N, Cvt>(op, in);
+                  {}};
+    wgmma_immediates<R + 2>(in.imm, args, std::make_index_sequence<IMMS>{});
+    wgmma_issue<N, Bits, Cvt>(op, in);
 }
 
-EMU_WGMMA(128, f16, half_bits_to_float)
-EMU_WGMMA(128, bf16, bf16_bits_to_float)
+EMU_WGMMA(128, 16, f16, unsigned short, half_bits_to_float)
+EMU_WGMMA(128, 16, bf16, unsigned short, bf16_bits_to_float)
+EMU_WGMMA(128, 8, tf32, unsigned int, tf32_operand)
 
 inline void ptx_wgmma_commit_group_sync_aligned() {
     const std::size_t me = my_thread();
