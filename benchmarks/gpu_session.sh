@@ -82,7 +82,7 @@ for step in "${steps[@]}"; do
         tail -n 5 "$LOG/warm.log" ;;
     sass)
         # Default: the depthwise and direct fills (stage_shared) and the NHWC transpose.
-        kernels=${SASS_KERNELS:-"depthwise.cu:depthwise_conv<float, 32, 8, 2, 3, 3>;direct.cu:direct_conv<float, 16, 16, 8>;rearrange.cu:transpose<float>"}
+        kernels=${SASS_KERNELS:-"depthwise.cu:depthwise_conv<float, 32, 8, 2, 3, 3>;direct.cu:direct_conv<float, 16, 16, 8>;rearrange.cu:transpose<unsigned int, 0>"}
         IFS=';' read -ra items <<< "$kernels"
         for item in "${items[@]}"; do
             file=${item%%:*} name=${item#*:}
@@ -102,7 +102,7 @@ for step in "${steps[@]}"; do
                 python3 -m pytest -q -x -p no:cacheprovider -k "$SAN_K and not k130" \
                 tests/gpu/test_cuda_algorithms.py tests/gpu/test_cuda_backward.py \
                 tests/gpu/test_winograd.py tests/gpu/test_depthwise.py \
-                tests/gpu/test_implicit_gemm_tc.py
+                tests/gpu/test_implicit_gemm_tc.py tests/gpu/test_implicit_gemm_wgmma.py
             tail -n 6 "$LOG/$tool.log"
         done ;;
     overhead)

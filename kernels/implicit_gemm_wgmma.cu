@@ -28,13 +28,17 @@
 // offset is fixed and its rows are tid / 64 * 8 + tid % 8 + i * THREADS / 8: its pixels are
 // decomposed once.
 //
-// Pipeline: STAGES stages of cp.async (16 bytes, zero-fill at padding and edges), STAGES - 1
-// K-steps in flight. Per K-step: wait for this thread's copies of the step, fence.proxy.async
-// (cp.async writes through the generic proxy; wgmma reads through the async proxy), barrier,
-// issue the copies of step kt + STAGES - 1 into the stage the previous step read, then
-// wgmma.fence, the K-step's wgmma, commit, and wait for them: the stage they read is the next
-// one to be refilled. (Keeping one wgmma group in flight across the barrier needs one more
-// stage of distance; a later step, once a GPU has measured this one.)
+// Pipeline: STAGES stages of cp.async (16 bytes, zero-fill at padding and edges), and
+// IN_FLIGHT (0 or 1) K-steps of wgmma left running at the end of a K-step, so AHEAD = STAGES -
+// 1 - IN_FLIGHT K-steps of copies in flight. Per K-step kt: wait for this thread's copies of
+// the step, fence.proxy.async (cp.async writes through the generic proxy; wgmma reads through
+// the async proxy), barrier (everyone's copies have landed, and every warpgroup has retired
+// the wgmma of step kt - 1 - IN_FLIGHT), issue the copies of step kt + AHEAD into the stage
+// that step read, then wgmma.fence, the K-step's wgmma, commit, and wait until IN_FLIGHT
+// groups remain. With IN_FLIGHT 1 the tensor cores work through the barrier and the next
+// step's copy issue; the accumulators chain from one group to the next (wgmma orders
+// same-shape wgmma on the same accumulators). 3xTF32 adds each K-step's partial sums once its
+// group is done, so it runs with IN_FLIGHT 0.
 //
 // Epilogue: the FP32 accumulator layout of m64nNkK, whatever K (warp w of the warpgroup holds
 // rows 16w..16w+15; register 4j + 2v + h of lane (g = lane / 4, t = lane % 4) is row
@@ -117,7 +121,7 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned long long shar
            (static_cast<unsigned long long>(sbo >> 4) << 32);
 }
 
-template <typename T, int BM, int STAGES, int COPIES>
+template <typename T, int BM, int STAGES, int COPIES, int IN_FLIGHT>
 __global__ void __launch_bounds__(BM / 64 * 128, 1)
     implicit_gemm_wgmma_conv(const T* __restrict__ x, const T* __restrict__ w,
                              T* __restrict__ y, CONV_SHAPE_PARAMS, unsigned int cg_mul,
@@ -140,7 +144,10 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     static_assert(BM % 64 == 0 && THREADS % 64 == 0 && BN % ROW_STEP == 0 &&
                       BM % ROW_STEP == 0,
                   "tiles split evenly over the threads");
-    static_assert(STAGES >= 2, "a pipeline needs two stages");
+    constexpr int AHEAD = STAGES - 1 - IN_FLIGHT;  // K-steps of copies in flight
+    static_assert(AHEAD >= 1, "a pipeline needs a stage beyond those the wgmma read");
+    static_assert(IN_FLIGHT == 0 || (IN_FLIGHT == 1 && COPIES == 1),
+                  "3xTF32 reads its partial sums after each K-step");
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const unsigned long long smem = smem_addr(smem_raw);
@@ -204,16 +211,16 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 
     const int ktiles = (CRS + BK - 1) / BK;
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
+    for (int s = 0; s < AHEAD; ++s) {
         if (s < ktiles) load_stage(s, s * BK);
         cp_async_commit();  // one group per stage, empty past the end, so the count is fixed
     }
     const int wgroup = tid / 128;
     for (int kt = 0; kt < ktiles; ++kt) {
-        cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
-        fence_proxy_async();          // ... and are visible to the tensor cores
-        __syncthreads();              // ... everyone's; the previous step's wgmma are done
-        const int next = kt + STAGES - 1;
+        cp_async_wait<AHEAD - 1>();  // this thread's copies of step kt have landed
+        fence_proxy_async();         // ... and are visible to the tensor cores
+        __syncthreads();             // ... everyone's; step kt - 1 - IN_FLIGHT's wgmma are done
+        const int next = kt + AHEAD;
         if (next < ktiles) load_stage(next % STAGES, next * BK);
         cp_async_commit();
         const unsigned long long a_tile =
@@ -237,12 +244,13 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
             wgmma_m64n128(x, sums, a_big, b_big);
         }
         wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_wait<IN_FLIGHT>();
         if (COPIES == 2) {
 #pragma unroll
             for (int v = 0; v < 64; ++v) acc[v] += part[v];
         }
     }
+    wgmma_wait<0>();     // the last K-step's wgmma, before the epilogue reads acc
     cp_async_wait<0>();  // only empty groups remain; nothing may be in flight at exit
 
     const int lane = tid % 32, g = lane / 4, t = lane % 4;

@@ -23,10 +23,11 @@ Precision (`problem.math`), as implicit_gemm_tc's:
   loads both tiles of both operands (twice the copy traffic and shared memory of 1xTF32) and
   runs small.big + big.small + big.big.
 
-Configurations "BMx128xBK-sS": BM output channels (64, 128 or 256: one, two or four
+Configurations "BMx128xBK-sS[-f1]": BM output channels (64, 128 or 256: one, two or four
 warpgroups) by 128 output pixels per block, K-steps of BK = 128 bytes (64 16-bit values or
 32 floats), S cp.async stages in 96-192 KiB of opted-in dynamic shared memory (Hopper gives
-a block up to 227 KiB). The same name has fewer stages at 3xTF32 (`TILES`).
+a block up to 227 KiB). "-f1" leaves each K-step's wgmma running through the next step's
+barrier and copy issue, one stage further from the copies (not at 3xTF32; `TILES`).
 
 Limits: C/groups a whole number of 16-byte vectors (8 16-bit values, 4 floats); tensors
 below 2**31 elements; a compute-capability-9.0 GPU (the loader refuses any other with a
@@ -69,10 +70,12 @@ ROW_BYTES, VECTOR_BYTES = 128, 16
 
 @dataclass(frozen=True)
 class WgmmaTile:
-    """One configuration: BM output channels (64 per warpgroup) and its pipeline depth."""
+    """One configuration: BM output channels (64 per warpgroup), its pipeline depth, and the
+    K-steps of wgmma it leaves running across the next step's barrier (0 or 1)."""
 
     bm: int
     stages: int
+    in_flight: int = 0
 
     @property
     def bn(self) -> int:
@@ -98,19 +101,25 @@ def copies(dtype: str, math: str) -> int:
     return 2 if passes(dtype, math) == 3 else 1
 
 
-def _tiles(bk: int, shapes: tuple[tuple[int, int], ...]) -> dict[str, WgmmaTile]:
-    return {f"{bm}x{BN}x{bk}-s{stages}": WgmmaTile(bm, stages) for bm, stages in shapes}
+def _tiles(bk: int, tiles: tuple[WgmmaTile, ...]) -> dict[str, WgmmaTile]:
+    return {f"{t.bm}x{BN}x{bk}-s{t.stages}{'-f1' if t.in_flight else ''}": t for t in tiles}
 
 
-#: Shipped configurations "BMx128xBK-sS" per (element bytes, copies), in at most 192 KiB of
-#: shared memory (Hopper gives a block up to 227 KiB); tests/test_kernels_compile.py builds
-#: each for sm_90a. 3xTF32's two copies take a stage less on the 128-row tile; its 256-row
-#: tile is not shipped: with the K-step's partial sums (64 more registers) it spilled 228
-#: bytes at the 128 registers that 512 threads leave.
+#: One wgmma group waited for per K-step, and one left running (-f1) with the stages to keep
+#: the same copies in flight or more. Both ship until a GPU has measured which wins.
+_ONE_COPY = (WgmmaTile(64, 4), WgmmaTile(128, 4), WgmmaTile(256, 3),
+             WgmmaTile(64, 6, 1), WgmmaTile(128, 5, 1), WgmmaTile(256, 4, 1))
+
+#: Shipped configurations "BMx128xBK-sS[-f1]" per (element bytes, copies), in at most 192 KiB
+#: of shared memory (Hopper gives a block up to 227 KiB); tests/test_kernels_compile.py
+#: builds each for sm_90a. 3xTF32's two copies take a stage less on the 128-row tile; its
+#: 256-row tile is not shipped: with the K-step's partial sums (64 more registers) it spilled
+#: 228 bytes at the 128 registers that 512 threads leave. 3xTF32 reads its partial sums
+#: after every K-step, so it has no -f1 tiles.
 TILES: dict[tuple[int, int], dict[str, WgmmaTile]] = {
-    (2, 1): _tiles(64, ((64, 4), (128, 4), (256, 3))),
-    (4, 1): _tiles(32, ((64, 4), (128, 4), (256, 3))),
-    (4, 2): _tiles(32, ((64, 4), (128, 3))),
+    (2, 1): _tiles(64, _ONE_COPY),
+    (4, 1): _tiles(32, _ONE_COPY),
+    (4, 2): _tiles(32, (WgmmaTile(64, 4), WgmmaTile(128, 3))),
 }
 
 
@@ -134,7 +143,7 @@ def name_expression(dtype: str, config: str, math: str = "fp32") -> str:
     """The kernel template instance of a dtype, configuration and math mode."""
     tile = parse_config(dtype, math, config)
     return (f"implicit_gemm_wgmma_conv<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
-            f"{copies(dtype, math)}>")
+            f"{copies(dtype, math)}, {tile.in_flight}>")
 
 
 def shipped_kernels() -> tuple[str, ...]:
