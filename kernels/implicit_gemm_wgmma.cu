@@ -44,9 +44,15 @@
 // rows 16w..16w+15; register 4j + 2v + h of lane (g = lane / 4, t = lane % 4) is row
 // 16w + g + 8v, column 8j + 2t + h), stored element-wise into NCHW y.
 //
-// Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM). Needs cg a whole number of 16-byte
-// vectors (a vector stays within one filter tap) and 16-byte aligned copies; all tensors
-// < 2^31 elements (a small copy is addressed past its big one in 64-bit arithmetic).
+// Split K (gridDim.z > 1, for grids too small to fill the GPU): block z runs K-steps
+// [z * kper, (z + 1) * kper) only and writes FP32 partial sums to partials[z], laid out like
+// y; implicit_gemm_tc.cu's implicit_gemm_tc_sum_splits adds them in a fixed order. Without a
+// split the host passes y as `partials` and the kernel never touches it.
+//
+// Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM), z = splits. Needs cg a whole
+// number of 16-byte vectors (a vector stays within one filter tap) and 16-byte aligned
+// copies; all tensors < 2^31 elements (a small copy is addressed past its big one, and a
+// split's partial sums past the others, in 64-bit arithmetic).
 #include "common.cuh"
 
 // The 64 accumulator operands of an m64n128 wgmma, and their constraints (the emulator's
@@ -127,7 +133,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                              T* __restrict__ y, CONV_SHAPE_PARAMS, unsigned int cg_mul,
                              unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,
                              unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul,
-                             unsigned int q_shr) {
+                             unsigned int q_shr, void* __restrict__ partials, int kper) {
     constexpr int BN = 128, ROW_BYTES = 128, BK = ROW_BYTES / sizeof(T);  // K-step, elements
     constexpr int VEC = 16 / sizeof(T);   // elements per 16-byte copy
     constexpr int THREADS = BM / 64 * 128;
@@ -209,10 +215,13 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     for (int v = 0; v < 64; ++v) acc[v] = 0.0f;
     float(&sums)[64] = COPIES == 2 ? part : acc;
 
-    const int ktiles = (CRS + BK - 1) / BK;
+    // This block's K-steps: all of them, or split z's slice of kper (the last may be short).
+    const int kfirst = blockIdx.z * kper;
+    const int ktiles = min((CRS + BK - 1) / BK - kfirst, kper);
+    const int kbase = kfirst * BK;
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
-        if (s < ktiles) load_stage(s, s * BK);
+        if (s < ktiles) load_stage(s, kbase + s * BK);
         cp_async_commit();  // one group per stage, empty past the end, so the count is fixed
     }
     const int wgroup = tid / 128;
@@ -221,7 +230,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         fence_proxy_async();         // ... and are visible to the tensor cores
         __syncthreads();             // ... everyone's; step kt - 1 - IN_FLIGHT's wgmma are done
         const int next = kt + AHEAD;
-        if (next < ktiles) load_stage(next % STAGES, next * BK);
+        if (next < ktiles) load_stage(next % STAGES, kbase + next * BK);
         cp_async_commit();
         const unsigned long long a_tile =
             smem + (kt % STAGES) * STAGE_BYTES + wgroup * (64 / 8) * SBO;
@@ -253,6 +262,9 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     wgmma_wait<0>();     // the last K-step's wgmma, before the epilogue reads acc
     cp_async_wait<0>();  // only empty groups remain; nothing may be in flight at exit
 
+    // Split K: FP32 partial sums into partials[z], laid out like y (the host adds them).
+    float* split_sums =
+        static_cast<float*>(partials) + static_cast<long long>(blockIdx.z) * N * K * PQ;
     const int lane = tid % 32, g = lane / 4, t = lane % 4;
     const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + g;
 #pragma unroll
@@ -266,7 +278,12 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 #pragma unroll
             for (int v = 0; v < 2; ++v) {
                 const int m = row + 8 * v;
-                if (m < kg) store_acc(y + base + m * PQ, acc[4 * j + 2 * v + h]);
+                if (m >= kg) continue;
+                if (gridDim.z > 1) {
+                    split_sums[base + m * PQ] = acc[4 * j + 2 * v + h];
+                } else {
+                    store_acc(y + base + m * PQ, acc[4 * j + 2 * v + h]);
+                }
             }
         }
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar, Protocol
 
 from algorithms.base import AlgorithmBase
 from algorithms.cuda._loader import CTYPES, ceil_div
@@ -29,6 +29,15 @@ class CudaAlgorithm(AlgorithmBase):
     dtypes: ClassVar[tuple[str, ...]] = tuple(CTYPES)
 
 
+class BlockTile(Protocol):
+    """An implicit GEMM's block tile: bm output channels by bn output pixels."""
+
+    @property
+    def bm(self) -> int: ...
+    @property
+    def bn(self) -> int: ...
+
+
 def gemm_grid(problem: ConvProblem, bm: int, bn: int) -> tuple[int, int, int]:
     """An implicit GEMM's grid of bm x bn tiles: (pixel tiles, groups x channel tiles, 1)."""
     out_h, out_w = problem.out_hw
@@ -43,7 +52,7 @@ def gemm_fill(problem: ConvProblem, bm: int, bn: int) -> float:
     return problem.n * out_h * out_w * problem.k / (gx * bn * gy * bm)
 
 
-def fitting_tiles(problem: ConvProblem, tiles: Mapping[str, Any]) -> tuple[str, ...]:
-    """The names of `tiles` (each with `bm`, `bn`) whose implicit-GEMM grid fits CUDA's."""
+def fitting_tiles(problem: ConvProblem, tiles: Mapping[str, BlockTile]) -> tuple[str, ...]:
+    """The names of `tiles` whose implicit-GEMM grid fits CUDA's."""
     return tuple(name for name, t in tiles.items()
                  if gemm_grid(problem, t.bm, t.bn)[1] <= GRID_Y_LIMIT)

@@ -75,7 +75,13 @@ import numpy as np
 
 from algorithms.base import SUPPORTED, Support, Work, WorkspaceLayout, unsupported
 from algorithms.cuda import _rearrange
-from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_fill, gemm_grid
+from algorithms.cuda._base import (
+    BlockTile,
+    CudaAlgorithm,
+    fitting_tiles,
+    gemm_fill,
+    gemm_grid,
+)
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
     CTYPES,
@@ -314,7 +320,7 @@ def k_steps(problem: ConvProblem, bk: int = BK) -> int:
     return ceil_div(problem.c // problem.groups * problem.r * problem.s, bk)
 
 
-def k_splits(problem: ConvProblem, tile: TcTile, bk: int = BK) -> int:
+def k_splits(problem: ConvProblem, tile: BlockTile, bk: int = BK) -> int:
     """The K split offered for a tile: enough slices to fill one wave (SPLIT_TARGET_BLOCKS),
     at most MAX_SPLITS of at least MIN_SPLIT_STEPS K-steps; 1 where none is offered (the
     grid is large enough, K is short, or the partial sums would pass 2**31 elements)."""

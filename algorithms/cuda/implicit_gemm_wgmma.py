@@ -29,10 +29,15 @@ warpgroups) by 128 output pixels per block, K-steps of BK = 128 bytes (64 16-bit
 a block up to 227 KiB). "-f1" leaves each K-step's wgmma running through the next step's
 barrier and copy issue, one stage further from the copies (not at 3xTF32; `TILES`).
 
+Split K ("TILE-kS", offered where a tile's grid is below one wave: implicit_gemm_tc.k_splits
+with K-steps of 128 bytes): S slices of the K loop run as grid.z, each writing FP32 partial
+sums to the workspace, then implicit_gemm_tc's sum kernel adds them in a fixed order into y.
+
 Limits: C/groups a whole number of 16-byte vectors (8 16-bit values, 4 floats); tensors
 below 2**31 elements; a compute-capability-9.0 GPU (the loader refuses any other with a
-RuntimeError, which the tuner records as a failed candidate, before compiling anything). No
-split K yet. Workspace: the NHWC copies of x and w (both parts of each at 3xTF32).
+RuntimeError, which the tuner records as a failed candidate, before compiling anything).
+Workspace: the NHWC copies of x and w (both parts of each at 3xTF32), and S x the output in
+float32 for split K.
 
 Resources (ptxas, CUDA 13, sm_90a): see BENCHMARKS.md's table; no spills, no stack; one
 block per SM (`__launch_bounds__(threads, 1)`).
@@ -45,18 +50,21 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any, ClassVar
 
+import numpy as np
+
 from algorithms.base import SUPPORTED, Support, Work, WorkspaceLayout, unsupported
-from algorithms.cuda import _rearrange
+from algorithms.cuda import _rearrange, implicit_gemm_tc
 from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_fill, gemm_grid
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
     allow_shared_memory,
     fastdiv_args,
     get_kernel,
+    grid_stride_blocks,
     shape_args,
     tensors_fit_int32,
 )
-from algorithms.cuda.implicit_gemm_tc import passes
+from algorithms.cuda.implicit_gemm_tc import k_splits, passes, split_steps
 from algorithms.problem import DTYPES as DTYPE_BYTES
 from algorithms.problem import ConvProblem
 
@@ -128,20 +136,35 @@ def tiles(dtype: str, math: str) -> dict[str, WgmmaTile]:
     return TILES[DTYPE_BYTES[dtype], copies(dtype, math)]
 
 
-def parse_config(dtype: str, math: str, config: str) -> WgmmaTile:
-    """The tile of a configuration name; ValueError for a name not shipped for the dtype and
-    math."""
+@dataclass(frozen=True)
+class WgmmaConfig:
+    """A parsed configuration name "TILE[-kS]": its tile and K splits (1: none)."""
+
+    tile: WgmmaTile
+    splits: int
+
+
+@functools.lru_cache(maxsize=256)  # asked on every run
+def parse_config(dtype: str, math: str, config: str) -> WgmmaConfig:
+    """The tile and splits of a configuration name; ValueError for a name not shipped for the
+    dtype and math."""
     shipped = tiles(dtype, math)
-    if config not in shipped:
+    tile, _, splits = config.partition("-k")
+    if tile not in shipped or not (splits == "" or (splits.isdigit() and int(splits) >= 2)):
         raise ValueError(f"implicit_gemm_wgmma: unknown config {config!r} for {dtype} at "
                          f"math {math!r}")
-    return shipped[config]
+    return WgmmaConfig(shipped[tile], int(splits or 1))
 
 
-@functools.lru_cache(maxsize=64)  # asked on every run
+def k_step(dtype: str) -> int:
+    """Elements of K per K-step: 128 bytes of them."""
+    return ROW_BYTES // DTYPE_BYTES[dtype]
+
+
+@functools.lru_cache(maxsize=256)  # asked on every run
 def name_expression(dtype: str, config: str, math: str = "fp32") -> str:
     """The kernel template instance of a dtype, configuration and math mode."""
-    tile = parse_config(dtype, math, config)
+    tile = parse_config(dtype, math, config).tile
     return (f"implicit_gemm_wgmma_conv<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
             f"{copies(dtype, math)}, {tile.in_flight}>")
 
@@ -153,10 +176,24 @@ def shipped_kernels() -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every run
-def workspace_layout(problem: ConvProblem) -> WorkspaceLayout:
-    """The NHWC copies of x and w (two of each for 3xTF32: big, then small)."""
-    return _rearrange.add_nhwc_operands(WorkspaceLayout(), problem,
-                                        copies(problem.dtype, problem.math))
+def workspace_layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
+    """The NHWC copies of x and w (two of each for 3xTF32: big, then small), and split K's
+    FP32 partial outputs (S, N, K, P, Q)."""
+    layout = _rearrange.add_nhwc_operands(WorkspaceLayout(), problem,
+                                          copies(problem.dtype, problem.math))
+    splits = parse_config(problem.dtype, problem.math, config).splits
+    if splits > 1:
+        layout.add("part", (splits, *problem.output_shape), "float32")
+    return layout
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every run
+def launch(problem: ConvProblem, config: str) -> tuple[tuple[int, int, int], int]:
+    """(grid: pixel tiles, groups x channel tiles, splits launched; K-steps per split)."""
+    cfg = parse_config(problem.dtype, problem.math, config)
+    gx, gy, _ = gemm_grid(problem, cfg.tile.bm, cfg.tile.bn)
+    kper, launched = split_steps(problem, cfg.splits, k_step(problem.dtype))
+    return (gx, gy, launched), kper
 
 
 def tf32_parts(problem: ConvProblem) -> int:
@@ -188,35 +225,50 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         return SUPPORTED
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """The tiles whose grid fits this problem."""
-        return fitting_tiles(problem, tiles(problem.dtype, problem.math))
+        """The tiles whose grid fits this problem, then those split along K where their grid
+        is below one wave (implicit_gemm_tc.k_splits)."""
+        shipped = tiles(problem.dtype, problem.math)
+        whole = fitting_tiles(problem, shipped)
+        bk = k_step(problem.dtype)
+        return whole + tuple(f"{t}-k{s}" for t in whole
+                             if (s := k_splits(problem, shipped[t], bk)) > 1)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
-        """The NHWC copies of x and w."""
-        return workspace_layout(problem).nbytes
+        """The NHWC copies of x and w, and split K's partial sums."""
+        return workspace_layout(problem, config).nbytes
 
     def work(self, problem: ConvProblem, config: str) -> Work:
-        """The GEMM kernel's tiles, after the two NHWC copies."""
-        tile = parse_config(problem.dtype, problem.math, config)
-        return Work(prod(gemm_grid(problem, tile.bm, tile.bn)),
-                    gemm_fill(problem, tile.bm, tile.bn), 3)
+        """The GEMM kernel's tiles times its K splits, after the two NHWC copies; splits add
+        a sum."""
+        tile = parse_config(problem.dtype, problem.math, config).tile
+        grid, _ = launch(problem, config)
+        return Work(prod(grid), gemm_fill(problem, tile.bm, tile.bn), 3 + (grid[2] > 1))
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue the NHWC copies and the GEMM kernel on the current stream; no sync."""
-        tile = parse_config(problem.dtype, problem.math, config)
+        """Enqueue the NHWC copies, the GEMM kernel and the split-K sum on the current
+        stream; no sync."""
+        tile = parse_config(problem.dtype, problem.math, config).tile
         smem = tile.smem_bytes(copies(problem.dtype, problem.math))
         out_h, out_w = problem.out_hw
-        x, w = _rearrange.to_nhwc(x, w, workspace_layout(problem).views(workspace), problem,
-                                  tf32_parts(problem))
+        views = workspace_layout(problem, config).views(workspace)
+        x, w = _rearrange.to_nhwc(x, w, views, problem, tf32_parts(problem))
         kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config, problem.math))
         allow_shared_memory(kernel, smem)
-        grid = gemm_grid(problem, tile.bm, tile.bn)
+        grid, kper = launch(problem, config)
+        part = views.get("part", y)  # not written without splits
         kernel(grid, (tile.threads,),
                (x, w, y, *shape_args(problem),
-                *fastdiv_args(problem.c // problem.groups, problem.s, out_h * out_w, out_w)),
+                *fastdiv_args(problem.c // problem.groups, problem.s, out_h * out_w, out_w),
+                part, np.int32(kper)),
                shared_mem=smem)
+        if grid[2] > 1:  # the splits launched
+            total = prod(problem.output_shape)
+            add = get_kernel(implicit_gemm_tc.KERNEL_FILE,
+                             implicit_gemm_tc.sum_name_expression(problem.dtype))
+            add((grid_stride_blocks(total),), (256,),
+                (part, y, np.int32(total), np.int32(grid[2])))
 
 
 class ImplicitGemmWgmmaCuda(CudaByForward, _ImplicitGemmWgmmaCudaForward):

@@ -1,0 +1,112 @@
+"""implicit_gemm_wgmma's host side without a GPU: configurations per dtype and math, their
+names, shared memory, workspace, split K and the NHWC copies' TF32 parts.
+
+The kernel itself is compiled spill-free for sm_90a by tests/test_kernels_compile.py and run
+under the emulator by tests/test_cuda_emulated.py.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+import pytest
+
+from algorithms.cuda import _rearrange
+from algorithms.cuda import implicit_gemm_wgmma as wg
+from algorithms.cuda._base import gemm_grid
+from algorithms.cuda.implicit_gemm_tc import SPLIT_TARGET_BLOCKS, k_steps
+from tests.precision import make_problem
+
+ALG = wg.ImplicitGemmWgmmaCuda()
+#: (dtype, math) -> operand copies: 16-bit, TF32, 3xTF32.
+MODES = {("float16", "fp32"): 1, ("bfloat16", "fp32"): 1, ("float32", "tf32"): 1,
+         ("float32", "fp32"): 2}
+#: Hopper's opt-in limit of dynamic shared memory per block.
+HOPPER_SMEM = 227 * 1024
+#: ResNet-50's res5 3x3 at batch 32 (13 pixel tiles: a grid below one wave) and res2 3x3
+#: (784 pixel tiles).
+RES5: dict[str, Any] = dict(n=32, c=512, h=7, w=7, k=512, r=3, s=3, pad=1)
+RES2: dict[str, Any] = dict(n=32, c=64, h=56, w=56, k=64, r=3, s=3, pad=1)
+
+
+@pytest.mark.parametrize(("dtype", "math"), list(MODES))
+def test_every_offered_config_parses_and_fits_hopper(dtype: str, math: str) -> None:
+    problem = make_problem(**RES5, dtype=dtype, math=math)
+    configs = ALG.configs(problem)
+    assert configs and len(set(configs)) == len(configs)
+    for config in configs:
+        cfg = wg.parse_config(dtype, math, config)
+        assert cfg.tile.smem_bytes(MODES[dtype, math]) <= HOPPER_SMEM
+        assert wg.name_expression(dtype, config, math) in wg.shipped_kernels()
+
+
+def test_each_mode_has_its_own_k_step_and_tiles() -> None:
+    assert wg.k_step("float16") == 64 and wg.k_step("float32") == 32
+    assert set(wg.tiles("float16", "fp32")) == {
+        "64x128x64-s4", "128x128x64-s4", "256x128x64-s3",
+        "64x128x64-s6-f1", "128x128x64-s5-f1", "256x128x64-s4-f1"}
+    assert {t.replace("x32", "x64") for t in wg.tiles("float32", "tf32")} == set(
+        wg.tiles("float16", "fp32"))
+    # 3xTF32: two copies per stage, no tile left in flight, no 256-row tile.
+    assert set(wg.tiles("float32", "fp32")) == {"64x128x32-s4", "128x128x32-s3"}
+
+
+@pytest.mark.parametrize(("dtype", "math", "config"), [
+    ("float32", "fp32", "64x128x64-s4"),       # a 16-bit K-step for float32
+    ("float16", "fp32", "64x128x32-s4"),       # a float32 K-step for float16
+    ("float32", "fp32", "128x128x32-s5-f1"),   # in flight, which 3xTF32 never is
+    ("float16", "fp32", "64x128x64-s4-k1"),    # a split of one
+    ("float16", "fp32", "64x128x64-s4-kx"),
+    ("float16", "fp32", "64x128x64"),
+])
+def test_unknown_configs_are_refused(dtype: str, math: str, config: str) -> None:
+    with pytest.raises(ValueError, match="implicit_gemm_wgmma: unknown config"):
+        wg.parse_config(dtype, math, config)
+
+
+@pytest.mark.parametrize(("dtype", "math"), list(MODES))
+def test_k_is_split_only_where_the_grid_is_below_one_wave(dtype: str, math: str) -> None:
+    small, large = (make_problem(**kw, dtype=dtype, math=math) for kw in (RES5, RES2))
+    assert not [c for c in ALG.configs(large) if "-k" in c]
+    split = [c for c in ALG.configs(small) if "-k" in c]
+    assert {c.partition("-k")[0] for c in split} == set(wg.tiles(dtype, math))
+    for config in split:
+        cfg = wg.parse_config(dtype, math, config)
+        grid, kper = wg.launch(small, config)
+        blocks = prod(gemm_grid(small, cfg.tile.bm, cfg.tile.bn))
+        assert blocks < SPLIT_TARGET_BLOCKS and grid[:2] == gemm_grid(small, cfg.tile.bm,
+                                                                       cfg.tile.bn)[:2]
+        steps = k_steps(small, wg.k_step(dtype))
+        # Every K-step in exactly one launched split, none empty.
+        assert grid[2] == cfg.splits and (grid[2] - 1) * kper < steps <= grid[2] * kper
+        assert ALG.work(small, config).launches == 4
+
+
+@pytest.mark.parametrize(("dtype", "math"), list(MODES))
+def test_workspace_is_the_nhwc_copies_and_the_partial_sums(dtype: str, math: str) -> None:
+    problem = make_problem(**RES5, dtype=dtype, math=math)
+    copies = MODES[dtype, math]
+    operands = (prod(problem.input_shape) + prod(problem.filter_shape)) * problem.itemsize
+    for config in ALG.configs(problem):
+        splits = wg.parse_config(dtype, math, config).splits
+        partials = splits * prod(problem.output_shape) * 4 if splits > 1 else 0
+        # Each buffer is padded to an alignment boundary: at most 256 bytes each.
+        assert 0 <= ALG.workspace_bytes(problem, config) - copies * operands - partials < 3 * 256
+
+
+def test_nhwc_copies_round_to_tf32_for_float32_only() -> None:
+    parts = {mode: wg.tf32_parts(make_problem(**RES2, dtype=mode[0], math=mode[1]))
+             for mode in MODES}
+    assert parts == {("float16", "fp32"): 0, ("bfloat16", "fp32"): 0, ("float32", "tf32"): 1,
+                     ("float32", "fp32"): 2}
+    assert _rearrange.name_expression("transpose", 4, 2) == "transpose<float, 2>"
+    assert _rearrange.name_expression("transpose", 4) == "transpose<unsigned int, 0>"
+
+
+def test_channels_must_be_whole_16_byte_vectors() -> None:
+    # float32 vectors hold 4 channels, 16-bit ones 8: C = 12 suits only float32.
+    shape: dict[str, Any] = dict(n=1, c=12, h=6, w=6, k=8, r=3, s=3, pad=1)
+    assert ALG.supports(make_problem(**shape, dtype="float32"))
+    refused = ALG.supports(make_problem(**shape, dtype="float16"))
+    assert not refused and "multiple of 8 for float16" in str(refused.reason)
