@@ -51,22 +51,28 @@ class Case:
 
 
 CASES: dict[str, Case] = {
-    # float16 tensor cores: about 70 TFLOP/s against cuDNN's 478 on this layer.
-    "fp16_conv4_2_tc_nchw": Case(VGG_CONV4_2, "implicit_gemm_tc", "128x128",
-                                 {"dtype": "float16"}),
-    "fp16_conv4_2_tc_nhwc": Case(VGG_CONV4_2, "implicit_gemm_tc", "128x128-nhwc",
-                                 {"dtype": "float16"}),
+    # float16 tensor cores: about 70 TFLOP/s (mma.sync, NCHW, 128x128) against cuDNN's 478
+    # on this layer. (The NCHW and K-step-16 NHWC cases made way for wgmma's.)
     "fp16_conv4_2_tc_nhwc_k32": Case(VGG_CONV4_2, "implicit_gemm_tc", "128x128x32-nhwc",
                                      {"dtype": "float16"}),
     # 64x64 warp tiles, four stages in 80 KiB of opted-in dynamic shared memory.
     "fp16_conv4_2_tc_nhwc_s4": Case(VGG_CONV4_2, "implicit_gemm_tc", "128x128x32-nhwc-s4",
                                     {"dtype": "float16"}),
+    # Hopper's wgmma, waiting for each K-step's wgmma and leaving one running.
+    "fp16_conv4_2_wgmma": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "128x128x64-s4",
+                               {"dtype": "float16"}),
+    "fp16_conv4_2_wgmma_f1": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "128x128x64-s5-f1",
+                                  {"dtype": "float16"}),
     "fp16_conv4_2_torch": Case(VGG_CONV4_2, "torch", options={"dtype": "float16"}),
+    "tf32_conv4_2_wgmma_f1": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "128x128x32-s5-f1",
+                                  {"math": "tf32"}),
+    "tf32_conv4_2_torch": Case(VGG_CONV4_2, "torch", options={"math": "tf32"}),
     "fp16_res2_1x1b_tc": Case(RES2_1X1B, "implicit_gemm_tc", "128x128", {"dtype": "float16"}),
     "fp16_res2_1x1b_torch": Case(RES2_1X1B, "torch", options={"dtype": "float16"}),
     # 3xTF32 (FP32 accuracy) and the SIMT kernel that ResNet-50's 1x1 layers fall back on.
     "fp32_res3_3x3_tc": Case(RES3_3X3, "implicit_gemm_tc", "128x128"),
     "fp32_res4_1x1b_simt": Case(RES4_1X1B, "implicit_gemm", "128x128x8"),
+    "fp32_res4_1x1b_wgmma_3x": Case(RES4_1X1B, "implicit_gemm_wgmma", "128x128x32-s3"),
     "fp32_res4_1x1b_torch": Case(RES4_1X1B, "torch"),
     # Depthwise: stride 2, and 7x7 planes, where the tile kernel ran at 0.33-0.73x PyTorch.
     "dw_s2_tile": Case(MBV2_DW_S2, "depthwise", "32x16p2_3x3"),

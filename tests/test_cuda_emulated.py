@@ -289,6 +289,23 @@ _TC_BWD_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
 #:   A descriptor with LBO and SBO swapped               -> relative error 1.2-1.3
 #:   B descriptor without the k16 step's offset          -> relative error 1.2
 #:   epilogue register 4j + 2h + v (v and h swapped)     -> relative error 0.9
+#: and, on the float32 and -f1 paths (2026-11-25, eleventh session), each caught on the case
+#: named:
+#:   TF32 transpose storing v unrounded (the tensor core
+#:     truncates)                        tc_deep round_up -> relative error 1.46e-3 (> 1e-3)
+#:   3xTF32 without small.big            tc_deep          -> relative error 2.0e-4
+#:   3xTF32 summed straight into acc     tc_long_k f32    -> relative error 1.52e-5 (> 1e-5;
+#:                                                           1.6e-5 for mma.sync on an H100)
+#:   x's small copy at offset 0 (big read twice)  tc_deep -> relative error 1.0
+#:   -f1 copies as far ahead as at wait 0
+#:     (AHEAD = STAGES - 1)              tc_long_k f16    -> abort: ASan use-after-poison as
+#:                                                           the wait re-reads the operand a
+#:                                                           cp.async is refilling
+#:   copies issued for step kt + STAGES - 1 after a
+#:     prologue of AHEAD steps           tc_deep f16      -> unwritten outputs (s5-f1)
+#:   the wgmma_wait<0> after the loop removed  tc_deep f16 -> abort: "block ended with wgmma
+#:                                                           operations never waited for"
+#:   split K's slices all from K-step 0 (kbase 0)  tc_long_k f16 -> relative error 2.5 (-k8)
 _WG_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float16", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
     ("bfloat16", "fp32"): ("tc_deep", "tc_nhwc_groups"),

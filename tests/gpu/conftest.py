@@ -94,3 +94,37 @@ def config_failures(algorithm: Algorithm, problem: ConvProblem) -> list[str]:
         if not err <= limit:
             failures.append(f"{config}: rel err {err:.3g} (limit {limit:g})")
     return failures
+
+
+def math_errors(algorithm: Algorithm, config: str) -> dict[str, float]:
+    """The relative error of a float32 `config` at math "fp32" and at "tf32", on the same
+    inputs (ResNet-50's res4 3x3 at batch 2: K = 2304)."""
+    import cupy
+
+    from tests.cuda_shapes import SHAPES
+
+    errors = {}
+    for math in ("fp32", "tf32"):
+        problem = ConvProblem(**SHAPES["r50_res4_3x3"], math=math)
+        rng = np.random.default_rng(0)
+        x_host = rng.standard_normal(problem.input_shape).astype(np.float32)
+        w_host = rng.standard_normal(problem.filter_shape).astype(np.float32)
+        y = cupy.full(problem.output_shape, np.nan, np.float32)
+        nbytes = algorithm.workspace_bytes(problem, config)
+        workspace = cupy.empty(nbytes, cupy.uint8) if nbytes else None
+        algorithm.run(cupy.asarray(x_host), cupy.asarray(w_host), y, workspace, problem, config)
+        errors[math] = relative_error(cupy.asnumpy(y), reference_conv(x_host, w_host, problem))
+    return errors
+
+
+def assert_every_config_passes(algorithm: Algorithm, shape: str, dtype: str, math: str) -> None:
+    """`algorithm` supports tests/cuda_shapes.py's `shape` in this dtype and math, and each
+    of its configurations passes config_failures."""
+    from tests.cuda_shapes import SHAPES
+    from tests.precision import make_problem
+
+    problem = make_problem(**SHAPES[shape], dtype=dtype, math=math)
+    support = algorithm.supports(problem)
+    assert support, support.reason
+    failures = config_failures(algorithm, problem)
+    assert not failures, f"{shape} {dtype} {math}:\n" + "\n".join(failures)

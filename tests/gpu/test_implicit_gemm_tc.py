@@ -13,9 +13,7 @@ import numpy as np
 import pytest
 
 from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda, vector_elements, vector_widths
-from algorithms.reference import reference_conv, relative_error
-from tests.cuda_shapes import SHAPES
-from tests.gpu.conftest import config_failures
+from tests.gpu.conftest import assert_every_config_passes, math_errors
 from tests.precision import make_problem, nan_storage, to_float, to_storage
 
 pytestmark = pytest.mark.gpu
@@ -31,26 +29,12 @@ ALGORITHM = ImplicitGemmTcCuda()
 @pytest.mark.parametrize(("dtype", "math"), MODES)
 @pytest.mark.parametrize("shape", GPU_SHAPES)
 def test_every_config_matches_reference_and_torch(shape: str, dtype: str, math: str) -> None:
-    problem = make_problem(**SHAPES[shape], dtype=dtype, math=math)
-    support = ALGORITHM.supports(problem)
-    assert support, support.reason
-    failures = config_failures(ALGORITHM, problem)
-    assert not failures, f"{shape} {dtype} {math}:\n" + "\n".join(failures)
+    assert_every_config_passes(ALGORITHM, shape, dtype, math)
 
 
 def test_tf32_is_less_accurate_than_3xtf32() -> None:
     """1xTF32 must not silently run the 3xTF32 path (or the reverse)."""
-    import cupy
-
-    errors = {}
-    for math in ("fp32", "tf32"):
-        problem = make_problem(**SHAPES["r50_res4_3x3"], math=math)
-        rng = np.random.default_rng(0)
-        x_host = rng.standard_normal(problem.input_shape).astype(np.float32)
-        w_host = rng.standard_normal(problem.filter_shape).astype(np.float32)
-        y = cupy.full(problem.output_shape, np.nan, np.float32)
-        ALGORITHM.run(cupy.asarray(x_host), cupy.asarray(w_host), y, None, problem, "64x64")
-        errors[math] = relative_error(cupy.asnumpy(y), reference_conv(x_host, w_host, problem))
+    errors = math_errors(ALGORITHM, "64x64")
     assert errors["fp32"] <= 1e-5 < errors["tf32"] <= 1e-3
 
 
