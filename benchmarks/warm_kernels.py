@@ -5,10 +5,11 @@ Usage: python benchmarks/warm_kernels.py [--jobs N] [--device INDEX]
 `get_kernel` compiles one template instance per NVRTC call, on first use, in the process
 that needs it. On a fresh GPU machine that is every instance once per test worker or
 benchmark process until CuPy's on-disk cache (~/.cupy/kernel_cache, keyed by the source,
-the options and the instance) holds it. This fills that cache first, one process per CPU
-core, so that `gpu_session.sh`'s later steps spend their time limits on tests and
-measurements instead of compilation. Prints how many instances it compiled and how long
-that took (the cost a fresh machine pays once).
+the options and the instance) holds it; the sm_90a (wgmma) instances, which NVRTC builds
+outside CuPy, are kept in a folder of that cache by algorithms/cuda/_feature.py. This
+fills that cache first, one process per CPU core, so that `gpu_session.sh`'s later steps
+spend their time limits on tests and measurements instead of compilation. Prints how many
+instances it compiled and how long that took (the cost a fresh machine pays once).
 """
 
 from __future__ import annotations

@@ -131,31 +131,21 @@ def get_kernel(filename: str, name_expression: str) -> Any:
 
 
 def _feature_kernel(cupy: Any, filename: str, name_expression: str) -> Any:
-    """`name_expression` compiled by NVRTC for FEATURE_ARCH[filename] and loaded; a
-    RuntimeError on a device of another compute capability (before anything is compiled).
-
-    Not in CuPy's disk cache: each process compiles such a kernel once (a second or two).
-    """
+    """`name_expression` compiled by NVRTC for FEATURE_ARCH[filename] (or read from
+    _feature's disk cache) and loaded; a RuntimeError on a device of another compute
+    capability (before anything is compiled)."""
     from cupy.cuda import function
-    from cupy_backends.cuda.libs import nvrtc
+
+    from algorithms.cuda import _feature
 
     arch = FEATURE_ARCH[filename]
     capability = str(cupy.cuda.Device().compute_capability)
     if capability != arch.removeprefix("sm_").rstrip("a"):
         raise RuntimeError(f"{filename} needs a GPU of compute capability "
                            f"{arch.removeprefix('sm_')} ({arch}); this one is {capability}")
-    program = nvrtc.createProgram(_cached_source(filename), filename, (), ())
-    try:
-        nvrtc.addNameExpression(program, name_expression)
-        try:
-            nvrtc.compileProgram(program, (*NVRTC_OPTIONS, f"-arch={arch}"))
-        except nvrtc.NVRTCError as exc:
-            raise RuntimeError(f"NVRTC failed on {name_expression} for {arch}: "
-                               f"{nvrtc.getProgramLog(program)}") from exc
-        lowered = nvrtc.getLoweredName(program, name_expression)
-        cubin = nvrtc.getCUBIN(program)
-    finally:
-        nvrtc.destroyProgram(program)
+    lowered, cubin = _feature.binary(
+        _cached_source(filename), filename, name_expression, (*NVRTC_OPTIONS, f"-arch={arch}"),
+        _feature.nvrtc_version(), _feature.nvrtc_compile, _feature.cache_dir())
     module = function.Module()
     module.load(cubin)
     return module.get_function(lowered)  # the Function holds its Module
