@@ -193,8 +193,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
             for (int i = 0; i < A_LOADS; ++i) {
                 const int m = m0 + row0 + i * ROW_STEP;
                 const bool ok = m < kg && kk < CRS;  // CRS is a multiple of VEC
-                cp_async<16>(a_dst + i * THREADS * 16ull, ok ? wg + copy * w_small + m * CRS + kk : w,
-                             ok);
+                const T* src = ok ? wg + copy * w_small + m * CRS + kk : w;
+                cp_async<16>(a_dst + i * THREADS * 16ull, src, ok);
             }
             const unsigned long long b_dst = a_dst + A_BYTES;
 #pragma unroll

@@ -18,6 +18,9 @@ bite by an injected bug (the kernels' `bug` argument):
 | cp.async | global address as destination | abort: outside shared memory |
 | dynamic shared memory | over 48 KiB without an opt-in | abort: names the missing opt-in |
 | dynamic shared memory | more than the kernel opted in to | abort: over the opt-in |
+| wgmma m64n8 f16 / tf32 | A descriptor with LBO and SBO swapped | result != model |
+| wgmma m64n8 f16 / tf32 | accumulator registers v and h swapped | result != model |
+| wgmma m64n8 f16 | accumulators read before wgmma.wait_group | result != model (NaN) |
 """
 
 from __future__ import annotations
@@ -39,15 +42,16 @@ pytestmark = pytest.mark.skipif(_missing is not None, reason=f"cannot emulate: {
 
 
 def _run(tmp_path: Path, kernel: str, bug: int, arrays: list[np.ndarray],
-         smem: tuple[int, int] = (0, 48 * 1024)) -> tuple[list[np.ndarray] | None, str]:
+         smem: tuple[int, int] = (0, 48 * 1024),
+         threads: int = 32) -> tuple[list[np.ndarray] | None, str]:
     """(the kernel's arrays after the launch, or None if it aborted; its stderr). `smem`:
-    the launch's dynamic shared memory and the kernel's opt-in."""
+    the launch's dynamic shared memory and the kernel's opt-in; `threads`: the block's."""
     src, dst = tmp_path / "in.npz", tmp_path / "out.npz"
     named: dict[str, Any] = {f"a{i}": a for i, a in enumerate(arrays)}
     np.savez(src, **named)
     done = subprocess.run(
         [sys.executable, "-m", "tests.cuda_emu.warp_run", kernel, str(bug), str(src), str(dst),
-         *map(str, smem)],
+         *map(str, smem), str(threads)],
         capture_output=True, text=True, cwd=ROOT_DIR, env=sanitizer_env(), timeout=600)
     if done.returncode != 0:
         return None, done.stderr
@@ -174,3 +178,34 @@ def test_dynamic_shared_memory_beyond_48_kib_needs_the_kernels_opt_in(
         return
     assert out is not None, err
     assert np.array_equal(out[0], 3.0 * np.arange(32, dtype=np.float32))
+
+
+def _tf32_truncated(x: np.ndarray) -> np.ndarray:
+    """What the tensor core reads of a float as a .tf32 operand: its 19 high bits."""
+    bits = x.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    return bits.view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize(("dtype", "bug"), [("half_t", 0), ("half_t", 1), ("half_t", 2),
+                                            ("half_t", 3), ("float", 0), ("float", 1),
+                                            ("float", 2)])
+def test_wgmma_m64n8(tmp_path: Path, dtype: str, bug: int) -> None:
+    # The model: D = A . B^T + C with A (64 x K) and B (8 x K) as the PTX ISA's K-major
+    # canonical layout holds them, f16 exact, tf32 truncated to 19 bits.
+    rng = np.random.default_rng(5)
+    k = 16 if dtype == "half_t" else 8
+    a64, b64 = rng.standard_normal((64, k)), rng.standard_normal((8, k))
+    c = rng.standard_normal((64, 8)).astype(np.float32)
+    if dtype == "half_t":
+        a, b = a64.astype(np.float16).view(np.uint16), b64.astype(np.float16).view(np.uint16)
+        a_val, b_val = (m.view(np.float16).astype(np.float64) for m in (a, b))
+    else:
+        a, b = a64.astype(np.float32), b64.astype(np.float32)
+        a_val, b_val = _tf32_truncated(a), _tf32_truncated(b)
+    out, err = _run(tmp_path, f"wgmma_kernel<{dtype}>", bug,
+                    [a, b, c, np.full((64, 8), np.nan, np.float32)], (2304, 48 * 1024), 128)
+    assert out is not None, err
+    if bug == 3:  # the emulator holds a wgmma's results back as NaN until its wait
+        assert np.isnan(out[3]).all()
+        return
+    assert _close(out[3], a_val @ b_val.T + c) == (bug == 0)

@@ -594,6 +594,8 @@ inline void wgmma_forward(const char* op, Tuple&& args, std::index_sequence<I...
 EMU_WGMMA(128, 16, f16, unsigned short, half_bits_to_float)
 EMU_WGMMA(128, 16, bf16, unsigned short, bf16_bits_to_float)
 EMU_WGMMA(128, 8, tf32, unsigned int, tf32_operand)
+EMU_WGMMA(8, 16, f16, unsigned short, half_bits_to_float)  // tests/cuda_emu/warp_kernels.cu
+EMU_WGMMA(8, 8, tf32, unsigned int, tf32_operand)
 
 inline void ptx_wgmma_commit_group_sync_aligned() {
     const std::size_t me = my_thread();

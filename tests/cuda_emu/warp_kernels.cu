@@ -124,3 +124,65 @@ __global__ void __launch_bounds__(32) dynamic_smem_kernel(float* out, int bytes)
     __syncthreads();
     out[lane] = s[lane] + s[last + lane];
 }
+
+// One wgmma m64n8 on one warpgroup (128 threads): D (64x8) = A (64xK) . B^T (B: 8xK) + C,
+// K = 32 bytes of elements (k16 for half_t, k8 for float as TF32). A and B come row-major
+// from global memory and are staged by plain stores into the K-major, unswizzled canonical
+// layout that the PTX ISA's matrix descriptors describe: core matrices of 8 rows x 16 bytes;
+// the two core matrices along K of an 8-row group LBO = 128 bytes apart, 8-row groups
+// SBO = 256 bytes apart; A at byte 0 of dynamic shared memory, B at 2048. D goes out by the
+// accumulator layout: lane l of warp w, g = l / 4, t = l % 4, register 2v + h holds row
+// 16w + g + 8v, column 2t + h. bug 1: A's descriptor with LBO and SBO swapped; bug 2: D's
+// registers v and h swapped; bug 3: no wgmma.wait_group before reading D.
+__device__ __forceinline__ void wgmma_m64n8(const half_t*, float (&d)[4], unsigned long long a,
+                                            unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, %4, %5, "
+                 "%6, %7, %8, %9, %10;"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "l"(a), "l"(b), "n"(1), "n"(1), "n"(1), "n"(0), "n"(0));
+}
+__device__ __forceinline__ void wgmma_m64n8(const float*, float (&d)[4], unsigned long long a,
+                                            unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0, %1, %2, %3}, %4, %5, "
+                 "%6, %7, %8;"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "l"(a), "l"(b), "n"(1), "n"(1), "n"(1));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(128) wgmma_kernel(const T* a, const T* b, const float* c,
+                                                    float* d, int bug) {
+    constexpr int E = sizeof(T), K = 32 / E, CORE_K = 16 / E, LBO = 128, SBO = 256;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    const int tid = threadIdx.x;
+    auto stage = [&](const T* src, int rows, int base) {
+        for (int i = tid; i < rows * K; i += 128) {
+            const int r = i / K, k = i % K;
+            const int at =
+                base + (r / 8) * SBO + (r % 8) * 16 + (k / CORE_K) * LBO + (k % CORE_K) * E;
+            *reinterpret_cast<T*>(smem_raw + at) = src[i];
+        }
+    };
+    stage(a, 64, 0);
+    stage(b, 8, 2048);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> wgmma
+    __syncthreads();
+    const unsigned long long shared = smem_addr(smem_raw);
+    auto desc = [](unsigned long long address, int lbo, int sbo) {
+        return ((address & 0x3FFFFull) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
+               (static_cast<unsigned long long>(sbo >> 4) << 32);
+    };
+    const int w = tid / 32, g = (tid % 32) / 4, t = tid % 4;
+    float acc[4];
+    for (int i = 0; i < 4; ++i) acc[i] = c[(16 * w + g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    wgmma_m64n8(a, acc, bug == 1 ? desc(shared, SBO, LBO) : desc(shared, LBO, SBO),
+                desc(shared + 2048, LBO, SBO));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    if (bug != 3) asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(0) : "memory");
+    for (int i = 0; i < 4; ++i) {
+        const int v = bug == 2 ? i % 2 : i / 2, h = bug == 2 ? i / 2 : i % 2;
+        d[(16 * w + g + 8 * v) * 8 + 2 * t + h] = acc[i];
+    }
+    if (bug == 3) asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(0) : "memory");
+}
