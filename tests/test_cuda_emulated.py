@@ -310,7 +310,7 @@ _WG_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float16", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
     ("bfloat16", "fp32"): ("tc_deep", "tc_nhwc_groups"),
     ("float32", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
-    ("float32", "tf32"): ("tc_deep", "tc_nhwc_groups", "tc_multi_block"),
+    ("float32", "tf32"): ("tc_deep", "tc_nhwc_groups"),
 }
 _WG_BWD = dict(n=8, c=16, h=5, w=6, k=8, r=3, s=3, pad=1, stride=2)
 #: The backward directions on wgmma: 16-bit, and 3xTF32 (the FP32 tolerance).
