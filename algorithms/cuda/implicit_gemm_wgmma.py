@@ -21,7 +21,9 @@ Precision (`problem.math`), as implicit_gemm_tc's:
   shared memory, so the split into big = tf32(v) and small = tf32(v - big) cannot happen in
   registers as in the mma.sync kernel: the NHWC copies write both parts, and each K-step
   loads both tiles of both operands (twice the copy traffic and shared memory of 1xTF32) and
-  runs small.big + big.small + big.big.
+  runs small.big + big.small + big.big, summed per K-step from zero and then added to the
+  accumulators in FP32 (the tensor core's sums round toward zero, which over long K cost the
+  mma.sync kernel its FP32 accuracy on an H100).
 
 Configurations "BMx128xBK-sS[-f1]": BM output channels (64, 128 or 256: one, two or four
 warpgroups) by 128 output pixels per block, K-steps of BK = 128 bytes (64 16-bit values or
@@ -205,7 +207,7 @@ def tf32_parts(problem: ConvProblem) -> int:
 
 
 class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
-    """Implicit-GEMM convolution on Hopper's wgmma, 16-bit operands, NHWC copies."""
+    """Implicit-GEMM convolution on Hopper's wgmma (16-bit, TF32, 3xTF32), NHWC copies."""
 
     name: ClassVar[str] = "implicit_gemm_wgmma"
     dtypes: ClassVar[tuple[str, ...]] = tuple(CTYPES)
