@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, Protocol
 
-from algorithms.base import AlgorithmBase
-from algorithms.cuda._loader import CTYPES, ceil_div
+from algorithms.base import SUPPORTED, AlgorithmBase, Support, unsupported
+from algorithms.cuda._loader import CTYPES, ceil_div, tensors_fit_int32
 from algorithms.problem import ConvProblem
 
 #: CUDA's limit on gridDim.y (and z).
@@ -56,3 +56,13 @@ def fitting_tiles(problem: ConvProblem, tiles: Mapping[str, BlockTile]) -> tuple
     """The names of `tiles` whose implicit-GEMM grid fits CUDA's."""
     return tuple(name for name, t in tiles.items()
                  if gemm_grid(problem, t.bm, t.bn)[1] <= GRID_Y_LIMIT)
+
+
+def gemm_limits(problem: ConvProblem, configs: tuple[str, ...]) -> Support:
+    """The limits every tiled implicit-GEMM kernel shares: 32-bit indexing, and a grid that
+    fits for at least one of `configs` (the algorithm's offer for the problem)."""
+    if not tensors_fit_int32(problem):
+        return unsupported("a tensor has 2**31 elements or more (32-bit indexing)")
+    if not configs:
+        return unsupported("too many groups x channel tiles for the grid")
+    return SUPPORTED

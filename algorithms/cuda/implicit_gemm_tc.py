@@ -73,7 +73,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, Work, WorkspaceLayout, unsupported
+from algorithms.base import Support, Work, WorkspaceLayout
 from algorithms.cuda import _rearrange
 from algorithms.cuda._base import (
     BlockTile,
@@ -81,6 +81,7 @@ from algorithms.cuda._base import (
     fitting_tiles,
     gemm_fill,
     gemm_grid,
+    gemm_limits,
 )
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
@@ -367,11 +368,7 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
 
     def _limits(self, problem: ConvProblem) -> Support:
         """Any geometry within the indexing and grid limits (every math mode)."""
-        if not tensors_fit_int32(problem):
-            return unsupported("a tensor has 2**31 elements or more (32-bit indexing)")
-        if not self.configs(problem):
-            return unsupported("too many groups x channel tiles for the grid")
-        return SUPPORTED
+        return gemm_limits(problem, self.configs(problem))
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
         """The tiles whose grid fits this problem, NCHW, NHWC, then with NHWC the 16-bit

@@ -54,9 +54,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, Work, WorkspaceLayout, unsupported
+from algorithms.base import Support, Work, WorkspaceLayout, unsupported
 from algorithms.cuda import _rearrange, implicit_gemm_tc
-from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_fill, gemm_grid
+from algorithms.cuda._base import (
+    CudaAlgorithm,
+    fitting_tiles,
+    gemm_fill,
+    gemm_grid,
+    gemm_limits,
+)
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
     allow_shared_memory,
@@ -64,7 +70,6 @@ from algorithms.cuda._loader import (
     get_kernel,
     grid_stride_blocks,
     shape_args,
-    tensors_fit_int32,
 )
 from algorithms.cuda.implicit_gemm_tc import k_splits, passes, split_steps
 from algorithms.problem import DTYPES as DTYPE_BYTES
@@ -220,11 +225,7 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
             return unsupported(f"implicit_gemm_wgmma needs C/groups a multiple of {vector} "
                                f"for {problem.dtype} (16-byte copies within one filter tap), "
                                f"got {cg}")
-        if not tensors_fit_int32(problem):
-            return unsupported("a tensor has 2**31 elements or more (32-bit indexing)")
-        if not self.configs(problem):
-            return unsupported("too many groups x channel tiles for the grid")
-        return SUPPORTED
+        return gemm_limits(problem, self.configs(problem))
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
         """The tiles whose grid fits this problem, then those split along K where their grid

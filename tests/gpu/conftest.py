@@ -13,7 +13,8 @@ from algorithms.base import Algorithm
 from algorithms.cuda.runtime import cuda_available
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference, reference_conv, relative_error
-from tests.precision import nan_storage, to_float, to_storage, tolerance_for
+from tests.cuda_shapes import SHAPES
+from tests.precision import make_problem, nan_storage, to_float, to_storage, tolerance_for
 
 _HERE = Path(__file__).resolve().parent
 
@@ -101,8 +102,6 @@ def math_errors(algorithm: Algorithm, config: str) -> dict[str, float]:
     inputs (ResNet-50's res4 3x3 at batch 2: K = 2304)."""
     import cupy
 
-    from tests.cuda_shapes import SHAPES
-
     errors = {}
     for math in ("fp32", "tf32"):
         problem = ConvProblem(**SHAPES["r50_res4_3x3"], math=math)
@@ -120,9 +119,6 @@ def math_errors(algorithm: Algorithm, config: str) -> dict[str, float]:
 def assert_every_config_passes(algorithm: Algorithm, shape: str, dtype: str, math: str) -> None:
     """`algorithm` supports tests/cuda_shapes.py's `shape` in this dtype and math, and each
     of its configurations passes config_failures."""
-    from tests.cuda_shapes import SHAPES
-    from tests.precision import make_problem
-
     problem = make_problem(**SHAPES[shape], dtype=dtype, math=math)
     support = algorithm.supports(problem)
     assert support, support.reason
