@@ -21,6 +21,18 @@ bite by an injected bug (the kernels' `bug` argument):
 | wgmma m64n8 f16 / tf32 | A descriptor with LBO and SBO swapped | result != model |
 | wgmma m64n8 f16 / tf32 | accumulator registers v and h swapped | result != model |
 | wgmma m64n8 f16 | accumulators read before wgmma.wait_group | result != model (NaN) |
+
+The emulator's own bookkeeping of wgmma in flight is pinned the same way, by chains the
+kernel runs on request (`bug` 4 to 6: three ops on one set of registers across a
+wait_group 1; two ops in one group on the registers in different orders; registers read
+while a second group is in flight). Each of these emulator bugs fails one of them:
+
+| emulator bug | caught by |
+|---|---|
+| a chained op starts from the register (NaN), not from the op in flight | 4 (f16, tf32) |
+| an op on reordered registers ignores the ops in flight | 5 |
+| a wait writes registers that a younger op in flight also writes | 6 |
+| a wait writes the oldest chained result, not the newest | 4 (f16, tf32) |
 """
 
 from __future__ import annotations
@@ -187,8 +199,10 @@ def _tf32_truncated(x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("dtype", "bug"), [("half_t", 0), ("half_t", 1), ("half_t", 2),
-                                            ("half_t", 3), ("float", 0), ("float", 1),
-                                            ("float", 2)])
+                                            ("half_t", 3), ("half_t", 4), ("half_t", 5),
+                                            ("half_t", 6),
+                                            ("float", 0), ("float", 1), ("float", 2),
+                                            ("float", 4)])
 def test_wgmma_m64n8(tmp_path: Path, dtype: str, bug: int) -> None:
     # The model: D = A . B^T + C with A (64 x K) and B (8 x K) as the PTX ISA's K-major
     # canonical layout holds them, f16 exact, tf32 truncated to 19 bits.
@@ -205,7 +219,14 @@ def test_wgmma_m64n8(tmp_path: Path, dtype: str, bug: int) -> None:
     out, err = _run(tmp_path, f"wgmma_kernel<{dtype}>", bug,
                     [a, b, c, np.full((64, 8), np.nan, np.float32)], (2304, 48 * 1024), 128)
     assert out is not None, err
-    if bug == 3:  # the emulator holds a wgmma's results back as NaN until its wait
+    if bug in (3, 6):  # the emulator holds a wgmma's results back as NaN until its wait
         assert np.isnan(out[3]).all()
         return
-    assert _close(out[3], a_val @ b_val.T + c) == (bug == 0)
+    product = a_val @ b_val.T
+    if bug == 4:  # three chained wgmma, one still in flight over a wait_group 1
+        assert _close(out[3], 3 * product + c)
+        return
+    if bug == 5:  # the second wgmma's registers in h-swapped order: columns 2t and 2t+1
+        assert _close(out[3], product + product[:, [1, 0, 3, 2, 5, 4, 7, 6]] + c)
+        return
+    assert _close(out[3], product + c) == (bug == 0)

@@ -409,7 +409,7 @@ CASES = {c["id"]: c for c in _cases()}
 @pytest.fixture(scope="module")
 def verdicts() -> dict[str, dict[str, Any]]:
     """Every case's verdict (kernels built in parallel first, then two process chains)."""
-    build_all((f, name) for f, names in shipped_kernels().items() for name in names)
+    build_all(shipped_kernels())
     return run_cases(list(CASES.values()))
 
 

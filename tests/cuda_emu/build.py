@@ -1,4 +1,4 @@
-"""Compile one kernel template instance of kernels/*.cu for the CPU execution model.
+"""Compile kernel template instances of kernels/*.cu for the CPU execution model.
 
 The source is the loader's own text (`kernel_source`, what NVRTC compiles on a GPU) with two
 CUDA-only constructs rewritten into calls of runtime.h: `__shared__` declarations and inline
@@ -6,7 +6,8 @@ PTX (each `asm` statement becomes `emu::ptx_<mnemonic>(operands in template orde
 instruction fails to compile until runtime.h emulates it). The library is built with
 AddressSanitizer and UBSan (bounds, alignment, signed overflow, shifts), so it must be loaded
 into a process started with libasan preloaded (`sanitizer_env`). Built libraries are cached
-on disk, keyed by everything that goes into them.
+on disk, keyed by everything that goes into them. One library holds a group of a file's
+instances (`groups`), as one CuPy module holds every instance of a file on a GPU.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,8 +35,10 @@ RUNTIME = HERE / "runtime.h"
 #: Headers runtime.h includes (part of every library's cache key).
 HEADERS = (RUNTIME, HERE / "warp.h")
 CXX = shutil.which("g++")
+# -g1 (line tables, no variable info): sanitizer stacks still name file and line, and the
+# build takes a quarter less time than with -g.
 FLAGS = (
-    "-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer",
+    "-std=c++17", "-O1", "-g1", "-fPIC", "-shared", "-fno-omit-frame-pointer",
     "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-Wall", "-Wno-unknown-pragmas",
 )
 CACHE = Path(tempfile.gettempdir()) / f"convtune-cuda-emu-{os.getuid()}"
@@ -180,40 +183,107 @@ def translate(filename: str) -> str:
     return text
 
 
-def has_barrier(source: str, kernel: str) -> bool:
-    """Whether the body of `kernel` (a function in `source`) calls __syncthreads()."""
-    match = re.search(rf"\b{kernel}\s*\(", source)
-    if match is None:
+#: What makes a kernel's threads need fibers: a barrier, or a warp-synchronous instruction
+#: (its lanes park until the whole warp or warpgroup has arrived).
+_FIBERS = re.compile(r"__syncthreads|emu::ptx_(?:mma|ldmatrix|wgmma)")
+_NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "return", "sizeof", "alignof",
+                            "decltype", "static_assert"})
+_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*\(")
+
+
+@functools.cache
+def _function_bodies(source: str) -> dict[str, str]:
+    """Function name -> the bodies of every definition of that name in `source` (comments out)."""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+    bodies: dict[str, list[str]] = {}
+    for match in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", text):
+        if match.group(1) in _NOT_FUNCTIONS:
+            continue
+        try:
+            close = _closing(text, match.end() - 1, "()")
+            brace = re.compile(r"\s*(?:const\s*)?\{").match(text, close + 1)
+            if brace is not None:
+                bodies.setdefault(match.group(1), []).append(
+                    text[brace.end() - 1:_closing(text, brace.end() - 1, "{}") + 1])
+        except ValueError:  # unbalanced from here on (a parenthesis in a string): no body
+            continue
+    return {name: "\n".join(parts) for name, parts in bodies.items()}
+
+
+def needs_fibers(source: str, kernel: str) -> bool:
+    """Whether `kernel`, or a function it calls (by name, transitively), has a barrier or a
+    warp-synchronous instruction. Calls are matched by name alone, so this errs towards
+    fibers; a kernel misjudged as fiber-free fails loudly at its first barrier (runtime.h).
+    """
+    bodies = _function_bodies(source)
+    if kernel not in bodies:
         raise ValueError(f"kernel {kernel} not found")
-    start = source.index("{", _closing(source, match.end() - 1, "()"))
-    return "__syncthreads" in source[start:_closing(source, start, "{}")]
+    seen, todo = {kernel}, [kernel]
+    while todo:
+        body = bodies[todo.pop()]
+        if _FIBERS.search(body):
+            return True
+        for name in _CALL.findall(body):
+            if name in bodies and name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return False
 
 
-def unit_source(filename: str, name_expression: str) -> str:
-    """A translation unit that exports one kernel instance's launcher and signature."""
+def unit_source(filename: str, group: tuple[str, ...]) -> str:
+    """A translation unit that exports the launcher and signature of each instance of `group`.
+
+    Instance i of the group is `emu_launch_i` / `emu_signature_i`. One unit holds many
+    instances because the runtime, compiled with the sanitizers, is most of a unit's compile
+    time: a group of 12 builds in about the time of two single instances.
+    """
     text = translate(filename)
-    # Warp-synchronous instructions park lanes as fibers, like barriers do.
-    barriers = has_barrier(text, name_expression.split("<")[0].strip()) or bool(
-        re.search(r"emu::ptx_(mma|ldmatrix|wgmma)", text))
-    return (
-        f"#define EMU_NO_BARRIERS {int(not barriers)}\n"
+    parts = [
         # Only a file with wgmma tracks which cp.async landings still need a proxy fence.
         f"#define EMU_USES_WGMMA {int('emu::ptx_wgmma' in text)}\n"
         f'#include "{RUNTIME}"\n{text}\n'
-        f'extern "C" const char* emu_signature() {{ return emu::signature(&{name_expression}); }}\n'
-        'extern "C" void emu_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
-        "unsigned by, unsigned bz, std::size_t smem, std::size_t smem_limit, void** args, "
-        "int schedule, unsigned seed) {\n"
-        f"    emu::launch(&{name_expression}, dim3{{gx, gy, gz}}, dim3{{bx, by, bz}}, smem, "
-        "smem_limit, args, schedule, seed);\n}\n"
-    )
+    ]
+    for i, name in enumerate(group):
+        fibers = needs_fibers(text, name.split("<")[0].strip())
+        parts.append(
+            f'extern "C" const char* emu_signature_{i}() {{ return emu::signature(&{name}); }}\n'
+            f'extern "C" void emu_launch_{i}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
+            "unsigned by, unsigned bz, std::size_t smem, std::size_t smem_limit, void** args, "
+            "int schedule, unsigned seed) {\n"
+            f"    emu::launch(&{name}, dim3{{gx, gy, gz}}, dim3{{bx, by, bz}}, smem, "
+            f"smem_limit, args, schedule, seed, {str(fibers).lower()});\n}}\n"
+        )
+    return "".join(parts)
 
 
-def build(filename: str, name_expression: str) -> Path:
-    """The cached shared library for one kernel instance, compiled if needed."""
+#: Instances per translation unit: big enough to share the runtime's compile time, small
+#: enough that a file's groups spread over the cores.
+GROUP_SIZE = 12
+
+
+def groups(instances: Iterable[str], size: int = GROUP_SIZE) -> list[tuple[str, ...]]:
+    """`instances` (one file's name expressions) in sorted groups of at most `size`.
+
+    Deterministic, so that a process that only knows the instance list (a case runner)
+    finds the library another process built.
+    """
+    names = sorted(set(instances))
+    return [tuple(names[i:i + size]) for i in range(0, len(names), size)]
+
+
+def group_of(name_expression: str, instances: Iterable[str]) -> tuple[str, ...]:
+    """The group of `instances` that holds `name_expression`, or it alone if none does."""
+    for group in groups(instances):
+        if name_expression in group:
+            return group
+    return (name_expression,)
+
+
+def build(filename: str, group: tuple[str, ...]) -> Path:
+    """The cached shared library for a group of one file's kernel instances, compiled if needed."""
     if CXX is None:
         raise RuntimeError("g++ is not on PATH")
-    source = unit_source(filename, name_expression)
+    source = unit_source(filename, group)
     headers = [h.read_text(encoding="utf-8") for h in HEADERS]
     key = hashlib.sha256("\0".join([source, *headers, CXX, *FLAGS]).encode()).hexdigest()[:24]
     library = CACHE / f"{key}.so"
@@ -228,15 +298,18 @@ def build(filename: str, name_expression: str) -> Path:
         done = subprocess.run([CXX, *FLAGS, str(src), "-o", str(tmp_lib)], capture_output=True,
                               text=True, timeout=600)
         if done.returncode != 0:
-            raise RuntimeError(f"g++ failed on {name_expression}:\n{done.stderr[-4000:]}")
+            raise RuntimeError(f"g++ failed on {', '.join(group)}:\n{done.stderr[-4000:]}")
         os.replace(tmp_lib, library)  # atomic: concurrent builders never see half a file
     return library
 
 
-def build_all(kernels: Iterable[tuple[str, str]], jobs: int | None = None) -> None:
-    """Build many (file, name expression) instances in parallel."""
+def build_all(files: Mapping[str, Iterable[str]], jobs: int | None = None) -> None:
+    """Build every group of every file's instances ({file: name expressions}) in parallel."""
+    units = [(f, g) for f, names in files.items() for g in groups(names)]
+    # The largest groups first, so that no core is left with a big one at the end.
+    units.sort(key=lambda unit: -len(unit[1]))
     with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
-        list(pool.map(lambda fk: build(*fk), set(kernels)))
+        list(pool.map(lambda unit: build(*unit), units))
 
 
 #: ctypes class and the NumPy scalar type CuPy would pass, per signature letter.
@@ -260,14 +333,20 @@ class EmulatedKernel:
     #: (name expression, scalar arguments) of every launch, for tests to inspect.
     launches: ClassVar[list[tuple[str, tuple[Any, ...]]]] = []
 
-    def __init__(self, filename: str, name_expression: str) -> None:
+    def __init__(self, filename: str, name_expression: str,
+                 instances: Iterable[str] = ()) -> None:
+        """`instances`: the file's instances that are built in groups (`group_of`)."""
         self.name = name_expression
         self.max_dynamic_shared_size_bytes = 48 * 1024
-        self._lib = ctypes.CDLL(str(build(filename, name_expression)))
-        self._lib.emu_signature.restype = ctypes.c_char_p
-        self.signature = self._lib.emu_signature().decode()
-        self._lib.emu_launch.restype = None
-        self._lib.emu_launch.argtypes = [
+        group = group_of(name_expression, instances)
+        lib = ctypes.CDLL(str(build(filename, group)))
+        index = group.index(name_expression)
+        signature = getattr(lib, f"emu_signature_{index}")
+        signature.restype = ctypes.c_char_p
+        self.signature = signature().decode()
+        self._launch = getattr(lib, f"emu_launch_{index}")
+        self._launch.restype = None
+        self._launch.argtypes = [
             *[ctypes.c_uint] * 6, ctypes.c_size_t, ctypes.c_size_t,
             ctypes.POINTER(ctypes.c_void_p),
             ctypes.c_int, ctypes.c_uint,
@@ -292,5 +371,5 @@ class EmulatedKernel:
         b = (*block, 1, 1)[:3]
         EmulatedKernel.launches.append(
             (self.name, tuple(a for a in args if isinstance(a, np.generic))))
-        self._lib.emu_launch(*g, *b, shared_mem, self.max_dynamic_shared_size_bytes, pointers,
+        self._launch(*g, *b, shared_mem, self.max_dynamic_shared_size_bytes, pointers,
                              *self.schedule)

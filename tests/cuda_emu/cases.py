@@ -34,6 +34,7 @@ from algorithms.cuda import (
     implicit_gemm,
     implicit_gemm_tc,
     implicit_gemm_wgmma,
+    shipped_kernels,
     winograd,
 )
 from algorithms.reference import reference, relative_error
@@ -64,7 +65,7 @@ SCHEDULES = ((0, 0), (1, 0))
 
 @functools.cache
 def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
-    return EmulatedKernel(filename, name_expression)
+    return EmulatedKernel(filename, name_expression, shipped_kernels().get(filename, ()))
 
 
 def install() -> None:

@@ -139,6 +139,7 @@ struct Block {
     unsigned char* dynamic_shared = nullptr;
     std::size_t dynamic_bytes = 0;
     std::size_t dynamic_limit = kSharedLimit;  // the kernel's opt-in, or 48 KiB
+    bool fibers_on = true;  // false: a barrier-free kernel, its threads run one after another
     const void* main_stack_bottom = nullptr;
     std::size_t main_stack_size = 0;
 };
@@ -242,14 +243,8 @@ inline unsigned char* dynamic_shared() {
     return g_block->dynamic_shared;
 }
 
-// build.py defines EMU_NO_BARRIERS for a kernel whose body has no __syncthreads(): its
-// threads then run one after another on the scheduler's own stack, with no fibers.
-#ifndef EMU_NO_BARRIERS
-#define EMU_NO_BARRIERS 0
-#endif
-
 inline void syncthreads() {
-    if (EMU_NO_BARRIERS) fail("__syncthreads() in a kernel built as barrier-free");
+    if (!g_block->fibers_on) fail("__syncthreads() in a kernel launched as barrier-free");
     Fiber& f = *g_block->current;
     ++f.barriers;
     f.state = kAtBarrier;
@@ -349,9 +344,11 @@ void call(void (*kernel)(Ps...), void** args, std::index_sequence<I...>) {
 
 // Runs the whole grid; returns only if every check passed (failures abort the process).
 // `smem_limit`: the kernel's max_dynamic_shared_size_bytes (48 KiB unless it opted in).
+// `fibers` false (build.py: a kernel with neither barriers nor warp instructions) runs the
+// threads one after another on the scheduler's own stack, with no fibers.
 template <typename... Ps>
 void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,
-            std::size_t smem_limit, void** args, int schedule, unsigned int seed) {
+            std::size_t smem_limit, void** args, int schedule, unsigned int seed, bool fibers) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
         grid.x > 2147483647u) {
         fail("grid dimensions out of range");
@@ -375,7 +372,8 @@ void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,
     b.dynamic_limit = smem_limit;
     b.body = [&] { call(kernel, args, std::index_sequence_for<Ps...>{}); };
     b.fibers.resize(threads);
-    if (!EMU_NO_BARRIERS) {
+    b.fibers_on = fibers;
+    if (fibers) {
         for (Fiber& f : b.fibers) f.stack = static_cast<char*>(std::malloc(kStackBytes));
     }
     g_block = &b;
@@ -399,14 +397,14 @@ void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,
                             f.done = false;
                             f.shared_next = 0;
                             f.state = kRunnable;
-                            if (!EMU_NO_BARRIERS) start_fiber(f);
+                            if (fibers) start_fiber(f);
                         }
                     }
                 }
-                if (EMU_NO_BARRIERS) {
-                    run_threads_in_order(b, schedule, rng);
-                } else {
+                if (fibers) {
                     run_block(b, schedule, rng);
+                } else {
+                    run_threads_in_order(b, schedule, rng);
                 }
                 end_block_async(b);
                 for (void* p : b.shared) std::free(p);

@@ -16,7 +16,7 @@
 #pragma once
 
 #include <cstring>
-#include <map>
+#include <unordered_map>
 #include <tuple>
 #include <utility>
 
@@ -98,7 +98,7 @@ inline std::vector<GroupState<128>> g_warpgroups;
 // one runs `compute(lanes)`.
 template <int SIZE = 32, typename F>
 inline void warp_collective(const char* op, const void* in, void* out, F&& compute) {
-    if (EMU_NO_BARRIERS) fail("warp instruction in a kernel built without fibers");
+    if (!g_block->fibers_on) fail("warp instruction in a kernel launched without fibers");
     Block& b = *g_block;
     Fiber& f = *b.current;
     const std::size_t t = static_cast<std::size_t>(&f - b.fibers.data());
@@ -117,7 +117,7 @@ inline void warp_collective(const char* op, const void* in, void* out, F&& compu
     GroupState<SIZE>& w = groups[t / SIZE];
     if (w.arrived == 0) {
         w.op = op;
-    } else if (std::strcmp(w.op, op) != 0) {
+    } else if (w.op != op && std::strcmp(w.op, op) != 0) {  // literals are usually merged
         fail("lanes of a warp are at different warp-synchronous instructions");
     }
     w.lanes[t % SIZE] = {in, out};
@@ -181,36 +181,47 @@ struct MmaIn {
     float c[4];
 };
 
+// s[i][j] += the products a[i][p] * b[j][p] (a: m x k, b: n x k), each sum in p order and in
+// double. Products are exact in double; the callers round the sums toward zero, as tensor
+// cores truncate their FP32 sums (Fasi et al., "Numerical behavior of NVIDIA tensor cores",
+// 2021), a bias that grows with K when a kernel keeps accumulating into one register (3xTF32
+// at K = 4608 measured 3.2e-5 on an H100 that way); round-to-nearest here hid that.
+// It reads only the emulator's own arrays, so it is built without the sanitizers, which check
+// kernels: instrumented, it was half of an emulated tensor-core kernel's run time.
+__attribute__((no_sanitize("address", "undefined")))
+inline void product_sums(const float* a, const float* b, int m, int n, int k, double* s) {
+    for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+            double sum = s[i * n + j];
+            for (int p = 0; p < k; ++p) sum += double(a[i * k + p]) * double(b[j * k + p]);
+            s[i * n + j] = sum;
+        }
+    }
+}
+
 template <int K, typename ElemA, typename ElemB>
 inline void mma_m16n8(const char* op, float* d[4], const MmaIn& in, ElemA elem_a, ElemB elem_b) {
     float* outs[4] = {d[0], d[1], d[2], d[3]};
     warp_collective(op, &in, outs, [&](WarpLane* lanes) {
-        float A[16][K], B[K][8], C[16][8];
+        float A[16][K], B[8][K];  // B[n][k]
+        double S[16][8];
         for (int lane = 0; lane < 32; ++lane) {
             const auto& v = *static_cast<const MmaIn*>(lanes[lane].in);
             const int g = lane / 4, t = lane % 4;
             for (int i = 0; i < 4; ++i) elem_a(A, v.a, g, t, i);
             for (int i = 0; i < 2; ++i) elem_b(B, v.b, g, t, i);
-            C[g][2 * t] = v.c[0];
-            C[g][2 * t + 1] = v.c[1];
-            C[g + 8][2 * t] = v.c[2];
-            C[g + 8][2 * t + 1] = v.c[3];
+            S[g][2 * t] = v.c[0];
+            S[g][2 * t + 1] = v.c[1];
+            S[g + 8][2 * t] = v.c[2];
+            S[g + 8][2 * t + 1] = v.c[3];
         }
+        product_sums(&A[0][0], &B[0][0], 16, 8, K, &S[0][0]);
         for (int lane = 0; lane < 32; ++lane) {
             float** out = static_cast<float**>(lanes[lane].out);
             const int g = lane / 4, t = lane % 4;
             const int rows[4] = {g, g, g + 8, g + 8};
             const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-            for (int i = 0; i < 4; ++i) {
-                // Products are exact and summed in double, then rounded toward zero: tensor
-                // cores truncate their FP32 sums (Fasi et al., "Numerical behavior of NVIDIA
-                // tensor cores", 2021), a bias that grows with K when a kernel keeps
-                // accumulating into one register (3xTF32 at K = 4608 measured 3.2e-5 on an
-                // H100 that way). Round-to-nearest here hid that.
-                double s = C[rows[i]][cols[i]];
-                for (int k = 0; k < K; ++k) s += double(A[rows[i]][k]) * double(B[k][cols[i]]);
-                *out[i] = round_toward_zero(s);
-            }
+            for (int i = 0; i < 4; ++i) *out[i] = round_toward_zero(S[rows[i]][cols[i]]);
         }
     });
 }
@@ -227,7 +238,7 @@ inline void ptx_mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(
             A[g + 8 * (i & 1)][t + 4 * (i >> 1)] = tf32_operand(a[i]);
         },
         [](auto& B, const unsigned* b, int g, int t, int i) {
-            B[t + 4 * i][g] = tf32_operand(b[i]);
+            B[g][t + 4 * i] = tf32_operand(b[i]);
         });
 }
 
@@ -247,7 +258,7 @@ inline void mma_m16n8k16(const char* op, float& d0, float& d1, float& d2, float&
         },
         [](auto& B, const unsigned* b, int g, int t, int i) {
             for (int h = 0; h < 2; ++h) {
-                B[2 * t + 8 * i + h][g] = Cvt(static_cast<unsigned short>(b[i] >> (16 * h)));
+                B[g][2 * t + 8 * i + h] = Cvt(static_cast<unsigned short>(b[i] >> (16 * h)));
             }
         });
 }
@@ -437,10 +448,28 @@ struct WgmmaOp {
     std::vector<float> (*read)(unsigned long long, int, bool) = nullptr;  // the operand reader
 };
 struct WgmmaState {
-    std::vector<WgmmaOp> ops;
-    std::map<float*, float> pending;  // register -> its value after the newest op in flight
+    std::vector<WgmmaOp> ops;  // in flight, oldest first
     long long committed = 0;
 };
+
+// Register -> its value after the newest of `ops` that writes it.
+inline std::unordered_map<float*, float> newest_values(const std::vector<WgmmaOp>& ops) {
+    std::unordered_map<float*, float> out;
+    for (const WgmmaOp& op : ops) {
+        for (std::size_t i = 0; i < op.regs.size(); ++i) out[op.regs[i]] = op.values[i];
+    }
+    return out;
+}
+
+// Whether every op of `ops` writes exactly `regs`, in the same order. Chained wgmma on one
+// set of accumulators do: their registers then need no lookup (a lookup per register was
+// most of an emulated wgmma kernel's run time).
+inline bool all_write(const std::vector<WgmmaOp>& ops, const std::vector<float*>& regs) {
+    for (const WgmmaOp& op : ops) {
+        if (op.regs != regs) return false;
+    }
+    return true;
+}
 inline std::vector<WgmmaState> g_wgmma;                // per warpgroup
 inline std::vector<char> g_wgmma_fenced;               // per thread
 inline std::vector<std::vector<std::pair<unsigned char*, unsigned>>> g_unfenced;  // per thread
@@ -540,23 +569,35 @@ inline void wgmma_issue(const char* op, const WgmmaIn<N / 2>& in) {
         rec.read = &wgmma_operand<Bits, Cvt>;
         rec.a = wgmma_operand<Bits, Cvt>(first.desc_a, 64, true);
         rec.b = wgmma_operand<Bits, Cvt>(first.desc_b, N, true);
+        // Each accumulator's start (0, or its value after the newest op in flight that writes
+        // it), then the sums, then each lane's results, held back until the wait.
+        const auto slot = [](int l, int i) {
+            const int w = l / 32, g = (l % 32) / 4, t = l % 4;
+            return (16 * w + g + 8 * ((i / 2) % 2)) * N + 8 * (i / 4) + 2 * t + i % 2;
+        };
         for (int l = 0; l < 128; ++l) {
             const auto& v = *static_cast<const WgmmaIn<R>*>(lanes[l].in);
-            const int w = l / 32, g = (l % 32) / 4, t = l % 4;
-            for (int i = 0; i < R; ++i) {
-                const int row = 16 * w + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
-                float* reg = v.d[i];
-                const auto chained = state.pending.find(reg);
-                double s = !first.imm[0] ? 0.0 : chained != state.pending.end() ? chained->second
-                                                                                   : *reg;
-                for (int k = 0; k < K; ++k) {
-                    s += double(rec.a[row * K + k]) * double(rec.b[col * K + k]);
-                }
-                const float result = round_toward_zero(s);  // as mma.sync (above)
-                state.pending[reg] = result;
-                *reg = __uint_as_float(kAccPoison);
-                rec.regs.push_back(reg);
-                rec.values.push_back(result);
+            rec.regs.insert(rec.regs.end(), v.d, v.d + R);
+        }
+        const bool chained = all_write(state.ops, rec.regs);
+        const std::unordered_map<float*, float> newest =
+            chained ? std::unordered_map<float*, float>{} : newest_values(state.ops);
+        std::vector<double> sums(static_cast<std::size_t>(64) * N);
+        for (int l = 0, index = 0; l < 128; ++l) {
+            for (int i = 0; i < R; ++i, ++index) {
+                float* reg = rec.regs[index];
+                const auto found = newest.find(reg);
+                sums[slot(l, i)] = !first.imm[0]                          ? 0.0
+                                   : chained && !state.ops.empty()        ? state.ops.back().values[index]
+                                   : found != newest.end()                ? found->second
+                                                                          : *reg;
+            }
+        }
+        product_sums(rec.a.data(), rec.b.data(), 64, N, K, sums.data());
+        for (int l = 0, index = 0; l < 128; ++l) {
+            for (int i = 0; i < R; ++i, ++index) {
+                rec.values.push_back(round_toward_zero(sums[slot(l, i)]));  // as mma.sync
+                *rec.regs[index] = __uint_as_float(kAccPoison);
             }
         }
         state.ops.push_back(std::move(rec));
@@ -619,28 +660,29 @@ inline void ptx_wgmma_wait_group_sync_aligned(int pending) {
             (op.group >= 0 && op.group < state.committed - pending ? landing : still)
                 .push_back(std::move(op));
         }
-        std::map<float*, float> final_values;
         for (const WgmmaOp& op : landing) {
             const std::vector<float> a = op.read(op.desc_a, 64, false), b = op.read(op.desc_b, op.n, false);
             if (std::memcmp(a.data(), op.a.data(), a.size() * sizeof(float)) != 0 ||
                 std::memcmp(b.data(), op.b.data(), b.size() * sizeof(float)) != 0) {
                 fail("shared memory read by a wgmma was overwritten before its wgmma.wait_group");
             }
-            for (std::size_t i = 0; i < op.regs.size(); ++i) {
-                if (__float_as_uint(*op.regs[i]) != kAccPoison) {
+            for (float* reg : op.regs) {
+                if (__float_as_uint(*reg) != kAccPoison) {
                     fail("a wgmma accumulator register was written while the wgmma was in flight");
                 }
-                final_values[op.regs[i]] = op.values[i];
             }
         }
-        for (const WgmmaOp& op : still) {
-            for (float* reg : op.regs) final_values.erase(reg);
+        if (!landing.empty() && still.empty() && all_write(landing, landing.back().regs)) {
+            const WgmmaOp& newest = landing.back();  // chained ops: the newest has every result
+            for (std::size_t i = 0; i < newest.regs.size(); ++i) *newest.regs[i] = newest.values[i];
+        } else {
+            std::unordered_map<float*, float> final_values = newest_values(landing);
+            for (const WgmmaOp& op : still) {
+                for (float* reg : op.regs) final_values.erase(reg);
+            }
+            for (const auto& [reg, value] : final_values) *reg = value;
         }
         state.ops = std::move(still);
-        for (const auto& [reg, value] : final_values) {
-            *reg = value;
-            state.pending.erase(reg);
-        }
         for (std::size_t i = me / 128 * 128; i < me / 128 * 128 + 128; ++i) {
             g_wgmma_fenced[i] = 0;
         }

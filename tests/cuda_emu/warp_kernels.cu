@@ -133,19 +133,26 @@ __global__ void __launch_bounds__(32) dynamic_smem_kernel(float* out, int bytes)
 // SBO = 256 bytes apart; A at byte 0 of dynamic shared memory, B at 2048. D goes out by the
 // accumulator layout: lane l of warp w, g = l / 4, t = l % 4, register 2v + h holds row
 // 16w + g + 8v, column 2t + h. bug 1: A's descriptor with LBO and SBO swapped; bug 2: D's
-// registers v and h swapped; bug 3: no wgmma.wait_group before reading D.
-__device__ __forceinline__ void wgmma_m64n8(const half_t*, float (&d)[4], unsigned long long a,
+// registers v and h swapped; bug 3: no wgmma.wait_group before reading D. Not bugs, but
+// chains the emulator must follow: 4, two more wgmma on the same registers, the last issued
+// while the second is still in flight over a wait_group 1 (D = 3 A.B^T + C); 5, a second
+// wgmma in the same group that takes the registers in another order (h swapped), so each
+// register adds the product of its neighbour column; 6, a second wgmma on the same registers
+// in a second group, and D read after a wait_group 1 (the second still in flight: NaN).
+__device__ __forceinline__ void wgmma_m64n8(const half_t*, float& d0, float& d1, float& d2,
+                                            float& d3, unsigned long long a,
                                             unsigned long long b) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, %4, %5, "
                  "%6, %7, %8, %9, %10;"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
                  : "l"(a), "l"(b), "n"(1), "n"(1), "n"(1), "n"(0), "n"(0));
 }
-__device__ __forceinline__ void wgmma_m64n8(const float*, float (&d)[4], unsigned long long a,
+__device__ __forceinline__ void wgmma_m64n8(const float*, float& d0, float& d1, float& d2,
+                                            float& d3, unsigned long long a,
                                             unsigned long long b) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0, %1, %2, %3}, %4, %5, "
                  "%6, %7, %8;"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
                  : "l"(a), "l"(b), "n"(1), "n"(1), "n"(1));
 }
 
@@ -176,13 +183,29 @@ __global__ void __launch_bounds__(128) wgmma_kernel(const T* a, const T* b, cons
     float acc[4];
     for (int i = 0; i < 4; ++i) acc[i] = c[(16 * w + g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    wgmma_m64n8(a, acc, bug == 1 ? desc(shared, SBO, LBO) : desc(shared, LBO, SBO),
-                desc(shared + 2048, LBO, SBO));
+    const unsigned long long da = bug == 1 ? desc(shared, SBO, LBO) : desc(shared, LBO, SBO),
+                             db = desc(shared + 2048, LBO, SBO);
+    wgmma_m64n8(a, acc[0], acc[1], acc[2], acc[3], da, db);
+    if (bug == 5) wgmma_m64n8(a, acc[1], acc[0], acc[3], acc[2], da, db);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    if (bug != 3) asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(0) : "memory");
+    if (bug == 4) {
+        wgmma_m64n8(a, acc[0], acc[1], acc[2], acc[3], da, db);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(1) : "memory");
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        wgmma_m64n8(a, acc[0], acc[1], acc[2], acc[3], da, db);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    }
+    if (bug == 6) {
+        wgmma_m64n8(a, acc[0], acc[1], acc[2], acc[3], da, db);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(1) : "memory");
+    }
+    const bool early = bug == 3 || bug == 6;  // D read while a wgmma on it is in flight
+    if (!early) asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(0) : "memory");
     for (int i = 0; i < 4; ++i) {
         const int v = bug == 2 ? i % 2 : i / 2, h = bug == 2 ? i / 2 : i % 2;
         d[(16 * w + g + 8 * v) * 8 + 2 * t + h] = acc[i];
     }
-    if (bug == 3) asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(0) : "memory");
+    if (early) asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(0) : "memory");
 }

@@ -22,6 +22,11 @@ from tests.cuda_emu.host import dev_at
 
 #: The warp kernels' source, an absolute path (build.translate takes one).
 WARP_KERNELS = str(Path(__file__).resolve().parent / "warp_kernels.cu")
+#: Every instance tests/test_cuda_emu_warp.py launches: built together, as one library.
+WARP_INSTANCES = (
+    "mma_tf32_kernel", "mma_k16_kernel<half_t>", "mma_k16_kernel<bf16_t>", "ldmatrix_kernel",
+    "cp_async_kernel", "dynamic_smem_kernel", "wgmma_kernel<half_t>", "wgmma_kernel<float>",
+)
 
 
 def main(kernel: str, bug: str, src: str, dst: str, smem: str = "0",
@@ -29,7 +34,7 @@ def main(kernel: str, bug: str, src: str, dst: str, smem: str = "0",
     """Launch `kernel` once with one block of `threads` and save its arrays."""
     inputs = np.load(src)
     arrays = [dev_at(inputs[f"a{i}"], 0) for i in range(len(inputs.files))]
-    launcher = EmulatedKernel(WARP_KERNELS, kernel)
+    launcher = EmulatedKernel(WARP_KERNELS, kernel, WARP_INSTANCES)
     launcher.max_dynamic_shared_size_bytes = int(opt_in)
     launcher((1,), (int(threads),), (*arrays, np.int32(int(bug))), shared_mem=int(smem))
     named: dict[str, Any] = {f"a{i}": np.asarray(a) for i, a in enumerate(arrays)}
