@@ -54,8 +54,9 @@ def untracked(array: Any) -> Any:
     """
     if not is_torch(array):
         return array
-    tensor = array.detach()
-    if tensor.device.type != "cpu":
+    # detach() and device.type cost about a microsecond each, per operand and call.
+    tensor = array.detach() if array.requires_grad else array
+    if not tensor.is_cpu:
         # CuPy has no bfloat16: the GPU backend holds it as uint16 bits (storage_dtype).
         if dtype_name(tensor) == "bfloat16":
             import torch
