@@ -15,6 +15,7 @@ from db.engine import close_stores
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # Never touch the user's own database; keep timing short on a 2-core CI machine.
     monkeypatch.setenv("CONVTUNE_DB_URL", f"sqlite:///{tmp_path / 'convtune.db'}")
+    monkeypatch.setenv("CONVTUNE_MODEL_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("CONVTUNE_BUDGET_S", "0.01")
     monkeypatch.setenv("CONVTUNE_MIN_REPS", "2")
     monkeypatch.setenv("CONVTUNE_MAX_REPS", "5")

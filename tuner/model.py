@@ -25,7 +25,9 @@ read again, and the model is refitted only once they grew by REFIT_GROWTH (10%) 
 fit, or when there was no model yet: a fit takes 1-2 s (2,000 rows), and fast mode writes
 after every layer it tunes, so refitting on every write cost more than the measurements;
 a store with fewer than MIN_ROWS usable rows or MIN_PROBLEMS problems of a kind has no
-model, and callers fall back to scaling the nearest measured problem by FLOPs.
+model, and callers fall back to scaling the nearest measured problem by FLOPs. A fit is also
+kept on disk (tuner.model_files), and a later process that would fit under the same rule
+loads it instead.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,6 +47,7 @@ from threadpoolctl import threadpool_limits
 
 from db import find as store_find
 from db.engine import Store
+from tuner import model_files
 from tuner.features import Encoder, Sample, log_ms_per_flop, problem_of
 
 #: Fewest usable measurements, and distinct problems, a model is fitted from.
@@ -168,15 +172,18 @@ class ModelCache:
 
     Asking costs one read of the generation counter; after a write, one read of the samples;
     a fit happens when they grew by REFIT_GROWTH since the last one (the answer cache in
-    front keeps repeated finds away entirely).
+    front keeps repeated finds away entirely). With a `directory`, fits are saved there and
+    a model saved by an earlier process is loaded where it would otherwise fit.
     """
 
     def __init__(
         self, store: Store,
         fitter: Callable[[Sequence[Sample]], CostModel | None] = fit,
+        directory: Path | None = None,
     ) -> None:
         self.store = store
         self._fit = fitter
+        self._directory = directory
         # kind -> (generation seen, samples at the last fit, the model of that fit)
         self._models: dict[str, tuple[int, int, CostModel | None]] = {}
         self._lock = threading.Lock()
@@ -184,6 +191,8 @@ class ModelCache:
         self.fits = 0
         #: Seconds those fits took (benchmarks report what a find spent fitting).
         self.fit_s = 0.0
+        #: How many models came from the directory instead of a fit.
+        self.loads = 0
 
     def model(self, kind: str) -> CostModel | None:
         """The model of device kind `kind` for the store as it is now; None if too small."""
@@ -201,12 +210,27 @@ class ModelCache:
                     len(samples) < found[1] * (1 + REFIT_GROWTH)):
                 self._models[kind] = (generation, found[1], found[2])  # still fresh enough
                 return found[2]
+            saved = self._load(kind, samples)
+            if saved is not None:
+                self.loads += 1
+                self._models[kind] = (generation, saved.rows, saved.model)
+                return saved.model
             began = time.perf_counter()
             model = self._fit(samples)
             self.fit_s += time.perf_counter() - began
             self.fits += 1
             self._models[kind] = (generation, len(samples), model)
+            if model is not None and self._directory is not None:
+                model_files.save(self._directory, self.store.url, kind, samples, model)
             return model
+
+    def _load(self, kind: str, samples: Sequence[Sample]) -> model_files.SavedModel | None:
+        if self._directory is None:
+            return None
+        saved = model_files.load(self._directory, self.store.url, kind)
+        if saved is None or not model_files.usable(saved, samples, REFIT_GROWTH):
+            return None
+        return saved
 
 
 _CACHES: weakref.WeakKeyDictionary[Store, ModelCache] = weakref.WeakKeyDictionary()
@@ -218,5 +242,5 @@ def model_cache(store: Store) -> ModelCache:
     with _CACHES_LOCK:
         found = _CACHES.get(store)
         if found is None:
-            found = _CACHES[store] = ModelCache(store)
+            found = _CACHES[store] = ModelCache(store, directory=model_files.model_dir())
         return found

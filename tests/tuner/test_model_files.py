@@ -1,0 +1,98 @@
+"""Fitted cost models on disk: a later process loads the fit instead of fitting again."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from db.engine import close_stores, open_store
+from tests.tuner.fakes import small_problem
+from tests.tuner.test_model import SPEED, UNSEEN, seed, training_problems
+from tuner import model as M
+from tuner import model_files
+from tuner.features import Sample
+from tuner.model import ModelCache
+
+
+def predictions(model: M.CostModel | None) -> list[float]:
+    assert model is not None
+    return [p.time_ms for p in model.predict(
+        [Sample(UNSEEN, 2, name, "default", 0, kind="cpu") for name in SPEED])]
+
+
+def test_a_new_cache_loads_the_saved_fit_and_predicts_the_same(db_url: str,
+                                                               tmp_path: Path) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    first = ModelCache(store, directory=tmp_path)
+    fitted = first.model("cpu")
+    assert (first.fits, first.loads) == (1, 0)
+    later = ModelCache(store, directory=tmp_path)  # what a new process starts with
+    assert predictions(later.model("cpu")) == predictions(fitted)
+    assert (later.fits, later.loads) == (0, 1)
+
+
+def test_a_store_grown_past_the_refit_rule_is_fitted_anew(db_url: str, tmp_path: Path) -> None:
+    store = open_store(db_url)
+    problems = training_problems()
+    seed(store, SPEED, problems[:10])
+    ModelCache(store, directory=tmp_path).model("cpu")
+    seed(store, SPEED, problems[10:])  # 8 rows more on 40: 20%, past REFIT_GROWTH
+    later = ModelCache(store, directory=tmp_path)
+    later.model("cpu")
+    assert (later.fits, later.loads) == (1, 0)
+    again = ModelCache(store, directory=tmp_path)  # ... and that fit was saved in turn
+    again.model("cpu")
+    assert (again.fits, again.loads) == (0, 1)
+
+
+def test_a_store_with_other_measurements_under_the_same_url_is_fitted_anew(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = open_store(url)
+    seed(store, SPEED, training_problems())
+    ModelCache(store, directory=tmp_path / "models").model("cpu")
+    close_stores()
+    (tmp_path / "store.db").unlink()
+    rebuilt = open_store(url)  # same URL and size, other times
+    seed(rebuilt, {name: 2 * speed for name, speed in SPEED.items()}, training_problems())
+    later = ModelCache(rebuilt, directory=tmp_path / "models")
+    later.model("cpu")
+    assert (later.fits, later.loads) == (1, 0)
+
+
+def test_an_unreadable_file_is_ignored_and_replaced(db_url: str, tmp_path: Path) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    path = model_files.path_for(tmp_path, store.url, "cpu")
+    path.write_bytes(b"not a pickle")
+    cache = ModelCache(store, directory=tmp_path)
+    assert cache.model("cpu") is not None
+    assert (cache.fits, cache.loads) == (1, 0)
+    assert model_files.load(tmp_path, store.url, "cpu") is not None
+
+
+def test_a_small_store_saves_nothing_and_no_directory_means_no_files(db_url: str,
+                                                                      tmp_path: Path) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems()[:2])  # below MIN_ROWS: no model
+    assert ModelCache(store, directory=tmp_path / "a").model("cpu") is None
+    assert not (tmp_path / "a").exists()
+    seed(store, SPEED, [small_problem(n=n, c=8, k=8) for n in range(1, 12)])
+    assert ModelCache(store).model("cpu") is not None  # the default: nothing on disk
+    assert not list(tmp_path.rglob("*.pkl"))
+
+
+def test_tuning_in_a_second_process_loads_the_first_ones_fit(db_url: str,
+                                                            tmp_path: Path) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    # Each process asks the store's model cache for a model, as a fast-mode find does.
+    script = ("import sys; from db.engine import open_store; from tuner.model import "
+              "model_cache; c = model_cache(open_store(sys.argv[1])); c.model('cpu'); "
+              "print(c.fits, c.loads)")
+    root = Path(__file__).resolve().parents[2]
+    runs = [subprocess.run([sys.executable, "-c", script, db_url], capture_output=True,
+                           text=True, cwd=root, check=True).stdout.split() for _ in range(2)]
+    assert runs == [["1", "0"], ["0", "1"]]
