@@ -582,16 +582,16 @@ inline void wgmma_issue(const char* op, const WgmmaIn<N / 2>& in) {
         const bool chained = all_write(state.ops, rec.regs);
         const std::unordered_map<float*, float> newest =
             chained ? std::unordered_map<float*, float>{} : newest_values(state.ops);
+        const auto start = [&](int index) -> double {
+            float* reg = rec.regs[index];
+            if (!first.imm[0]) return 0.0;  // scale-d 0: D = A.B
+            if (chained) return state.ops.empty() ? *reg : state.ops.back().values[index];
+            const auto found = newest.find(reg);
+            return found != newest.end() ? found->second : *reg;
+        };
         std::vector<double> sums(static_cast<std::size_t>(64) * N);
         for (int l = 0, index = 0; l < 128; ++l) {
-            for (int i = 0; i < R; ++i, ++index) {
-                float* reg = rec.regs[index];
-                const auto found = newest.find(reg);
-                sums[slot(l, i)] = !first.imm[0]                          ? 0.0
-                                   : chained && !state.ops.empty()        ? state.ops.back().values[index]
-                                   : found != newest.end()                ? found->second
-                                                                          : *reg;
-            }
+            for (int i = 0; i < R; ++i, ++index) sums[slot(l, i)] = start(index);
         }
         product_sums(rec.a.data(), rec.b.data(), 64, N, K, sums.data());
         for (int l = 0, index = 0; l < 128; ++l) {
