@@ -206,8 +206,7 @@ class ModelCache:
             if found is not None and found[0] == now:
                 return found[2]
             generation, samples = samples_from_store(self.store, kind)
-            if found is not None and found[2] is not None and (
-                    len(samples) < found[1] * (1 + REFIT_GROWTH)):
+            if found is not None and found[2] is not None and _fresh(found[1], len(samples)):
                 self._models[kind] = (generation, found[1], found[2])  # still fresh enough
                 return found[2]
             saved = self._load(kind, samples)
@@ -228,9 +227,14 @@ class ModelCache:
         if self._directory is None:
             return None
         saved = model_files.load(self._directory, self.store.url, kind)
-        if saved is None or not model_files.usable(saved, samples, REFIT_GROWTH):
+        if saved is None or not _fresh(saved.rows, len(samples)):
             return None
-        return saved
+        return saved if model_files.fitted_on(saved, samples) else None
+
+
+def _fresh(rows_at_fit: int, rows_now: int) -> bool:
+    """The refit rule: a fit on `rows_at_fit` samples serves until they grew by REFIT_GROWTH."""
+    return rows_now < rows_at_fit * (1 + REFIT_GROWTH)
 
 
 _CACHES: weakref.WeakKeyDictionary[Store, ModelCache] = weakref.WeakKeyDictionary()

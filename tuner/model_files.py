@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sklearn
 
+from algorithms.registry import hash_sources
 from tuner.features import Sample
 
 if TYPE_CHECKING:
@@ -68,15 +69,11 @@ def samples_digest(samples: Sequence[Sample]) -> str:
 
 @functools.cache
 def code_version() -> str:
-    """A digest of what a fitted model depends on besides its samples."""
-    digest = hashlib.sha256(
-        f"{sys.version_info[:2]} numpy {np.__version__} sklearn {sklearn.__version__}".encode())
-    sources = [_ROOT / "tuner" / "model.py", _ROOT / "tuner" / "features.py",
-               *sorted((_ROOT / "algorithms").rglob("*.py"))]
-    for path in sources:
-        digest.update(path.relative_to(_ROOT).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    """What a fitted model depends on besides its samples: sources and library versions."""
+    sources = hash_sources([_ROOT / "tuner" / "model.py", _ROOT / "tuner" / "features.py",
+                            *(_ROOT / "algorithms").rglob("*.py")])
+    return (f"{sys.version_info[:2]} numpy {np.__version__} sklearn {sklearn.__version__} "
+            f"{sources}")
 
 
 def path_for(directory: Path, url: str, kind: str) -> Path:
@@ -95,9 +92,9 @@ def load(directory: Path, url: str, kind: str) -> SavedModel | None:
     return saved if isinstance(saved, SavedModel) else None
 
 
-def usable(saved: SavedModel, samples: Sequence[Sample], growth: float) -> bool:
-    """Whether `saved` was fitted on the first samples of `samples`, which grew by < growth."""
-    return (saved.rows <= len(samples) < saved.rows * (1 + growth)
+def fitted_on(saved: SavedModel, samples: Sequence[Sample]) -> bool:
+    """Whether `saved` was fitted on the first samples of `samples` (as many as it had)."""
+    return (saved.rows <= len(samples)
             and samples_digest(samples[:saved.rows]) == saved.digest)
 
 

@@ -188,7 +188,10 @@ def translate(filename: str) -> str:
 _FIBERS = re.compile(r"__syncthreads|emu::ptx_(?:mma|ldmatrix|wgmma)")
 _NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "return", "sizeof", "alignof",
                             "decltype", "static_assert"})
+#: A name before "(" (a definition's or a call's); a call may pass template arguments.
+_NAME_PAREN = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*\(")
+_BODY_OPEN = re.compile(r"\s*(?:const\s*)?\{")
 
 
 @functools.cache
@@ -196,12 +199,12 @@ def _function_bodies(source: str) -> dict[str, str]:
     """Function name -> the bodies of every definition of that name in `source` (comments out)."""
     text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
     bodies: dict[str, list[str]] = {}
-    for match in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", text):
+    for match in _NAME_PAREN.finditer(text):
         if match.group(1) in _NOT_FUNCTIONS:
             continue
         try:
             close = _closing(text, match.end() - 1, "()")
-            brace = re.compile(r"\s*(?:const\s*)?\{").match(text, close + 1)
+            brace = _BODY_OPEN.match(text, close + 1)
             if brace is not None:
                 bodies.setdefault(match.group(1), []).append(
                     text[brace.end() - 1:_closing(text, brace.end() - 1, "{}") + 1])
@@ -230,6 +233,7 @@ def needs_fibers(source: str, kernel: str) -> bool:
     return False
 
 
+@functools.cache
 def unit_source(filename: str, group: tuple[str, ...]) -> str:
     """A translation unit that exports the launcher and signature of each instance of `group`.
 
@@ -279,13 +283,17 @@ def group_of(name_expression: str, instances: Iterable[str]) -> tuple[str, ...]:
     return (name_expression,)
 
 
+@functools.cache
+def _headers() -> tuple[str, ...]:
+    return tuple(h.read_text(encoding="utf-8") for h in HEADERS)
+
+
 def build(filename: str, group: tuple[str, ...]) -> Path:
     """The cached shared library for a group of one file's kernel instances, compiled if needed."""
     if CXX is None:
         raise RuntimeError("g++ is not on PATH")
     source = unit_source(filename, group)
-    headers = [h.read_text(encoding="utf-8") for h in HEADERS]
-    key = hashlib.sha256("\0".join([source, *headers, CXX, *FLAGS]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([source, *_headers(), CXX, *FLAGS]).encode()).hexdigest()[:24]
     library = CACHE / f"{key}.so"
     if library.is_file():
         return library
