@@ -5,15 +5,17 @@ Both gradients of a cross-correlation are cross-correlations themselves:
 - backward_data: dx = (dy with stride-1 zeros inserted, framed by (r-1)*dilation rows and
   columns of zeros) cross-correlated, stride 1 and the same dilation, with the filter
   flipped in (r, s) and transposed within each group (k <-> c/groups).
-- backward_filter, per group: dw^T = x^T (batch and channel swapped, padded, cropped to
-  (r-1)*dilation + (out-1)*stride + 1) cross-correlated with dy^T as the filter
-  (out_h x out_w taps), stride = the dilation and dilation = the stride; the result
-  (c/groups, k/groups, r, s) is dw of that group transposed.
+- backward_filter: dw^T = x^T cross-correlated with dy^T as the filter (out_h x out_w
+  taps), stride = the dilation and dilation = the stride, in the same groups. x^T is x with
+  its batch and channels-within-a-group swapped, (c/groups, groups * n, H', W'), padded and
+  cropped to H' = (r-1)*dilation + (out-1)*stride + 1: group gi's input channels are the n
+  images of its channels, so one grouped forward call serves every group. The result
+  (c/groups, k, r, s) is dw transposed.
 
 The rearranged operands are exact copies (no arithmetic), so the error is the forward
 algorithm's on the rearranged problem. Every copy is one `Remap`: an axis swap of a
-(groups, a, b, height, width) tensor with the spatial plane shifted, spread by a step,
-zero-framed or flipped. `ByForward` wraps a forward-only algorithm: the subclass lists it
+(groups, a, middle, b, height, width) tensor with the spatial plane shifted, spread by a
+step, zero-framed or flipped. `ByForward` wraps a forward-only algorithm: the subclass lists it
 after `ByForward` in its bases, and every method maps a backward problem to
 `forward_problem(problem)` before calling the forward implementation; a backend supplies
 `_remap` (NumPy slicing on the CPU, one copy kernel on the GPU).
@@ -23,6 +25,7 @@ rearranged problem):
     backward_data:   align(n*k*(h+(r-1)*dh)*(w+(s-1)*dw)*E) + align(c*(k/g)*r*s*E) + F
     backward_filter: align(c*n*H'*W'*E) + align(k*n*out_h*out_w*E)
                      + align(c*(k/g)*r*s*E) + F, with H' = (r-1)*dh + (out_h-1)*sh + 1
+(until 2026-11-25 backward_filter ran one forward call per group, and F was one group's)
 """
 
 from __future__ import annotations
@@ -50,18 +53,19 @@ def forward_problem(problem: ConvProblem) -> ConvProblem:
             w=problem.w + (problem.s - 1) * dw, k=problem.c, r=problem.r, s=problem.s,
             dilation=problem.dilation, groups=g, dtype=problem.dtype, math=problem.math,
         )
-    # backward_filter, one group at a time: batch c/g, channels n, k/g out_h x out_w filters.
+    # backward_filter: batch c/g, n channels per group, k out_h x out_w filters.
     return ConvProblem(
-        n=problem.c // g, c=problem.n, h=(problem.r - 1) * dh + (out_h - 1) * sh + 1,
-        w=(problem.s - 1) * dw + (out_w - 1) * sw + 1, k=problem.k // g, r=out_h, s=out_w,
-        stride=problem.dilation, dilation=problem.stride, dtype=problem.dtype,
+        n=problem.c // g, c=g * problem.n, h=(problem.r - 1) * dh + (out_h - 1) * sh + 1,
+        w=(problem.s - 1) * dw + (out_w - 1) * sw + 1, k=problem.k, r=out_h, s=out_w,
+        stride=problem.dilation, dilation=problem.stride, groups=g, dtype=problem.dtype,
         math=problem.math,
     )
 
 
 @dataclass(frozen=True)
 class Remap:
-    """dst[g][b][a][i][j] = src[g][a][b][y][x] over a (groups, a, b, src_h, src_w) source.
+    """dst[g][b][m][a][i][j] = src[g][a][m][b][y][x] over a (groups, a, middle, b, src_h,
+    src_w) source: a and b swap around the middle axis.
 
     (y, x) is the source position that dst's (i, j) maps to: with `flip`, (i, j) is first
     mirrored to (dst_h-1-i, dst_w-1-j); then y = (i - offset_h) / step_h when that is a
@@ -76,16 +80,17 @@ class Remap:
     offset: tuple[int, int] = (0, 0)
     step: tuple[int, int] = (1, 1)
     flip: bool = False
+    middle: int = 1
 
     @property
     def src_shape(self) -> tuple[int, ...]:
-        """The source viewed as (groups, a, b, src_h, src_w)."""
-        return (self.groups, self.a, self.b, *self.src_hw)
+        """The source viewed as (groups, a, middle, b, src_h, src_w)."""
+        return (self.groups, self.a, self.middle, self.b, *self.src_hw)
 
     @property
     def dst_shape(self) -> tuple[int, ...]:
-        """The destination viewed as (groups, b, a, dst_h, dst_w)."""
-        return (self.groups, self.b, self.a, *self.dst_hw)
+        """The destination viewed as (groups, b, middle, a, dst_h, dst_w)."""
+        return (self.groups, self.b, self.middle, self.a, *self.dst_hw)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -103,27 +108,19 @@ def remaps(problem: ConvProblem) -> tuple[Remap, Remap, Remap | None]:
         # w (g, kg, cg, r, s) -> (g, cg, kg, r, s), flipped in (r, s).
         flipped = Remap(g, kg, cg, (r, s), (r, s), flip=True)
         return spread, flipped, None
-    # x (n, c, h, w) -> (c, n, H', W'), framed by the padding and cropped.
-    window = Remap(1, problem.n, problem.c, (problem.h, problem.w), (inner.h, inner.w),
-                   (ph, pw))
+    # x (n, g, cg, h, w) -> (cg, g, n, H', W'), framed by the padding and cropped.
+    window = Remap(1, problem.n, cg, (problem.h, problem.w), (inner.h, inner.w), (ph, pw),
+                   middle=g)
     dy_t = Remap(1, problem.n, problem.k, out_hw, out_hw)  # (n, k, P, Q) -> (k, n, P, Q)
-    dw_back = Remap(g, cg, kg, (r, s), (r, s))  # (g, cg, kg, r, s) -> (g, kg, cg, r, s)
+    dw_back = Remap(1, cg, problem.k, (r, s), (r, s))  # (cg, k, r, s) -> (k, cg, r, s)
     return window, dy_t, dw_back
 
 
 @functools.lru_cache(maxsize=4096)
 def _layout(problem: ConvProblem) -> WorkspaceLayout:
-    """The rearranged operands (storage dtype), before the forward algorithm's workspace.
-
-    backward_data: the forward problem's x and w. backward_filter: every group's x, w and y
-    of the forward problem, stacked along their first axis (group gi's rows gi*cg... of x and
-    y, gi*kg... of w).
-    """
-    inner = forward_problem(problem)
-    a_shape, b_shape, out_shape = inner.operand_shapes
-    if problem.direction == "backward_filter":
-        g = problem.groups
-        a_shape, b_shape, out_shape = ((g * d[0], *d[1:]) for d in (a_shape, b_shape, out_shape))
+    """The rearranged operands (storage dtype), before the forward algorithm's workspace:
+    the forward problem's x and w, and for backward_filter its y (dw transposed)."""
+    a_shape, b_shape, out_shape = forward_problem(problem).operand_shapes
     layout = WorkspaceLayout().add("a", a_shape, problem.dtype).add("b", b_shape, problem.dtype)
     if problem.direction == "backward_filter":
         layout.add("out", out_shape, problem.dtype)
@@ -167,18 +164,17 @@ class ByForward(AlgorithmBase):
         return _layout(problem).nbytes + super()._workspace(inner, config)
 
     def work(self, problem: ConvProblem, config: str) -> Work:
-        """The forward run's work (once per group for backward_filter), plus the copies."""
+        """The forward run's work, plus the copies."""
         if problem.direction == "forward":
             return super().work(problem, config)
         inner = super().work(forward_problem(problem), config)
-        runs = problem.groups if problem.direction == "backward_filter" else 1
         copies = sum(remap is not None for remap in remaps(problem))
-        return replace(inner, launches=inner.launches * runs + copies)
+        return replace(inner, launches=inner.launches + copies)
 
     def _run(
         self, a: Any, b: Any, out: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Rearrange, run forward (once per group for backward_filter), rearrange back."""
+        """Rearrange, run forward, and for backward_filter rearrange back."""
         if problem.direction == "forward":
             super()._run(a, b, out, workspace, problem, config)
             return
@@ -189,11 +185,8 @@ class ByForward(AlgorithmBase):
         to_a, to_b, back = remaps(problem)
         self._remap(a, buf["a"], to_a, problem)
         self._remap(b, buf["b"], to_b, problem)
-        if back is None:  # backward_data: one forward call over every group
+        if back is None:  # backward_data: the forward result is dx
             super()._run(buf["a"], buf["b"], out, rest, inner, config)
             return
-        cg, kg = problem.c // problem.groups, problem.k // problem.groups
-        for gi in range(problem.groups):
-            super()._run(buf["a"][gi * cg:(gi + 1) * cg], buf["b"][gi * kg:(gi + 1) * kg],
-                         buf["out"][gi * cg:(gi + 1) * cg], rest, inner, config)
+        super()._run(buf["a"], buf["b"], buf["out"], rest, inner, config)
         self._remap(buf["out"], out, back, problem)

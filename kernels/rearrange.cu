@@ -1,6 +1,6 @@
 // Rearranging copies. `remap`: those of a backward direction computed as a forward problem
-// (algorithms/by_forward.py, `Remap`): over a source viewed as (G, A, B, SH, SW),
-//   dst[g][b][a][i][j] = src[g][a][b][y][x],
+// (algorithms/by_forward.py, `Remap`): over a source viewed as (G, A, M, B, SH, SW),
+//   dst[g][b][m][a][i][j] = src[g][a][m][b][y][x],
 // where (i, j) is first mirrored to (DH-1-i, DW-1-j) when `flip`, then y = (i - off_h) /
 // step_h when that is a whole number in [0, SH) (likewise x), and dst is 0 otherwise. That
 // one copy spreads dy between stride holes, flips and transposes the filter, windows x, and
@@ -13,19 +13,22 @@
 
 template <typename T>
 __global__ void __launch_bounds__(256)
-    remap(const T* __restrict__ src, T* __restrict__ dst, int A, int B, int SH, int SW, int DH,
-          int DW, int off_h, int off_w, int step_h, int step_w, int flip, int total,
+    remap(const T* __restrict__ src, T* __restrict__ dst, int A, int M, int B, int SH, int SW,
+          int DH, int DW, int off_h, int off_w, int step_h, int step_w, int flip, int total,
           unsigned int dw_mul, unsigned int dw_shr, unsigned int dh_mul, unsigned int dh_shr,
-          unsigned int a_mul, unsigned int a_shr, unsigned int b_mul, unsigned int b_shr) {
+          unsigned int a_mul, unsigned int a_shr, unsigned int m_mul, unsigned int m_shr,
+          unsigned int b_mul, unsigned int b_shr) {
     for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
          u += gridDim.x * blockDim.x) {
         const int idx = static_cast<int>(u);
-        const int row = fast_div(idx, dw_mul, dw_shr);  // ((g*B + b)*A + a)*DH + i
+        const int row = fast_div(idx, dw_mul, dw_shr);  // (((g*B + b)*M + m)*A + a)*DH + i
         int j = idx - row * DW;
-        const int plane = fast_div(row, dh_mul, dh_shr);  // (g*B + b)*A + a
+        const int plane = fast_div(row, dh_mul, dh_shr);  // ((g*B + b)*M + m)*A + a
         int i = row - plane * DH;
-        const int gb = fast_div(plane, a_mul, a_shr);  // g*B + b
-        const int a = plane - gb * A;
+        const int gbm = fast_div(plane, a_mul, a_shr);  // (g*B + b)*M + m
+        const int a = plane - gbm * A;
+        const int gb = fast_div(gbm, m_mul, m_shr);  // g*B + b
+        const int m = gbm - gb * M;
         const int g = fast_div(gb, b_mul, b_shr);
         const int b = gb - g * B;
         if (flip) {
@@ -36,7 +39,8 @@ __global__ void __launch_bounds__(256)
         const int y = tap_output(i, 0, -off_h, step_h, 0, SH);
         const int x = tap_output(j, 0, -off_w, step_w, 0, SW);
         T value = 0;  // all-zero bits: +0.0 in every float format
-        if (y >= 0 && x >= 0) value = src[((static_cast<long long>(g * A + a) * B + b) * SH + y) * SW + x];
+        if (y >= 0 && x >= 0)
+            value = src[(((static_cast<long long>(g * A + a) * M + m) * B + b) * SH + y) * SW + x];
         dst[idx] = value;
     }
 }

@@ -21,7 +21,7 @@ class CpuByForward(ByForward, CpuAlgorithm):
         target.fill(0)
         rows = _placed(remap.src_hw[0], remap.offset[0], remap.step[0], remap.dst_hw[0])
         cols = _placed(remap.src_hw[1], remap.offset[1], remap.step[1], remap.dst_hw[1])
-        target[..., rows[0], cols[0]] = source[..., rows[1], cols[1]].transpose(0, 2, 1, 3, 4)
+        target[..., rows[0], cols[0]] = source[..., rows[1], cols[1]].transpose(0, 3, 2, 1, 4, 5)
 
 
 def _placed(count: int, first: int, step: int, size: int) -> tuple[slice, slice]:

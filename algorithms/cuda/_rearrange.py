@@ -53,10 +53,11 @@ def remap(src: Any, dst: Any, remap: Remap, itemsize: int) -> None:
     (sh, sw), (dh, dw) = remap.src_hw, remap.dst_hw
     kernel = get_kernel(KERNEL_FILE, name_expression("remap", itemsize))
     kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (src, dst, np.int32(remap.a), np.int32(remap.b), np.int32(sh), np.int32(sw),
-            np.int32(dh), np.int32(dw), np.int32(remap.offset[0]), np.int32(remap.offset[1]),
-            np.int32(remap.step[0]), np.int32(remap.step[1]), np.int32(remap.flip),
-            np.int32(total), *fastdiv_args(dw, dh, remap.a, remap.b)))
+           (src, dst, np.int32(remap.a), np.int32(remap.middle), np.int32(remap.b),
+            np.int32(sh), np.int32(sw), np.int32(dh), np.int32(dw), np.int32(remap.offset[0]),
+            np.int32(remap.offset[1]), np.int32(remap.step[0]), np.int32(remap.step[1]),
+            np.int32(remap.flip), np.int32(total),
+            *fastdiv_args(dw, dh, remap.a, remap.middle, remap.b)))
 
 
 def transpose(src: Any, dst: Any, batch: int, rows: int, cols: int, itemsize: int,
