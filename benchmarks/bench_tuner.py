@@ -1,13 +1,17 @@
 """Tuner regret benchmark: how good are the tuner's picks, and what does tuning cost?
 
 Usage: python benchmarks/bench_tuner.py --device cpu --model resnet50 --batch 8 [--out r.json]
-       [--mode fast --train-on vgg16:16,googlenet:32,mobilenet_v2:32]
+       [--mode fast --train-on vgg16:16,googlenet:32,mobilenet_v2:32 [--saved-model]]
 
 1. Tunes every distinct convolution of the network into a fresh SQLite store, as
    `convtune tune` does (the timing policy from $CONVTUNE_*), and records the wall time.
    With --train-on, the store first gets those networks tuned exhaustively (untimed, and
    never the measured network: leave-one-network-out), so that --mode fast has a cost model
-   to rank candidates with.
+   to rank candidates with. Fast mode fits that model during the timed tuning, as a process
+   does whose store has no kept fit; with --saved-model, a separate process fits it first
+   (timed on its own) and the timed tuning loads that fit (tuner.model_files), as a process
+   does once any earlier one has fitted the same store. Models are kept in a temporary
+   directory either way.
 2. In a separate process, re-measures every usable stored configuration in isolation: each
    alone, on fresh inputs, after a device warm-up, with a longer timing budget and no
    racing or confirmation.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -45,9 +50,9 @@ MISS = 0.05
 
 
 def tune(url: str, device: str, model: str, batch: int,
-         mode: str = "exhaustive") -> tuple[list[dict[str, Any]], float]:
+         mode: str = "exhaustive") -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Tune each distinct layer into the store at `url`: its pick and the wall time, and
-    the seconds of that spent fitting the cost model."""
+    the cost model's share: seconds spent fitting it, and how many fits were loaded."""
     tuner = Tuner(open_store(url))
     rows = []
     for layer, problem in network_problems(model, batch):
@@ -62,7 +67,17 @@ def tune(url: str, device: str, model: str, batch: int,
                      "note": best.note, "tune_s": tune_s,
                      "tuned_all_ms": {f"{r.algorithm}/{r.config}": r.time_ms
                                       for r in stored if r.usable}})
-    return rows, model_cache(tuner.store).fit_s
+    cache = model_cache(tuner.store)
+    return rows, {"fit_s": cache.fit_s, "model_fits": cache.fits, "model_loads": cache.loads}
+
+
+def fit_model(url: str, device: str) -> dict[str, float]:
+    """Fit (and keep, in $CONVTUNE_MODEL_DIR) the cost model of `device`'s kind on the store
+    at `url`, as the first fast-mode find of a process would (child process)."""
+    cache = model_cache(open_store(url))
+    began = time.perf_counter()
+    model = cache.model(str(identify(device).info.get("kind", "")))
+    return {"prefit_s": time.perf_counter() - began, "prefit_rows": model.rows if model else 0}
 
 
 def isolated_ms(runtime: Runtime, cand: Candidate, problem: ConvProblem,
@@ -128,6 +143,17 @@ def regret_rows(tuned: list[dict[str, Any]],
     return rows
 
 
+def _model_share(meta: dict[str, Any]) -> str:
+    """What the timed tuning spent fitting the cost model, and whether it loaded a fit."""
+    fitting = f"fitting the cost model: {meta.get('fit_s', 0.0):.1f} s"
+    if "model_fits" in meta:  # absent from results before 2026-11-25
+        fitting += f" in {meta['model_fits']} fits as the store grew"
+    if meta.get("model_loads"):
+        fitting += (f", after loading the fit of an earlier process (which took "
+                    f"{meta.get('prefit_s', 0.0):.1f} s)")
+    return fitting
+
+
 def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The Markdown table and summary."""
     lines = [
@@ -155,8 +181,7 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"worst {100 * max(regrets):.1f}%, {misses} above {100 * MISS:.0f}%, "
         f"{beyond} above both {100 * MISS:.0f}% and their noise",
         f"tuning wall time ({meta.get('mode', 'exhaustive')}): {meta['tune_s']:.1f} s "
-        f"(fitting the cost model: {meta.get('fit_s', 0.0):.1f} s); "
-        f"isolated re-measurement: {meta['remeasure_s']:.1f} s",
+        f"({_model_share(meta)}); isolated re-measurement: {meta['remeasure_s']:.1f} s",
     ]
     for r in rows:
         if r["regret"] > MISS:
@@ -198,13 +223,19 @@ def main() -> None:
                         help="the find mode the network is tuned with")
     parser.add_argument("--train-on", default="",
                         help="network:batch,... tuned first (untimed) into the same store")
+    parser.add_argument("--saved-model", action="store_true",
+                        help="fit the cost model in a separate process before the timed "
+                             "tuning, which then loads it")
     parser.add_argument("--iso-min-reps", type=int, default=5)
     parser.add_argument("--iso-passes", type=int, default=2,
                         help="isolated measurements of each configuration (their spread is "
                              "the noise)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--remeasure", default=None, help=argparse.SUPPRESS)  # child: store URL
+    parser.add_argument("--fit-model", default=None, help=argparse.SUPPRESS)  # child: store URL
     args = parser.parse_args()
+    if args.saved_model and not (args.mode == "fast" and args.train_on):
+        parser.error("--saved-model needs --mode fast and --train-on")
     # From the environment like the tuner's own policy ($CONVTUNE_BATCH_BELOW_MS, ...), so
     # that both sides time a candidate the same way.
     policy = replace(TimingPolicy.from_env(), warmup=2, budget_s=args.iso_budget_s,
@@ -214,9 +245,14 @@ def main() -> None:
         print(json.dumps(remeasure(args.remeasure, args.device, keys, policy,
                                    args.iso_passes)))
         return
+    if args.fit_model:
+        print(json.dumps(fit_model(args.fit_model, args.device)))
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/bench_tuner.db"
+        # Kept fits go with the store (the children inherit it), never into the user's cache.
+        os.environ["CONVTUNE_MODEL_DIR"] = f"{tmp}/models"
         began = time.perf_counter()
         for other in filter(None, args.train_on.split(",")):
             name, _, other_batch = other.partition(":")
@@ -224,8 +260,13 @@ def main() -> None:
                 raise SystemExit(f"--train-on must leave out the measured network {name}")
             tune(url, args.device, name, int(other_batch or args.batch))
         train_s = time.perf_counter() - began
+        prefit: dict[str, float] = {}
+        if args.saved_model:
+            prefit = json.loads(subprocess.run(
+                [sys.executable, __file__, "--fit-model", url, "--device", args.device],
+                capture_output=True, text=True, check=True).stdout)
         began = time.perf_counter()
-        tuned, fit_s = tune(url, args.device, args.model, args.batch, args.mode)
+        tuned, model_share = tune(url, args.device, args.model, args.batch, args.mode)
         tune_s = time.perf_counter() - began
         began = time.perf_counter()
         child = subprocess.run(
@@ -242,8 +283,9 @@ def main() -> None:
     info = identify(args.device).info
     meta = {"model": args.model, "batch": args.batch, "device": args.device,
             "device_name": info.get("name", "?"), "date": date.today().isoformat(),
-            "commit": commit, "tune_s": tune_s, "fit_s": fit_s, "remeasure_s": remeasure_s,
-            "mode": args.mode, "train_on": args.train_on, "train_s": train_s}
+            "commit": commit, "tune_s": tune_s, **model_share, **prefit,
+            "remeasure_s": remeasure_s, "mode": args.mode, "train_on": args.train_on,
+            "train_s": train_s}
     if args.out:
         args.out.write_text(json.dumps({**meta, "device_info": info, "rows": rows}, indent=2))
     print(report(rows, meta))

@@ -20,6 +20,8 @@
 #   tuner      benchmarks/bench_tuner.py (issue 11: tuning time and regret, ResNet-50 b32)
 #   tuner_unbatched  the same with CONVTUNE_BATCH_BELOW_MS=0.05 on both sides
 #   tuner_fast  ResNet-50 in fast mode, the store first filled with the other three networks
+#              and the cost model fitted by a separate process first (--saved-model: the
+#              timed tuning loads it; the report gives that fit's time too)
 #   train      benchmarks/bench_train.py (issue 13: a ResNet-50 training step vs PyTorch)
 #   model      benchmarks/bench_model.py --results on the bench_*.json of the bench steps
 #              run before it in the same call (issue 11: the cost model, leave-one-network-
@@ -141,7 +143,7 @@ for step in "${steps[@]}"; do
         tail -n 26 "$LOG/$step.log" ;;
     tuner_fast)
         run tuner tuner_fast python3 benchmarks/bench_tuner.py --device cuda:0 --model resnet50 \
-            --batch 32 --iso-budget-s 0.1 --mode fast \
+            --batch 32 --iso-budget-s 0.1 --mode fast --saved-model \
             --train-on vgg16:16,googlenet:32,mobilenet_v2:32 --out "$LOG/tuner_fast.json"
         tail -n 27 "$LOG/tuner_fast.log" ;;
     train)

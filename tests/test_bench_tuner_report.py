@@ -74,3 +74,17 @@ def test_the_report_compares_the_tuners_times_with_the_isolated_ones() -> None:
                    "commit": "c", "tune_s": 1.0, "remeasure_s": 2.0})
     assert (f"tuner's time over the isolated time (5 configurations): median {factor:.2f}, "
             f"quartiles {factor:.2f}-{factor:.2f}") in text
+
+
+def test_report_says_whether_the_timed_tuning_fitted_or_loaded_the_model() -> None:
+    rows = regret_rows([{"layer": "l1", "problem": "p1", "pick": "a/x", "tuned_ms": 1.0}],
+                       [{"a/x": 1.0}])
+    meta = {"model": "m", "batch": 1, "device": "cpu", "device_name": "n", "date": "d",
+            "commit": "c", "tune_s": 3.0, "remeasure_s": 2.0, "mode": "fast", "fit_s": 0.0}
+    # Results written before the fit and load counts existed still read.
+    assert "(fitting the cost model: 0.0 s); isolated" in report(rows, meta)
+    fitted = report(rows, {**meta, "fit_s": 2.5, "model_fits": 1, "model_loads": 0})
+    assert "fitting the cost model: 2.5 s in 1 fits as the store grew);" in fitted
+    loaded = report(rows, {**meta, "model_fits": 0, "model_loads": 1, "prefit_s": 2.4})
+    assert ("fitting the cost model: 0.0 s in 0 fits as the store grew, after loading the fit "
+            "of an earlier process (which took 2.4 s))") in loaded
