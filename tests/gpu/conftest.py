@@ -68,28 +68,30 @@ def torch_conv(x: np.ndarray, w: np.ndarray, problem: ConvProblem) -> np.ndarray
 
 
 def config_failures(algorithm: Algorithm, problem: ConvProblem) -> list[str]:
-    """Each forward config of `algorithm` run on fresh random inputs (a 0xFF-filled
-    workspace of the config's size) against the float64 reference, which torch's must
-    match first: those past the tolerance or leaving NaN, one line each."""
+    """Each config of `algorithm` run on fresh random operands of the problem's direction
+    (a 0xFF-filled workspace of the config's size) against the float64 reference, which
+    torch's must match first (forward): those past the tolerance or leaving NaN, one line
+    each."""
     import cupy
 
     dtype = problem.dtype
     rng = np.random.default_rng()
-    x_host = to_storage(rng.standard_normal(problem.input_shape), dtype)
-    w_host = to_storage(rng.standard_normal(problem.filter_shape), dtype)
-    x64, w64 = to_float(x_host, dtype), to_float(w_host, dtype)
-    ref = reference_conv(x64, w64, problem)
-    torch_ref = torch_conv(x64, w64, problem)
+    a_shape, b_shape, out_shape = problem.operand_shapes
+    a_host = to_storage(rng.standard_normal(a_shape), dtype)
+    b_host = to_storage(rng.standard_normal(b_shape), dtype)
+    a64, b64 = to_float(a_host, dtype), to_float(b_host, dtype)
+    ref = reference(a64, b64, problem)
+    torch_ref = torch_conv(a64, b64, problem) if problem.direction == "forward" else None
     if torch_ref is not None:  # the two references must agree before either judges us
         assert relative_error(torch_ref, ref) <= 1e-12
     limit = tolerance_for(dtype, problem.math, algorithm.name)
-    x, w = cupy.asarray(x_host), cupy.asarray(w_host)
+    a, b = cupy.asarray(a_host), cupy.asarray(b_host)
     failures = []
     for config in algorithm.configs(problem):
-        y = cupy.asarray(nan_storage(problem.output_shape, dtype))
+        y = cupy.asarray(nan_storage(out_shape, dtype))
         nbytes = algorithm.workspace_bytes(problem, config)
         workspace = cupy.full(nbytes, 0xFF, cupy.uint8) if nbytes else None
-        algorithm.run(x, w, y, workspace, problem, config)
+        algorithm.run(a, b, y, workspace, problem, config)
         out = to_float(cupy.asnumpy(y), dtype)
         err = relative_error(out, ref) if not np.isnan(out).any() else float("inf")
         if not err <= limit:

@@ -1,0 +1,60 @@
+"""Fresh random small convolution problems for the CUDA algorithms (in the emulator and on
+the GPU): every direction, dtype and math mode, groups (depthwise among them), uneven
+padding, stride and dilation. The fixed shapes pin known edges; these find the ones nobody
+listed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from algorithms.base import Algorithm
+from algorithms.problem import DIRECTIONS
+from tests.precision import make_problem
+
+
+def random_problem(rng: np.random.Generator, direction: str) -> dict[str, Any]:
+    """ConvProblem keywords of a small random problem in `direction` (may be invalid)."""
+    groups = int(rng.choice([1, 1, 2, 3, 4]))
+    # Channels per group of 8 let the vector and NHWC tensor-core paths in; 1 is depthwise.
+    cg = int(rng.choice([1, 2, 3, 8]))
+    problem: dict[str, Any] = dict(
+        n=int(rng.integers(1, 9)), c=groups * cg, k=groups * int(rng.choice([1, 2, 5, 8])),
+        h=int(rng.integers(1, 10)), w=int(rng.integers(1, 10)),
+        r=int(rng.integers(1, 4)), s=int(rng.integers(1, 4)),
+        pad=[int(v) for v in rng.integers(0, 3, 2)],
+        stride=[int(v) for v in rng.integers(1, 3, 2)],
+        dilation=[int(v) for v in rng.integers(1, 3, 2)], groups=groups,
+        dtype=str(rng.choice(["float32", "float16", "bfloat16", "float64"])),
+        direction=direction,
+    )
+    if problem["dtype"] == "float32" and rng.random() < 0.5:
+        problem["math"] = "tf32"
+    return problem
+
+
+def supported_problem(rng: np.random.Generator, algorithm: Algorithm,
+                      direction: str) -> dict[str, Any] | None:
+    """A random problem that `algorithm` supports in `direction`; None if 2000 draws found
+    none (winograd's 3x3 stride-1 layers are about 1 in 150)."""
+    for _ in range(2000):
+        problem = random_problem(rng, direction)
+        try:
+            if algorithm.supports(make_problem(**problem)):
+                return problem
+        except ValueError:  # the dilated filter does not fit the padded input
+            continue
+    return None
+
+
+def random_cases(rng: np.random.Generator, algorithms: dict[str, Algorithm],
+                 count: int) -> list[tuple[str, dict[str, Any]]]:
+    """(algorithm name, problem keywords): every algorithm in every direction it serves,
+    then random algorithms and directions up to `count`."""
+    names = sorted(algorithms)
+    slots = [(name, d) for name in names for d in DIRECTIONS]
+    slots += [(str(rng.choice(names)), str(rng.choice(DIRECTIONS)))
+              for _ in range(max(0, count - len(slots)))]
+    found = [(name, supported_problem(rng, algorithms[name], d)) for name, d in slots]
+    return [(name, problem) for name, problem in found if problem is not None]
