@@ -206,7 +206,9 @@ _DW_DTYPES: dict[str, tuple[str, ...]] = {
 #: The backward directions' kernels (direct_bwd_data, direct_bwd_filter, col2im and the
 #: im2col_gemm GEMM layouts) on these geometries, each against the float64 reference of its
 #: direction: stride holes (taps fewer than the stride: some dx get no term), padding, dilation
-#: 2, groups 2, odd sizes, n > 1, and a deep batch for backward_filter's float16 sums.
+#: 2, groups 2, odd sizes, n > 1, a deep batch for backward_filter's float16 sums, and a
+#: depthwise layer (channel multiplier 2), whose backward_filter as a forward problem has one
+#: image in 4 groups (fft's single GEMM call over frequencies and groups).
 _BWD_SHAPES: dict[str, dict[str, Any]] = {
     "odd": SHAPES["odd"],
     "holes_1x1_s2": dict(n=3, c=4, h=9, w=8, k=6, r=1, s=1, stride=2),
@@ -217,9 +219,10 @@ _BWD_SHAPES: dict[str, dict[str, Any]] = {
     "groups_strided": SHAPES["groups_strided"],
     "pad_gt_filter": SHAPES["pad_gt_filter"],
     "deep_batch": dict(n=48, c=2, h=6, w=6, k=3, r=3, s=3, pad=1),
+    "depthwise_m2": dict(n=3, c=4, h=7, w=6, k=8, r=3, s=3, pad=1, stride=2, groups=4),
 }
 #: Mutations of the backward kernels these cases catch (each injected once, every backward
-#: case run; `n` of 68 failed):
+#: case run; `n` of 68 failed, before depthwise_m2):
 #:   tap_output without the stride-hole test (o * str == num)   -> 14: every stride > 1 case
 #:                                      of both backward_data kernels, relative error ~1.7
 #:   tap_output's range test o <= O instead of o < O            -> 24: ASan heap-buffer-overflow
@@ -247,7 +250,7 @@ _BWD_OTHER_DTYPES = ("odd", "holes_s3_pad", "dil2_groups2", "deep_batch")
 #: their forward kernels on a rearranged problem (kernels/rearrange.cu's copies).
 _BWD_ALGORITHMS = ("direct", "im2col_gemm", "implicit_gemm", "fft")
 #: Mutations of kernels/rearrange.cu these cases catch (each injected once; `n` of the 76
-#: implicit_gemm, fft and implicit_gemm_tc backward cases failed):
+#: implicit_gemm, fft and implicit_gemm_tc backward cases failed, before depthwise_m2):
 #:   the filter flip skipped                                 -> 36: every backward_data case
 #:                                                              with r or s > 1, error >= 1.1
 #:   dy spread with step 1 instead of the stride              -> 15: every stride > 1

@@ -14,7 +14,8 @@ correlation equals the linear one on every output pixel.
 
 Supports float16 (computed in float32: padded planes and spectra are float32/complex64),
 float32 and float64 (complex128); any stride, padding, dilation and groups (one GEMM call
-per group, so many groups are slow, not wrong). Every buffer must have < 2**31 elements.
+per group, so many groups are slow, not wrong; with one image, one call batched over
+frequencies and groups). Every buffer must have < 2**31 elements.
 
 Workspace (each region aligned to 256 bytes), rs = 8 for float64 else 4, cs = 2 * rs,
 F = FH * (FW // 2 + 1); the workspace itself must be aligned to cs bytes, as every CuPy
@@ -246,14 +247,22 @@ class _FftCudaForward(CudaAlgorithm):
 
         # 4: per frequency, column-major (kg x n) = (cg x kg)^H @ (cg x n) for each group.
         yt = region("spectra2", (f, n * k), cplx)
-        for gi in range(g):
-            gemm_strided_batched(
-                cplx, OP_C, OP_N, kg, n, cg,
-                wt.data.ptr + gi * kg * cg * cs, cg, k * cg,
-                xt.data.ptr + gi * cg * cs, c, n * c,
-                yt.data.ptr + gi * kg * cs, k, n * k,
-                f,
-            )
+        if n == 1:
+            # One image: each frequency's groups follow each other in xt, wt and yt (x at
+            # f*c + gi*cg = (f*g + gi)*cg, likewise w and y), so one call batches over
+            # (frequency, group): 1 launch instead of g (depthwise backward_filter's
+            # rearranged problem has n = c/g = 1).
+            gemm_strided_batched(cplx, OP_C, OP_N, kg, 1, cg, wt.data.ptr, cg, kg * cg,
+                                 xt.data.ptr, cg, cg, yt.data.ptr, kg, kg, f * g)
+        else:
+            for gi in range(g):
+                gemm_strided_batched(
+                    cplx, OP_C, OP_N, kg, n, cg,
+                    wt.data.ptr + gi * kg * cg * cs, cg, k * cg,
+                    xt.data.ptr + gi * cg * cs, c, n * c,
+                    yt.data.ptr + gi * kg * cs, k, n * k,
+                    f,
+                )
 
         # 5: back to planes, inverse transform, crop + stride + scale into y.
         spec_y = region("spectra1", (n * k, fh, fw // 2 + 1), cplx)
