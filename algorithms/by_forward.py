@@ -4,7 +4,9 @@ Both gradients of a cross-correlation are cross-correlations themselves:
 
 - backward_data: dx = (dy with stride-1 zeros inserted, framed by (r-1)*dilation rows and
   columns of zeros) cross-correlated, stride 1 and the same dilation, with the filter
-  flipped in (r, s) and transposed within each group (k <-> c/groups).
+  flipped in (r, s) and transposed within each group (k <-> c/groups). With a stride > 1
+  and dilation 1, algorithms/phases.py's decomposition instead: no inserted zeros, the
+  stride's phases as output channels, then one copy interleaving them into dx.
 - backward_filter: dw^T = x^T cross-correlated with dy^T as the filter (out_h x out_w
   taps), stride = the dilation and dilation = the stride, in the same groups. x^T is x with
   its batch and channels-within-a-group swapped, (c/groups, groups * n, H', W'), padded and
@@ -15,17 +17,21 @@ Both gradients of a cross-correlation are cross-correlations themselves:
 The rearranged operands are exact copies (no arithmetic), so the error is the forward
 algorithm's on the rearranged problem. Every copy is one `Remap`: an axis swap of a
 (groups, a, middle, b, height, width) tensor with the spatial plane shifted, spread by a
-step, zero-framed or flipped. `ByForward` wraps a forward-only algorithm: the subclass lists it
-after `ByForward` in its bases, and every method maps a backward problem to
+step, zero-framed or flipped; the phases add `_phase_filter` and `_phase_shuffle`. `ByForward`
+wraps a forward-only algorithm: the subclass lists it after `ByForward` in its bases, and
+every method maps a backward problem to
 `forward_problem(problem)` before calling the forward implementation; a backend supplies
-`_remap` (NumPy slicing on the CPU, one copy kernel on the GPU).
+the copies (NumPy slicing on the CPU, one copy kernel each on the GPU).
 
 Workspace (E: the storage element size; F: the forward algorithm's workspace for the
 rearranged problem):
     backward_data:   align(n*k*(h+(r-1)*dh)*(w+(s-1)*dw)*E) + align(c*(k/g)*r*s*E) + F
+    ... by phases:   align(n*k*(Q_h+J_h-1)*(Q_w+J_w-1)*E) + align(A*c*(k/g)*J_h*J_w*E)
+                     + align(n*A*c*Q_h*Q_w*E) + F (A, J, Q: algorithms/phases.py)
     backward_filter: align(c*n*H'*W'*E) + align(k*n*out_h*out_w*E)
                      + align(c*(k/g)*r*s*E) + F, with H' = (r-1)*dh + (out_h-1)*sh + 1
-(until 2026-11-25 backward_filter ran one forward call per group, and F was one group's)
+(until 2026-11-25 backward_filter ran one forward call per group, and F was one group's;
+strided backward_data spread dy with zeros whatever the dilation)
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from algorithms.base import AlgorithmBase, Support, Work, WorkspaceLayout, unsupported
+from algorithms.phases import Phases, forward_of, phases
 from algorithms.problem import DIRECTIONS, ConvProblem
 
 
@@ -44,6 +51,9 @@ def forward_problem(problem: ConvProblem) -> ConvProblem:
     """The forward problem whose output is (a rearrangement of) the backward result."""
     if problem.direction == "forward":
         return problem
+    found = phases(problem)
+    if found is not None:
+        return forward_of(problem, found)
     (dh, dw), (sh, sw) = problem.dilation, problem.stride
     out_h, out_w = problem.out_hw
     g = problem.groups
@@ -94,13 +104,18 @@ class Remap:
 
 
 @functools.lru_cache(maxsize=4096)
-def remaps(problem: ConvProblem) -> tuple[Remap, Remap, Remap | None]:
-    """The copies into the forward problem's (a, b) and, for backward_filter, back out to dw."""
+def remaps(problem: ConvProblem) -> tuple[Remap, Remap | None, Remap | None]:
+    """The copies into the forward problem's (a, b) and, for backward_filter, back out to dw;
+    by phases, only dy's framing (the filter and dx copies are the phase copies)."""
     g, r, s = problem.groups, problem.r, problem.s
     kg, cg = problem.k // g, problem.c // g
     out_hw = problem.out_hw
     inner = forward_problem(problem)
     (dh, dw), (ph, pw) = problem.dilation, problem.pad
+    found = phases(problem)
+    if found is not None:  # dy (n, k, P, Q) framed: dy[p] lands at J - 1 - q0 + p
+        return Remap(1, 1, problem.n * problem.k, out_hw, (inner.h, inner.w),
+                     (found.h.offset, found.w.offset)), None, None
     if problem.direction == "backward_data":
         # dy (n, k, P, Q) spread over (n, k, h', w'): dy[p] lands at (r-1)*dh - ph + p*sh.
         spread = Remap(1, 1, problem.n * problem.k, out_hw, (inner.h, inner.w),
@@ -119,10 +134,11 @@ def remaps(problem: ConvProblem) -> tuple[Remap, Remap, Remap | None]:
 @functools.lru_cache(maxsize=4096)
 def _layout(problem: ConvProblem) -> WorkspaceLayout:
     """The rearranged operands (storage dtype), before the forward algorithm's workspace:
-    the forward problem's x and w, and for backward_filter its y (dw transposed)."""
+    the forward problem's x and w, and its y where that is not the result (backward_filter's
+    dw transposed, the phases' stacked dx)."""
     a_shape, b_shape, out_shape = forward_problem(problem).operand_shapes
     layout = WorkspaceLayout().add("a", a_shape, problem.dtype).add("b", b_shape, problem.dtype)
-    if problem.direction == "backward_filter":
+    if problem.direction == "backward_filter" or phases(problem) is not None:
         layout.add("out", out_shape, problem.dtype)
     return layout
 
@@ -137,6 +153,14 @@ class ByForward(AlgorithmBase):
     directions: ClassVar[tuple[str, ...]] = DIRECTIONS
 
     def _remap(self, src: Any, dst: Any, remap: Remap, problem: ConvProblem) -> None:
+        raise NotImplementedError
+
+    def _phase_filter(self, w: Any, dst: Any, found: Phases, problem: ConvProblem) -> None:
+        """dst = the phases' flipped sub-filters of w (algorithms/phases.py)."""
+        raise NotImplementedError
+
+    def _phase_shuffle(self, z: Any, dx: Any, found: Phases, problem: ConvProblem) -> None:
+        """dx = the phases' outputs z interleaved (0 where no phase has a tap)."""
         raise NotImplementedError
 
     def _limits(self, problem: ConvProblem) -> Support:
@@ -168,7 +192,7 @@ class ByForward(AlgorithmBase):
         if problem.direction == "forward":
             return super().work(problem, config)
         inner = super().work(forward_problem(problem), config)
-        copies = sum(remap is not None for remap in remaps(problem))
+        copies = 3 if phases(problem) else sum(remap is not None for remap in remaps(problem))
         return replace(inner, launches=inner.launches + copies)
 
     def _run(
@@ -184,6 +208,13 @@ class ByForward(AlgorithmBase):
         rest = workspace[layout.nbytes:] if self.workspace_bytes(inner, config) else None
         to_a, to_b, back = remaps(problem)
         self._remap(a, buf["a"], to_a, problem)
+        found = phases(problem)
+        if found is not None:
+            self._phase_filter(b, buf["b"], found, problem)
+            super()._run(buf["a"], buf["b"], buf["out"], rest, inner, config)
+            self._phase_shuffle(buf["out"], out, found, problem)
+            return
+        assert to_b is not None
         self._remap(b, buf["b"], to_b, problem)
         if back is None:  # backward_data: the forward result is dx
             super()._run(buf["a"], buf["b"], out, rest, inner, config)

@@ -45,6 +45,68 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+// backward_data by stride phases (algorithms/phases.py). phase_filter: over dst viewed as
+// (G, AH, AW, CG, KG, JH, JW), dst = w[g][kg][cg][th + SH*(JH-1-j)][tw + SW*(JW-1-l)] viewed as
+// (G, KG, CG, R, S), 0 where that tap is past the filter. phase_shuffle: over dx viewed as
+// (N, G, CG, H, W), the phase (th, tw) = ((i + PH) % SH, (j + PW) % SW); dx = 0 when it has
+// no taps (th >= AH or tw >= AW), else z[n][g][th][tw][cg][oh][ow] viewed as (N, G, AH, AW,
+// CG, QH, QW), oh = (i + PH - th) / SH - QH0 (likewise ow). Bits, like remap; one thread
+// per destination element, grid-stride; plain division: these copies are small next to the
+// convolution between them.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    phase_filter(const T* __restrict__ w, T* __restrict__ dst, int KG, int CG, int R, int S,
+                 int SH, int SW, int AH, int AW, int JH, int JW, int total) {
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
+         u += gridDim.x * blockDim.x) {
+        int rest = static_cast<int>(u);
+        const int l = rest % JW;
+        rest /= JW;
+        const int j = rest % JH;
+        rest /= JH;
+        const int k = rest % KG;
+        rest /= KG;
+        const int c = rest % CG;
+        rest /= CG;
+        const int tw = rest % AW;
+        rest /= AW;
+        const int th = rest % AH;
+        const int g = rest / AH;
+        const int t = th + SH * (JH - 1 - j), v = tw + SW * (JW - 1 - l);
+        T value = 0;
+        if (t < R && v < S)
+            value = w[((static_cast<long long>(g * KG + k) * CG + c) * R + t) * S + v];
+        dst[u] = value;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    phase_shuffle(const T* __restrict__ z, T* __restrict__ dx, int G, int CG, int H, int W,
+                  int SH, int SW, int PH, int PW, int AH, int AW, int QH0, int QW0, int QH,
+                  int QW, int total) {
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
+         u += gridDim.x * blockDim.x) {
+        int rest = static_cast<int>(u);
+        const int x = rest % W;
+        rest /= W;
+        const int y = rest % H;
+        rest /= H;
+        const int c = rest % CG;
+        rest /= CG;
+        const int g = rest % G;
+        const int n = rest / G;
+        const int th = (y + PH) % SH, tw = (x + PW) % SW;
+        T value = 0;
+        if (th < AH && tw < AW) {
+            const int oh = (y + PH - th) / SH - QH0, ow = (x + PW - tw) / SW - QW0;
+            const long long plane = (((static_cast<long long>(n) * G + g) * AH + th) * AW + tw) * CG + c;
+            value = z[(plane * QH + oh) * QW + ow];
+        }
+        dx[u] = value;
+    }
+}
+
 // A batch of transposes, dst[b][j][i] = src[b][i][j] over (batch, rows, cols): NCHW -> NHWC
 // with (rows, cols) = (C, H*W), and a filter (K, C/groups, R*S) -> (K, R*S, C/groups), the
 // operands of the tensor-core kernels' NHWC configurations. PARTS 0: bits, like remap (T an

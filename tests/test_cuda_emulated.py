@@ -208,7 +208,8 @@ _DW_DTYPES: dict[str, tuple[str, ...]] = {
 #: direction: stride holes (taps fewer than the stride: some dx get no term), padding, dilation
 #: 2, groups 2, odd sizes, n > 1, a deep batch for backward_filter's float16 sums, and a
 #: depthwise layer (channel multiplier 2), whose backward_filter as a forward problem has one
-#: image in 4 groups (fft's single GEMM call over frequencies and groups).
+#: image in 4 groups (fft's single GEMM call over frequencies and groups), and padding as
+#: large as the filter at stride 2, where backward_data by phases starts at q0 = 1.
 _BWD_SHAPES: dict[str, dict[str, Any]] = {
     "odd": SHAPES["odd"],
     "holes_1x1_s2": dict(n=3, c=4, h=9, w=8, k=6, r=1, s=1, stride=2),
@@ -220,6 +221,7 @@ _BWD_SHAPES: dict[str, dict[str, Any]] = {
     "pad_gt_filter": SHAPES["pad_gt_filter"],
     "deep_batch": dict(n=48, c=2, h=6, w=6, k=3, r=3, s=3, pad=1),
     "depthwise_m2": dict(n=3, c=4, h=7, w=6, k=8, r=3, s=3, pad=1, stride=2, groups=4),
+    "pad2_s2": dict(n=2, c=3, h=7, w=8, k=4, r=3, s=2, pad=2, stride=2),
 }
 #: Mutations of the backward kernels these cases catch (each injected once, every backward
 #: case run; `n` of 68 failed, before depthwise_m2):

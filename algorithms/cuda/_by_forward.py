@@ -12,10 +12,11 @@ from math import prod
 from typing import Any
 
 from algorithms.base import Support, unsupported
-from algorithms.by_forward import ByForward, Remap, remaps
+from algorithms.by_forward import ByForward, Remap, forward_problem, remaps
 from algorithms.cuda import _rearrange
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._loader import tensors_fit_int32
+from algorithms.phases import Phases
 from algorithms.problem import ConvProblem
 
 
@@ -24,14 +25,24 @@ class CudaByForward(ByForward, CudaAlgorithm):
 
     def _limits(self, problem: ConvProblem) -> Support:
         """The forward algorithm's limits, and 32-bit indexing of every rearranged tensor."""
-        if problem.direction != "forward":
+        found = super()._limits(problem)  # first: it refuses an invalid rearranged problem
+        if found and problem.direction != "forward":
             copied = [prod(shape) for remap in remaps(problem)
                       if remap is not None for shape in (remap.src_shape, remap.dst_shape)]
+            copied += [prod(shape) for shape in forward_problem(problem).operand_shapes]
             if not tensors_fit_int32(problem, *copied):
                 return unsupported(f"a rearranged {problem.direction} operand has "
                                    "2**31 elements or more (32-bit indexing)")
-        return super()._limits(problem)
+        return found
 
     def _remap(self, src: Any, dst: Any, remap: Remap, problem: ConvProblem) -> None:
         """One launch of the copy kernel over dst."""
         _rearrange.remap(src, dst, remap, problem.itemsize)
+
+    def _phase_filter(self, w: Any, dst: Any, found: Phases, problem: ConvProblem) -> None:
+        """One launch of the sub-filter copy over dst."""
+        _rearrange.phase_filter(w, dst, found, problem)
+
+    def _phase_shuffle(self, z: Any, dx: Any, found: Phases, problem: ConvProblem) -> None:
+        """One launch of the interleaving copy over dx."""
+        _rearrange.phase_shuffle(z, dx, found, problem)

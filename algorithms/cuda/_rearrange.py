@@ -1,5 +1,6 @@
-"""Launchers of kernels/rearrange.cu's copies: `remap` (the backward directions' rearranged
-operands, algorithms/by_forward.py) and `transpose` (the tensor-core kernels' NHWC operands).
+"""Launchers of kernels/rearrange.cu's copies: `remap`, `phase_filter` and `phase_shuffle`
+(the backward directions' rearranged operands, algorithms/by_forward.py and phases.py) and
+`transpose` (the tensor-core kernels' NHWC operands).
 
 Both copy bits through an unsigned type of the element's size, so every float format comes
 through exactly, except where a float32 transpose is asked to round to TF32 (wgmma's
@@ -17,6 +18,7 @@ import numpy as np
 from algorithms.base import WorkspaceLayout
 from algorithms.by_forward import Remap
 from algorithms.cuda._loader import ceil_div, fastdiv_args, get_kernel, grid_stride_blocks
+from algorithms.phases import Phases
 from algorithms.problem import ConvProblem
 
 KERNEL_FILE = "rearrange.cu"
@@ -32,17 +34,21 @@ _BITS_TYPES: dict[int, str] = {2: "unsigned short", 4: "unsigned int", 8: "unsig
 TF32_PARTS = (0, 1, 2)
 
 
+#: The copies that move bits of one element size, whatever the float format.
+_BIT_COPIES = ("remap", "phase_filter", "phase_shuffle")
+
+
 def name_expression(kernel: str, itemsize: int, parts: int = 0) -> str:
-    """The template instance of `kernel` ("remap" or "transpose") for an element size (and a
-    transpose's TF32 parts)."""
-    if kernel == "remap":
-        return f"remap<{_BITS_TYPES[itemsize]}>"
+    """The template instance of `kernel` (a bit copy or "transpose") for an element size (and
+    a transpose's TF32 parts)."""
+    if kernel in _BIT_COPIES:
+        return f"{kernel}<{_BITS_TYPES[itemsize]}>"
     return f"transpose<{'float' if parts else _BITS_TYPES[itemsize]}, {parts}>"
 
 
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for."""
-    return (*(name_expression(kernel, size) for kernel in ("remap", "transpose")
+    return (*(name_expression(kernel, size) for kernel in (*_BIT_COPIES, "transpose")
               for size in _BITS_TYPES),
             *(name_expression("transpose", 4, parts) for parts in TF32_PARTS if parts))
 
@@ -58,6 +64,27 @@ def remap(src: Any, dst: Any, remap: Remap, itemsize: int) -> None:
             np.int32(remap.offset[1]), np.int32(remap.step[0]), np.int32(remap.step[1]),
             np.int32(remap.flip), np.int32(total),
             *fastdiv_args(dw, dh, remap.a, remap.middle, remap.b)))
+
+
+def phase_filter(w: Any, dst: Any, found: Phases, problem: ConvProblem) -> None:
+    """One launch: dst = the phases' flipped sub-filters of w (algorithms/phases.py)."""
+    total = prod(found.filter_shape)
+    kernel = get_kernel(KERNEL_FILE, name_expression("phase_filter", problem.itemsize))
+    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+           (w, dst, *(np.int32(v) for v in (
+               found.kg, found.cg, problem.r, problem.s, found.h.stride, found.w.stride,
+               found.h.active, found.w.active, found.h.sub_taps, found.w.sub_taps, total))))
+
+
+def phase_shuffle(z: Any, dx: Any, found: Phases, problem: ConvProblem) -> None:
+    """One launch: dx = the phases' outputs z interleaved (0 where no phase has a tap)."""
+    total = prod(problem.operand_shapes[2])
+    kernel = get_kernel(KERNEL_FILE, name_expression("phase_shuffle", problem.itemsize))
+    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+           (z, dx, *(np.int32(v) for v in (
+               found.groups, found.cg, problem.h, problem.w, found.h.stride, found.w.stride,
+               found.h.pad, found.w.pad, found.h.active, found.w.active, found.h.first,
+               found.w.first, found.h.count, found.w.count, total))))
 
 
 def transpose(src: Any, dst: Any, batch: int, rows: int, cols: int, itemsize: int,

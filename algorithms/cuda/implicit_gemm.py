@@ -16,10 +16,11 @@ groups x channel tiles.
 Workspace: 0 bytes forward.
 
 backward_data and backward_filter run this forward kernel on a rearranged problem
-(algorithms/by_forward.py: dy spread between stride holes and the filter flipped; x and dy
-transposed for backward_filter, one grouped forward launch), the rearranged operands in
-the workspace. backward_filter's reduction over n*P*Q becomes the forward GEMM's K, over a
-grid of only (c/g)*R*S x k outputs: correct, but a small grid on large layers.
+(algorithms/by_forward.py: the filter flipped over dy, by stride phases or over dy spread
+with zeros; x and dy transposed for backward_filter, one grouped forward launch), the
+rearranged operands in the workspace. backward_filter's reduction over n*P*Q becomes the
+forward GEMM's K, over a grid of only (c/g)*R*S x k outputs: correct, but a small grid on
+large layers.
 
 Configurations "BMxBNxBK": block tile of BM output channels by BN output pixels, K-step BK;
 the thread tile and the occupancy cap are fixed per configuration in CONFIGS.

@@ -1,5 +1,5 @@
-"""Backward directions as forward problems (algorithms/by_forward.py): the copies, and one
-forward call per backward call."""
+"""Backward directions as forward problems (algorithms/by_forward.py, phases.py): the copies,
+one forward call per backward call, and strided backward_data by phases."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from algorithms.by_forward import Remap, forward_problem
 from algorithms.cpu._by_forward import CpuByForward
 from algorithms.cpu.fft import _FftConvForward
 from algorithms.cpu.implicit_gemm import _ImplicitGemmConvForward
+from algorithms.phases import forward_of, phases
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference, relative_error, tolerance
 from algorithms.registry import get_algorithm
@@ -74,31 +75,37 @@ def _counting(forward: type) -> Any:
     return Counting()
 
 
+def _check_one_forward_call(forward: type, problem: ConvProblem) -> None:
+    """Every config of the backward algorithm over `forward`, on fresh operands: one forward
+    run, on forward_problem(problem), a result within tolerance, and `work` counting that
+    run's launches plus the three copies around it."""
+    algorithm = _counting(forward)
+    inner = forward_problem(problem)
+    rng = np.random.default_rng()
+    a = rng.standard_normal(problem.operand_shapes[0]).astype(np.float32)
+    b = rng.standard_normal(problem.operand_shapes[1]).astype(np.float32)
+    ref = reference(a, b, problem)
+    for config in algorithm.configs(problem):
+        algorithm.runs.clear()
+        nbytes = algorithm.workspace_bytes(problem, config)
+        workspace = np.full(nbytes, 0xFF, np.uint8) if nbytes else None
+        out = np.full(problem.operand_shapes[2], np.nan, np.float32)
+        algorithm.run(a, b, out, workspace, problem, config)
+        assert algorithm.runs == [inner]
+        assert relative_error(out, ref) <= tolerance("float32", "implicit_gemm")
+        assert algorithm.work(problem, config).launches == (
+            algorithm.work(inner, config).launches + 3)
+
+
 @pytest.mark.parametrize("forward", [_ImplicitGemmConvForward, _FftConvForward],
                          ids=["implicit_gemm", "fft"])
 @pytest.mark.parametrize("shape", sorted(_GROUPED))
 def test_grouped_backward_filter_is_one_forward_call(forward: type, shape: str) -> None:
     # Bug pinned: grouped backward_filter ran the forward algorithm once per group, so a
     # depthwise layer of c channels cost c forward calls (c launch sets on the GPU).
-    algorithm = _counting(forward)
     problem = ConvProblem(**_GROUPED[shape], direction="backward_filter")
-    inner = forward_problem(problem)
-    assert inner.groups == problem.groups
-    rng = np.random.default_rng()
-    x = rng.standard_normal(problem.operand_shapes[0]).astype(np.float32)
-    dy = rng.standard_normal(problem.operand_shapes[1]).astype(np.float32)
-    ref = reference(x, dy, problem)
-    for config in algorithm.configs(problem):
-        algorithm.runs.clear()
-        nbytes = algorithm.workspace_bytes(problem, config)
-        workspace = np.full(nbytes, 0xFF, np.uint8) if nbytes else None
-        dw = np.full(problem.operand_shapes[2], np.nan, np.float32)
-        algorithm.run(x, dy, dw, workspace, problem, config)
-        assert algorithm.runs == [inner]
-        assert relative_error(dw, ref) <= tolerance("float32", "implicit_gemm")
-        # Three copies (x, dy in; dw out) around the forward run's own launches.
-        launches = algorithm.work(problem, config).launches
-        assert launches == algorithm.work(inner, config).launches + 3
+    assert forward_problem(problem).groups == problem.groups
+    _check_one_forward_call(forward, problem)
 
 
 def test_ungrouped_backward_filter_problem_is_unchanged() -> None:
@@ -110,3 +117,75 @@ def test_ungrouped_backward_filter_problem_is_unchanged() -> None:
     # H' = (r-1)*dilation + (out-1)*stride + 1 = 2 + 4*2 + 1; the filter is dy's 5x5 plane.
     assert (inner.h, inner.w, inner.r, inner.s) == (11, 11, 5, 5)
     assert inner.stride == (1, 1) and inner.dilation == (2, 2)
+
+
+#: Strided backward_data layers: filters shorter than the stride (phases without taps),
+#: strides differing per axis, padding past the filter, groups, and a ResNet-like 3x3 s2.
+_STRIDED: dict[str, dict[str, Any]] = {
+    "3x3_s2": dict(n=2, c=3, h=9, w=8, k=4, r=3, s=3, pad=1, stride=2),
+    "1x1_s2": dict(n=2, c=4, h=7, w=8, k=6, r=1, s=1, stride=2),
+    "2x2_s3_pad": dict(n=2, c=3, h=10, w=11, k=4, r=2, s=2, pad=1, stride=3),
+    "stride_pair": dict(n=1, c=2, h=11, w=9, k=3, r=5, s=2, pad=(2, 3), stride=(3, 2)),
+    "pad_past_filter_groups": dict(n=2, c=6, h=5, w=6, k=4, r=3, s=2, pad=(3, 2), stride=2,
+                                   groups=2),
+}
+
+
+@pytest.mark.parametrize("forward", [_ImplicitGemmConvForward, _FftConvForward],
+                         ids=["implicit_gemm", "fft"])
+@pytest.mark.parametrize("shape", sorted(_STRIDED))
+def test_strided_backward_data_runs_the_phases_forward_problem(forward: type,
+                                                               shape: str) -> None:
+    # Bug pinned: backward_data at stride > 1 spread dy with zeros and ran the forward
+    # algorithm over them: 3 of 4 products with zeros at stride 2 (2.25x the work on 3x3).
+    problem = ConvProblem(**_STRIDED[shape], direction="backward_data")
+    found = phases(problem)
+    assert found is not None
+    inner = forward_problem(problem)
+    assert inner == forward_of(problem, found) and inner.stride == (1, 1)
+    _check_one_forward_call(forward, problem)
+
+
+def test_phases_cut_the_products() -> None:
+    # Multiply-adds of the forward problem against dy spread with zeros (the same layer at
+    # dilation 1 stride 1 has the spread's cost: every dx pixel takes r*s*k products).
+    def products(problem: ConvProblem) -> int:
+        out_h, out_w = problem.out_hw
+        return problem.n * problem.k * out_h * out_w * problem.c // problem.groups * (
+            problem.r * problem.s)
+
+    # 56x56 planes: the edges' share is small, so 3x3 s2 is near its 4*9/(4*2*2) = 2.25.
+    layers: list[tuple[dict[str, Any], float]] = [(dict(r=3, s=3, pad=1), 2.25),
+                                                   (dict(r=1, s=1), 4.0)]
+    for layer, expected in layers:
+        problem = ConvProblem(n=1, c=8, h=56, w=56, k=16, stride=2, **layer,
+                              direction="backward_data")
+        spread = products(ConvProblem(n=problem.n, c=problem.k, h=problem.h + problem.r - 1,
+                                      w=problem.w + problem.s - 1, k=problem.c, r=problem.r,
+                                      s=problem.s))
+        assert spread / products(forward_problem(problem)) == pytest.approx(expected, rel=0.08)
+
+
+def test_phases_only_where_they_apply() -> None:
+    base: dict[str, Any] = dict(n=2, c=4, h=9, w=9, k=4, r=3, s=3, pad=1)
+    assert phases(ConvProblem(**base, stride=2, direction="backward_data")) is not None
+    assert phases(ConvProblem(**base, stride=(1, 2), direction="backward_data")) is not None
+    others: list[dict[str, Any]] = [dict(stride=1, direction="backward_data"),
+                                    dict(stride=2, dilation=2, direction="backward_data"),
+                                    dict(stride=2, direction="backward_filter"),
+                                    dict(stride=2),
+                                    # one padded pixel in a phase without taps: dx is 0
+                                    dict(h=1, w=1, r=1, s=1, stride=2, pad=1,
+                                         direction="backward_data")]
+    for other in others:
+        assert phases(ConvProblem(**{**base, **other})) is None
+
+
+@pytest.mark.parametrize("name", ["implicit_gemm", "implicit_gemm_tc", "fft"])
+def test_an_invalid_rearranged_problem_is_refused_with_a_reason(name: str) -> None:
+    # Bug pinned: the CUDA algorithms sized the rearranged copies before asking whether the
+    # rearranged problem exists, so supports() raised ValueError instead of refusing.
+    problem = ConvProblem(n=1, c=1, h=2**24, w=1, k=1, r=3, s=1, pad=(1, 0),
+                          direction="backward_data")  # dy spread to 2**24 + 2 rows
+    support = get_algorithm("cuda", name).supports(problem)
+    assert not support and "rearranged forward problem is invalid" in support.reason
