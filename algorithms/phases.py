@@ -1,7 +1,7 @@
 """backward_data at stride > 1 as one dense forward problem over the stride's phases.
 
 Along one axis (stride S, filter R, padding P, dilation 1), dx[i] only receives the taps t
-with t = (i + P) mod S (mod S): its phase t0. Writing i = q*S + t0 - P,
+with t = i + P (mod S); t0 = (i + P) mod S is its phase. Writing i = q*S + t0 - P,
     dx[i] = sum_j dy[q - j] * w[t0 + S*j],   j < J = ceil(R / S),
 a stride-1 cross-correlation of dy (framed by zeros) with the flipped sub-filter
 wf[j'] = w[t0 + S*(J-1-j')] (0 where that tap is past R). Phases t0 >= R have no taps
@@ -15,8 +15,8 @@ with q0 the smallest q any active phase needs and Q the count of q up to the lar
 Against spreading dy with stride-1 zeros (by_forward.py's general backward_data), this does
 not multiply by the inserted zeros: S_h*S_w*R_h*R_w / (A_h*A_w*J_h*J_w) times fewer
 products, 2.25x on a 3x3 stride-2 layer and 4x on a 1x1 stride-2 one. Used for dilation 1
-and any stride > 1 (with a dilation sharing a factor with the stride, some phases get taps
-that are not every S-th one; those problems keep the spread).
+and any stride > 1; with a dilation D > 1 a phase's taps are not every S-th one (t*D = i + P
+mod S), so those problems keep the spread.
 """
 
 from __future__ import annotations
