@@ -99,9 +99,9 @@ def hash_sources(files: Iterable[Path]) -> str:
 
 
 #: Modules outside the backend folders whose code every backend's algorithms run: the
-#: interface, the backward-as-forward rearrangement, and the Winograd transforms both
-#: backends take their matrices from.
-SHARED_SOURCES: tuple[str, ...] = ("base.py", "by_forward.py", "winograd.py")
+#: interface, the backward-as-forward rearrangement (and its stride phases), and the
+#: Winograd transforms both backends take their matrices from.
+SHARED_SOURCES: tuple[str, ...] = ("base.py", "by_forward.py", "phases.py", "winograd.py")
 
 
 def algorithm_sources(package_dir: Path) -> list[Path]:
