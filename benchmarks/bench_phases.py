@@ -70,6 +70,7 @@ def child(model: str, batch: int, spread: bool, reps: int) -> dict[str, dict[str
 def torch_ms(model: str, batch: int, reps: int) -> dict[str, float]:
     """Layer -> PyTorch CPU conv2d_input median ms, float32."""
     import torch
+    import torch.nn.grad
 
     from tuner.networks import network_problems
 
