@@ -17,11 +17,11 @@ Both gradients of a cross-correlation are cross-correlations themselves:
 The rearranged operands are exact copies (no arithmetic), so the error is the forward
 algorithm's on the rearranged problem. Every copy is one `Remap`: an axis swap of a
 (groups, a, middle, b, height, width) tensor with the spatial plane shifted, spread by a
-step, zero-framed or flipped; the phases add `_phase_filter` and `_phase_shuffle`. `ByForward`
-wraps a forward-only algorithm: the subclass lists it after `ByForward` in its bases, and
-every method maps a backward problem to
-`forward_problem(problem)` before calling the forward implementation; a backend supplies
-the copies (NumPy slicing on the CPU, one copy kernel each on the GPU).
+step, zero-framed or flipped, or one of the phases' two copies (`PhaseFilter`,
+`PhaseShuffle`); `copies(problem)` lists them. `ByForward` wraps a forward-only algorithm:
+the subclass lists it after `ByForward` in its bases, and every method maps a backward
+problem to `forward_problem(problem)` before calling the forward implementation; a backend
+supplies the copies (NumPy slicing on the CPU, one copy kernel each on the GPU).
 
 Workspace (E: the storage element size; F: the forward algorithm's workspace for the
 rearranged problem):
@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from algorithms.base import AlgorithmBase, Support, Work, WorkspaceLayout, unsupported
-from algorithms.phases import Phases, forward_of, phases
+from algorithms.phases import PhaseFilter, Phases, PhaseShuffle, forward_of, phases
 from algorithms.problem import DIRECTIONS, ConvProblem
 
 
@@ -103,19 +103,24 @@ class Remap:
         return (self.groups, self.b, self.middle, self.a, *self.dst_hw)
 
 
+#: One rearranging copy: a Remap, or one of the phases' copies.
+Copy = Remap | PhaseFilter | PhaseShuffle
+
+
 @functools.lru_cache(maxsize=4096)
-def remaps(problem: ConvProblem) -> tuple[Remap, Remap | None, Remap | None]:
-    """The copies into the forward problem's (a, b) and, for backward_filter, back out to dw;
-    by phases, only dy's framing (the filter and dx copies are the phase copies)."""
-    g, r, s = problem.groups, problem.r, problem.s
-    kg, cg = problem.k // g, problem.c // g
+def copies(problem: ConvProblem) -> tuple[Copy, Copy, Copy | None]:
+    """The copies into the forward problem's (a, b), and out of its y into the result where
+    y is not the result itself (None: the forward run writes the result)."""
     out_hw = problem.out_hw
     inner = forward_problem(problem)
-    (dh, dw), (ph, pw) = problem.dilation, problem.pad
     found = phases(problem)
     if found is not None:  # dy (n, k, P, Q) framed: dy[p] lands at J - 1 - q0 + p
-        return Remap(1, 1, problem.n * problem.k, out_hw, (inner.h, inner.w),
-                     (found.h.offset, found.w.offset)), None, None
+        framed = Remap(1, 1, problem.n * problem.k, out_hw, (inner.h, inner.w),
+                       (found.h.offset, found.w.offset))
+        return framed, PhaseFilter(found), PhaseShuffle(found)
+    g, r, s = problem.groups, problem.r, problem.s
+    kg, cg = problem.k // g, problem.c // g
+    (dh, dw), (ph, pw) = problem.dilation, problem.pad
     if problem.direction == "backward_data":
         # dy (n, k, P, Q) spread over (n, k, h', w'): dy[p] lands at (r-1)*dh - ph + p*sh.
         spread = Remap(1, 1, problem.n * problem.k, out_hw, (inner.h, inner.w),
@@ -134,11 +139,11 @@ def remaps(problem: ConvProblem) -> tuple[Remap, Remap | None, Remap | None]:
 @functools.lru_cache(maxsize=4096)
 def _layout(problem: ConvProblem) -> WorkspaceLayout:
     """The rearranged operands (storage dtype), before the forward algorithm's workspace:
-    the forward problem's x and w, and its y where that is not the result (backward_filter's
-    dw transposed, the phases' stacked dx)."""
+    the forward problem's x and w, and its y where a copy follows (backward_filter's dw
+    transposed, the phases' stacked dx)."""
     a_shape, b_shape, out_shape = forward_problem(problem).operand_shapes
     layout = WorkspaceLayout().add("a", a_shape, problem.dtype).add("b", b_shape, problem.dtype)
-    if problem.direction == "backward_filter" or phases(problem) is not None:
+    if copies(problem)[2] is not None:
         layout.add("out", out_shape, problem.dtype)
     return layout
 
@@ -146,8 +151,8 @@ def _layout(problem: ConvProblem) -> WorkspaceLayout:
 class ByForward(AlgorithmBase):
     """Serves both backward directions through the forward implementation after it in the MRO.
 
-    A backend's subclass implements `_remap`; each copy reads and writes whole, contiguous
-    tensors.
+    A backend's subclass implements `_remap`, `_phase_filter` and `_phase_shuffle`; each copy
+    reads and writes whole, contiguous tensors.
     """
 
     directions: ClassVar[tuple[str, ...]] = DIRECTIONS
@@ -162,6 +167,15 @@ class ByForward(AlgorithmBase):
     def _phase_shuffle(self, z: Any, dx: Any, found: Phases, problem: ConvProblem) -> None:
         """dx = the phases' outputs z interleaved (0 where no phase has a tap)."""
         raise NotImplementedError
+
+    def _copy(self, src: Any, dst: Any, copy: Copy, problem: ConvProblem) -> None:
+        """One rearranging copy, by the backend's implementation of its kind."""
+        if isinstance(copy, Remap):
+            self._remap(src, dst, copy, problem)
+        elif isinstance(copy, PhaseFilter):
+            self._phase_filter(src, dst, copy.phases, problem)
+        else:
+            self._phase_shuffle(src, dst, copy.phases, problem)
 
     def _limits(self, problem: ConvProblem) -> Support:
         """The forward algorithm's limits on the rearranged problem."""
@@ -192,13 +206,13 @@ class ByForward(AlgorithmBase):
         if problem.direction == "forward":
             return super().work(problem, config)
         inner = super().work(forward_problem(problem), config)
-        copies = 3 if phases(problem) else sum(remap is not None for remap in remaps(problem))
-        return replace(inner, launches=inner.launches + copies)
+        count = sum(copy is not None for copy in copies(problem))
+        return replace(inner, launches=inner.launches + count)
 
     def _run(
         self, a: Any, b: Any, out: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Rearrange, run forward, and for backward_filter rearrange back."""
+        """Rearrange, run forward, and rearrange back where a copy follows."""
         if problem.direction == "forward":
             super()._run(a, b, out, workspace, problem, config)
             return
@@ -206,18 +220,11 @@ class ByForward(AlgorithmBase):
         layout = _layout(problem)
         buf = layout.views(workspace)
         rest = workspace[layout.nbytes:] if self.workspace_bytes(inner, config) else None
-        to_a, to_b, back = remaps(problem)
-        self._remap(a, buf["a"], to_a, problem)
-        found = phases(problem)
-        if found is not None:
-            self._phase_filter(b, buf["b"], found, problem)
-            super()._run(buf["a"], buf["b"], buf["out"], rest, inner, config)
-            self._phase_shuffle(buf["out"], out, found, problem)
-            return
-        assert to_b is not None
-        self._remap(b, buf["b"], to_b, problem)
-        if back is None:  # backward_data: the forward result is dx
+        to_a, to_b, back = copies(problem)
+        self._copy(a, buf["a"], to_a, problem)
+        self._copy(b, buf["b"], to_b, problem)
+        if back is None:  # backward_data without phases: the forward result is dx
             super()._run(buf["a"], buf["b"], out, rest, inner, config)
             return
         super()._run(buf["a"], buf["b"], buf["out"], rest, inner, config)
-        self._remap(buf["out"], out, back, problem)
+        self._copy(buf["out"], out, back, problem)

@@ -86,6 +86,20 @@ class Phases:
                 self.h.sub_taps, self.w.sub_taps)
 
 
+@dataclass(frozen=True)
+class PhaseFilter:
+    """The copy of w into the phases' stacked, flipped sub-filters (Phases.filter_shape)."""
+
+    phases: Phases
+
+
+@dataclass(frozen=True)
+class PhaseShuffle:
+    """The copy of the phases' outputs into dx, interleaved (0 where no phase has a tap)."""
+
+    phases: Phases
+
+
 @functools.lru_cache(maxsize=4096)
 def phases(problem: ConvProblem) -> Phases | None:
     """The decomposition of a backward_data problem with a stride > 1 and dilation 1; None

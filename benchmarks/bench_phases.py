@@ -15,11 +15,13 @@ GPU gains.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -29,6 +31,17 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = ("implicit_gemm", "fft")
+
+
+def median_ms(run: Callable[[], Any], reps: int) -> float:
+    """The median wall time of `reps` runs of `run`, after one untimed warm-up run."""
+    run()
+    samples = []
+    for _ in range(reps):
+        began = time.perf_counter()
+        run()
+        samples.append(1e3 * (time.perf_counter() - began))
+    return statistics.median(samples)
 
 
 def child(model: str, batch: int, spread: bool, reps: int) -> dict[str, dict[str, float]]:
@@ -56,13 +69,8 @@ def child(model: str, batch: int, spread: bool, reps: int) -> dict[str, dict[str
             for config in algorithm.configs(problem):
                 nbytes = algorithm.workspace_bytes(problem, config)
                 workspace = np.empty(nbytes, np.uint8) if nbytes else None
-                algorithm.run(a, b, y, workspace, problem, config)  # warm-up
-                samples = []
-                for _ in range(reps):
-                    began = time.perf_counter()
-                    algorithm.run(a, b, y, workspace, problem, config)
-                    samples.append(1e3 * (time.perf_counter() - began))
-                times.append(statistics.median(samples))
+                times.append(median_ms(functools.partial(
+                    algorithm.run, a, b, y, workspace, problem, config), reps))
             out[layer.name][name] = min(times)
     return out
 
@@ -80,19 +88,9 @@ def torch_ms(model: str, batch: int, reps: int) -> dict[str, float]:
             continue
         dy = torch.randn(p.n, p.k, *p.out_hw)
         w = torch.randn(p.k, p.c // p.groups, p.r, p.s)
-        size = (p.n, p.c, p.h, p.w)
-
-        def run(dy: Any = dy, w: Any = w, size: Any = size, p: Any = p) -> None:
-            torch.nn.grad.conv2d_input(size, w, dy, stride=p.stride, padding=p.pad,
-                                       dilation=p.dilation, groups=p.groups)
-
-        run()
-        samples = []
-        for _ in range(reps):
-            began = time.perf_counter()
-            run()
-            samples.append(1e3 * (time.perf_counter() - began))
-        out[layer.name] = statistics.median(samples)
+        out[layer.name] = median_ms(functools.partial(
+            torch.nn.grad.conv2d_input, (p.n, p.c, p.h, p.w), w, dy, stride=p.stride,
+            padding=p.pad, dilation=p.dilation, groups=p.groups), reps)
     return out
 
 

@@ -12,7 +12,7 @@ from math import prod
 from typing import Any
 
 from algorithms.base import Support, unsupported
-from algorithms.by_forward import ByForward, Remap, forward_problem, remaps
+from algorithms.by_forward import ByForward, Remap, copies, forward_problem
 from algorithms.cuda import _rearrange
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._loader import tensors_fit_int32
@@ -27,8 +27,9 @@ class CudaByForward(ByForward, CudaAlgorithm):
         """The forward algorithm's limits, and 32-bit indexing of every rearranged tensor."""
         found = super()._limits(problem)  # first: it refuses an invalid rearranged problem
         if found and problem.direction != "forward":
-            copied = [prod(shape) for remap in remaps(problem)
-                      if remap is not None for shape in (remap.src_shape, remap.dst_shape)]
+            # The phase copies touch only the problem's and the forward problem's tensors.
+            copied = [prod(shape) for copy in copies(problem) if isinstance(copy, Remap)
+                      for shape in (copy.src_shape, copy.dst_shape)]
             copied += [prod(shape) for shape in forward_problem(problem).operand_shapes]
             if not tensors_fit_int32(problem, *copied):
                 return unsupported(f"a rearranged {problem.direction} operand has "
