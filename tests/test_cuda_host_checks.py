@@ -327,7 +327,7 @@ def test_depthwise_offers_compiled_in_filter_sizes_only_for_them() -> None:
 
 
 class _Function:
-    """CuPy's Function, as far as the opt-in goes: counts the attribute's writes."""
+    """CuPy's RawKernel, as far as the opt-in goes: counts the attribute's writes."""
 
     def __init__(self) -> None:
         self.writes: list[int] = []
@@ -351,3 +351,25 @@ def test_shared_memory_opt_in_is_set_once_per_kernel_and_only_beyond_48_kib() ->
     _loader.allow_shared_memory(second, 90 * 1024)
     _loader.allow_shared_memory(first, 90 * 1024)  # more: set again
     assert first.writes == [80 * 1024, 90 * 1024] and second.writes == [90 * 1024]
+
+
+class _PlainFunction:
+    """A plain cupy.cuda.function.Function: a handle, and no settable attribute."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+def test_shared_memory_opt_in_of_a_plain_function_goes_through_the_driver(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug (H100, 2026-11-25): every implicit_gemm_wgmma launch failed with "'Function' object
+    # has no attribute 'max_dynamic_shared_size_bytes'": the NVRTC-built sm_90a kernels are
+    # plain Functions, which lack RawKernel's property.
+    calls: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(_loader, "_func_set_attribute", lambda *a: calls.append(a))
+    kernel = _PlainFunction(0x7F00)
+    _loader.allow_shared_memory(kernel, 160 * 1024)
+    _loader.allow_shared_memory(kernel, 100 * 1024)  # already allowed more: no call
+    assert calls == [(0x7F00, _loader.MAX_DYNAMIC_SHARED_SIZE_BYTES, 160 * 1024)]

@@ -151,6 +151,9 @@ def _feature_kernel(cupy: Any, filename: str, name_expression: str) -> Any:
     return module.get_function(lowered)  # the Function holds its Module
 
 
+# CUfunction_attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h).
+MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
 # id(kernel) -> (the kernel, the dynamic shared memory it may take); holding the kernel
 # keeps its id from being reused by another object.
 _opted_in: dict[int, tuple[Any, int]] = {}
@@ -159,15 +162,27 @@ _opted_in: dict[int, tuple[Any, int]] = {}
 def allow_shared_memory(kernel: Any, nbytes: int) -> None:
     """Let `kernel` take `nbytes` of dynamic shared memory: beyond DEFAULT_SMEM_LIMIT a
     launch fails unless the function opted in (cuFuncSetAttribute, through CuPy's
-    `Function.max_dynamic_shared_size_bytes`). Once per kernel and size: runs sit inside
-    timed regions, where a driver call each time would cost."""
+    `RawKernel.max_dynamic_shared_size_bytes` or directly). Once per kernel and size: runs
+    sit inside timed regions, where a driver call each time would cost."""
     if nbytes <= DEFAULT_SMEM_LIMIT:
         return
     found = _opted_in.get(id(kernel))
     if found is not None and found[0] is kernel and found[1] >= nbytes:
         return
-    kernel.max_dynamic_shared_size_bytes = nbytes
+    try:
+        kernel.max_dynamic_shared_size_bytes = nbytes
+    except AttributeError:
+        # A plain cupy.cuda.function.Function (the NVRTC-built sm_90a kernels of
+        # _feature_kernel) lacks RawKernel's property: the driver call behind it.
+        _func_set_attribute(kernel.ptr, MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
     _opted_in[id(kernel)] = (kernel, nbytes)
+
+
+def _func_set_attribute(function: int, attribute: int, value: int) -> None:
+    # cuFuncSetAttribute on a CUfunction handle; tests/cuda_emu replaces it.
+    from cupy.cuda import driver
+
+    driver.funcSetAttribute(function, attribute, value)
 
 
 def fastdiv(d: int) -> tuple[int, int]:

@@ -332,8 +332,8 @@ class EmulatedKernel:
 
     Arrays are anything with `.data.ptr` (host memory here). Scalars must be the exact NumPy
     type of the parameter, as 64-bit Python ints would shift every later argument on a GPU.
-    `max_dynamic_shared_size_bytes` is CuPy's Function attribute: a launch with more dynamic
-    shared memory than it allows fails, as on a GPU (48 KiB until set).
+    `max_dynamic_shared_size_bytes` is CuPy's RawKernel attribute: a launch with more
+    dynamic shared memory than it allows fails, as on a GPU (48 KiB until set).
     """
 
     #: (schedule, seed) for every launch: 0 forward, 1 reverse, 2 shuffled per phase.
@@ -345,7 +345,7 @@ class EmulatedKernel:
                  instances: Iterable[str] = ()) -> None:
         """`instances`: the file's instances that are built in groups (`group_of`)."""
         self.name = name_expression
-        self.max_dynamic_shared_size_bytes = 48 * 1024
+        self._shared_limit = 48 * 1024
         group = group_of(name_expression, instances)
         lib = ctypes.CDLL(str(build(filename, group)))
         index = group.index(name_expression)
@@ -359,6 +359,14 @@ class EmulatedKernel:
             ctypes.POINTER(ctypes.c_void_p),
             ctypes.c_int, ctypes.c_uint,
         ]
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return self._shared_limit
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, nbytes: int) -> None:
+        self._shared_limit = nbytes
 
     def __call__(self, grid: tuple[int, ...], block: tuple[int, ...],
                  args: tuple[Any, ...], shared_mem: int = 0) -> None:
@@ -379,5 +387,45 @@ class EmulatedKernel:
         b = (*block, 1, 1)[:3]
         EmulatedKernel.launches.append(
             (self.name, tuple(a for a in args if isinstance(a, np.generic))))
-        self._launch(*g, *b, shared_mem, self.max_dynamic_shared_size_bytes, pointers,
+        self._launch(*g, *b, shared_mem, self._shared_limit, pointers,
                              *self.schedule)
+
+
+class EmulatedFunction(EmulatedKernel):
+    """A kernel posing as a plain cupy.cuda.function.Function, which is what _loader loads
+    for the NVRTC-built sm_90a files: it has no settable `max_dynamic_shared_size_bytes`
+    (setting one raises AttributeError, as CuPy's does), only a handle `ptr` for
+    cuFuncSetAttribute (`func_set_attribute`)."""
+
+    #: ptr -> function, for func_set_attribute.
+    handles: ClassVar[dict[int, EmulatedFunction]] = {}
+
+    def __init__(self, filename: str, name_expression: str,
+                 instances: Iterable[str] = ()) -> None:
+        super().__init__(filename, name_expression, instances)
+        self.ptr = id(self)
+        EmulatedFunction.handles[self.ptr] = self
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        raise AttributeError("'cupy.cuda.function.Function' object has no attribute "
+                             "'max_dynamic_shared_size_bytes'")
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, nbytes: int) -> None:
+        raise AttributeError("'cupy.cuda.function.Function' object has no attribute "
+                             "'max_dynamic_shared_size_bytes'")
+
+
+#: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h).
+_MAX_DYNAMIC_SHARED = 8
+
+
+def func_set_attribute(function: int, attribute: int, value: int) -> None:
+    """cuFuncSetAttribute for EmulatedFunction handles (the one attribute we set)."""
+    if attribute != _MAX_DYNAMIC_SHARED:
+        raise ValueError(f"cuFuncSetAttribute: attribute {attribute} is not emulated")
+    target = EmulatedFunction.handles.get(function)
+    if target is None:
+        raise ValueError(f"cuFuncSetAttribute: {function:#x} is not a CUfunction")
+    target._shared_limit = value

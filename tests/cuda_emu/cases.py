@@ -27,6 +27,7 @@ from algorithms.base import Algorithm
 from algorithms.cuda import (
     KERNEL_MODULES,
     _cublas,
+    _loader,
     depthwise,
     direct,
     fft,
@@ -37,8 +38,14 @@ from algorithms.cuda import (
     shipped_kernels,
     winograd,
 )
+from algorithms.cuda._loader import FEATURE_ARCH
 from algorithms.reference import reference, relative_error
-from tests.cuda_emu.build import EmulatedKernel, sanitizer_env
+from tests.cuda_emu.build import (
+    EmulatedFunction,
+    EmulatedKernel,
+    func_set_attribute,
+    sanitizer_env,
+)
 from tests.cuda_emu.host import FakePlan, dev, dev_at, fake_gemm
 from tests.precision import (
     make_problem,
@@ -65,13 +72,16 @@ SCHEDULES = ((0, 0), (1, 0))
 
 @functools.cache
 def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
-    return EmulatedKernel(filename, name_expression, shipped_kernels().get(filename, ()))
+    # _loader loads the sm_90a files as plain CuPy Functions, the rest as RawKernels.
+    kind = EmulatedFunction if filename in FEATURE_ARCH else EmulatedKernel
+    return kind(filename, name_expression, shipped_kernels().get(filename, ()))
 
 
 def install() -> None:
     """Route every GPU library call of algorithms/cuda to the emulator and host stand-ins."""
     for module in KERNEL_MODULES:
         module.get_kernel = _kernel  # type: ignore[attr-defined]
+    _loader._func_set_attribute = func_set_attribute  # type: ignore[assignment]
     _cublas._gemm = fake_gemm  # type: ignore[assignment]
     fft._plan = FakePlan  # type: ignore[assignment]
 
