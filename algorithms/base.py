@@ -229,3 +229,11 @@ class WorkspaceLayout:
             name: workspace_view(workspace, offset, shape, dtype)
             for name, (offset, shape, dtype) in self._entries.items()
         }
+
+    def view(self, workspace: Any, name: str) -> Any:
+        """A typed view of the sub-buffer `name` of `workspace` (no copy)."""
+        offset, shape, dtype = self._entries[name]
+        return workspace_view(workspace, offset, shape, dtype)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries

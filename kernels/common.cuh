@@ -181,6 +181,16 @@ __device__ __forceinline__ unsigned int tf32_rna(float x) {
     return r;
 }
 
+// v as a copy for TF32 operands stores it: rounded to TF32 if TF32 (float only), else as is.
+template <bool TF32, typename V>
+__device__ __forceinline__ V tf32_stored(V v) {
+    if constexpr (TF32) {
+        return __uint_as_float(tf32_rna(v));
+    } else {
+        return v;
+    }
+}
+
 // d += A (16x8, row) . B (8x8, col) on TF32 operands, FP32 accumulation.
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned int (&a)[4],
                                          const unsigned int (&b)[2]) {

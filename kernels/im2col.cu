@@ -18,9 +18,15 @@
 //
 // images_inner copies backward_filter's dy chunk [img][k][pq] to [k][img][pq], the matching
 // layout of the GEMM's other operand.
+//
+// TF32 (float only, math "tf32"): the copies write their values rounded to TF32 (cvt.rna),
+// and round_tf32 makes such copies of the caller's operands (w, backward_data's dy). cuBLAS
+// then reads TF32 operands in CUBLAS_COMPUTE_32F_FAST_TF32, where its tensor cores would
+// otherwise truncate FP32 ones (about 7.7e-4 relative error against 2.9e-4 rounded; math
+// "tf32" allows 1e-3: benchmarks/tf32_error.py).
 #include "common.cuh"
 
-template <typename T, bool IMAGE_INNER>
+template <typename T, bool IMAGE_INNER, bool TF32 = false>
 __global__ void __launch_bounds__(256)
     im2col(const T* __restrict__ x, T* __restrict__ col, CONV_SHAPE_PARAMS, int n0, int total,
            unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,
@@ -57,14 +63,14 @@ __global__ void __launch_bounds__(256)
         if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
             v = load_acc(xn + (static_cast<long long>(plane) * H + ih) * W + iw);
         }
-        store_acc(col + i, v);
+        store_acc(col + i, tf32_stored<TF32>(v));
     }
 }
 
 // dst[k][img][pq] = src[n0 + img][k][pq] for img < nb: element i of dst decomposes as
 // i = (row, pq) with row = k * nb + img, so writes are consecutive and reads run along pq.
 // Total (nb * K * PQ, at most y's size) must be < 2^31.
-template <typename T>
+template <typename T, bool TF32 = false>
 __global__ void __launch_bounds__(256)
     images_inner(const T* __restrict__ src, T* __restrict__ dst, int K, int PQ, int nb, int n0,
                  int total, unsigned int pq_mul, unsigned int pq_shr, unsigned int nb_mul,
@@ -77,7 +83,16 @@ __global__ void __launch_bounds__(256)
         const int pq = i - row * PQ;
         const int k = fast_div(row, nb_mul, nb_shr);
         const int img = row - k * nb;
-        dst[i] = sn[(img * K + k) * PQ + pq];
+        dst[i] = tf32_stored<TF32>(sn[(img * K + k) * PQ + pq]);
+    }
+}
+
+// dst[i] = src[start + i] rounded to TF32, i < total (< 2^31, as start + total).
+__global__ void __launch_bounds__(256)
+    round_tf32(const float* __restrict__ src, float* __restrict__ dst, int start, int total) {
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
+         u += gridDim.x * blockDim.x) {
+        dst[u] = tf32_stored<true>(src[start + u]);
     }
 }
 

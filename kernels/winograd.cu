@@ -58,8 +58,10 @@ struct Wino<4> {
 };
 
 // u[p][k*C + c] = (G g G^T)[p] for the kc = K*C filters. Formed in double and rounded once
-// (G has thirds and twelfths), as the CPU backend does; the filter is small.
-template <typename T, int M>
+// (G has thirds and twelfths), as the CPU backend does; the filter is small. TF32 (float
+// F(2x2) under math "tf32"): U and V are stored rounded to TF32 for cuBLAS's TF32 GEMM, which
+// would otherwise truncate them.
+template <typename T, int M, bool TF32 = false>
 __global__ void __launch_bounds__(256)
     winograd_filter(const T* __restrict__ w, typename AccOf<T>::type* __restrict__ u, int kc) {
     typedef Wino<M> Wn;
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(256)
             for (int y = 0; y < A; ++y) {
                 const double v = gg[x][0] * Wn::g(y, 0) + gg[x][1] * Wn::g(y, 1) +
                                  gg[x][2] * Wn::g(y, 2);
-                u[(x * A + y) * kc + i] = static_cast<Acc>(v);
+                u[(x * A + y) * kc + i] = tf32_stored<TF32>(static_cast<Acc>(v));
             }
         }
     }
@@ -108,7 +110,7 @@ __device__ __forceinline__ Tile tile_of(int t, int tiles_h, int tiles_w, unsigne
 
 // v[p][c*tiles + t] = (B^T d B)[p] for the alpha x alpha input tile d of channel c at tile t,
 // read from x at (ty*M - pad_h, tx*M - pad_w) with zeros outside the image. total = C*tiles.
-template <typename T, int M>
+template <typename T, int M, bool TF32 = false>
 __global__ void __launch_bounds__(256)
     winograd_input(const T* __restrict__ x, typename AccOf<T>::type* __restrict__ v, int C, int H,
                    int W, int pad_h, int pad_w, int tiles_h, int tiles_w, int tiles, int total,
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(256)
                 Acc sum = 0;
 #pragma unroll
                 for (int s = 0; s < A; ++s) sum += bd[xi][s] * static_cast<Acc>(Wn::bt(nu, s));
-                v[(xi * A + nu) * total + i] = sum;
+                v[(xi * A + nu) * total + i] = tf32_stored<TF32>(sum);
             }
         }
     }

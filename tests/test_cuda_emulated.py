@@ -125,6 +125,13 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #: the driver call; the first H100 run of wgmma (2026-11-25) failed every launch on this:
 #:   allow_shared_memory setting the RawKernel attribute only -> 3 of 3 wgmma cases tried:
 #:     AttributeError
+#: cuBLAS at math "tf32" reads operands our kernels rounded (fake_gemm truncates them, as
+#: the tensor cores do unrounded ones); each copy left unrounded:
+#:   im2col's column matrix                     -> forward, backward_filter near_up cases fail
+#:   backward_filter's dyT (images_inner)       -> backward_filter fails
+#:   w (no round_tf32 copy)                     -> forward, backward_data fail
+#:   backward_data's dy chunk                   -> backward_data fails
+#:   winograd F(2x2)'s U and V                  -> winograd-odd-tf32-round_up fails
 _TC_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float32", "fp32"): ("odd", "stride_pair", "dilation_stride", "groups_strided",
                           "k_over_tile", "pad_gt_filter", "single_pixel", "tc_deep",
@@ -265,6 +272,7 @@ _BWD_ALGORITHMS = ("direct", "im2col_gemm", "implicit_gemm", "fft")
 #:   the source indexed (g, b, a) instead of (g, a, b)        -> 76: error >= 0.98
 #:   the column offset's sign flipped (+off_w)                -> 63: error >= 1.0
 _BWD_DIRECTIONS = ("backward_data", "backward_filter")
+_TF32_DIRECTIONS = ("forward", *_BWD_DIRECTIONS)
 #: implicit_gemm_tc's backward directions (the rearranged problem on its forward kernel),
 #: slow to emulate, on a few shapes per (dtype, math): stride holes, padding, dilation with
 #: groups, odd sizes.
@@ -409,6 +417,18 @@ def _cases() -> list[dict[str, Any]]:
     cases += [_case(f"implicit_gemm_wgmma-{direction}-wg_bwd-{dtype}", "implicit_gemm_wgmma",
                     {**_WG_BWD, "dtype": dtype, "direction": direction})
               for direction in _BWD_DIRECTIONS for dtype in _WG_BWD_DTYPES]
+    # cuBLAS at math "tf32" (fake_gemm truncates TF32 operands, as the tensor cores do with
+    # unrounded ones): im2col_gemm in every direction must hand it operands its kernels
+    # rounded (held to 2e-4 on inputs where one truncated operand costs 9.5e-4), and
+    # winograd's F(2x2) (F(4x4) stays FP32) likewise (on inputs only rounding keeps within
+    # the tolerance: its transforms leave U and V off the TF32 grid).
+    cases += [_case(f"im2col_gemm-stride_pair-{direction}-tf32-near_up", "im2col_gemm",
+                    {**SHAPES["stride_pair"], "dtype": "float32", "math": "tf32",
+                     "direction": direction}, inputs="tf32_near_up")
+              for direction in _TF32_DIRECTIONS]
+    cases.append(_case("winograd-odd-tf32-round_up", "winograd",
+                       {**SHAPES["odd"], "dtype": "float32", "math": "tf32"},
+                       inputs="tf32_round_up"))
     return [c for c in cases if c is not None]
 
 

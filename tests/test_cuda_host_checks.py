@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from algorithms.base import AlgorithmBase
-from algorithms.cuda import KERNEL_MODULES, _cublas, _loader, fft
+from algorithms.cuda import KERNEL_MODULES, _cublas, _loader, fft, im2col_gemm
 from algorithms.cuda._loader import fastdiv
 from algorithms.problem import ConvProblem
 from tests.cuda_emu.cases import ALGORITHMS as ALGOS
@@ -146,8 +146,9 @@ def _checked_launch(filename: str, name_expression: str) -> Callable[..., None]:
 def _checked_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
                   a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
                   c: int, ldc: int, sc: int, batch: int, accumulate: bool = False,
-                  float32_c: bool = False) -> None:
+                  float32_c: bool = False, tf32: bool = False) -> None:
     assert min(m, n, k, batch) >= 1 and max(m, n, k, lda, ldb, ldc) <= 2**31 - 1
+    assert not tf32 or dtype == "float32"
     assert batch <= _cublas.MAX_BATCH
     assert ldc >= m and lda >= (m if transa == 0 else k) and ldb >= (k if transb == 0 else n)
 
@@ -294,9 +295,9 @@ def test_gemm_batches_are_split_for_cublas(monkeypatch: pytest.MonkeyPatch) -> N
     batch, item = 2 * _cublas.MAX_BATCH + 5, 8
     _cublas.gemm_strided_batched("complex64", 2, 0, 3, 4, 5, 1000, 5, 15, 2000, 5, 0,
                                  3000, 3, 12, batch)
-    assert [c[-3] for c in calls] == [_cublas.MAX_BATCH, _cublas.MAX_BATCH, 5]
-    # beta = 0 and C in the operands' type unless asked otherwise.
-    assert [c[-2:] for c in calls] == [(False, False)] * 3
+    assert [c[-4] for c in calls] == [_cublas.MAX_BATCH, _cublas.MAX_BATCH, 5]
+    # beta = 0, C in the operands' type and strict FP32 unless asked otherwise.
+    assert [c[-3:] for c in calls] == [(False, False, False)] * 3
     for i, call in enumerate(calls):
         first = i * _cublas.MAX_BATCH
         assert call[:6] == ("complex64", 2, 0, 3, 4, 5)
@@ -373,3 +374,43 @@ def test_shared_memory_opt_in_of_a_plain_function_goes_through_the_driver(
     _loader.allow_shared_memory(kernel, 160 * 1024)
     _loader.allow_shared_memory(kernel, 100 * 1024)  # already allowed more: no call
     assert calls == [(0x7F00, _loader.MAX_DYNAMIC_SHARED_SIZE_BYTES, 160 * 1024)]
+
+
+#: im2col_gemm's kernels that store TF32-rounded GEMM operands.
+TF32_WRITERS = {*(im2col_gemm.name_expression("float32", inner, tf32=True)
+                  for inner in (False, True)),
+                im2col_gemm.images_inner_expression("float32", tf32=True), im2col_gemm.ROUND_TF32}
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
+@pytest.mark.parametrize("math", ["fp32", "tf32"])
+def test_im2col_gemm_reads_tf32_only_from_rounded_copies(monkeypatch: pytest.MonkeyPatch,
+                                                         math: str, direction: str) -> None:
+    """Under math "tf32" every GEMM computes in TF32 on operands our kernels rounded (cuBLAS
+    would truncate the caller's); under "fp32" none does. `work` counts the launches."""
+    gemms: list[bool] = []
+
+    def gemm(*args: Any) -> None:
+        _checked_gemm(*args)
+        gemms.append(args[-1])
+
+    monkeypatch.setattr(_loader, "get_kernel", _checked_launch)
+    for module in KERNEL_MODULES:
+        monkeypatch.setattr(module, "get_kernel", _checked_launch)
+    monkeypatch.setattr(_cublas, "_gemm", gemm)
+    algorithm = ALGOS["im2col_gemm"]
+    assert isinstance(algorithm, AlgorithmBase)  # `work` is AlgorithmBase's
+    problem = ConvProblem(n=5, c=6, h=9, w=8, k=4, r=3, s=2, pad=1, stride=2,
+                          direction=direction, math=math)
+    for config in algorithm.configs(problem):
+        LAUNCHES.clear()
+        gemms.clear()
+        ws = algorithm.workspace_bytes(problem, config)
+        algorithm.run(_Sized(1), _Sized(1), _Sized(1), _Sized(ws), problem, config)
+        kernels = [launch["kernel"] for launch in LAUNCHES]
+        assert gemms and set(gemms) == {math == "tf32"}, config
+        # The kernels that write a GEMM operand: rounding instances exactly under "tf32".
+        writers = [k for k in kernels if not k.startswith("col2im")]
+        assert set(map(TF32_WRITERS.__contains__, writers)) <= {math == "tf32"}, kernels
+        assert ("round_tf32" in kernels) == (math == "tf32" and direction != "backward_filter")
+        assert algorithm.work(problem, config).launches == len(kernels) + len(gemms), config

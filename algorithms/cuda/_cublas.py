@@ -1,8 +1,10 @@
 """One cuBLAS entry point: strided-batched GEMM on the current stream, no allocations.
 
 Called with raw device pointers so that operands can be views into the caller's workspace
-(cupy.matmul may copy or allocate). Strict arithmetic: the handle's math mode is set to
-CUBLAS_DEFAULT_MATH (no TF32 even if CUPY_TF32 is set). The handle and its 32 MiB workspace
+(cupy.matmul may copy or allocate). Strict arithmetic unless a call asks for TF32: the
+handle's math mode is CUBLAS_DEFAULT_MATH (no TF32 even if CUPY_TF32 is set), and a call with
+`tf32=True` (float32 only, for math "tf32" problems) computes in
+CUBLAS_COMPUTE_32F_FAST_TF32. The handle and its 32 MiB workspace
 are ours, one per device, called through ctypes (see _Cublas), so CUDA graphs can capture
 the calls.
 Batches are issued in pieces of at most MAX_BATCH: some cuBLAS kernels put the batch on a
@@ -48,26 +50,30 @@ def gemm_strided_batched(
     a: int, lda: int, stride_a: int,
     b: int, ldb: int, stride_b: int,
     c: int, ldc: int, stride_c: int, batch: int, accumulate: bool = False,
-    float32_c: bool = False,
+    float32_c: bool = False, tf32: bool = False,
 ) -> None:
     """C_i = op(A_i) @ op(B_i) (C_i += ... when `accumulate`) for i < batch, column-major.
 
-    `float32_c`: float16 operands with a float32 C (a sum kept in float32). Enqueued on the
-    current CuPy stream.
+    `float32_c`: float16 operands with a float32 C (a sum kept in float32). `tf32`: float32
+    operands read as TF32 by the tensor cores. Enqueued on the current CuPy stream.
     """
     if float32_c and dtype != "float16":
         raise ValueError(f"a float32 C is for float16 operands, not {dtype}")
+    if tf32 and dtype != "float32":
+        raise ValueError(f"TF32 is for float32 operands, not {dtype}")
     item = np.dtype(dtype).itemsize
     c_item = 4 if float32_c else item
     for first in range(0, batch, MAX_BATCH):
         _gemm(dtype, transa, transb, m, n, k, a + first * item * stride_a, lda, stride_a,
               b + first * item * stride_b, ldb, stride_b, c + first * c_item * stride_c, ldc,
-              stride_c, min(MAX_BATCH, batch - first), accumulate, float32_c)
+              stride_c, min(MAX_BATCH, batch - first), accumulate, float32_c, tf32)
 
 
 #: cudaDataType and cublasComputeType_t of each storage dtype (library_types.h, cublas_api.h).
 _DATA_TYPE = {"float32": 0, "float64": 1, "float16": 2, "complex64": 4, "complex128": 5}
 _COMPUTE = {"float32": 68, "float16": 68, "complex64": 68, "float64": 70, "complex128": 70}
+#: CUBLAS_COMPUTE_32F_FAST_TF32: FP32 accumulation of operands read as TF32.
+_COMPUTE_FAST_TF32 = 77
 #: cuBLAS's recommended workspace on Hopper; ours, so no call allocates (graph capture).
 WORKSPACE_BYTES = 32 << 20
 
@@ -131,14 +137,14 @@ class _Cublas:
             bound.stream = stream
         return bound.handle
 
-    def gemm(self, dtype: str, c_type: str, transa: int, transb: int, m: int, n: int, k: int,
-             alpha: int, a: int, lda: int, stride_a: int, b: int, ldb: int, stride_b: int,
-             beta: int, c: int, ldc: int, stride_c: int, batch: int) -> None:
+    def gemm(self, dtype: str, c_type: str, compute: int, transa: int, transb: int, m: int,
+             n: int, k: int, alpha: int, a: int, lda: int, stride_a: int, b: int, ldb: int,
+             stride_b: int, beta: int, c: int, ldc: int, stride_c: int, batch: int) -> None:
         """cublasGemmStridedBatchedEx on the current stream."""
         self._check(self._lib.cublasGemmStridedBatchedEx(
             self.handle(), transa, transb, m, n, k, alpha,
             a, _DATA_TYPE[dtype], lda, stride_a, b, _DATA_TYPE[dtype], ldb, stride_b, beta,
-            c, _DATA_TYPE[c_type], ldc, stride_c, batch, _COMPUTE[dtype], _GEMM_DEFAULT,
+            c, _DATA_TYPE[c_type], ldc, stride_c, batch, compute, _GEMM_DEFAULT,
         ), f"cublasGemmStridedBatchedEx ({dtype})")
 
 
@@ -171,10 +177,12 @@ def _gemm(
     a: int, lda: int, stride_a: int,
     b: int, ldb: int, stride_b: int,
     c: int, ldc: int, stride_c: int, batch: int, accumulate: bool = False,
-    float32_c: bool = False,
+    float32_c: bool = False, tf32: bool = False,
 ) -> None:
     """One cuBLAS strided-batched call (batch <= MAX_BATCH); beta = 1 when `accumulate`."""
     alpha = _ALPHA[dtype].ctypes.data
     beta = (_ALPHA if accumulate else _BETA)[dtype].ctypes.data
-    _library().gemm(dtype, "float32" if float32_c else dtype, transa, transb, m, n, k, alpha,
-                    a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch)
+    compute = _COMPUTE_FAST_TF32 if tf32 else _COMPUTE[dtype]
+    _library().gemm(dtype, "float32" if float32_c else dtype, compute, transa, transb, m, n,
+                    k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
+                    batch)

@@ -20,8 +20,9 @@ ResNet-50 layer at batch 32, about 0.65 ms however small the layer. Chunks add i
 = 1 after the first), in its own dtype for float32 and float64; for float16 in a float32
 workspace, rounded to float16 once at the end.
 
-Supports float16 (cuBLAS with float32 compute), float32 and float64; any stride, padding,
-dilation and groups. A chunk's column matrix must have fewer than 2**31 elements.
+Supports float16 (cuBLAS with float32 compute), float32 (TF32 tensor cores under math
+"tf32") and float64; any stride, padding, dilation and groups. A chunk's column matrix must
+have fewer than 2**31 elements.
 
 Workspace: align(chunk * C * R * S * P * Q * itemsize), the column matrix, chunk = images per
 GEMM round (every direction); for backward_filter then align(chunk * K * P * Q * itemsize),
@@ -33,12 +34,13 @@ left out except "chunk=all").
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, Work, align, unsupported, workspace_view
+from algorithms.base import SUPPORTED, Support, Work, WorkspaceLayout, unsupported
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._cublas import OP_N, OP_T, gemm_strided_batched
 from algorithms.cuda._loader import (
@@ -62,14 +64,19 @@ CHUNKS: dict[str, int | None] = {"chunk=1": 1, "chunk=4": 4, "chunk=16": 16, "ch
 _THREADS = 256
 
 
-def name_expression(dtype: str, image_inner: bool = False) -> str:
-    """The im2col template instance for a dtype and column layout (image-inner: backward_filter)."""
-    return f"im2col<{CTYPES[dtype]}, {str(image_inner).lower()}>"
+#: The kernel copying float32 values rounded to TF32 (math "tf32": w, backward_data's dy).
+ROUND_TF32 = "round_tf32"
 
 
-def images_inner_expression(dtype: str) -> str:
+def name_expression(dtype: str, image_inner: bool = False, tf32: bool = False) -> str:
+    """The im2col template instance for a dtype and column layout (image-inner: backward_filter);
+    `tf32`: storing values rounded to TF32."""
+    return f"im2col<{CTYPES[dtype]}, {str(image_inner).lower()}{', true' if tf32 else ''}>"
+
+
+def images_inner_expression(dtype: str, tf32: bool = False) -> str:
     """The instance copying dy [img][k][pq] to [k][img][pq] (backward_filter)."""
-    return f"images_inner<{CTYPES[dtype]}>"
+    return f"images_inner<{CTYPES[dtype]}{', true' if tf32 else ''}>"
 
 
 def col2im_expression(dtype: str) -> str:
@@ -86,7 +93,9 @@ def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for."""
     return (*(name_expression(d, inner) for d in CTYPES for inner in (False, True)),
             *(col2im_expression(d) for d in CTYPES),
-            *(images_inner_expression(d) for d in CTYPES), round_expression("float16"))
+            *(images_inner_expression(d) for d in CTYPES), round_expression("float16"),
+            *(name_expression("float32", inner, tf32=True) for inner in (False, True)),
+            images_inner_expression("float32", tf32=True), ROUND_TF32)
 
 
 def chunk_images(problem: ConvProblem, config: str) -> int:
@@ -124,12 +133,17 @@ class Im2colGemmCuda(CudaAlgorithm):
         return tuple(out)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
-        """The column matrix of one chunk, then backward_filter's dyT and float16's float32 sum."""
-        return _sum_offset(problem, config) + _sum_bytes(problem)
+        """The regions of `_layout` (see the module docstring)."""
+        return _layout(problem, config).nbytes
 
     def work(self, problem: ConvProblem, config: str) -> Work:
-        """A column kernel and a GEMM per chunk (cuBLAS's blocks are not known here)."""
-        return Work(launches=2 * ceil_div(problem.n, chunk_images(problem, config)))
+        """Per chunk its kernels (column matrix, dyT, dy's rounded copy) and a GEMM; once the
+        rounded w and float16's final rounding (cuBLAS's blocks are not known here)."""
+        layout = _layout(problem, config)
+        per_chunk = 2 + ("dyt" in layout) + ("dy" in layout)
+        once = ("w" in layout) + ("sum" in layout)
+        return Work(launches=per_chunk * ceil_div(problem.n, chunk_images(problem, config))
+                    + once)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
@@ -138,21 +152,29 @@ class Im2colGemmCuda(CudaAlgorithm):
         # The column matrix is stored element by element: the workspace must be aligned to
         # the element (CuPy allocations are 256-byte aligned; a sliced uint8 one may not be),
         # and to 4 bytes where it also holds float16 backward_filter's float32 sum.
+        layout = _layout(problem, config)
         require_aligned("im2col_gemm: workspace", workspace,
-                        4 if _sum_bytes(problem) else problem.itemsize)
+                        4 if "sum" in layout else problem.itemsize)
         chunk = chunk_images(problem, config)
-        dw_sum = y
-        if _sum_bytes(problem):
-            dw_sum = workspace_view(workspace, _sum_offset(problem, config),
-                                    problem.filter_shape, np.float32)
+        dw_sum = layout.view(workspace, "sum") if "sum" in layout else y
+        if "w" in layout:  # math "tf32": cuBLAS reads a copy of w rounded to TF32
+            w_tf32 = layout.view(workspace, "w")
+            _round_tf32(w, w_tf32, 0, int(np.prod(problem.filter_shape)))
+            w = w_tf32
         for n0 in range(0, problem.n, chunk):
             nb = min(chunk, problem.n - n0)
             if problem.direction == "backward_data":
-                _backward_data_chunk(x, w, y, workspace, problem, n0, nb)
+                dy, first = x, n0
+                if "dy" in layout:  # the chunk's dy rounded to TF32, from its first image
+                    dy, first = layout.view(workspace, "dy"), 0
+                    _round_tf32(x, dy, n0 * problem.k * _dims(problem)[0],
+                                nb * problem.k * _dims(problem)[0])
+                _backward_data_chunk(dy, first, w, y, workspace, problem, n0, nb)
                 continue
             if problem.direction == "backward_filter":
                 _im2col(x, workspace, problem, n0, nb, image_inner=True)
-                _backward_filter_chunk(w, workspace, dw_sum, problem, config, n0, nb)
+                _backward_filter_chunk(w, workspace, layout.view(workspace, "dyt"), dw_sum,
+                                       problem, n0, nb)
             else:
                 _im2col(x, workspace, problem, n0, nb)
                 _forward_chunk(workspace, w, y, problem, n0, nb)
@@ -163,29 +185,31 @@ class Im2colGemmCuda(CudaAlgorithm):
                    (dw_sum, y, np.int32(total)))
 
 
-def _sum_bytes(problem: ConvProblem) -> int:
-    """Bytes of float16 backward_filter's float32 dW sum (0 otherwise)."""
-    if problem.direction != "backward_filter" or problem.dtype != "float16":
-        return 0
-    return align(int(np.prod(problem.filter_shape)) * 4)
+@functools.lru_cache(maxsize=512)
+def _layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
+    """The workspace's regions, in order: "col", the chunk's column matrix; "dyt",
+    backward_filter's dy chunk as [k][img][pq]; under math "tf32" "w" and backward_data's
+    "dy" chunk, copies rounded to TF32; "sum", float16 backward_filter's float32 dW. Cached:
+    `run` reads it inside timed regions."""
+    chunk = chunk_images(problem, config)
+    activations = chunk * problem.k * _dims(problem)[0]
+    layout = WorkspaceLayout().add("col", (column_elements(problem, chunk),), problem.dtype)
+    if problem.direction == "backward_filter":
+        layout.add("dyt", (activations,), problem.dtype)
+    elif _tf32(problem):
+        layout.add("w", problem.filter_shape, np.float32)
+        if problem.direction == "backward_data":
+            layout.add("dy", (activations,), np.float32)
+    if problem.direction == "backward_filter" and problem.dtype == "float16":
+        layout.add("sum", problem.filter_shape, np.float32)
+    return layout
 
 
-def _dyt_offset(problem: ConvProblem, config: str) -> int:
-    """Where backward_filter's dyT starts: after the chunk's column matrix."""
-    return align(column_elements(problem, chunk_images(problem, config)) * problem.itemsize)
-
-
-def _dyt_bytes(problem: ConvProblem, config: str) -> int:
-    """Bytes of backward_filter's dyT, the chunk's dy as [k][img][pq] (0 otherwise)."""
-    if problem.direction != "backward_filter":
-        return 0
-    pq = _dims(problem)[0]
-    return align(chunk_images(problem, config) * problem.k * pq * problem.itemsize)
-
-
-def _sum_offset(problem: ConvProblem, config: str) -> int:
-    """Where the float32 dW sum starts: after the column matrix and dyT."""
-    return _dyt_offset(problem, config) + _dyt_bytes(problem, config)
+def _round_tf32(src: Any, dst: Any, start: int, total: int) -> None:
+    # dst[:total] = src.flat[start:start + total] rounded to TF32.
+    kernel = get_kernel(KERNEL_FILE, ROUND_TF32)
+    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+           (src, dst, np.int32(start), np.int32(total)))
 
 
 @dataclass(frozen=True)
@@ -234,11 +258,17 @@ def _im2col(x: Any, col: Any, problem: ConvProblem, n0: int, nb: int,
             image_inner: bool = False) -> None:
     out_h, out_w = problem.out_hw
     total = column_elements(problem, nb)
-    kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, image_inner))
+    kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, image_inner, _tf32(problem)))
     divisors = fastdiv_args(out_h * out_w, out_w, problem.r * problem.s, problem.s)
     kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
            (x, col, *shape_args(problem), np.int32(n0), np.int32(total), *divisors,
             np.int32(nb), *fastdiv_args(nb)))
+
+
+def _tf32(problem: ConvProblem) -> bool:
+    # Math "tf32" lets cuBLAS read float32 operands as TF32 (about 7.7e-4 relative error on
+    # normal data if it truncates them, within the 1e-3 allowed: benchmarks/tf32_error.py).
+    return problem.math == "tf32"
 
 
 def _forward_chunk(col: Any, w: Any, y: Any, problem: ConvProblem, n0: int, nb: int) -> None:
@@ -252,23 +282,24 @@ def _forward_chunk(col: Any, w: Any, y: Any, problem: ConvProblem, n0: int, nb: 
             problem.dtype, OP_N, OP_N, pq, kg, crs,
             col.data.ptr + b.col * item, pq, b.col_stride,
             w.data.ptr + b.filt * item, crs, b.filt_stride,
-            act + b.act * item, pq, b.act_stride, b.count,
+            act + b.act * item, pq, b.act_stride, b.count, tf32=_tf32(problem),
         )
 
 
-def _backward_data_chunk(dy: Any, w: Any, dx: Any, col: Any, problem: ConvProblem,
+def _backward_data_chunk(dy: Any, first: int, w: Any, dx: Any, col: Any, problem: ConvProblem,
                          n0: int, nb: int) -> None:
     # col (cg*R*S x P*Q, row-major) = W^T dy; column-major that is col^T = dy^T W:
     # m = P*Q, n = cg*R*S, k = kg, dy untransposed and W (kg x cg*R*S row-major) transposed.
+    # The chunk's images n0.. start at image `first` of `dy` (0 in a rounded copy).
     pq, crs, kg = _dims(problem)
     item = problem.itemsize
-    act = dy.data.ptr + n0 * problem.k * pq * item
+    act = dy.data.ptr + first * problem.k * pq * item
     for b in _batches(problem, nb):
         gemm_strided_batched(
             problem.dtype, OP_N, OP_T, pq, crs, kg,
             act + b.act * item, pq, b.act_stride,
             w.data.ptr + b.filt * item, crs, b.filt_stride,
-            col.data.ptr + b.col * item, pq, b.col_stride, b.count,
+            col.data.ptr + b.col * item, pq, b.col_stride, b.count, tf32=_tf32(problem),
         )
     total = nb * problem.c * problem.h * problem.w
     kernel = get_kernel(KERNEL_FILE, col2im_expression(problem.dtype))
@@ -277,23 +308,22 @@ def _backward_data_chunk(dy: Any, w: Any, dx: Any, col: Any, problem: ConvProble
             *fastdiv_args(problem.h * problem.w, problem.w)))
 
 
-def _backward_filter_chunk(dy: Any, workspace: Any, dw: Any, problem: ConvProblem,
-                           config: str, n0: int, nb: int) -> None:
+def _backward_filter_chunk(dy: Any, workspace: Any, dyt: Any, dw: Any, problem: ConvProblem,
+                           n0: int, nb: int) -> None:
     # dW (kg x cg*R*S, row-major) += dy col^T summed over the chunk's images; column-major
     # dW^T = col dy^T: m = cg*R*S, n = kg, k = L = nb*P*Q. Per group, the image-inner column
     # matrix is (cg*R*S) x L row-major (an L x cg*R*S column-major A, lda = L, transposed)
     # and dyT is kg x L row-major (an L x kg column-major B, ldb = L); the batch runs over the
     # groups. Chunks add into dW (beta = 1 after the first); `dw` is the float32 sum for
-    # float16 (see _sum_bytes).
+    # float16 (the layout's "sum").
     pq, crs, kg = _dims(problem)
     length = nb * pq
-    float32_c = _sum_bytes(problem) > 0
+    float32_c = problem.dtype == "float16"
     # A kernel rather than cupy.copyto into a workspace view: both allocate nothing (graph
     # capture), but the kernel needs no CuPy array for dy and the CPU emulation runs it
     # under AddressSanitizer.
     total = nb * problem.k * pq
-    dyt = workspace_view(workspace, _dyt_offset(problem, config), (total,), problem.dtype)
-    kernel = get_kernel(KERNEL_FILE, images_inner_expression(problem.dtype))
+    kernel = get_kernel(KERNEL_FILE, images_inner_expression(problem.dtype, _tf32(problem)))
     kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
            (dy, dyt, np.int32(problem.k), np.int32(pq), np.int32(nb), np.int32(n0),
             np.int32(total), *fastdiv_args(pq, nb)))
@@ -302,5 +332,5 @@ def _backward_filter_chunk(dy: Any, workspace: Any, dw: Any, problem: ConvProble
         workspace.data.ptr, length, crs * length,
         dyt.data.ptr, length, kg * length,
         dw.data.ptr, crs, kg * crs, problem.groups,
-        accumulate=n0 > 0, float32_c=float32_c,
+        accumulate=n0 > 0, float32_c=float32_c, tf32=_tf32(problem),
     )

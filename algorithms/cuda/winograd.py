@@ -10,8 +10,10 @@ algorithms/winograd.py's):
 4. winograd_output: y = A^T M[p] A per (k, tile), cropped at the output's edge.
 
 Forward only; 3x3 filters, stride 1, dilation 1, groups 1, any padding and size. Supports
-float16 (transformed in float32, float32 GEMM), float32 and float64. math "tf32" runs the same
-FP32 arithmetic. Every buffer must have fewer than 2**31 elements.
+float16 (transformed in float32, float32 GEMM), float32 and float64. Under math "tf32" the
+F(2x2) GEMM reads TF32 operands, which the transforms store rounded (`tf32_gemm`); F(4x4)
+keeps the FP32 GEMM, since its transforms amplify TF32's rounding past the 1e-3 allowed.
+Every buffer must have fewer than 2**31 elements.
 
 Workspace (E = 8 for float64, else 4; each region aligned to 256 bytes; the workspace itself
 must be aligned to E, as every CuPy allocation is; run() checks):
@@ -46,20 +48,33 @@ _THREADS = 256
 _STEPS = ("filter", "input", "output")
 
 
-def name_expression(step: str, dtype: str, config: str) -> str:
-    """The kernel template instance of one step for a dtype and config."""
-    return f"winograd_{step}<{CTYPES[dtype]}, {winograd.TRANSFORMS[config].m}>"
+def name_expression(step: str, dtype: str, config: str, tf32: bool = False) -> str:
+    """The kernel template instance of one step for a dtype and config; `tf32`: the filter
+    or input transform storing TF32-rounded values (see tf32_gemm)."""
+    return (f"winograd_{step}<{CTYPES[dtype]}, {winograd.TRANSFORMS[config].m}"
+            f"{', true' if tf32 else ''}>")
 
 
 def shipped_kernels() -> tuple[str, ...]:
-    """Every name expression this module can ask for (3 steps x dtypes x configs)."""
-    return tuple(name_expression(step, dtype, config)
-                 for dtype in CTYPES for config in winograd.CONFIGS for step in _STEPS)
+    """Every name expression this module can ask for: 3 steps x dtypes x configs, and the
+    TF32-storing filter and input transforms of float32 F(2x2)."""
+    return (*(name_expression(step, dtype, config)
+              for dtype in CTYPES for config in winograd.CONFIGS for step in _STEPS),
+            *(name_expression(step, "float32", "f2x2", tf32=True)
+              for step in ("filter", "input")))
 
 
 def gemm_dtype(problem: ConvProblem) -> str:
     """The dtype of the transformed buffers and the GEMM: float64 or float32."""
     return "float64" if problem.dtype == "float64" else "float32"
+
+
+def tf32_gemm(problem: ConvProblem, config: str) -> bool:
+    """Whether the GEMM reads TF32 (its U and V stored rounded to TF32): math "tf32", F(2x2)
+    only. A simulation of one layer (benchmarks/tf32_error.py) puts F(2x2) at 4.9e-4
+    relative error with rounded TF32 operands (8.7e-4 truncated) and F(4x4) at 3.2e-3 even
+    rounded; math "tf32" allows 1e-3."""
+    return problem.math == "tf32" and config == "f2x2"
 
 
 def _counts(problem: ConvProblem, config: str) -> dict[str, int]:
@@ -120,8 +135,11 @@ class WinogradCuda(CudaAlgorithm):
                  for name, (off, nbytes) in workspace_layout(problem, config).items()}
         u, v, m = (views[name].data.ptr for name in ("u", "v", "m"))
 
+        tf32 = tf32_gemm(problem, config)
+
         def kernel(step: str) -> Any:
-            return get_kernel(KERNEL_FILE, name_expression(step, problem.dtype, config))
+            rounds = tf32 and step != "output"
+            return get_kernel(KERNEL_FILE, name_expression(step, problem.dtype, config, rounds))
 
         kernel("filter")((grid_stride_blocks(k * c, _THREADS),), (_THREADS,),
                          (w, views["u"], np.int32(k * c)))
@@ -136,7 +154,8 @@ class WinogradCuda(CudaAlgorithm):
         # Row-major M[p] = U[p] @ V[p] is column-major M^T = V^T @ U^T: cuBLAS sees
         # m = T, n = k, k = c with V first.
         gemm_strided_batched(real, OP_N, OP_N, tiles, k, c, v, tiles, c * tiles,
-                             u, c, k * c, m, tiles, k * tiles, points)
+                             u, c, k * c, m, tiles, k * tiles, points,
+                             tf32=tf32)
         kernel("output")(
             (grid_stride_blocks(k * tiles, _THREADS),), (_THREADS,),
             (views["m"], y, np.int32(k), np.int32(out_h), np.int32(out_w), *tiling_args,

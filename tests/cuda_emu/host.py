@@ -51,14 +51,25 @@ def dev_at(a: np.ndarray, misalign: int) -> DeviceArray:
     return out.view(DeviceArray)
 
 
+def tf32_truncate(a: np.ndarray) -> np.ndarray:
+    """float32 values with their low 13 mantissa bits cleared (TF32 read by truncation)."""
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    return bits.view(np.float32)
+
+
 def fake_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
               a: int, lda: int, sa: int, b: int, ldb: int, sb: int,
               c: int, ldc: int, sc: int, batch: int, accumulate: bool = False,
-              float32_c: bool = False) -> None:
-    """cuBLAS strided-batched GEMM semantics (column-major, beta 0 or 1) on raw host addresses."""
+              float32_c: bool = False, tf32: bool = False) -> None:
+    """cuBLAS strided-batched GEMM semantics (column-major, beta 0 or 1) on raw host addresses.
+
+    `tf32` (CUBLAS_COMPUTE_32F_FAST_TF32) truncates both operands to TF32 first: what the
+    tensor cores do with FP32 operands nobody rounded, the worst cuBLAS may do.
+    """
     dt = np.dtype(dtype)
     item = dt.itemsize
     assert not float32_c or dtype == "float16", "a float32 C needs float16 operands (GemmEx)"
+    assert not tf32 or dtype == "float32", "TF32 compute needs float32 operands"
     c_dt = np.dtype(np.float32) if float32_c else dt
     assert 1 <= batch <= MAX_GEMM_BATCH, f"cuBLAS batch count {batch}"
     for ptr, size in ((a, item), (b, item), (c, c_dt.itemsize)):
@@ -73,9 +84,12 @@ def fake_gemm(dtype: str, transa: int, transb: int, m: int, n: int, k: int,
     def op(mtx: np.ndarray, trans: int) -> np.ndarray:
         return mtx if trans == 0 else (mtx.T if trans == 1 else mtx.conj().T)
 
+    def read(mtx: np.ndarray) -> np.ndarray:
+        return tf32_truncate(mtx) if tf32 else mtx
+
     for i in range(batch):
-        a_m = mat(a + i * sa * item, *((m, k) if transa == 0 else (k, m)), lda)
-        b_m = mat(b + i * sb * item, *((k, n) if transb == 0 else (n, k)), ldb)
+        a_m = read(mat(a + i * sa * item, *((m, k) if transa == 0 else (k, m)), lda))
+        b_m = read(mat(b + i * sb * item, *((k, n) if transb == 0 else (n, k)), ldb))
         c_m = mat(c + i * sc * c_dt.itemsize, m, n, ldc, c_dt)
         prod = op(a_m, transa).astype(np.complex128 if dt.kind == "c" else np.float64) @ op(
             b_m, transb)
