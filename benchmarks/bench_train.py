@@ -8,7 +8,11 @@ gradients run tuned convtune algorithms (issue 13's training target). Tuning (al
 directions of every distinct convolution, into a throwaway database) happens in the first,
 untimed step. TF32 is off on both sides. Prints the median step time of each and the ratio,
 then each phase (forward with the loss, backward, update) timed alone, with its host time:
-what a slow side loses where, and whether Python or the device holds it up.
+what a slow side loses where, and whether Python or the device holds it up. Then, per
+distinct convolution of the model, each direction timed alone on both sides (PyTorch's
+F.conv2d and torch.nn.grad against convtune's operators with the tuned answers of the
+step), and their sums over the model's convolutions against the step: how much of each
+step is convolution, and which layers and directions lose.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +38,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_overhead import per_call_us, resnet50  # noqa: E402
-from tuner.nn import convert  # noqa: E402
+from tuner.nn import (  # noqa: E402
+    conv2d,
+    conv2d_backward_data,
+    conv2d_backward_filter,
+    convert,
+)
 
 
 def step_fn(model: nn.Module, images: torch.Tensor, labels: torch.Tensor
@@ -85,6 +95,92 @@ def phases_ms(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
             for phase, got in samples.items()}
 
 
+DIRECTIONS = ("forward", "backward_data", "backward_filter")
+
+
+def distinct_convolutions(model: nn.Module, images: torch.Tensor
+                          ) -> list[tuple[str, nn.Conv2d, torch.Size, int]]:
+    """(first name, module, input shape, count) of each distinct convolution a forward pass
+    of `model` runs, in order."""
+    found: dict[tuple[Any, ...], list[Any]] = {}
+
+    def record(name: str, conv: nn.Conv2d, shape: torch.Size) -> None:
+        key = (tuple(shape), tuple(conv.weight.shape), conv.stride, conv.padding,
+               conv.dilation, conv.groups)
+        found.setdefault(key, [name, conv, shape, 0])[3] += 1
+
+    hooks = [module.register_forward_hook(
+        lambda mod, inputs, _, name=name: record(name, mod, inputs[0].shape))
+        for name, module in model.named_modules() if isinstance(module, nn.Conv2d)]
+    with torch.no_grad():
+        model(images)
+    for hook in hooks:
+        hook.remove()
+    return [tuple(entry) for entry in found.values()]  # type: ignore[misc]
+
+
+def layer_ms(conv: nn.Conv2d, x_shape: torch.Size, db: str, sync: Callable[[], None],
+             seconds: float) -> dict[str, tuple[float, float]]:
+    """Direction -> (PyTorch ms, convtune ms) per call of `conv` on a fresh input of
+    `x_shape`, each timed alone (convtune through its operators, answers from `db`)."""
+    if isinstance(conv.padding, str) or conv.padding_mode != "zeros":
+        raise ValueError(f"{conv}: only explicit zero padding is timed layer by layer")
+    x = torch.randn(x_shape, device=conv.weight.device)
+    w = conv.weight.detach()
+    stride, padding = list(conv.stride), [int(p) for p in conv.padding]
+    dilation, groups = list(conv.dilation), conv.groups
+    dy = torch.randn_like(F.conv2d(x, w, None, stride, padding, dilation, groups))
+    geometry = (stride, padding, dilation, groups, "fp32", -1, db)
+    sides: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+        "forward": (lambda: F.conv2d(x, w, None, stride, padding, dilation, groups),
+                    lambda: conv2d(x, w, *geometry)),
+        "backward_data": (
+            lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, stride, padding, dilation,
+                                               groups),
+            lambda: conv2d_backward_data(dy, w, list(x.shape), *geometry)),
+        "backward_filter": (
+            lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, stride, padding, dilation,
+                                                groups),
+            lambda: conv2d_backward_filter(x, dy, list(w.shape), *geometry)),
+    }
+    return {direction: (per_call_us(theirs, sync, seconds) / 1e3,
+                        per_call_us(ours, sync, seconds) / 1e3)
+            for direction, (theirs, ours) in sides.items()}
+
+
+def print_layers(layers: list[tuple[str, torch.Size, int, dict[str, tuple[float, float]]]],
+                 torch_ms: float, ours_ms: float, seconds: float) -> None:
+    """The per-layer table and its sums against the steps."""
+    print(f"\nConvolutions layer by layer (each distinct one timed alone for {seconds:g} s "
+          "per direction and side; ms per call; x: its count in the model):\n")
+    print("| layer | x | input | " + " | ".join(
+        f"{d} PyTorch | {d} ours" for d in DIRECTIONS) + " |")
+    print("|---" * (3 + 2 * len(DIRECTIONS)) + "|")
+    sums = {d: [0.0, 0.0] for d in DIRECTIONS}
+    for name, shape, count, times in layers:
+        cells = []
+        for d in DIRECTIONS:
+            theirs, ours = times[d]
+            sums[d][0] += count * theirs
+            sums[d][1] += count * ours
+            cells.append(f"{theirs:.3f} | {ours:.3f}")
+        print(f"| {name} | {count} | {'x'.join(map(str, shape))} | " + " | ".join(cells) + " |")
+    print("| all, each times its count | | | " + " | ".join(
+        f"{sums[d][0]:.2f} | {sums[d][1]:.2f}" for d in DIRECTIONS) + " |")
+    print("\n| direction | PyTorch ms | ours ms | vs PyTorch |")
+    print("|---|---|---|---|")
+    for d in DIRECTIONS:
+        print(f"| {d} | {sums[d][0]:.2f} | {sums[d][1]:.2f} | "
+              f"{sums[d][0] / sums[d][1]:.2f}x speed |")
+    theirs = sum(t for t, _ in sums.values())
+    ours = sum(o for _, o in sums.values())
+    print(f"| all three | {theirs:.2f} | {ours:.2f} | {theirs / ours:.2f}x speed |")
+    print(f"\nConvolutions alone: {theirs:.1f} ms of PyTorch's {torch_ms:.1f} ms step "
+          f"({100 * theirs / torch_ms:.0f}%), {ours:.1f} ms of ours {ours_ms:.1f} ms "
+          f"({100 * ours / ours_ms:.0f}%); the rest of our step is the same non-convolution "
+          "work plus what calling convtune costs.")
+
+
 def main() -> None:
     """Time both sides; print a Markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -94,7 +190,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="timing per side")
     parser.add_argument("--phase-steps", type=int, default=10,
                         help="steps timed phase by phase, per side (0: none)")
+    parser.add_argument("--layer-seconds", type=float, default=0.2,
+                        help="timing per direction and side of each distinct convolution, "
+                             "timed alone (0: no per-layer table)")
     args = parser.parse_args()
+    if min(args.seconds, args.layer_seconds) < 0 or args.phase_steps < 0:
+        parser.error("--seconds, --layer-seconds and --phase-steps must be >= 0")
     device = torch.device(args.device)
     gpu = device.type == "cuda"
     batch, size = args.batch or (32 if gpu else 2), args.size or 224
@@ -110,8 +211,10 @@ def main() -> None:
 
     torch_ms = per_call_us(step_fn(reference, images, labels), sync, args.seconds) / 1e3
     torch_phases = phases_ms(reference, images, labels, sync, args.phase_steps)
+    layers = []
     with tempfile.TemporaryDirectory() as tmp:
-        convert(ours, db=f"sqlite:///{tmp}/train.db")
+        db = f"sqlite:///{tmp}/train.db"
+        convert(ours, db=db)
         step = step_fn(ours, images, labels)
         started = time.perf_counter()
         step()  # tunes forward, backward-data and backward-filter of every convolution
@@ -119,6 +222,9 @@ def main() -> None:
         tuning_s = time.perf_counter() - started
         ours_ms = per_call_us(step, sync, args.seconds) / 1e3
         our_phases = phases_ms(ours, images, labels, sync, args.phase_steps)
+        if args.layer_seconds:
+            layers = [(name, shape, count, layer_ms(conv, shape, db, sync, args.layer_seconds))
+                      for name, conv, shape, count in distinct_convolutions(reference, images)]
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False, cwd=ROOT).stdout.strip()
@@ -140,6 +246,8 @@ def main() -> None:
             (tw, th), (ow, oh) = torch_phases[phase], our_phases[phase]
             print(f"| {phase} | {tw:.1f} ({th:.1f}) | {ow:.1f} ({oh:.1f}) | "
                   f"{tw / ow:.2f}x speed |")
+    if layers:
+        print_layers(layers, torch_ms, ours_ms, args.layer_seconds)
 
 
 if __name__ == "__main__":

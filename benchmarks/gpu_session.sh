@@ -22,7 +22,9 @@
 #   tuner_fast  ResNet-50 in fast mode, the store first filled with the other three networks
 #              and the cost model fitted by a separate process first (--saved-model: the
 #              timed tuning loads it; the report gives that fit's time too)
-#   train      benchmarks/bench_train.py (issue 13: a ResNet-50 training step vs PyTorch)
+#   train      benchmarks/bench_train.py (issue 13: a ResNet-50 training step vs PyTorch,
+#              phase by phase, then every distinct convolution in each direction timed
+#              alone on both sides: about 30 s more than the 78 s of 2026-11-23)
 #   model      benchmarks/bench_model.py --results on the bench_*.json of the bench steps
 #              run before it in the same call (issue 11: the cost model, leave-one-network-
 #              out over this GPU's measurements); no GPU time of its own
