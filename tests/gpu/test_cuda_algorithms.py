@@ -18,7 +18,7 @@ from algorithms.reference import relative_error, tolerance
 from algorithms.registry import ALGORITHM_NAMES, algorithms_for
 from algorithms.runtime import TimingPolicy
 from tests.cuda_shapes import ALIGN_SHAPES, OTHER_DTYPE_SHAPES, SHAPES
-from tests.gpu.conftest import host_case
+from tests.gpu.conftest import host_case, math_errors
 
 pytestmark = pytest.mark.gpu
 
@@ -159,3 +159,12 @@ def test_runtime_basics(runtime: Any) -> None:
     b = runtime.random((256, 256), "float32", rng)
     timing = runtime.time(lambda: b @ b, TimingPolicy(warmup=1, budget_s=0.05, min_reps=3))
     assert len(timing.times_ms) >= 3 and all(t > 0 for t in timing.times_ms)
+
+
+def test_im2col_gemm_reads_tf32_at_math_tf32() -> None:
+    """At math "tf32" cuBLAS computes in TF32 on operands our copies rounded: an error above
+    FP32's and within TF32's (at "fp32" it stays strict)."""
+    from algorithms.cuda.im2col_gemm import Im2colGemmCuda
+
+    errors = math_errors(Im2colGemmCuda(), "chunk=all")
+    assert errors["fp32"] <= tolerance("float32", "im2col_gemm") < errors["tf32"] <= 1e-3, errors
