@@ -4,9 +4,10 @@ One row per (problem, device, algorithm, config). Trees split on thresholds, so 
 serve as well as their logarithms; the derived quantities (FLOPs, bytes moved, arithmetic
 intensity, output size, the implicit GEMM's M, N and K) are what lets a tree generalise
 from layers it has seen to ones it has not. Categories (dtype, math, direction) are small
-codes; the algorithm is one-hot over the names the model was trained on; a config's
-numbers ("128x64x8", "chunk=16") are read positionally, since each algorithm writes its
-own and the one-hot tells them apart.
+codes; the algorithm is one-hot over the names the model was trained on; a config's name is
+read by field (`config_numbers`: the leading tile, pipeline stages, split-K slices, wgmma
+groups in flight, NHWC, and other numbers in order), since one position meant a K-step in
+one tile and a stage count in the next.
 
 A candidate's `Work` (algorithms.base: its blocks, the tiles' fill, its launches), asked
 of the implementation the running code registers, says what a tree cannot derive from
@@ -30,13 +31,17 @@ import numpy as np
 from algorithms.problem import DIRECTIONS, DTYPES, MATHS, ConvProblem
 from algorithms.registry import get_algorithm
 
-#: Numbers read from a config name, in order: as many as a shipped config has at most
-#: (implicit_gemm_tc's "256x128x32-nhwc-s3-k2").
-CONFIG_NUMBERS = 5
+#: What a config name says, by field: its leading tile "AxB[xC]" ("256x128x32"), "-sN"
+#: pipeline stages, "-kN" split-K slices, "-fN" wgmma groups left in flight, "nhwc" (1 or
+#: 0), then up to two other numbers in order ("chunk=16", "f4x4", direct's "16x16k8").
+CONFIG_COLUMNS: tuple[str, ...] = ("tile0", "tile1", "tile2", "stages", "split", "in_flight",
+                                   "nhwc", "number0", "number1")
 #: What "all" in a config ("chunk=all": the whole batch at once) reads as: larger than
 #: any batch, so a tree puts it past every numeric chunk.
 _ALL = float(2**30)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?|all")
+_TILE = re.compile(r"(\d+)x(\d+)(?:x(\d+))?")
+_TAGGED = re.compile(r"-([skf])(\d+)")
 
 PROBLEM_COLUMNS: tuple[str, ...] = (
     "n", "c", "h", "w", "k", "r", "s", "stride_h", "stride_w", "pad_h", "pad_w",
@@ -46,9 +51,7 @@ PROBLEM_COLUMNS: tuple[str, ...] = (
 )
 DEVICE_COLUMNS: tuple[str, ...] = ("units",)
 WORK_COLUMNS: tuple[str, ...] = ("log_blocks", "waves", "last_wave", "fill", "log_launches")
-CANDIDATE_COLUMNS: tuple[str, ...] = (
-    "log_workspace", *(f"config{i}" for i in range(CONFIG_NUMBERS)), *WORK_COLUMNS,
-)
+CANDIDATE_COLUMNS: tuple[str, ...] = ("log_workspace", *CONFIG_COLUMNS, *WORK_COLUMNS)
 _DTYPE_CODES = {name: i for i, name in enumerate(sorted(DTYPES))}
 
 
@@ -100,10 +103,19 @@ NO_NUMBER = -1.0
 
 @functools.lru_cache(maxsize=4096)
 def config_numbers(config: str) -> tuple[float, ...]:
-    """The first CONFIG_NUMBERS numbers in a config name, NO_NUMBER where there are fewer."""
-    found = [_ALL if t == "all" else float(t) for t in _NUMBER.findall(config)]
-    found = found[:CONFIG_NUMBERS]
-    return tuple(found + [NO_NUMBER] * (CONFIG_NUMBERS - len(found)))
+    """The CONFIG_COLUMNS of a config name, NO_NUMBER where it says nothing of one."""
+    tile = [NO_NUMBER] * 3
+    rest = config
+    if found := _TILE.match(config):
+        tile = [float(g) if g else NO_NUMBER for g in found.groups()]
+        rest = config[found.end():]
+    tags = dict.fromkeys("skf", NO_NUMBER)
+    for tag, value in _TAGGED.findall(rest):
+        tags[tag] = float(value)
+    rest = _TAGGED.sub("", rest)
+    others = [_ALL if t == "all" else float(t) for t in _NUMBER.findall(rest)][:2]
+    return (*tile, tags["s"], tags["k"], tags["f"], float("nhwc" in rest),
+            *others, *[NO_NUMBER] * (2 - len(others)))
 
 
 @functools.lru_cache(maxsize=65536)

@@ -21,7 +21,7 @@ from tuner import model as M
 from tuner import results as R
 from tuner.devices import identify
 from tuner.errors import NotInDatabase
-from tuner.features import config_numbers
+from tuner.features import CONFIG_COLUMNS, config_numbers
 from tuner.predicting import fast_picks
 from tuner.service import Service
 from tuner.tuning import Tuner
@@ -253,10 +253,18 @@ def test_fast_mode_measures_the_best_of_an_algorithm_outside_the_top_k(db_url: s
     assert not algos["slow"].runs and not algos["slowest"].runs
 
 
-def test_config_numbers_are_read_in_order() -> None:
-    assert config_numbers("128x64x8")[:3] == (128.0, 64.0, 8.0)
-    assert config_numbers("chunk=all")[0] > config_numbers("chunk=16")[0]
-    assert config_numbers("default") == (-1.0,) * 5
-    # Regression: a "-sS" configuration's split is its fifth number; read only four, the
-    # model could not tell "256x128x32-nhwc-s3-k2" from its other splits.
-    assert config_numbers("256x128x32-nhwc-s3-k2") == (256.0, 128.0, 32.0, 3.0, 2.0)
+def test_config_numbers_are_read_by_field() -> None:
+    no = -1.0
+    columns = dict(zip(CONFIG_COLUMNS, config_numbers("256x128x32-nhwc-s3-k2"), strict=True))
+    assert columns == {"tile0": 256.0, "tile1": 128.0, "tile2": 32.0, "stages": 3.0,
+                       "split": 2.0, "in_flight": no, "nhwc": 1.0, "number0": no,
+                       "number1": no}
+    # Regression: read positionally, "128x128-nhwc-s4" (TF32) had its stage count where
+    # "128x128x32-nhwc" (16-bit) has its K-step, and NHWC tiles read like NCHW ones.
+    assert config_numbers("128x128-nhwc-s4")[2:4] == (no, 4.0)
+    assert config_numbers("128x128")[6] == 0.0
+    assert config_numbers("64x128x64-s6-f1-k2")[3:6] == (6.0, 2.0, 1.0)
+    assert config_numbers("16x16k8")[:3] + config_numbers("16x16k8")[7:] == (16.0, 16.0, no,
+                                                                             8.0, no)
+    assert config_numbers("chunk=all")[7] > config_numbers("chunk=16")[7]
+    assert config_numbers("default") == (no,) * 6 + (0.0, no, no)
