@@ -61,6 +61,8 @@ class Score:
     fast_within10: int = 0  # fast mode's pick within 10% of the measured best
     fast_worst: float = 0.0  # fast mode's worst regret (pick / best - 1)
     fast_measured: int = 0  # configurations fast mode measured, over all layers
+    #: fast mode's picks beyond 10% of the best: (problem, picked, best, regret)
+    fast_misses: tuple[tuple[str, str, str, float], ...] = ()
 
 
 def shrunk(problem: ConvProblem, scale: int) -> ConvProblem:
@@ -80,6 +82,7 @@ def score(ranked: Sequence[Sequence[Sample]], truth: Sequence[Sequence[Sample]],
     and picks the fastest."""
     top1 = top3 = unseen = fast_within10 = fast_measured = 0
     fast_worst = 0.0
+    misses: list[tuple[str, str, str, float]] = []
     for order, measured in zip(ranked, truth, strict=True):
         times = {(s.algorithm, s.config): s.time_ms or math.inf for s in measured}
         best_key = min(times, key=times.__getitem__)
@@ -88,11 +91,16 @@ def score(ranked: Sequence[Sequence[Sample]], truth: Sequence[Sequence[Sample]],
         top3 += best_key in picks[:3]
         unseen += bool(trained) and best_key[0] not in trained
         tried = fast_picks(picks, fast_k) + [k for k in picks if trained and k[0] not in trained]
-        regret = min(times[k] for k in tried) / times[best_key] - 1
+        picked = min(tried, key=times.__getitem__)
+        regret = times[picked] / times[best_key] - 1
         fast_measured += len(set(tried))
         fast_within10 += regret <= 0.10
         fast_worst = max(fast_worst, regret)
-    return Score(len(truth), top1, top3, unseen, fast_within10, fast_worst, fast_measured)
+        if regret > 0.10:
+            misses.append((measured[0].problem.describe(), "/".join(picked),
+                           "/".join(best_key), regret))
+    return Score(len(truth), top1, top3, unseen, fast_within10, fast_worst, fast_measured,
+                 tuple(misses))
 
 
 def by_model(model: M.CostModel, candidates: Sequence[Sample]) -> list[Sample]:
@@ -251,6 +259,13 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"\nfast mode (k={report['fast_k']}) played out on these times: its pick "
               f"within 10% of the best on {within:.0%} of layers, worst regret {worst:.0%}, "
               f"measuring {measured:.1f} of {offered:.1f} candidates a layer")
+        misses = sorted((m for r in rows for m in r["model"]["fast_misses"]),
+                        key=lambda m: -m[3])
+        if misses:
+            print("\n| fast mode's worst misses | its pick | the best | regret |")
+            print("|---|---|---|---|")
+            for problem, picked, best, regret in misses[:8]:
+                print(f"| {problem} | {picked} | {best} | {regret:.0%} |")
 
 if __name__ == "__main__":
     main()

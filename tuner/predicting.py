@@ -94,23 +94,28 @@ def scaled_nearest(
 
 def fast_picks(ranked: Sequence[tuple[str, str]], k: int) -> list[tuple[str, str]]:
     """What a fast find measures of (algorithm, config) keys ranked fastest first: the `k`
-    first, and the first of each of the `k` first algorithms.
+    first, and the first of each of the `k` first families (an algorithm in one operand
+    layout: NHWC configurations are a family apart from the rest of their algorithm's).
 
     Why the second part: the model errs by algorithm more than by configuration (on a
     layer unlike its training ones it under-rates an algorithm as a whole), so a fast find
     hedges across algorithms. On the H100 measurements of BENCHMARKS.md the top 4 alone
     left a worst regret of 99% (GoogLeNet's 3x3 layers, whose winner is winograd); with
     the best of the top 4 algorithms added, 10-49% over the model's seeds (one small
-    layer's tile), for about 1.8 more measurements a layer.
+    layer's tile), for about 1.8 more measurements a layer. Layouts count apart since the
+    2026-11-25 measurements: there the model put implicit_gemm_tc's NHWC tiles first on
+    1x1 layers whose winner was an NCHW tile (worst regret 54-77% over the seeds; with
+    layout families 38-56%, at the same count of measurements).
     """
     chosen = list(ranked[:k])
-    algorithms: list[str] = []
+    families: list[tuple[str, bool]] = []
     for key in ranked:
-        if key[0] not in algorithms:
-            algorithms.append(key[0])
+        family = (key[0], "nhwc" in key[1])
+        if family not in families:
+            families.append(family)
             if key not in chosen:
                 chosen.append(key)
-            if len(algorithms) == k:
+            if len(families) == k:
                 break
     return chosen
 

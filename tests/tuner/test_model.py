@@ -242,6 +242,17 @@ def test_fast_picks_hedge_across_the_first_k_algorithms() -> None:
     assert fast_picks([], 4) == []
 
 
+def test_fast_picks_hedge_across_layouts_of_one_algorithm() -> None:
+    # Regression (H100 data of 2026-11-25): on ResNet-50's float16 1x1 layers the model
+    # ranked implicit_gemm_tc's NHWC tiles first, so the hedge's "first of the algorithm"
+    # was NHWC too and the NCHW tile that won by up to 1.77x was never measured.
+    ranked = [("tc", "128x128x32-nhwc"), ("tc", "64x128x32-nhwc"), ("im2col", "chunk=all"),
+              ("tc", "128x64"), ("direct", "8x8k16")]
+    # Families in rank order: tc NHWC, im2col, tc NCHW, direct.
+    assert fast_picks(ranked, 3) == ranked[:4]
+    assert fast_picks(ranked, 4) == ranked
+
+
 def test_fast_mode_measures_the_best_of_an_algorithm_outside_the_top_k(db_url: str) -> None:
     # Three configurations of "fast" (predicted alike) fill the top 2; fast mode also
     # measures the best of the second algorithm, "mid", and nothing slower.
