@@ -26,7 +26,9 @@ have fewer than 2**31 elements.
 
 Workspace: align(chunk * C * R * S * P * Q * itemsize), the column matrix, chunk = images per
 GEMM round (every direction); for backward_filter then align(chunk * K * P * Q * itemsize),
-dyT, and for float16 backward_filter then align(K * C/groups * R * S * 4), the float32 sum.
+dyT; under math "tf32" (forward, backward_data) align(K * C/groups * R * S * 4), w rounded
+to TF32, and for backward_data align(chunk * K * P * Q * 4), the chunk's dy rounded; for
+float16 backward_filter align(K * C/groups * R * S * 4), the float32 sum.
 It must be aligned to the element size, and to 4 bytes for the float32 sum (run() checks).
 Configurations: "chunk=1", "chunk=4", "chunk=16", "chunk=all" (those with chunk >= n are
 left out except "chunk=all").
@@ -161,20 +163,22 @@ class Im2colGemmCuda(CudaAlgorithm):
             w_tf32 = layout.view(workspace, "w")
             _round_tf32(w, w_tf32, 0, int(np.prod(problem.filter_shape)))
             w = w_tf32
+        # Views made once per run, not per chunk (each costs host time in a timed region).
+        dy_tf32 = layout.view(workspace, "dy") if "dy" in layout else None
+        dyt = layout.view(workspace, "dyt") if "dyt" in layout else None
+        image = problem.k * _dims(problem)[0]  # elements of one image's dy
         for n0 in range(0, problem.n, chunk):
             nb = min(chunk, problem.n - n0)
             if problem.direction == "backward_data":
                 dy, first = x, n0
-                if "dy" in layout:  # the chunk's dy rounded to TF32, from its first image
-                    dy, first = layout.view(workspace, "dy"), 0
-                    _round_tf32(x, dy, n0 * problem.k * _dims(problem)[0],
-                                nb * problem.k * _dims(problem)[0])
+                if dy_tf32 is not None:  # the chunk's dy rounded to TF32, from its first image
+                    _round_tf32(x, dy_tf32, n0 * image, nb * image)
+                    dy, first = dy_tf32, 0
                 _backward_data_chunk(dy, first, w, y, workspace, problem, n0, nb)
                 continue
             if problem.direction == "backward_filter":
                 _im2col(x, workspace, problem, n0, nb, image_inner=True)
-                _backward_filter_chunk(w, workspace, layout.view(workspace, "dyt"), dw_sum,
-                                       problem, n0, nb)
+                _backward_filter_chunk(w, workspace, dyt, dw_sum, problem, n0, nb)
             else:
                 _im2col(x, workspace, problem, n0, nb)
                 _forward_chunk(workspace, w, y, problem, n0, nb)
