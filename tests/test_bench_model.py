@@ -36,6 +36,8 @@ def test_score_counts_close_picks_top3_hits_and_unseen_bests() -> None:
     fast = score([close, far], [truth, truth], trained=frozenset("abcd"), fast_k=1)
     assert fast.fast_within10 == 1 and fast.fast_measured == 2
     assert fast.fast_worst == pytest.approx(2.0)
+    # The miss is listed: the layer, fast mode's pick, the best, the regret.
+    assert [m[1:] for m in fast.fast_misses] == [("c/z", "a/x", pytest.approx(2.0))]
 
 
 def test_from_results_reads_each_usable_configuration(tmp_path: Path) -> None:
