@@ -1,6 +1,6 @@
 """Relative error of TF32 GEMM operands in direct (im2col) and Winograd convolution, simulated.
 
-Usage: python benchmarks/tf32_error.py [--channels C] [--size H] [--seed S]
+Usage: python benchmarks/tf32_error.py [--channels C] [--size H] [--seed S] [--draws N]
 
 A question of accuracy, not speed, answered on the CPU in float64: one 3x3 stride-1 layer
 (C input and output channels, an H x H input, no padding) on standard-normal data, as the
@@ -11,6 +11,12 @@ U and input V, and the output transform follows in float64. Prints the relative 
 against the float64 reference (‖y - ref‖ / ‖ref‖); math "tf32" allows 1e-3
 (algorithms/reference.py). algorithms/cuda/winograd.py lets only F(2x2) read TF32 because
 of this table.
+
+`--draws N` then draws N small random problems as the random tests do
+(tests/random_problems.py, every direction) and counts how many exceed 1e-3 with TF32
+operands (truncated, rounded) against the float64 reference, by their count of outputs:
+the norm-wise bound is loose on a handful of sums, which is why those tests draw math
+"tf32" only for problems of 32 outputs or more.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from algorithms.reference import TF32_TOLERANCE  # noqa: E402
+from algorithms.reference import TF32_TOLERANCE, reference, relative_error  # noqa: E402
 from algorithms.winograd import TRANSFORMS  # noqa: E402
+from tests.precision import make_problem  # noqa: E402
+from tests.random_problems import random_problem  # noqa: E402
 
 READS = ("fp32", "tf32 truncated", "tf32 rounded")
 
@@ -75,15 +83,42 @@ def relative(y: np.ndarray, ref: np.ndarray) -> float:
     return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
 
 
+def random_exceedances(draws: int, seed: int) -> dict[str, list[int]]:
+    """Per read ("tf32 truncated", "tf32 rounded") and output-count class ("< 32", ">= 32"):
+    [problems, exceeding TF32_TOLERANCE] over `draws` random small problems."""
+    rng = np.random.default_rng(seed)
+    counts = {f"{how}, {size} outputs": [0, 0] for how in READS[1:] for size in ("< 32", ">= 32")}
+    directions = ("forward", "backward_data", "backward_filter")
+    for _ in range(draws):
+        keywords = {**random_problem(rng, str(rng.choice(directions))), "dtype": "float32"}
+        try:
+            problem = make_problem(**keywords)
+        except ValueError:  # the dilated filter does not fit the padded input
+            continue
+        a_shape, b_shape, out_shape = problem.operand_shapes
+        a = read(rng.standard_normal(a_shape), "fp32")
+        b = read(rng.standard_normal(b_shape), "fp32")
+        ref = reference(a, b, problem)
+        size = "< 32" if np.prod(out_shape) < 32 else ">= 32"
+        for how in READS[1:]:
+            entry = counts[f"{how}, {size} outputs"]
+            entry[0] += 1
+            entry[1] += relative_error(reference(read(a, how), read(b, how), problem),
+                                       ref) > TF32_TOLERANCE
+    return counts
+
+
 def main() -> None:
     """Print the error table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--channels", type=int, default=128)
     parser.add_argument("--size", type=int, default=26)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--draws", type=int, default=0,
+                        help="random small problems to check too (0: none)")
     args = parser.parse_args()
-    if args.channels < 1 or args.size < 6:
-        parser.error("--channels must be >= 1 and --size >= 6")
+    if args.channels < 1 or args.size < 6 or args.draws < 0:
+        parser.error("--channels must be >= 1, --size >= 6 and --draws >= 0")
     rng = np.random.default_rng(args.seed)
     c = args.channels
     x = read(rng.standard_normal((c, args.size, args.size)), "fp32")
@@ -99,6 +134,12 @@ def main() -> None:
         rows[f"winograd {config}"] = [relative(winograd(x, w, config, h), ref) for h in READS]
     for name, errors in rows.items():
         print(f"| {name} | " + " | ".join(f"{e:.2e}" for e in errors) + " |")
+    if args.draws:
+        print(f"\n{args.draws} random small problems (tests/random_problems.py), float32:\n")
+        print("| TF32 operands, outputs | problems | over 1e-3 |")
+        print("|---|---|---|")
+        for name, (problems, over) in random_exceedances(args.draws, args.seed).items():
+            print(f"| {name} | {problems} | {over} |")
 
 
 if __name__ == "__main__":
