@@ -161,10 +161,12 @@ def test_runtime_basics(runtime: Any) -> None:
     assert len(timing.times_ms) >= 3 and all(t > 0 for t in timing.times_ms)
 
 
-def test_im2col_gemm_reads_tf32_at_math_tf32() -> None:
-    """At math "tf32" cuBLAS computes in TF32 on operands our copies rounded: an error above
-    FP32's and within TF32's (at "fp32" it stays strict)."""
+def test_im2col_gemm_stays_within_each_maths_tolerance() -> None:
+    """At math "tf32" cuBLAS may compute in TF32 on operands our copies rounded (within
+    TF32's error; tests/test_cuda_host_checks.py pins that it is asked to); at "fp32" it
+    stays strict."""
     from algorithms.cuda.im2col_gemm import Im2colGemmCuda
 
     errors = math_errors(Im2colGemmCuda(), "chunk=all")
-    assert errors["fp32"] <= tolerance("float32", "im2col_gemm") < errors["tf32"] <= 1e-3, errors
+    assert errors["fp32"] <= tolerance("float32", "im2col_gemm"), errors
+    assert errors["tf32"] <= 1e-3, errors
