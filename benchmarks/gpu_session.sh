@@ -36,7 +36,8 @@
 # 100 s, fp32/tf32/fp16 about 40 s each, bwd_* 20 s each, small 51 s, tuner 53 s (more now
 # that it re-measures twice), train 78 s, overhead over 110 s (give it 200). 2026-11-25:
 # warm 12 s (234 instances, 16 processes), fp32/tf32/fp16 49 s each, and tests over 170 s
-# with 8 workers (cut off at 97%, wgmma failing): give tests T_TESTS=300.
+# with 8 workers (cut off at 97%, wgmma failing): give tests 240-300 s. Keep the limits'
+# sum (sanitize counts twice, one limit per tool) under the call's: logs are packed last.
 #
 # The GPU image has CuPy, PyTorch, numpy, scipy and pytest but not SQLAlchemy or platformdirs;
 # bring them as wheels (on the machine with network, from the repository root):
