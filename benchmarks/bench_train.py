@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -106,12 +107,14 @@ def distinct_convolutions(model: nn.Module, images: torch.Tensor
                           ) -> list[tuple[str, nn.Conv2d, torch.Size, int]]:
     """(first name, module, input shape, count) of each distinct convolution a forward pass
     of `model` runs, in order."""
-    found: dict[tuple[Any, ...], list[Any]] = {}
+    first: dict[tuple[Any, ...], tuple[str, nn.Conv2d, torch.Size]] = {}
+    counts: Counter[tuple[Any, ...]] = Counter()
 
     def record(name: str, conv: nn.Conv2d, shape: torch.Size) -> None:
         key = (tuple(shape), tuple(conv.weight.shape), conv.stride, conv.padding,
                conv.dilation, conv.groups)
-        found.setdefault(key, [name, conv, shape, 0])[3] += 1
+        first.setdefault(key, (name, conv, shape))
+        counts[key] += 1
 
     hooks = [module.register_forward_hook(
         lambda mod, inputs, _, name=name: record(name, mod, inputs[0].shape))
@@ -120,7 +123,7 @@ def distinct_convolutions(model: nn.Module, images: torch.Tensor
         model(images)
     for hook in hooks:
         hook.remove()
-    return [tuple(entry) for entry in found.values()]  # type: ignore[misc]
+    return [(*seen, counts[key]) for key, seen in first.items()]
 
 
 def layer_ms(conv: nn.Conv2d, x_shape: torch.Size, db: str, sync: Callable[[], None],

@@ -53,6 +53,14 @@ __global__ void __launch_bounds__(256)
 // CG, QH, QW), oh = (i + PH - th) / SH - QH0 (likewise ow). Bits, like remap; one thread
 // per destination element, grid-stride; plain division: these copies are small next to the
 // convolution between them.
+// The next digit of a flat index in a mixed radix, innermost first: rest % base, and rest
+// moves on to the remaining digits.
+__device__ __forceinline__ int take_digit(int& rest, int base) {
+    const int digit = rest % base;
+    rest /= base;
+    return digit;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(256)
     phase_filter(const T* __restrict__ w, T* __restrict__ dst, int KG, int CG, int R, int S,
@@ -60,18 +68,10 @@ __global__ void __launch_bounds__(256)
     for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
          u += gridDim.x * blockDim.x) {
         int rest = static_cast<int>(u);
-        const int l = rest % JW;
-        rest /= JW;
-        const int j = rest % JH;
-        rest /= JH;
-        const int k = rest % KG;
-        rest /= KG;
-        const int c = rest % CG;
-        rest /= CG;
-        const int tw = rest % AW;
-        rest /= AW;
-        const int th = rest % AH;
-        const int g = rest / AH;
+        const int l = take_digit(rest, JW), j = take_digit(rest, JH);
+        const int k = take_digit(rest, KG), c = take_digit(rest, CG);
+        const int tw = take_digit(rest, AW), th = take_digit(rest, AH);
+        const int g = rest;
         const int t = th + SH * (JH - 1 - j), v = tw + SW * (JW - 1 - l);
         T value = 0;
         if (t < R && v < S)
@@ -88,14 +88,9 @@ __global__ void __launch_bounds__(256)
     for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
          u += gridDim.x * blockDim.x) {
         int rest = static_cast<int>(u);
-        const int x = rest % W;
-        rest /= W;
-        const int y = rest % H;
-        rest /= H;
-        const int c = rest % CG;
-        rest /= CG;
-        const int g = rest % G;
-        const int n = rest / G;
+        const int x = take_digit(rest, W), y = take_digit(rest, H);
+        const int c = take_digit(rest, CG), g = take_digit(rest, G);
+        const int n = rest;
         const int th = (y + PH) % SH, tw = (x + PW) % SW;
         T value = 0;
         if (th < AH && tw < AW) {

@@ -391,6 +391,11 @@ class EmulatedKernel:
                              *self.schedule)
 
 
+#: What CuPy's plain Function says when the attribute is read or set.
+_NO_SUCH_ATTRIBUTE = ("'cupy.cuda.function.Function' object has no attribute "
+                      "'max_dynamic_shared_size_bytes'")
+
+
 class EmulatedFunction(EmulatedKernel):
     """A kernel posing as a plain cupy.cuda.function.Function, which is what _loader loads
     for the NVRTC-built sm_90a files: it has no settable `max_dynamic_shared_size_bytes`
@@ -408,13 +413,11 @@ class EmulatedFunction(EmulatedKernel):
 
     @property
     def max_dynamic_shared_size_bytes(self) -> int:
-        raise AttributeError("'cupy.cuda.function.Function' object has no attribute "
-                             "'max_dynamic_shared_size_bytes'")
+        raise AttributeError(_NO_SUCH_ATTRIBUTE)
 
     @max_dynamic_shared_size_bytes.setter
     def max_dynamic_shared_size_bytes(self, nbytes: int) -> None:
-        raise AttributeError("'cupy.cuda.function.Function' object has no attribute "
-                             "'max_dynamic_shared_size_bytes'")
+        raise AttributeError(_NO_SUCH_ATTRIBUTE)
 
 
 #: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h).
