@@ -29,7 +29,8 @@ def find_algorithms(
     code, and measures (then stores) the rest. `workspace_limit` is in bytes (None: no
     limit, 0: only algorithms without workspace). `mode` (see Tuner.find): "auto" (or its
     synonym "exhaustive"), "cached", "tune", "fast" (measure only the cost model's predicted
-    top $CONVTUNE_FAST_K) or "heuristic" (measure nothing, predict what is not stored).
+    top $CONVTUNE_FAST_K, then the winner's close rivals) or "heuristic" (measure nothing,
+    predict what is not stored).
     """
     return service(db).find(problem, parse_device(device), workspace_limit, mode=mode)
 

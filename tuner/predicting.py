@@ -10,7 +10,7 @@ carries a `confidence` (see tuner.model).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from algorithms.problem import ConvProblem
@@ -92,10 +92,22 @@ def scaled_nearest(
     return None
 
 
-def fast_picks(ranked: Sequence[tuple[str, str]], k: int) -> list[tuple[str, str]]:
-    """What a fast find measures of (algorithm, config) keys ranked fastest first: the `k`
-    first, and the first of each of the `k` first families (an algorithm in one operand
-    layout: NHWC configurations are a family apart from the rest of their algorithm's).
+#: Fast mode's second round: the configurations of the measured winner's family that the
+#: prediction puts within this factor of the family's fastest (see `band_picks`).
+FAMILY_BAND = 1.3
+
+Key = tuple[str, str]  # (algorithm, config)
+
+
+def family(key: Key) -> tuple[str, bool]:
+    """A configuration's family: its algorithm in one operand layout (NHWC configurations
+    are a family apart from the rest of their algorithm's)."""
+    return key[0], "nhwc" in key[1]
+
+
+def fast_picks(ranked: Sequence[Key], k: int) -> list[Key]:
+    """What a fast find measures first of (algorithm, config) keys ranked fastest first: the
+    `k` first, and the first of each of the `k` first families (`family`).
 
     Why the second part: the model errs by algorithm more than by configuration (on a
     layer unlike its training ones it under-rates an algorithm as a whole), so a fast find
@@ -110,14 +122,35 @@ def fast_picks(ranked: Sequence[tuple[str, str]], k: int) -> list[tuple[str, str
     chosen = list(ranked[:k])
     families: list[tuple[str, bool]] = []
     for key in ranked:
-        family = (key[0], "nhwc" in key[1])
-        if family not in families:
-            families.append(family)
+        if family(key) not in families:
+            families.append(family(key))
             if key not in chosen:
                 chosen.append(key)
             if len(families) == k:
                 break
     return chosen
+
+
+def band_picks(predicted_ms: Mapping[Key, float], winner: Key,
+               band: float = FAMILY_BAND) -> list[Key]:
+    """The second round of a fast find: of the configurations with a predicted time, those
+    of `winner`'s family (the fastest the first round measured) predicted within `band` of
+    that family's fastest, fastest first.
+
+    Why: once the first round has shown which family wins, what the model still gets wrong
+    is the tile within it. On the H100 measurements of 2026-11-25 the misses left after the
+    hedge of `fast_picks` were all of that kind (ResNet-50's 1x1 layers: 128x128 picked,
+    64x64 best, 1.2-1.4x apart), and the model's times for a family's tiles lie close
+    together. Played out on those measurements (BENCHMARKS.md), this round cut the layers
+    more than 5% off the best from 12-17 to 4-6 of 166, at about 1.8 more measurements a
+    layer (the extra configurations and the winner again, timed together).
+    """
+    members = sorted((key for key in predicted_ms if family(key) == family(winner)),
+                     key=predicted_ms.__getitem__)
+    if not members:
+        return []
+    limit = predicted_ms[members[0]] * band
+    return [key for key in members if predicted_ms[key] <= limit]
 
 
 def top_candidates(
@@ -130,6 +163,24 @@ def top_candidates(
     unranked = [(r.algorithm, r.config) for r in predicted
                 if r.status == R.OK and r.time_ms is None]
     return [by_key[key] for key in fast_picks(ranked, k) + unranked]
+
+
+def second_round(
+    predicted: list[AlgorithmResult], measured: Mapping[Key, AlgorithmResult],
+    allowed: list[Candidate],
+) -> list[Candidate]:
+    """What a fast find measures after its first round (`band_picks`): the configurations
+    of the winner's family that the round left unmeasured, with the winner again so that
+    they are timed side by side; nothing when there are none."""
+    ranked = rank(list(measured.values()))
+    if not ranked or not ranked[0].usable:
+        return []
+    winner = (ranked[0].algorithm, ranked[0].config)
+    predicted_ms = {(r.algorithm, r.config): r.time_ms for r in predicted
+                    if r.usable and r.time_ms is not None}
+    todo = [key for key in band_picks(predicted_ms, winner) if key not in measured]
+    by_key = {c.key: c for c in allowed}
+    return [by_key[key] for key in (winner, *todo) if key in by_key] if todo else []
 
 
 def not_measured(prediction: AlgorithmResult) -> AlgorithmResult:

@@ -32,7 +32,7 @@ from tuner.env import env_number
 from tuner.errors import DeviceFault, NotInDatabase
 from tuner.lookup import fallback_order
 from tuner.measuring import Measurer
-from tuner.predicting import not_measured, predict, top_candidates
+from tuner.predicting import not_measured, predict, second_round, top_candidates
 from tuner.results import AlgorithmResult, best_of, per_algorithm, rank
 
 #: The find modes (stored in no table, but part of every front end: add, never rename).
@@ -40,7 +40,8 @@ from tuner.results import AlgorithmResult, best_of, per_algorithm, rank
 #: MIOpen's name for it); tune: measure every candidate again; cached: never measure, borrow
 #: from other devices or predict; fast: the store, then measure only what
 #: tuner.predicting.fast_picks takes of the prediction (the top `fast_k`, and the best of
-#: each of the `fast_k` best algorithms); heuristic: never measure, predict the rest.
+#: each of the `fast_k` best algorithms), then the winner's family's configurations
+#: predicted close to its best (predicting.band_picks); heuristic: never measure, predict.
 MODES = ("cached", "tune", "auto", "exhaustive", "fast", "heuristic")
 #: Default number of candidates a fast find measures ($CONVTUNE_FAST_K).
 FAST_K = 4
@@ -213,7 +214,9 @@ class Tuner:
         mode="fast" answers from the store when it covers every candidate, else measures
         the `fast_k` candidates the prediction (tuner.predicting: the cost model, else the
         nearest measured problem) ranks fastest, the fastest-ranked of each of its
-        `fast_k` fastest algorithms, and any it cannot rank; the others come
+        `fast_k` fastest algorithms, and any it cannot rank; then, in a second round with
+        the first round's winner, the configurations of the winner's family predicted within
+        FAMILY_BAND of that family's fastest (tuner.predicting.band_picks); the others come
         back unmeasured (source "not measured", time null, the prediction in the note).
         With nothing to predict from it measures every candidate.
         mode="heuristic" never measures: this device's stored results, the rest predicted
@@ -331,6 +334,11 @@ class Tuner:
             with _lock_for((identity.fingerprint, problem)):
                 stored, fresh = self._measure_claimed(problem, identity, chosen, force=False)
             known.update(stored)
+            known.update({(r.algorithm, r.config): r for r in fresh})
+        again = [] if predicted is None else second_round(predicted, known, allowed)
+        if again:
+            with _lock_for((identity.fingerprint, problem)):
+                _, fresh = self._measure_claimed(problem, identity, again, force=True)
             known.update({(r.algorithm, r.config): r for r in fresh})
         guesses = {(p.algorithm, p.config): p for p in predicted or ()}
         return [known.get(c.key) or not_measured(guesses[c.key]) for c in allowed]

@@ -22,7 +22,7 @@ from tuner import results as R
 from tuner.devices import identify
 from tuner.errors import NotInDatabase
 from tuner.features import CONFIG_COLUMNS, config_numbers
-from tuner.predicting import fast_picks
+from tuner.predicting import band_picks, fast_picks
 from tuner.service import Service
 from tuner.tuning import Tuner
 
@@ -262,6 +262,47 @@ def test_fast_mode_measures_the_best_of_an_algorithm_outside_the_top_k(db_url: s
     tuner(store, algos, fast_k=2).find(UNSEEN, "cpu", mode="fast")
     assert algos["fast"].runs and algos["mid"].runs
     assert not algos["slow"].runs and not algos["slowest"].runs
+
+
+class Recording(Fake):
+    """A Fake that records which configuration each run used."""
+
+    def __init__(self, name: str, configs: tuple[str, ...]) -> None:
+        super().__init__(name, configs=configs)
+        self.configs_run: list[str] = []
+
+    def run(self, x: object, w: object, y: object, workspace: object, problem: ConvProblem,
+            config: str) -> None:
+        self.configs_run.append(config)
+        super().run(x, w, y, workspace, problem, config)
+
+
+def test_band_picks_keep_the_winners_family_close_to_its_best() -> None:
+    predicted = {("tc", "64x64"): 1.0, ("tc", "128x128"): 1.25, ("tc", "128x64"): 1.4,
+                 ("tc", "64x64-nhwc"): 0.9, ("im2col", "chunk=all"): 1.1}
+    # The family is the algorithm in one layout: NHWC tiles and other algorithms stay out.
+    assert band_picks(predicted, ("tc", "128x128")) == [("tc", "64x64"), ("tc", "128x128")]
+    assert band_picks(predicted, ("tc", "64x64"), band=1.5) == [
+        ("tc", "64x64"), ("tc", "128x128"), ("tc", "128x64")]
+    assert band_picks(predicted, ("tc", "64x64-nhwc")) == [("tc", "64x64-nhwc")]
+    assert band_picks(predicted, ("direct", "8x8k16")) == []
+
+
+def test_fast_mode_measures_the_winners_close_configurations_in_a_second_round(
+        db_url: str) -> None:
+    # The model has seen only "default" configurations, so it predicts "fast"'s three alike:
+    # with fast_k=1 the first round measures one of them, and the second the other two,
+    # beside the first again; "mid" (2.5x slower, another family) stays unmeasured.
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    fast = Recording("fast", ("default", "b", "c"))
+    algos = {**fakes(), "fast": fast}
+    got = tuner(store, algos, fast_k=1).find_candidates(UNSEEN, "cpu", mode="fast")
+    assert not algos["mid"].runs and not algos["slow"].runs
+    assert set(fast.configs_run) == {"default", "b", "c"}
+    measured = {r.config for r in got if r.algorithm == "fast" and r.source == R.FRESH}
+    assert measured == {"default", "b", "c"}
+    assert rows_of(store, UNSEEN) == 3
 
 
 def test_config_numbers_are_read_by_field() -> None:

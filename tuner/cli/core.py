@@ -60,7 +60,8 @@ ModeOpt = Annotated[str, typer.Option(
     "--mode", callback=_mode,
     help="auto (= exhaustive): the database, then measure what it lacks; cached: never "
          "measure; tune: measure everything again; fast: measure only the cost model's "
-         "top k ($CONVTUNE_FAST_K, default 4) and the best of its top k algorithms; "
+         "top k ($CONVTUNE_FAST_K, default 4), the best of its top k algorithms, then the "
+         "winner's configurations predicted close to it; "
          "heuristic: never measure, predict.",
 )]
 LimitOpt = Annotated[
