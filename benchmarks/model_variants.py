@@ -1,0 +1,153 @@
+"""Variants of the cost model's target and inputs, scored leave-one-network-out like
+bench_model.py, over several bootstrap seeds: what was tried before settling tuner/model.py.
+
+Usage: python benchmarks/model_variants.py --results bench_fp32.json [...] \
+           [--variants shipped,relative,...] [--seeds 0 1 2]
+
+Each variant changes one thing of the shipped model (tuner.model.fit: the same bag of
+boosted trees, the same bootstrap of problems, the same features):
+- shipped: log(ms per FLOP) as the target, the model as it is;
+- relative, relative_cap3: log(time / the problem's fastest measured time), optionally
+  capped at log(3) (the ranking is all a find needs; slow candidates stop mattering);
+- traffic: an input more, log(bytes moved / FLOPs), the bytes being the operands once
+  plus the workspace written and read once;
+- workspace: an input more, log(1 + workspace bytes) - log(FLOPs);
+- balance16, balance64, balance256: log(time / (FLOPs + B x bytes moved)) as the target
+  (a roofline-like baseline instead of FLOPs alone, so that trees learn the residual).
+Prints one line per variant: top-1 within 10% and top-3 hit per seed and their means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from bench_model import by_model, from_results, score
+from threadpoolctl import threadpool_limits
+
+from tuner import model as M
+from tuner.features import Encoder, Sample
+
+
+def traffic(s: Sample) -> float:
+    """Bytes a run moves at least: every operand once, its workspace written and read."""
+    p = s.problem
+    return sum(math.prod(shape) for shape in p.operand_shapes) * p.itemsize \
+        + 2 * s.workspace_bytes
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How a variant's target, baseline and extra inputs differ from the shipped model."""
+
+    #: log of what the trees' output is added to (the shipped model: FLOPs)
+    baseline: Callable[[Sample], float] = lambda s: math.log(s.problem.flops)
+    #: training target per sample, None: log(time) - baseline
+    target: Callable[[Sequence[Sample]], np.ndarray] | None = None
+    #: extra input columns per sample
+    extra: tuple[Callable[[Sample], float], ...] = ()
+
+
+def relative(cap: float | None) -> Callable[[Sequence[Sample]], np.ndarray]:
+    """log(time / the fastest time measured for the same problem), capped at log(cap)."""
+    def target(samples: Sequence[Sample]) -> np.ndarray:
+        fastest: dict[object, float] = defaultdict(lambda: math.inf)
+        for s in samples:
+            fastest[s.problem] = min(fastest[s.problem], s.time_ms or math.inf)
+        y = np.array([math.log((s.time_ms or math.inf) / fastest[s.problem]) for s in samples])
+        return y if cap is None else np.minimum(y, math.log(cap))
+    return target
+
+
+def balance(b: float) -> Callable[[Sample], float]:
+    """log(FLOPs + b x bytes moved)."""
+    return lambda s: math.log(s.problem.flops + b * traffic(s))
+
+
+VARIANTS: dict[str, Variant] = {
+    "shipped": Variant(),  # log(time) - log(FLOPs): tuner.features.log_ms_per_flop
+    "relative": Variant(baseline=lambda s: 0.0, target=relative(None)),
+    "relative_cap3": Variant(baseline=lambda s: 0.0, target=relative(3.0)),
+    "traffic": Variant(extra=(lambda s: math.log(traffic(s) / s.problem.flops),)),
+    "workspace": Variant(extra=(lambda s: math.log1p(s.workspace_bytes)
+                                - math.log(s.problem.flops),)),
+    **{f"balance{b}": Variant(baseline=balance(b)) for b in (16, 64, 256)},
+}
+
+
+@dataclass(frozen=True)
+class VariantModel(M.CostModel):
+    """tuner.model's bag of regressors, fitted and read the variant's way."""
+
+    variant: Variant = Variant()
+
+    def matrix(self, samples: Sequence[Sample]) -> np.ndarray:
+        """The encoder's matrix plus the variant's extra columns."""
+        x = self.encoder.matrix(samples)
+        extra = [[f(s) for f in self.variant.extra] for s in samples]
+        return np.hstack([x, np.array(extra)]) if self.variant.extra else x
+
+    def predict(self, samples: Sequence[Sample]) -> list[M.Prediction]:
+        """Predicted times (the members' geometric mean; no spread or confidence)."""
+        base = np.array([self.variant.baseline(s) for s in samples])
+        with threadpool_limits(1):
+            logs = np.stack([m.predict(self.matrix(samples)) for m in self.members]) + base
+        return [M.Prediction(s.algorithm, s.config, float(math.exp(t)), 0.0, 0.0)
+                for s, t in zip(samples, logs.mean(axis=0), strict=True)]
+
+
+def fit(samples: Sequence[Sample], variant: Variant, seed: int) -> VariantModel:
+    """The shipped fit (tuner.model._member's bootstrap of problems) on the variant's data."""
+    problems = sorted({s.problem for s in samples}, key=repr)
+    index = {p: i for i, p in enumerate(problems)}
+    shell = VariantModel(Encoder.for_samples(samples), (), len(samples), len(problems),
+                         variant)
+    x = shell.matrix(samples)
+    y = (variant.target(samples) if variant.target is not None else
+         np.array([math.log(s.time_ms or math.inf) - variant.baseline(s) for s in samples]))
+    of_row = np.array([index[s.problem] for s in samples])
+    rng = np.random.default_rng(seed)
+    with threadpool_limits(1):
+        members = tuple(M._member(x, y, of_row, len(problems), rng, seed + m)
+                        for m in range(M.MEMBERS))
+    return VariantModel(shell.encoder, members, len(samples), len(problems), variant)
+
+
+def main() -> None:
+    """Score each variant over the seeds; print a line each."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--results", type=Path, nargs="+", required=True,
+                        help="bench_gpu.py JSON files")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = parser.parse_args()
+    samples, problems, _ = from_results(args.results)
+    per_problem: dict[object, list[Sample]] = defaultdict(list)
+    for s in samples:
+        per_problem[s.problem].append(s)
+    for name in args.variants.split(","):
+        if name not in VARIANTS:
+            parser.error(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
+        top1, top3 = [], []
+        for seed in args.seeds:
+            hits1 = hits3 = layers = 0
+            for held in problems.values():
+                model = fit([s for s in samples if s.problem not in held], VARIANTS[name], seed)
+                truth = [per_problem[p] for p in sorted(held, key=repr) if per_problem[p]]
+                found = score([by_model(model, t) for t in truth], truth)
+                hits1, hits3, layers = hits1 + found.top1, hits3 + found.top3, \
+                    layers + found.layers
+            top1.append(hits1 / layers)
+            top3.append(hits3 / layers)
+        print(f"{name:14s} top-1 within 10% {' / '.join(f'{t:.0%}' for t in top1)} "
+              f"(mean {np.mean(top1):.1%}); top-3 hit {' / '.join(f'{t:.0%}' for t in top3)} "
+              f"(mean {np.mean(top3):.1%})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
