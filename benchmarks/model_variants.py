@@ -21,17 +21,22 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from bench_model import by_model, from_results, score
 from threadpoolctl import threadpool_limits
 
-from tuner import model as M
-from tuner.features import Encoder, Sample
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_model import by_model, from_results, score  # noqa: E402
+from tuner import model as M  # noqa: E402
+from tuner.features import Encoder, Sample  # noqa: E402
 
 
 def traffic(s: Sample) -> float:

@@ -10,6 +10,8 @@ import pytest
 
 from algorithms.problem import ConvProblem
 from benchmarks.bench_model import from_results, score
+from benchmarks.model_variants import VARIANTS, fit
+from tuner import model as M
 from tuner.features import Sample
 
 P = ConvProblem(n=2, c=8, h=12, w=12, k=16, r=3, s=3, pad=1)
@@ -59,3 +61,22 @@ def test_from_results_reads_each_usable_configuration(tmp_path: Path) -> None:
     samples, problems, info = from_results([path])
     assert samples == [Sample(P, 132, "direct", "16x16k8", 0, ms, "cuda")]
     assert problems == {"net": {P}} and info["name"] == "GPU"
+
+
+def test_the_shipped_variant_is_the_shipped_model() -> None:
+    # model_variants.py compares variants against "shipped": it must predict exactly what
+    # tuner.model.fit's model predicts from the same samples and seed.
+    rng = np.random.default_rng()
+    problems = [ConvProblem(n=n, c=c, h=hw, w=hw, k=2 * c, r=3, s=3, pad=1)
+                for n in (1, 2) for c in (4, 8) for hw in (8, 10, 12)]
+    samples = [Sample(p, 132, a, cfg, 0, p.flops * 1e-9 * speed * rng.uniform(0.9, 1.1), "cuda")
+               for p in problems for a, speed in (("a", 1.0), ("b", 3.0))
+               for cfg in ("64x64", "128x128")]
+    seed = int(rng.integers(0, 100))
+    shipped, ours = M.fit(samples, seed=seed), fit(samples, VARIANTS["shipped"], seed)
+    assert shipped is not None
+    expected = [p.time_ms for p in shipped.predict(samples)]
+    assert [p.time_ms for p in ours.predict(samples)] == pytest.approx(expected, rel=1e-12)
+    # A variant that changes the target predicts otherwise.
+    other = fit(samples, VARIANTS["relative"], seed)
+    assert [p.time_ms for p in other.predict(samples)] != pytest.approx(expected, rel=1e-3)
