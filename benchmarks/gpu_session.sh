@@ -28,9 +28,10 @@
 #   model      benchmarks/bench_model.py --results on the bench_*.json of the bench steps
 #              run before it in the same call (issue 11: the cost model, leave-one-network-
 #              out over this GPU's measurements); no GPU time of its own
-#   fp32 tf32 fp16 bf16 bwd_data bwd_filter small
+#   fp32 tf32 fp16 bf16 bwd_data bwd_filter small small_tf32 small_fp16
 #              benchmarks/bench_gpu.py in that mode (NETWORKS overrides the networks;
-#              small = GoogLeNet b32 and MobileNet-v2 b32 in fp32)
+#              small* = GoogLeNet b32 and MobileNet-v2 b32, in fp32, tf32 or float16: the
+#              cost model's only 1x1 layers in TF32 and float16 when ResNet-50 is held out)
 # Each step's limit is T_<STEP> seconds (default 150; the tuner_* steps use T_TUNER); keep
 # their sum inside the call's limit. Seen on an H100 (2026-11-23): tests 95-112 s, sanitize
 # 100 s, fp32/tf32/fp16 about 40 s each, bwd_* 20 s each, small 51 s, tuner 53 s (more now
@@ -159,7 +160,7 @@ for step in "${steps[@]}"; do
         tail -n 15 "$LOG/train.log" ;;
     model)
         results=()
-        for mode in fp32 tf32 fp16 bf16 small; do
+        for mode in fp32 tf32 fp16 bf16 small small_tf32 small_fp16; do
             [[ -f "$LOG/bench_$mode.json" ]] && results+=("$LOG/bench_$mode.json")
         done
         if [[ ${#results[@]} -eq 0 ]]; then
@@ -177,6 +178,8 @@ for step in "${steps[@]}"; do
     bwd_data) bench bwd_data resnet50:32 --direction backward_data ;;
     bwd_filter) bench bwd_filter resnet50:32 --direction backward_filter ;;
     small) bench small googlenet:32,mobilenet_v2:32 --math fp32 ;;
+    small_tf32) bench small_tf32 googlenet:32,mobilenet_v2:32 --math tf32 ;;
+    small_fp16) bench small_fp16 googlenet:32,mobilenet_v2:32 --dtype float16 ;;
     *) echo "unknown step: $step" >&2; rc=2 ;;
     esac
 done
