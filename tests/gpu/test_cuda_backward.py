@@ -74,7 +74,8 @@ def _cases() -> list[Any]:
 
 
 def test_every_gemm_and_fft_algorithm_computes_both_backward_directions() -> None:
-    assert set(BACKWARD) == {"direct", "im2col_gemm", "implicit_gemm", "implicit_gemm_tc", "fft"}
+    assert set(BACKWARD) == {"direct", "im2col_gemm", "implicit_gemm", "implicit_gemm_tc",
+                             "implicit_gemm_wgmma", "fft"}
     for algorithm in BACKWARD.values():
         assert set(DIRECTIONS) <= set(algorithm.directions)
 
