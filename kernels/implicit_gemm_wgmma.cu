@@ -17,16 +17,19 @@
 // registers per thread.
 //
 // Shared memory, per stage and copy: the A tile (BM x BK) then the B tile (BN x BK), each
-// K-major in wgmma's canonical layout without swizzle: "core matrices" of 8 rows x 16 bytes,
-// 128 contiguous bytes each; the 8 core matrices along K of one 8-row group are adjacent
-// (leading byte offset LBO = 128), and 8-row groups follow each other (stride byte offset
-// SBO = 8 * 128 = 1024). Vector (16 bytes) number e of a tile is row (e / 64) * 8 + e % 8,
-// byte 16 * ((e / 8) % 8) of the row's K-step, and lives at byte 16 * e: a thread's cp.async
-// writes are one contiguous run per warp (no bank conflicts), and 8 lanes read 8 rows at one
-// k while the next 8 read the next 16 bytes of the same rows, so a warp covers 64 contiguous
-// bytes of 8 pixels (whole 32-byte sectors). With THREADS a multiple of 64, a thread's k
-// offset is fixed and its rows are tid / 64 * 8 + tid % 8 + i * THREADS / 8: its pixels are
-// decomposed once.
+// K-major in wgmma's 128-byte-swizzled layout (CUTLASS's Swizzle<3,4,3>): row r (a filter or
+// a pixel) holds its 128 bytes of the K-step at byte 128 * r of the tile, its 16-byte chunk c
+// at byte 16 * (c ^ (r % 8)) of the row; 8-row groups are 1024-byte atoms (stride byte offset
+// 1024; the leading byte offset is unused), every tile starts on a 1024-byte boundary, and a
+// wgmma's 32-byte slice kc of K starts 32 * kc bytes into the tile (the hardware applies the
+// XOR to the address bits). Thread tid copies chunk tid % 8 of rows tid / 8 + i * THREADS / 8:
+// 8 lanes fetch one row's 128 contiguous bytes (a whole line of the NHWC copy when the row's
+// K-step lies in one filter tap), and a warp's 32 16-byte writes fall in 32 distinct banks.
+// Why: the unswizzled core-matrix layout (16 * e for vector e) had a warp fetch 64 bytes of 8
+// rows, and Nsight Compute counted 33.6 M bank conflicts on those cp.async writes (48% of the
+// kernel's shared-memory wavefronts) on VGG-16's conv4_2 in float16, H200, 2026-11-25.
+// A thread's k offset is fixed and its rows are tid / 8 + i * THREADS / 8 (all congruent mod
+// 8, so one XOR serves them): its pixels are decomposed once.
 //
 // Pipeline: STAGES stages of cp.async (16 bytes, zero-fill at padding and edges), and
 // IN_FLIGHT (0 or 1) K-steps of wgmma left running at the end of a K-step, so AHEAD = STAGES -
@@ -118,13 +121,14 @@ __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// A shared-memory matrix descriptor: start address, LBO and SBO in 16-byte units (14 bits
-// each, bits 0, 16 and 32), base offset 0, no swizzle (bits 62-63 zero). The start address is
-// the shared-window address's low 18 bits (shared memory is below 256 KiB).
-__device__ __forceinline__ unsigned long long wgmma_desc(unsigned long long shared, int lbo,
-                                                         int sbo) {
-    return ((shared & 0x3FFFFull) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
-           (static_cast<unsigned long long>(sbo >> 4) << 32);
+// A shared-memory matrix descriptor for the 128-byte-swizzled K-major layout: start address
+// and SBO in 16-byte units (14 bits each, bits 0 and 32), LBO 1 (unused by this layout, bits
+// 16), base offset 0 (tiles on 1024-byte boundaries), layout type 1 = 128-byte swizzle (bits
+// 62-63). The start address is the shared-window address's low 18 bits (shared memory is
+// below 256 KiB).
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned long long shared, int sbo) {
+    return ((shared & 0x3FFFFull) >> 4) | (1ull << 16) |
+           (static_cast<unsigned long long>(sbo >> 4) << 32) | (1ull << 62);
 }
 
 template <typename T, int BM, int STAGES, int COPIES, int IN_FLIGHT>
@@ -137,9 +141,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     constexpr int BN = 128, ROW_BYTES = 128, BK = ROW_BYTES / sizeof(T);  // K-step, elements
     constexpr int VEC = 16 / sizeof(T);   // elements per 16-byte copy
     constexpr int THREADS = BM / 64 * 128;
-    constexpr int CORE = 128;             // bytes of one core matrix (8 rows x 16 bytes)
-    constexpr int LBO = CORE;             // K-adjacent core matrices
-    constexpr int SBO = BK / VEC * CORE;  // 8-row groups
+    constexpr int SBO = 8 * ROW_BYTES;    // 8-row groups: one 1024-byte swizzle atom
     constexpr int A_BYTES = BM * ROW_BYTES, COPY_BYTES = (BM + BN) * ROW_BYTES;
     constexpr int STAGE_BYTES = COPIES * COPY_BYTES;
     constexpr int ROW_STEP = THREADS / 8;  // rows between a thread's vectors (8 per row)
@@ -155,7 +157,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     static_assert(IN_FLIGHT == 0 || (IN_FLIGHT == 1 && COPIES == 1),
                   "3xTF32 reads its partial sums after each K-step");
 
-    extern __shared__ __align__(128) unsigned char smem_raw[];
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned long long smem = smem_addr(smem_raw);
 
     const int cg = C / groups;
@@ -174,10 +176,11 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     const long long x_small = static_cast<long long>(N) * HW * C;
     const long long w_small = static_cast<long long>(K) * CRS;
 
-    // This thread's vectors: k offset kv, rows row0 + i * ROW_STEP, bytes 16 * (tid + i *
-    // THREADS) of a tile (see the file comment).
-    const int kv = VEC * ((tid / 8) % (BK / VEC));
-    const int row0 = tid / (BK / VEC * 8) * 8 + tid % 8;
+    // This thread's vectors: chunk tid % 8 (k offset kv) of rows row0 + i * ROW_STEP, at byte
+    // `swizzled` of its first row (see the file comment; ROW_STEP is a multiple of 8).
+    const int kv = VEC * (tid % 8);
+    const int row0 = tid / 8;
+    const int swizzled = row0 * ROW_BYTES + ((tid % 8) ^ (row0 % 8)) * 16;
     NhwcPixels<B_LOADS> pixels;
     pixels.init(n0 + row0, ROW_STEP, NPQ, PQ, Q, HW * C, grp * cg, str_h, str_w, pad_h, pad_w,
                 pq_mul, pq_shr, q_mul, q_shr);
@@ -188,7 +191,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         const NhwcTap tap = nhwc_tap(kk, cg, S, dil_h, dil_w, cg_mul, cg_shr, s_mul, s_shr);
 #pragma unroll
         for (int copy = 0; copy < COPIES; ++copy) {
-            const unsigned long long a_dst = smem + st * STAGE_BYTES + copy * COPY_BYTES + tid * 16;
+            const unsigned long long a_dst =
+                smem + st * STAGE_BYTES + copy * COPY_BYTES + swizzled;
 #pragma unroll
             for (int i = 0; i < A_LOADS; ++i) {
                 const int m = m0 + row0 + i * ROW_STEP;
@@ -233,7 +237,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         if (next < ktiles) load_stage(next % STAGES, kbase + next * BK);
         cp_async_commit();
         const unsigned long long a_tile =
-            smem + (kt % STAGES) * STAGE_BYTES + wgroup * (64 / 8) * SBO;
+            smem + (kt % STAGES) * STAGE_BYTES + wgroup * 64 * ROW_BYTES;
         const unsigned long long b_tile = smem + (kt % STAGES) * STAGE_BYTES + A_BYTES;
         if (COPIES == 2) {
 #pragma unroll
@@ -241,14 +245,12 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         }
         wgmma_fence();
 #pragma unroll
-        for (int kc = 0; kc < ROW_BYTES / 32; ++kc) {  // two core matrices of K per wgmma
-            const unsigned long long a_big = wgmma_desc(a_tile + kc * 2 * CORE, LBO, SBO);
-            const unsigned long long b_big = wgmma_desc(b_tile + kc * 2 * CORE, LBO, SBO);
+        for (int kc = 0; kc < ROW_BYTES / 32; ++kc) {  // a 32-byte slice of K per wgmma
+            const unsigned long long a_big = wgmma_desc(a_tile + kc * 32, SBO);
+            const unsigned long long b_big = wgmma_desc(b_tile + kc * 32, SBO);
             if (COPIES == 2) {  // the small terms first, as CUTLASS's 3xTF32 does
-                wgmma_m64n128(x, sums, wgmma_desc(a_tile + COPY_BYTES + kc * 2 * CORE, LBO, SBO),
-                              b_big);
-                wgmma_m64n128(x, sums, a_big,
-                              wgmma_desc(b_tile + COPY_BYTES + kc * 2 * CORE, LBO, SBO));
+                wgmma_m64n128(x, sums, wgmma_desc(a_tile + COPY_BYTES + kc * 32, SBO), b_big);
+                wgmma_m64n128(x, sums, a_big, wgmma_desc(b_tile + COPY_BYTES + kc * 32, SBO));
             }
             wgmma_m64n128(x, sums, a_big, b_big);
         }

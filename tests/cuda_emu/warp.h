@@ -431,8 +431,12 @@ inline void ptx_cp_async_wait_all() {
 //   (checked at issue, per byte of dynamic shared memory read).
 // Descriptors (PTX ISA, "Matrix Descriptor Format"): start address, leading byte offset
 // (between core matrices adjacent in K) and stride byte offset (between 8-row groups), in
-// 16-byte units at bits 0, 16 and 32; base offset bits 49-51 and swizzle bits 62-63, which
-// must be zero here (only the no-swizzle K-major layout is emulated). The start address is
+// 16-byte units at bits 0, 16 and 32; base offset bits 49-51, which must be zero here; and
+// the layout type at bits 62-63: 0 (no swizzle) or 1 (128-byte swizzle), the two K-major
+// layouts emulated. The 128-byte swizzle (PTX ISA, "Shared Memory Matrix Layout"; CUTLASS's
+// Swizzle<3,4,3>) places row r's K at byte 128 * (r % 8) + SBO * (r / 8) past the start and
+// then XORs address bits 4-6 with bits 7-9, so that the 16-byte chunk c of a row lands at
+// chunk c ^ (r % 8) of the 128-byte row when the atom is 1024-byte aligned. The start address is
 // read as an offset into the block's dynamic shared memory (the low 18 bits of a
 // shared-window address, see cvta.to.shared above). Accumulator layout of m64nNk16 with f32
 // results: lane l of warp w (of the warpgroup), g = l / 4, t = l % 4, register 4j + 2v + h
@@ -508,20 +512,28 @@ inline void ptx_fence_proxy_async_shared_cta() {
 
 inline void ptx_wgmma_fence_sync_aligned() { g_wgmma_fenced[my_thread()] = 1; }
 
-// The rows x K matrix a K-major, unswizzled descriptor points at, as floats: K is 32 bytes of
-// elements (k16 of a 16-bit type, k8 of tf32), two core matrices of 16 bytes per row.
+// The rows x K matrix a K-major descriptor (unswizzled or 128-byte swizzled) points at, as
+// floats: K is 32 bytes of elements (k16 of a 16-bit type, k8 of tf32), two 16-byte chunks
+// per row.
 template <typename Bits, float (*Cvt)(Bits)>
 inline std::vector<float> wgmma_operand(unsigned long long desc, int rows, bool at_issue) {
     constexpr int E = sizeof(Bits), K = 32 / E, CORE_K = 16 / E;
-    if ((desc >> 62) != 0) fail("wgmma: only descriptors without swizzle are emulated");
+    const unsigned long long layout = desc >> 62;
+    if (layout > 1) fail("wgmma: only unswizzled and 128-byte-swizzled descriptors are emulated");
     if (((desc >> 49) & 7u) != 0) fail("wgmma: a nonzero matrix base offset");
     const unsigned long long start = (desc & 0x3FFFu) << 4, lbo = ((desc >> 16) & 0x3FFFu) << 4,
                              sbo = ((desc >> 32) & 0x3FFFu) << 4;
     std::vector<float> out(static_cast<std::size_t>(rows) * K);
     for (int r = 0; r < rows; ++r) {
         for (int k = 0; k < K; ++k) {
-            const unsigned long long offset =
-                start + (r / 8) * sbo + (r % 8) * 16 + (k / CORE_K) * lbo + (k % CORE_K) * E;
+            unsigned long long offset;
+            if (layout == 0) {
+                offset = start + (r / 8) * sbo + (r % 8) * 16 + (k / CORE_K) * lbo +
+                         (k % CORE_K) * E;
+            } else {
+                const unsigned long long linear = start + (r / 8) * sbo + (r % 8) * 128 + k * E;
+                offset = linear ^ (((linear >> 7) & 7u) << 4);
+            }
             const unsigned char* at = shared_host(((kDynamicSharedIndex + 1) << 32) | offset, E,
                                                   E, "wgmma operand outside dynamic shared memory");
             for (int i = 0; at_issue && i < E; ++i) {
