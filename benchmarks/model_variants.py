@@ -100,8 +100,9 @@ class VariantModel(M.CostModel):
     def predict(self, samples: Sequence[Sample]) -> list[M.Prediction]:
         """Predicted times (the members' geometric mean; no spread or confidence)."""
         base = np.array([self.variant.baseline(s) for s in samples])
+        x = self.matrix(samples)
         with threadpool_limits(1):
-            logs = np.stack([m.predict(self.matrix(samples)) for m in self.members]) + base
+            logs = np.stack([m.predict(x) for m in self.members]) + base
         return [M.Prediction(s.algorithm, s.config, float(math.exp(t)), 0.0, 0.0)
                 for s, t in zip(samples, logs.mean(axis=0), strict=True)]
 

@@ -125,6 +125,9 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #: the driver call; the first H100 run of wgmma (2026-11-25) failed every launch on this:
 #:   allow_shared_memory setting the RawKernel attribute only -> 3 of 3 wgmma cases tried:
 #:     AttributeError
+#: wgmma's tiles are 128-byte swizzled (warp.h reads such descriptors):
+#:   tiles written unswizzled under the swizzled descriptors -> the first wgmma case run
+#:     (tc_deep, float16) fails against the reference
 #: cuBLAS at math "tf32" reads operands our kernels rounded (fake_gemm truncates them, as
 #: the tensor cores do unrounded ones); each copy left unrounded:
 #:   im2col's column matrix                     -> forward, backward_filter near_up cases fail

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.cuda._loader import kernel_source
+from algorithms.cuda._loader import MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel_source
 
 HERE = Path(__file__).resolve().parent
 RUNTIME = HERE / "runtime.h"
@@ -420,13 +420,9 @@ class EmulatedFunction(EmulatedKernel):
         raise AttributeError(_NO_SUCH_ATTRIBUTE)
 
 
-#: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h).
-_MAX_DYNAMIC_SHARED = 8
-
-
 def func_set_attribute(function: int, attribute: int, value: int) -> None:
     """cuFuncSetAttribute for EmulatedFunction handles (the one attribute we set)."""
-    if attribute != _MAX_DYNAMIC_SHARED:
+    if attribute != MAX_DYNAMIC_SHARED_SIZE_BYTES:
         raise ValueError(f"cuFuncSetAttribute: attribute {attribute} is not emulated")
     target = EmulatedFunction.handles.get(function)
     if target is None:
