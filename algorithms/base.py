@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -190,6 +191,7 @@ def workspace_view(workspace: Any, offset: int, shape: tuple[int, ...], dtype: A
     return workspace[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
+@functools.cache  # asked per workspace view on every run: np.dtype() of a name is slow
 def _itemsize(dtype: Any) -> int:
     import numpy as np
 

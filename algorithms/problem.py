@@ -192,6 +192,22 @@ class ConvProblem:
                     f"the {name} tensor {shape} has more than 2**40 elements"
                 )
 
+    # Hashed once per object: problems key the memos on every run and plan call (workspace
+    # sizes, launch grids, kernel arguments), where hashing all fields each time cost
+    # microseconds. The cached hash stays out of pickles: string hashes differ between
+    # processes.
+    def __hash__(self) -> int:
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash((self.n, self.c, self.h, self.w, self.k, self.r, self.s, self.pad,
+                          self.stride, self.dilation, self.groups, self.dtype, self.math,
+                          self.direction))
+            object.__setattr__(self, "_hash", found)
+        return found  # type: ignore[no-any-return]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     # --- derived sizes -------------------------------------------------------------------
     @property
     def dilated_r(self) -> int:

@@ -3,8 +3,8 @@
 Usage: python benchmarks/profile_host.py [--device cpu|cuda] [--calls N] [--top N]
 
 On issue 9's small problem (n1 c64 56x56 -> k64 3x3 p1), tuned first into a throwaway
-database: a plan call with torch tensors, the PyTorch module's inference forward, and its
-training step (forward and both gradients), each run `--calls` times under cProfile after
+database: a plan call with torch tensors, a cached `convolve()`, the PyTorch module's inference
+forward, and its training step (forward and both gradients), each run `--calls` times under cProfile after
 a warm-up. Prints, per case, the host time per call without the profiler and the functions
 with the most own time per call under it. The profiler inflates every Python call, so read
 the table for where the time goes, and the unprofiled number for how much there is.
@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.problem import ConvProblem  # noqa: E402
-from tuner.api import plan  # noqa: E402
+from tuner.api import convolve, plan  # noqa: E402
 from tuner.nn import Conv2d  # noqa: E402
 
 SMALL = dict(n=1, c=64, h=56, w=56, k=64, r=3, s=3, pad=1)  # issue 9's small problem
@@ -92,6 +92,7 @@ def main() -> None:
 
     cases: dict[str, Callable[[], Any]] = {
         "plan(x, w, out=y), torch tensors": lambda: chosen(x, w, out=y),
+        "convolve(x, w, padding=1), torch tensors": lambda: convolve(x, w, padding=1, db=db),
         "module forward, no graph": inference,
         "module training step (forward, dx, dw)": lambda: module(xg).backward(dy),
         "F.conv2d training step (reference)":

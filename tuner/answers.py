@@ -54,6 +54,13 @@ class AnswerCache:
         """Take before computing an answer; pass to `put` (a put after a change is dropped)."""
         return self._local
 
+    def current(self) -> int:
+        """The local generation now, after the store's counter if a check is due: a value
+        kept with `token` is still good while this returns the same."""
+        if time.monotonic() >= self._next_check:
+            self._check_store()
+        return self._local
+
     def get(self, key: Hashable) -> Any | None:
         """The cached answer for `key`, or None."""
         if time.monotonic() >= self._next_check:

@@ -153,24 +153,35 @@ def problem_for(
     )
 
 
-def _memo_problem(shapes: tuple[tuple[int, ...], ...], geometry: dict[str, Any], dtype: str,
-                  math: str, direction: str) -> ConvProblem:
+#: The geometry arguments of a call, in the order `_execute` receives them.
+GEOMETRY = ("stride", "padding", "dilation", "groups")
+
+
+def _typed(geometry: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The geometry with each value's type: True == 1 and 1.0 == 1 (equal keys), but only
+    1 is a valid stride."""
+    stride, padding, dilation, groups = geometry
+    return (stride, type(stride), padding, type(padding), dilation, type(dilation), groups,
+            type(groups))
+
+
+def _memo_problem(shapes: tuple[tuple[int, ...], ...], geometry: tuple[Any, ...],
+                  dtype: str, math: str, direction: str) -> ConvProblem:
     """problem_for(...), remembered when the arguments are hashable (not lists): building
     and validating a ConvProblem was the largest share of a cached convolve() call in a
     CPU profile."""
-    # Types are part of the key: True == 1 and 1.0 == 1, but only 1 is a valid stride.
-    typed = tuple((k, type(v), v) for k, v in geometry.items())
     try:
-        return _problem(shapes, typed, dtype, math, direction)
+        return _problem(shapes, _typed(geometry), dtype, math, direction)
     except TypeError:  # a list stride or padding: build it every time
-        return problem_for(*shapes, **geometry, dtype=dtype, math=math, direction=direction)
+        return problem_for(*shapes, **dict(zip(GEOMETRY, geometry, strict=True)),
+                           dtype=dtype, math=math, direction=direction)
 
 
 @functools.lru_cache(maxsize=1024)
-def _problem(shapes: tuple[tuple[int, ...], ...], typed: tuple[tuple[str, type, Any], ...],
+def _problem(shapes: tuple[tuple[int, ...], ...], typed: tuple[Any, ...],
              dtype: str, math: str, direction: str) -> ConvProblem:
-    return problem_for(*shapes, **{k: v for k, _t, v in typed}, dtype=dtype, math=math,
-                       direction=direction)
+    return problem_for(*shapes, **dict(zip(GEOMETRY, typed[::2], strict=True)), dtype=dtype,
+                       math=math, direction=direction)
 
 
 def _all_finite(array: Any) -> bool:
@@ -188,7 +199,7 @@ def _all_finite(array: Any) -> bool:
 
 def _execute(
     a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
-    geometry: dict[str, Any], device: str | None, workspace_limit: int | None,
+    geometry: tuple[Any, ...], device: str | None, workspace_limit: int | None,
     algorithm: str | None, db: str | None, math: str, out: Any, timed: bool,
     check_finite: bool = False,
 ) -> Convolution:
@@ -216,8 +227,8 @@ def _execute(
         shapes = (tuple(a.shape), tuple(given_shape or ()))
     else:
         shapes = (tuple(a.shape), tuple(b.shape))
-    problem = _memo_problem(shapes, geometry, dtype, math, direction)
-    chosen = service(db).plan(problem, device, workspace_limit, algorithm=algorithm)
+    chosen = _call_plan(shapes, geometry, device, workspace_limit, algorithm, db, dtype,
+                        math, direction)
     out = chosen.torch_output(a, out)
     if timed:
         result, elapsed = chosen.timed(a, b, out)
@@ -225,8 +236,30 @@ def _execute(
         result, elapsed = chosen.enqueue(a, b, out), None
     return Convolution(
         result if out is None else out, chosen.algorithm, chosen.config, device, elapsed,
-        problem,
+        chosen.problem,
     )
+
+
+def _call_plan(shapes: tuple[tuple[int, ...], ...], geometry: tuple[Any, ...], device: str,
+               workspace_limit: int | None, algorithm: str | None, db: str | None,
+               dtype: str, math: str, direction: str) -> Plan:
+    """The plan for a call: kept per call arguments while no answer changes (any write
+    seen by the service's answer cache), else built through the problem and its answer."""
+    found = service(db)
+    try:
+        key: tuple[Any, ...] | None = (
+            direction, device, shapes, _typed(geometry), dtype, math, workspace_limit,
+            type(workspace_limit), algorithm)
+        chosen = found.call_plan(key)
+    except TypeError:  # a list stride or padding: nothing to key on
+        key, chosen = None, None
+    if chosen is None:
+        token = found.answers.token()
+        problem = _memo_problem(shapes, geometry, dtype, math, direction)
+        chosen = found.plan(problem, device, workspace_limit, algorithm=algorithm)
+        if key is not None:
+            found.remember_call(key, token, chosen)
+    return chosen
 
 
 def run_convolution(
@@ -251,7 +284,7 @@ def run_convolution(
     Timing waits for this convolution's own work (CUDA events on the caller's stream),
     never for the whole device; `timed=False` returns as soon as the work is enqueued.
     """
-    geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    geometry = (stride, padding, dilation, groups)
     return _execute(x, w, None, "forward", geometry, device, workspace_limit, algorithm, db,
                     math, out, timed, check_finite)
 
@@ -309,7 +342,7 @@ def convolve_backward_data(
     The problem is the forward one (x_shape, w's shape, geometry) with direction
     "backward_data": tuned, stored and planned like `convolve`, with the same arguments.
     """
-    geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    geometry = (stride, padding, dilation, groups)
     return _execute(dy, w, tuple(x_shape), "backward_data", geometry, device,
                     workspace_limit, algorithm, db, math, out, False).y
 
@@ -333,6 +366,6 @@ def convolve_backward_filter(
 
     Summed over the batch. Direction "backward_filter"; otherwise like `convolve`.
     """
-    geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    geometry = (stride, padding, dilation, groups)
     return _execute(x, dy, tuple(w_shape), "backward_filter", geometry, device,
                     workspace_limit, algorithm, db, math, out, False).y

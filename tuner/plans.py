@@ -89,6 +89,7 @@ class Plan:
         # Properties of the problem, which would otherwise be computed on every call.
         self._shapes = problem.operand_shapes
         self._names = problem.operand_names
+        self._dtypes = (problem.dtype, runtime.storage_dtype(problem.dtype))  # accepted
         self._workspaces: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
         with runtime.activate():
@@ -120,7 +121,7 @@ class Plan:
         if tuple(adopted.shape) != shape:
             raise ValueError(f"{what} has shape {tuple(adopted.shape)}; this plan needs {shape}")
         held = dtype_name(adopted)
-        if held not in (self.problem.dtype, self._runtime.storage_dtype(self.problem.dtype)):
+        if held not in self._dtypes:
             raise ValueError(f"{what} is {held}; this plan needs {self.problem.dtype}")
         return adopted
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -71,6 +71,10 @@ class Service:
         self.tuner = tuner or Tuner(store, on_store=self.answers.invalidate)
         self._plans: OrderedDict[tuple[Any, ...], Plan] = OrderedDict()
         self._plan_lock = threading.Lock()
+        # Plans by the arguments of a call (convolve, the torch module): (answer-cache
+        # generation when found, plan). Building the problem and finding its answer again
+        # cost more host time per call than the plan itself.
+        self._call_plans: dict[Hashable, tuple[int, Plan]] = {}
 
     @property
     def location(self) -> str:
@@ -195,6 +199,21 @@ class Service:
             while len(self._plans) > MAX_PLANS:
                 self._plans.popitem(last=False)  # the oldest plan, and its workspace
         return built
+
+    def call_plan(self, key: Hashable) -> Plan | None:
+        """The plan `remember_call` kept for `key`, unless an answer may have changed since
+        (any write by this process, or by another one seen by the answer cache)."""
+        found = self._call_plans.get(key)
+        if found is not None and found[0] == self.answers.current():
+            return found[1]
+        return None
+
+    def remember_call(self, key: Hashable, token: int, plan: Plan) -> None:
+        """Keep `plan` for calls with `key`; `token` is `answers.token()` from before the
+        plan was found, so that a plan found during a write is never served after it."""
+        if len(self._call_plans) >= MAX_PLANS:
+            self._call_plans.clear()
+        self._call_plans[key] = (token, plan)
 
     def largest_workspace(
         self, problem: ConvProblem, device: str, workspace_limit: int | None

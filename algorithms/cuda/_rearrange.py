@@ -10,6 +10,7 @@ tensor they touch is below 2**31 elements (the callers' `_limits` check it).
 
 from __future__ import annotations
 
+import functools
 from math import prod
 from typing import Any
 
@@ -91,13 +92,20 @@ def transpose(src: Any, dst: Any, batch: int, rows: int, cols: int, itemsize: in
               parts: int = 0) -> None:
     """dst[b][j][i] = src[b][i][j] for a (batch, rows, cols) source, in one launch (rounded
     to TF32 in `parts`, see TF32_PARTS)."""
+    name, grid, args = _transpose_launch(batch, rows, cols, itemsize, parts)
+    get_kernel(KERNEL_FILE, name)(grid, (_THREADS,), (src, dst, *args))
+
+
+@functools.lru_cache(maxsize=4096)  # two per NHWC run, the same for a given problem
+def _transpose_launch(batch: int, rows: int, cols: int, itemsize: int, parts: int
+                      ) -> tuple[str, tuple[int], tuple[np.int32, ...]]:
+    """(instance, grid, scalar arguments) of one transpose launch."""
     row_tiles, col_tiles = ceil_div(rows, 32), ceil_div(cols, 32)
     tiles = batch * row_tiles * col_tiles
-    kernel = get_kernel(KERNEL_FILE, name_expression("transpose", itemsize, parts))
     # One block per tile (grid_stride_blocks' cap), each looping over the rest.
-    kernel((grid_stride_blocks(tiles, threads=1),), (_THREADS,),
-           (src, dst, np.int32(rows), np.int32(cols), np.int32(row_tiles),
-            np.int32(col_tiles), np.int32(tiles)))
+    return (name_expression("transpose", itemsize, parts),
+            (grid_stride_blocks(tiles, threads=1),),
+            tuple(np.int32(v) for v in (rows, cols, row_tiles, col_tiles, tiles)))
 
 
 def add_nhwc_operands(layout: WorkspaceLayout, problem: ConvProblem,

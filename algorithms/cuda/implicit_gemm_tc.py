@@ -405,39 +405,68 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
     ) -> None:
         """Enqueue the NHWC copies, the GEMM kernel and the split-K sum, as the config
         asks, on the current stream; no synchronisation."""
-        out_h, out_w = problem.out_hw
-        cfg = parse_config(config)
-        cg = problem.c // problem.groups
         layout = workspace_layout(problem, config)
         buf = layout.views(workspace) if layout.nbytes else {}
-        if cfg.nhwc:  # the K index runs (r, s, c): its first divisor is C/groups
+        widths = None
+        if parse_config(config).nhwc:
             x, w = _rearrange.to_nhwc(x, w, buf, problem)
-            k_divisor = cg
-            name = name_expression(problem.dtype, config, problem.math)
-        else:  # the K index runs (c, r, s): its first divisor is R*S
+        else:
             widths = vector_widths(problem)
             # A caller's sliced buffer may be misaligned: its operand is copied element-wise.
             if widths[0] > 1 and w.data.ptr % 16:
                 widths = (1, 1)
             elif widths[1] > 1 and x.data.ptr % 16:
                 widths = (widths[0], 1)
-            k_divisor = problem.r * problem.s
-            name = name_expression(problem.dtype, config, problem.math, widths)
-        kernel = get_kernel(KERNEL_FILE, name)
-        smem = smem_bytes(problem.dtype, config)
-        allow_shared_memory(kernel, smem)
-        grid = launch_grid(problem, config)
-        kper = split_steps(problem, cfg.splits, cfg.bk)[0]
+        launch = _launch(problem, config, widths)
+        kernel = get_kernel(KERNEL_FILE, launch.name)
+        allow_shared_memory(kernel, launch.smem)
         part = buf.get("part", y)  # not written without splits
-        kernel(grid, (cfg.tile.threads,),
-               (x, w, y, *shape_args(problem),
-                *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w), part,
-                np.int32(kper)), shared_mem=smem)
-        if grid[2] > 1:  # the splits launched
-            total = prod(problem.output_shape)
-            add = get_kernel(KERNEL_FILE, sum_name_expression(problem.dtype))
-            add((grid_stride_blocks(total),), (256,),
-                (part, y, np.int32(total), np.int32(grid[2])))
+        kernel(launch.grid, launch.block, (x, w, y, *launch.geometry, part, launch.kper),
+               shared_mem=launch.smem)
+        if launch.grid[2] > 1:  # the splits launched
+            add = get_kernel(KERNEL_FILE, launch.sum_name)
+            add(launch.sum_grid, (256,), (part, y, *launch.sum_args))
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What `_run` launches for one (problem, config, vector widths), worked out once: on a
+    plan's every call only the operands change."""
+
+    name: str
+    smem: int
+    grid: tuple[int, int, int]
+    block: tuple[int]
+    geometry: tuple[Any, ...]  # shape_args, then the fast divisions' constants
+    kper: np.int32
+    sum_name: str
+    sum_grid: tuple[int]
+    sum_args: tuple[np.int32, np.int32]
+
+
+@functools.lru_cache(maxsize=4096)
+def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -> _Launch:
+    """The launch of `config` on `problem`; `widths` None for NHWC (its K index runs
+    (r, s, c), first divisor C/groups) else the vector widths (K runs (c, r, s))."""
+    out_h, out_w = problem.out_hw
+    cfg = parse_config(config)
+    if widths is None:
+        k_divisor = problem.c // problem.groups
+        name = name_expression(problem.dtype, config, problem.math)
+    else:
+        k_divisor = problem.r * problem.s
+        name = name_expression(problem.dtype, config, problem.math, widths)
+    total = prod(problem.output_shape)
+    grid = launch_grid(problem, config)
+    return _Launch(
+        name=name, smem=smem_bytes(problem.dtype, config), grid=grid,
+        block=(cfg.tile.threads,),
+        geometry=(*shape_args(problem),
+                  *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w)),
+        kper=np.int32(split_steps(problem, cfg.splits, cfg.bk)[0]),
+        sum_name=sum_name_expression(problem.dtype), sum_grid=(grid_stride_blocks(total),),
+        sum_args=(np.int32(total), np.int32(grid[2])),
+    )
 
 
 class ImplicitGemmTcCuda(CudaByForward, _ImplicitGemmTcCudaForward):

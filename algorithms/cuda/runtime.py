@@ -6,6 +6,7 @@ works on a machine without CuPy or a GPU.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
@@ -29,6 +30,18 @@ _TORCH_VIEW_DTYPES = {"float32": "float32", "float16": "float16", "float64": "fl
                       "bfloat16": "uint16", "uint16": "uint16"}
 #: Most torch-tensor views and stream wrappers a runtime keeps (then it starts over).
 _CACHED = 256
+
+
+@functools.cache
+def _numpy_dtype(name: str) -> np.dtype[Any]:
+    return np.dtype(name)
+
+
+@functools.cache
+def _torch_view_dtype(dtype: Any) -> str | None:
+    # Keyed by the torch dtype object: naming it (str() and a prefix strip) on every
+    # operand of every plan call cost about a microsecond.
+    return _TORCH_VIEW_DTYPES.get(str(dtype).removeprefix("torch."))
 
 
 def _is_torch(array: Any) -> bool:
@@ -156,7 +169,7 @@ class CudaRuntime:
         """
         if not _is_torch(tensor) or not tensor.is_cuda:
             return None
-        dtype = _TORCH_VIEW_DTYPES.get(str(tensor.dtype).removeprefix("torch."))
+        dtype = _torch_view_dtype(tensor.dtype)
         if dtype is None or not tensor.is_contiguous():
             return None
         key = (tensor.data_ptr(), tuple(tensor.shape), dtype)
@@ -187,8 +200,10 @@ class CudaRuntime:
     def contiguous(self, array: Any, dtype: str) -> Any:
         """C-contiguous in `dtype`'s storage on this device; a no-op when it already is."""
         storage = self.storage_dtype(dtype)
+        # dtype objects compare in C; `dtype.name` is Python code in NumPy (a microsecond
+        # or two per operand on every plan call).
         if (isinstance(array, self._cupy.ndarray) and array.flags.c_contiguous
-                and array.dtype.name == storage and array.device.id == self.index):
+                and array.dtype == _numpy_dtype(storage) and array.device.id == self.index):
             return array  # the plan's usual case, on every call: no device switch
         if isinstance(array, np.ndarray) and array.dtype.name == dtype != storage:
             array = array.view(storage)  # host bfloat16 (ml_dtypes) to its bits

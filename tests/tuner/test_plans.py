@@ -15,7 +15,7 @@ from db.engine import open_store
 from tests.tuner.fakes import random_inputs
 from tuner import convolve, plan, run_convolution
 from tuner.results import AlgorithmResult
-from tuner.service import Service
+from tuner.service import Service, service
 
 PROBLEM = ConvProblem(n=2, c=4, h=9, w=8, k=6, r=3, s=3, pad=1)
 
@@ -58,6 +58,36 @@ def test_plans_are_cached_and_rebuilt_when_the_choice_changes(
     monkeypatch.setattr(Service, "best", lambda *_a, **_k: retuned)
     rebuilt = facade.plan(PROBLEM, "cpu")
     assert rebuilt is not first and rebuilt.algorithm == other
+
+
+def test_calls_reuse_their_plan_until_a_write_changes_the_answers(
+    db_url: str, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # convolve() keeps its plan per call arguments: a later call must not look anything up,
+    # and a write in this process (a re-tune) must end that at once (a stale plan would
+    # keep running the old choice).
+    x, w = random_inputs(PROBLEM, rng)
+    run_convolution(x, w, padding=1, db=db_url, timed=False)  # tunes: a write, kept nothing
+    first = run_convolution(x, w, padding=1, db=db_url, timed=False)  # kept from here on
+    other = "direct" if first.algorithm != "direct" else "im2col_gemm"
+    retuned = AlgorithmResult(algorithm=other, config="default", status="ok", time_ms=1e-6,
+                              workspace_bytes=0, source="measured here")
+    monkeypatch.setattr(Service, "best", lambda *_a, **_k: retuned)
+    again = run_convolution(x, w, padding=1, db=db_url, timed=False)
+    assert again.algorithm == first.algorithm  # no lookup: the patched answer is unseen
+    service(db_url).tuner.find_candidates(PROBLEM, "cpu", mode="tune")  # stores: a write
+    after = run_convolution(x, w, padding=1, db=db_url, timed=False)
+    assert after.algorithm == other
+    for y in (first.y, again.y, after.y):
+        check(y, x, w, PROBLEM, after.algorithm)
+
+
+def test_a_call_with_list_geometry_still_runs(db_url: str, rng: np.random.Generator) -> None:
+    # Lists are unhashable: such calls cannot be keyed, and must take the full path.
+    x, w = random_inputs(PROBLEM, rng)
+    for _ in range(2):
+        y = convolve(x, w, padding=[1, 1], stride=[1, 1], db=db_url)
+        check(y, x, w, PROBLEM, run_convolution(x, w, padding=1, db=db_url).algorithm)
 
 
 def test_threads_share_a_plan_with_a_workspace_each(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from typing import Any
 
 import numpy as np
@@ -131,3 +133,15 @@ def test_bfloat16_is_a_two_byte_dtype() -> None:
     p = ConvProblem(**BASE, dtype="bfloat16")
     assert p.itemsize == 2
     assert np.dtype(p.dtype).itemsize == 2  # ml_dtypes registers the name with NumPy
+
+
+def test_the_cached_hash_stays_out_of_pickles() -> None:
+    # ConvProblem remembers its hash; string hashes differ between processes (hash
+    # randomisation), so a hash carried in a pickle would break dict lookups in the next one.
+    problem = ConvProblem(n=2, c=4, h=9, w=8, k=6, r=3, s=3, pad=1, dtype="float16")
+    assert hash(problem) == hash(problem)
+    restored = pickle.loads(pickle.dumps(problem))
+    assert "_hash" not in restored.__dict__
+    assert restored == problem and {problem: 1}[restored] == 1
+    assert dataclasses.replace(problem, k=7) != problem
+    assert hash(dataclasses.replace(problem, k=6)) == hash(problem)
