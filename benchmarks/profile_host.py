@@ -3,11 +3,12 @@
 Usage: python benchmarks/profile_host.py [--device cpu|cuda] [--calls N] [--top N]
 
 On issue 9's small problem (n1 c64 56x56 -> k64 3x3 p1), tuned first into a throwaway
-database: a plan call with torch tensors, a cached `convolve()`, the PyTorch module's inference
-forward, and its training step (forward and both gradients), each run `--calls` times under cProfile after
-a warm-up. Prints, per case, the host time per call without the profiler and the functions
-with the most own time per call under it. The profiler inflates every Python call, so read
-the table for where the time goes, and the unprofiled number for how much there is.
+database: a plan call with torch tensors, a cached `convolve()`, the PyTorch module's
+inference forward, and its training step (forward and both gradients), each run `--calls`
+times under cProfile after a warm-up. Prints, per case, the host time per call without the
+profiler and the functions with the most own time per call under it. The profiler inflates
+every Python call, so read the table for where the time goes, and the unprofiled number
+for how much there is.
 """
 
 from __future__ import annotations

@@ -31,7 +31,11 @@ to TF32, and for backward_data align(chunk * K * P * Q * 4), the chunk's dy roun
 float16 backward_filter align(K * C/groups * R * S * 4), the float32 sum.
 It must be aligned to the element size, and to 4 bytes for the float32 sum (run() checks).
 Configurations: "chunk=1", "chunk=4", "chunk=16", "chunk=all" (those with chunk >= n are
-left out except "chunk=all").
+left out except "chunk=all"), and for the forward direction at n > 1 "chunk=all-merged":
+the column matrix image-inner as backward_filter writes it, then ONE GEMM per group over
+the whole batch (N = n*P*Q instead of a batch of n GEMMs P*Q wide: 49 or 196 columns each
+in ResNet-50's late 1x1 layers, too narrow for cuBLAS's tiles) into yT[k][img][pq] in the
+workspace (align(n * K * P * Q * itemsize) more), and a copy of yT into y.
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ KERNEL_FILE = "im2col.cu"
 
 #: Chunk sizes in images; None is the whole batch.
 CHUNKS: dict[str, int | None] = {"chunk=1": 1, "chunk=4": 4, "chunk=16": 16, "chunk=all": None}
+#: The forward configuration with the whole batch in one GEMM (see the module docstring).
+MERGED = "chunk=all-merged"
 
 _THREADS = 256
 
@@ -102,7 +108,7 @@ def shipped_kernels() -> tuple[str, ...]:
 
 def chunk_images(problem: ConvProblem, config: str) -> int:
     """Images per im2col + GEMM round under `config`."""
-    chunk = CHUNKS[config]
+    chunk = None if config == MERGED else CHUNKS[config]
     return problem.n if chunk is None else min(chunk, problem.n)
 
 
@@ -132,6 +138,11 @@ class Im2colGemmCuda(CudaAlgorithm):
                 continue
             if column_elements(problem, chunk_images(problem, name)) <= INT32_LIMIT:
                 out.append(name)
+        # Merging one image's GEMM into the batch's pays for its copy of y when there are
+        # images to merge.
+        if (problem.direction == "forward" and problem.n > 1
+                and column_elements(problem, problem.n) <= INT32_LIMIT):
+            out.append(MERGED)
         return tuple(out)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
@@ -142,7 +153,7 @@ class Im2colGemmCuda(CudaAlgorithm):
         """Per chunk its kernels (column matrix, dyT, dy's rounded copy) and a GEMM; once the
         rounded w and float16's final rounding (cuBLAS's blocks are not known here)."""
         layout = _layout(problem, config)
-        per_chunk = 2 + ("dyt" in layout) + ("dy" in layout)
+        per_chunk = 2 + ("dyt" in layout) + ("dy" in layout) + ("yt" in layout)
         once = ("w" in layout) + ("sum" in layout)
         return Work(launches=per_chunk * ceil_div(problem.n, chunk_images(problem, config))
                     + once)
@@ -164,6 +175,10 @@ class Im2colGemmCuda(CudaAlgorithm):
             _round_tf32(w, w_tf32, 0, int(np.prod(problem.filter_shape)))
             w = w_tf32
         # Views made once per run, not per chunk (each costs host time in a timed region).
+        if config == MERGED:
+            _im2col(x, workspace, problem, 0, problem.n, image_inner=True)
+            _forward_merged(workspace, w, layout.view(workspace, "yt"), y, problem)
+            return
         dy_tf32 = layout.view(workspace, "dy") if "dy" in layout else None
         dyt = layout.view(workspace, "dyt") if "dyt" in layout else None
         image = problem.k * _dims(problem)[0]  # elements of one image's dy
@@ -204,6 +219,8 @@ def _layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
         layout.add("w", problem.filter_shape, np.float32)
         if problem.direction == "backward_data":
             layout.add("dy", (activations,), np.float32)
+    if config == MERGED:
+        layout.add("yt", (activations,), problem.dtype)
     if problem.direction == "backward_filter" and problem.dtype == "float16":
         layout.add("sum", problem.filter_shape, np.float32)
     return layout
@@ -288,6 +305,27 @@ def _forward_chunk(col: Any, w: Any, y: Any, problem: ConvProblem, n0: int, nb: 
             w.data.ptr + b.filt * item, crs, b.filt_stride,
             act + b.act * item, pq, b.act_stride, b.count, tf32=_tf32(problem),
         )
+
+
+def _forward_merged(col: Any, w: Any, yt: Any, y: Any, problem: ConvProblem) -> None:
+    # The whole batch as one GEMM per group, L = n*P*Q wide: with image-inner columns
+    # (cg*R*S x L per group, row-major) yT[k][img][pq] (kg x L per group) = W col, column-
+    # major yT^T = col^T W^T: m = L, n = kg, k = cg*R*S, batched over the groups. Then y
+    # [img][k][pq] from yT: images_inner's copy with the roles of images and channels
+    # swapped (its "K" is the batch, its "images" the channels).
+    pq, crs, kg = _dims(problem)
+    length = problem.n * pq
+    gemm_strided_batched(
+        problem.dtype, OP_N, OP_N, length, kg, crs,
+        col.data.ptr, length, crs * length,
+        w.data.ptr, crs, kg * crs,
+        yt.data.ptr, length, kg * length, problem.groups, tf32=_tf32(problem),
+    )
+    total = problem.n * problem.k * pq
+    kernel = get_kernel(KERNEL_FILE, images_inner_expression(problem.dtype))
+    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+           (yt, y, np.int32(problem.n), np.int32(pq), np.int32(problem.k), np.int32(0),
+            np.int32(total), *fastdiv_args(pq, problem.k)))
 
 
 def _backward_data_chunk(dy: Any, first: int, w: Any, dx: Any, col: Any, problem: ConvProblem,
