@@ -14,6 +14,8 @@
 #   overhead   benchmarks/bench_overhead.py (issue 9: cached find, plan, convolve, ResNet-50)
 #   host       benchmarks/bench_host_path.py (issue 9: a plan call's host time step by step,
 #              and every configuration's enqueue time on the small problem)
+#   call_path  benchmarks/bench_call_path.py (issue 9: every call path's host time on a tiny
+#              problem, interleaved: algorithm, plan, convolve, backward calls, the module)
 #   host_profile  benchmarks/profile_host.py (issues 9, 13: cProfile of a plan call, the
 #              module's forward and its training step on the small problem, by function)
 #   profile    Nsight Compute over benchmarks/profile_kernels.py, one ncu process per case
@@ -126,6 +128,10 @@ for step in "${steps[@]}"; do
         run host host_path python3 benchmarks/bench_host_path.py --device cuda:0 \
             --out "$LOG/host_path.json"
         tail -n 80 "$LOG/host_path.log" ;;
+    call_path)
+        run call_path call_path python3 benchmarks/bench_call_path.py --device cuda \
+            --out "$LOG/call_path.json"
+        tail -n 16 "$LOG/call_path.log" ;;
     host_profile)
         run host_profile host_profile python3 benchmarks/profile_host.py --device cuda
         tail -n 130 "$LOG/host_profile.log" ;;
