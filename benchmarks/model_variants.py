@@ -4,14 +4,17 @@ bench_model.py, over several bootstrap seeds: what was tried before settling tun
 Usage: python benchmarks/model_variants.py --results bench_fp32.json [...] \
            [--variants shipped,relative,...] [--seeds 0 1 2]
 
-Each variant changes one thing of the shipped model (tuner.model.fit: the same bag of
-boosted trees, the same bootstrap of problems, the same features):
-- shipped: log(ms per FLOP) as the target, the model as it is;
+"shipped" is tuner.model.fit itself. The others change one thing of a fit with the same bag
+of boosted trees, bootstrap of problems and features (VariantModel):
+- absolute: log(ms per FLOP) as the target, one regressor per member (the shipped model
+  before 2026-11-26, which also predicted times from it);
 - relative, relative_cap3: log(time / the problem's fastest measured time), optionally
-  capped at log(3) (the ranking is all a find needs; slow candidates stop mattering);
-- traffic: an input more, log(bytes moved / FLOPs), the bytes being the operands once
-  plus the workspace written and read once;
-- workspace: an input more, log(1 + workspace bytes) - log(FLOPs);
+  capped at log(3) (the ranking is all a find needs; slow candidates stop mattering).
+  "relative" ranks exactly as the shipped model, which adds a fastest-time regressor only
+  to predict times;
+- traffic: "absolute" with an input more, log(bytes moved / FLOPs), the bytes being the
+  operands once plus the workspace written and read once;
+- workspace: "absolute" with an input more, log(1 + workspace bytes) - log(FLOPs);
 - balance16, balance64, balance256: log(time / (FLOPs + B x bytes moved)) as the target
   (a roofline-like baseline instead of FLOPs alone, so that trees learn the residual).
 Prints one line per variant: top-1 within 10% and top-3 hit per seed and their means.
@@ -59,12 +62,15 @@ class Variant:
 
 
 def relative(cap: float | None) -> Callable[[Sequence[Sample]], np.ndarray]:
-    """log(time / the fastest time measured for the same problem), capped at log(cap)."""
+    """log(time / the fastest time measured for the same problem and unit count), capped
+    at log(cap)."""
     def target(samples: Sequence[Sample]) -> np.ndarray:
         fastest: dict[object, float] = defaultdict(lambda: math.inf)
         for s in samples:
-            fastest[s.problem] = min(fastest[s.problem], s.time_ms or math.inf)
-        y = np.array([math.log((s.time_ms or math.inf) / fastest[s.problem]) for s in samples])
+            key = (s.problem, s.units)
+            fastest[key] = min(fastest[key], s.time_ms or math.inf)
+        y = np.array([math.log((s.time_ms or math.inf) / fastest[(s.problem, s.units)])
+                      for s in samples])
         return y if cap is None else np.minimum(y, math.log(cap))
     return target
 
@@ -75,7 +81,8 @@ def balance(b: float) -> Callable[[Sample], float]:
 
 
 VARIANTS: dict[str, Variant] = {
-    "shipped": Variant(),  # log(time) - log(FLOPs): tuner.features.log_ms_per_flop
+    "shipped": Variant(),  # placeholder: `fit` returns tuner.model.fit's model for it
+    "absolute": Variant(),  # log(time) - log(FLOPs): tuner.features.log_ms_per_flop
     "relative": Variant(baseline=lambda s: 0.0, target=relative(None)),
     "relative_cap3": Variant(baseline=lambda s: 0.0, target=relative(3.0)),
     "traffic": Variant(extra=(lambda s: math.log(traffic(s) / s.problem.flops),)),
@@ -107,21 +114,28 @@ class VariantModel(M.CostModel):
                 for s, t in zip(samples, logs.mean(axis=0), strict=True)]
 
 
-def fit(samples: Sequence[Sample], variant: Variant, seed: int) -> VariantModel:
-    """The shipped fit (tuner.model._member's bootstrap of problems) on the variant's data."""
+def fit(samples: Sequence[Sample], variant: Variant, seed: int) -> M.CostModel:
+    """The shipped fit (tuner.model's bootstrap of problems and regressors) on the variant's
+    data; for "shipped", tuner.model.fit's own model."""
+    if variant is VARIANTS["shipped"]:
+        model = M.fit(samples, seed=seed)
+        assert model is not None, "too few samples to fit"
+        return model
     problems = sorted({s.problem for s in samples}, key=repr)
     index = {p: i for i, p in enumerate(problems)}
     shell = VariantModel(Encoder.for_samples(samples), (), len(samples), len(problems),
-                         variant)
+                         variant=variant)
     x = shell.matrix(samples)
     y = (variant.target(samples) if variant.target is not None else
          np.array([math.log(s.time_ms or math.inf) - variant.baseline(s) for s in samples]))
     of_row = np.array([index[s.problem] for s in samples])
     rng = np.random.default_rng(seed)
     with threadpool_limits(1):
-        members = tuple(M._member(x, y, of_row, len(problems), rng, seed + m)
-                        for m in range(M.MEMBERS))
-    return VariantModel(shell.encoder, members, len(samples), len(problems), variant)
+        members = tuple(M._regressor(len(rows), seed + m).fit(x[rows], y[rows])
+                        for m in range(M.MEMBERS)
+                        for rows in [M._bootstrap(of_row, len(problems), rng)])
+    return VariantModel(shell.encoder, members, len(samples), len(problems),
+                        variant=variant)
 
 
 def main() -> None:

@@ -2,7 +2,14 @@
 
 What it learns: every usable measurement of one device kind (cpu, cuda) in the store,
 described by tuner.features (the problem, the device's unit count, the algorithm and the
-config's numbers), predicting log(time_ms) as log(FLOPs) + a learned log(ms per FLOP).
+config's numbers). It predicts log(time_ms) in two parts:
+- how much slower a candidate is than the fastest measured for its problem (on that many
+  units), log(time / fastest), from every feature: this alone ranks a problem's candidates;
+- the fastest time itself, as log(FLOPs) + a learned log(ms per FLOP), from the problem's
+  and the device's features only (one row per problem).
+Learning the ranking directly ranked better than learning each time: leave-one-network-out
+over an H200's 324 layers, 67.1% against 60.8% top-1 within 10%, tied on an H100's 166
+(BENCHMARKS.md, "Cost model").
 The learner is scikit-learn's HistGradientBoostingRegressor (TVM's and MIOpen's TunaNet
 cost models are boosted trees or small nets for the same reason: tabular features, few
 thousand rows, fast to fit).
@@ -10,7 +17,8 @@ thousand rows, fast to fit).
 Confidence. The model is a bag of MEMBERS regressors, each fitted on a bootstrap sample of
 the measured *problems* (not rows: a problem's configurations rise and fall together, so
 resampling problems is what mimics meeting an unseen one). For each candidate:
-- `time_ms` is the geometric mean of the members' predictions;
+- `time_ms` is the geometric mean of the members' predictions (each member: a ranking
+  regressor and a fastest-time regressor, fitted on the same bootstrap);
 - `spread` is the standard deviation of their log-times: the time is uncertain by about a
   factor exp(spread);
 - `confidence` is the share of members that predict the candidate within NEAR (10%) of
@@ -48,7 +56,14 @@ from threadpoolctl import threadpool_limits
 from db import find as store_find
 from db.engine import Store
 from tuner import model_files
-from tuner.features import Encoder, Sample, log_ms_per_flop, problem_of
+from tuner.features import (
+    DEVICE_COLUMNS,
+    PROBLEM_COLUMNS,
+    Encoder,
+    Sample,
+    log_ms_per_flop,
+    problem_of,
+)
 
 #: Fewest usable measurements, and distinct problems, a model is fitted from.
 MIN_ROWS = 40
@@ -57,6 +72,9 @@ MIN_PROBLEMS = 4
 MEMBERS = 3
 #: Trees per member: rows // 10 of them, within these bounds.
 MIN_TREES, MAX_TREES = 100, 200
+#: Trees of a fastest-time regressor: one row per problem, a smooth target, and every
+#: tree costs milliseconds however few the rows.
+SCALE_TREES = 50
 #: "Within 10% of the fastest", the closeness `confidence` counts.
 NEAR = 1.10
 #: Growth of a kind's samples since the last fit that triggers a refit.
@@ -82,9 +100,12 @@ class CostModel:
     """A fitted bag of regressors, and what it was fitted on."""
 
     encoder: Encoder
-    members: tuple[Any, ...]
+    members: tuple[Any, ...]  # log(time / the problem's fastest), from every column
     rows: int
     problems: int
+    #: log(the problem's fastest ms per FLOP), from the problem and device columns; one per
+    #: member
+    fastest: tuple[Any, ...] = ()
 
     def knows(self, algorithm: str) -> bool:
         """Whether `algorithm` was among the measurements fitted (else it cannot be ranked)."""
@@ -98,7 +119,9 @@ class CostModel:
         x = self.encoder.matrix(samples)
         flops = np.log([s.problem.flops for s in samples])
         with threadpool_limits(1):  # see ONE_THREAD
-            logs = np.stack([m.predict(x) for m in self.members]) + flops  # members x samples
+            logs = np.stack([m.predict(x) + f.predict(x[:, :_SCALE_COLUMNS])
+                             for m, f in zip(self.members, self.fastest, strict=True)]
+                            ) + flops  # members x samples
         best = logs.min(axis=1, keepdims=True)
         near = (logs <= best + math.log(NEAR)).mean(axis=0)
         mean, spread = logs.mean(axis=0), logs.std(axis=0)
@@ -119,28 +142,42 @@ def fit(samples: Sequence[Sample], *, seed: int = 0, members: int = MEMBERS) -> 
     if len(samples) < MIN_ROWS or len(problems) < MIN_PROBLEMS:
         return None
     encoder = Encoder.for_samples(samples)
-    x, y = encoder.matrix(samples), log_ms_per_flop(samples)
+    x, per_flop = encoder.matrix(samples), log_ms_per_flop(samples)
     index = {p: i for i, p in enumerate(problems)}
     of_row = np.array([index[s.problem] for s in samples])
+    # Per problem and unit count (one store may hold GPUs of one kind but other sizes): its
+    # fastest row, and every row's time relative to that.
+    groups: dict[tuple[Any, int], int] = {}
+    group = np.array([groups.setdefault((s.problem, s.units), len(groups)) for s in samples])
+    best = np.full(len(groups), np.inf)
+    np.minimum.at(best, group, per_flop)
+    relative = per_flop - best[group]
+    fastest_row = relative == 0.0
     rng = np.random.default_rng(seed)
-    fitted = []
+    rankers, scales = [], []
     with threadpool_limits(1):  # see ONE_THREAD
         for m in range(members):
-            fitted.append(_member(x, y, of_row, len(problems), rng, seed + m))
-    return CostModel(encoder, tuple(fitted), len(samples), len(problems))
+            repeat = _bootstrap(of_row, len(problems), rng)
+            rankers.append(_regressor(len(repeat), seed + m).fit(x[repeat], relative[repeat]))
+            best_rows = repeat[fastest_row[repeat]]
+            scales.append(_regressor(len(best_rows), seed + m, SCALE_TREES).fit(
+                x[best_rows, :_SCALE_COLUMNS], per_flop[best_rows]))
+    return CostModel(encoder, tuple(rankers), len(samples), len(problems), tuple(scales))
 
 
-def _member(
-    x: np.ndarray, y: np.ndarray, of_row: np.ndarray, problems: int,
-    rng: np.random.Generator, seed: int,
-) -> HistGradientBoostingRegressor:
-    # A bootstrap of problems: each row repeats as often as its problem was drawn.
+#: The leading matrix columns the fastest-time regressor reads: the problem and the device.
+_SCALE_COLUMNS = len(PROBLEM_COLUMNS) + len(DEVICE_COLUMNS)
+
+
+def _bootstrap(of_row: np.ndarray, problems: int, rng: np.random.Generator) -> np.ndarray:
+    """Row indices of a bootstrap of problems: each row repeats as often as its problem
+    was drawn."""
     draws = np.bincount(rng.integers(0, problems, problems), minlength=problems)
-    repeat = np.repeat(np.arange(len(y)), draws[of_row])
-    return _regressor(len(repeat), seed).fit(x[repeat], y[repeat])
+    return np.repeat(np.arange(len(of_row)), draws[of_row])
 
 
-def _regressor(rows: int, seed: int) -> HistGradientBoostingRegressor:
+def _regressor(rows: int, seed: int, trees: int | None = None
+               ) -> HistGradientBoostingRegressor:
     # Small leaves on small stores (the default 20 would forbid any split on 40 rows);
     # no early stopping, so that a fit is the same on every run. Capacity: on the H100
     # measurements (about 18 configurations a layer) trees of 31 leaves ranked clearly
@@ -149,7 +186,7 @@ def _regressor(rows: int, seed: int) -> HistGradientBoostingRegressor:
     # rows (a fit precedes a fast find's first measurement), so 200, and small stores,
     # which cannot use them, get fewer.
     return HistGradientBoostingRegressor(
-        max_iter=min(MAX_TREES, max(MIN_TREES, rows // 10)), learning_rate=0.1,
+        max_iter=trees or min(MAX_TREES, max(MIN_TREES, rows // 10)), learning_rate=0.1,
         max_leaf_nodes=31, min_samples_leaf=max(2, min(20, rows // 30)),
         l2_regularization=1e-3, early_stopping=False, random_state=seed,
     )
