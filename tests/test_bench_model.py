@@ -77,8 +77,11 @@ def test_the_relative_variant_ranks_as_the_shipped_model() -> None:
     ours = fit(samples, VARIANTS["relative"], seed)
     expected = [p.time_ms for p in shipped.predict(samples)]
     ratios = [e / p.time_ms for e, p in zip(expected, ours.predict(samples), strict=True)]
-    for i in range(0, len(samples), 4):  # each problem's four candidates, one factor
-        assert ratios[i:i + 4] == pytest.approx([ratios[i]] * 4, rel=1e-9)
+    # Each problem's four candidates, one factor. Not to the last bit: the shipped model
+    # subtracts log-times per FLOP, the variant takes the log of a ratio, and a rounding
+    # difference may move a tree's split (about 1e-5 seen).
+    for i in range(0, len(samples), 4):
+        assert ratios[i:i + 4] == pytest.approx([ratios[i]] * 4, rel=1e-3)
     # The shipped model's times are times: within 2x of the measured ones it was fitted on.
     measured = [s.time_ms for s in samples]
     assert all(0.5 < e / m < 2 for e, m in zip(expected, measured, strict=True))

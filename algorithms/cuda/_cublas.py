@@ -43,6 +43,10 @@ _ALPHA: dict[str, np.ndarray] = {
     "complex128": np.ones(1, np.complex128),
 }
 _BETA: dict[str, np.ndarray] = {name: np.zeros_like(one) for name, one in _ALPHA.items()}
+#: Their host addresses (the arrays live as long as the module): `.ctypes.data` builds a
+#: ctypes object on every read, twice per GEMM call.
+_ONE = {name: int(one.ctypes.data) for name, one in _ALPHA.items()}
+_ZERO = {name: int(zero.ctypes.data) for name, zero in _BETA.items()}
 
 
 def gemm_strided_batched(
@@ -114,7 +118,7 @@ class _Cublas:
 
     def handle(self) -> ctypes.c_void_p:
         """This device's handle, bound to the current stream with our workspace."""
-        device = self._cupy.cuda.Device().id
+        device = self._cupy.cuda.runtime.getDevice()  # no Device object per call
         bound = self._handles.get(device)
         if bound is None:
             handle = ctypes.c_void_p()
@@ -180,8 +184,8 @@ def _gemm(
     float32_c: bool = False, tf32: bool = False,
 ) -> None:
     """One cuBLAS strided-batched call (batch <= MAX_BATCH); beta = 1 when `accumulate`."""
-    alpha = _ALPHA[dtype].ctypes.data
-    beta = (_ALPHA if accumulate else _BETA)[dtype].ctypes.data
+    alpha = _ONE[dtype]
+    beta = (_ONE if accumulate else _ZERO)[dtype]
     compute = _COMPUTE_FAST_TF32 if tf32 else _COMPUTE[dtype]
     _library().gemm(dtype, "float32" if float32_c else dtype, compute, transa, transb, m, n,
                     k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
