@@ -98,10 +98,14 @@ __global__ void __launch_bounds__(256)
 
 // At least 4 blocks per SM: with the thread count alone ptxas capped this kernel at 32
 // registers and spilled; 64 fit its tap loops.
-template <typename T>
+//
+// IMAGE_INNER reads the column layout [c][r][s][img][p][q] of the chunk's nb images instead
+// (the whole-batch "chunk=all-merged" configuration, whose one GEMM writes it).
+template <typename T, bool IMAGE_INNER = false>
 __global__ void __launch_bounds__(256, 4)
     col2im(const T* __restrict__ col, T* __restrict__ dx, CONV_SHAPE_PARAMS, int n0, int total,
-           unsigned int hw_mul, unsigned int hw_shr, unsigned int w_mul, unsigned int w_shr) {
+           unsigned int hw_mul, unsigned int hw_shr, unsigned int w_mul, unsigned int w_shr,
+           int nb, unsigned int c_mul, unsigned int c_shr) {
     const int RS = R * S;
     const int PQ = P * Q;
     T* dxn = dx + static_cast<long long>(n0) * C * H * W;
@@ -112,15 +116,25 @@ __global__ void __launch_bounds__(256, 4)
         const int hw = i - plane * (H * W);
         const int ih = fast_div(hw, w_mul, w_shr);
         const int iw = hw - ih * W;
-        // This plane's rows of the column matrix: [r][s][p][q].
-        const T* cp = col + static_cast<long long>(plane) * RS * PQ;
+        // This plane's rows of the column matrix, and the distance between two taps' rows.
+        const T* cp;
+        long long tap_rows;
+        if constexpr (IMAGE_INNER) {
+            const int img = fast_div(plane, c_mul, c_shr);
+            const int c = plane - img * C;
+            cp = col + (static_cast<long long>(c) * RS * nb + img) * PQ;
+            tap_rows = static_cast<long long>(nb) * PQ;
+        } else {
+            cp = col + static_cast<long long>(plane) * RS * PQ;
+            tap_rows = PQ;
+        }
         typename AccOf<T>::type acc = 0;
         for (int r = 0; r < R; ++r) {
             const int p = tap_output(ih, r, pad_h, str_h, dil_h, P);
             if (p < 0) continue;
             for (int s = 0; s < S; ++s) {
                 const int q = tap_output(iw, s, pad_w, str_w, dil_w, Q);
-                if (q >= 0) acc += load_acc(cp + (r * S + s) * PQ + p * Q + q);
+                if (q >= 0) acc += load_acc(cp + (r * S + s) * tap_rows + p * Q + q);
             }
         }
         store_acc(dxn + i, acc);

@@ -31,11 +31,13 @@ to TF32, and for backward_data align(chunk * K * P * Q * 4), the chunk's dy roun
 float16 backward_filter align(K * C/groups * R * S * 4), the float32 sum.
 It must be aligned to the element size, and to 4 bytes for the float32 sum (run() checks).
 Configurations: "chunk=1", "chunk=4", "chunk=16", "chunk=all" (those with chunk >= n are
-left out except "chunk=all"), and for the forward direction at n > 1 "chunk=all-merged":
-the column matrix image-inner as backward_filter writes it, then ONE GEMM per group over
+left out except "chunk=all"), and at n > 1 for forward and backward_data "chunk=all-merged":
+the column matrix image-inner, as backward_filter writes it, and ONE GEMM per group over
 the whole batch (N = n*P*Q instead of a batch of n GEMMs P*Q wide: 49 or 196 columns each
-in ResNet-50's late 1x1 layers, too narrow for cuBLAS's tiles) into yT[k][img][pq] in the
-workspace (align(n * K * P * Q * itemsize) more), and a copy of yT into y.
+in ResNet-50's late 1x1 layers, too narrow for cuBLAS's tiles). Forward: the GEMM writes
+yT[k][img][pq] into the workspace, copied into y after. backward_data: dy is first copied
+to dyT[k][img][pq] (rounded to TF32 under math "tf32"), and col2im reads the image-inner
+columns. Either takes align(n * K * P * Q * itemsize) more workspace.
 """
 
 from __future__ import annotations
@@ -87,9 +89,9 @@ def images_inner_expression(dtype: str, tf32: bool = False) -> str:
     return f"images_inner<{CTYPES[dtype]}{', true' if tf32 else ''}>"
 
 
-def col2im_expression(dtype: str) -> str:
-    """The col2im template instance for a dtype (backward_data)."""
-    return f"col2im<{CTYPES[dtype]}>"
+def col2im_expression(dtype: str, image_inner: bool = False) -> str:
+    """The col2im template instance for a dtype and column layout (backward_data)."""
+    return f"col2im<{CTYPES[dtype]}{', true' if image_inner else ''}>"
 
 
 def round_expression(dtype: str) -> str:
@@ -100,7 +102,7 @@ def round_expression(dtype: str) -> str:
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for."""
     return (*(name_expression(d, inner) for d in CTYPES for inner in (False, True)),
-            *(col2im_expression(d) for d in CTYPES),
+            *(col2im_expression(d, inner) for d in CTYPES for inner in (False, True)),
             *(images_inner_expression(d) for d in CTYPES), round_expression("float16"),
             *(name_expression("float32", inner, tf32=True) for inner in (False, True)),
             images_inner_expression("float32", tf32=True), ROUND_TF32)
@@ -138,9 +140,9 @@ class Im2colGemmCuda(CudaAlgorithm):
                 continue
             if column_elements(problem, chunk_images(problem, name)) <= INT32_LIMIT:
                 out.append(name)
-        # Merging one image's GEMM into the batch's pays for its copy of y when there are
-        # images to merge.
-        if (problem.direction == "forward" and problem.n > 1
+        # Merging one image's GEMM into the batch's pays for its copy of y (dy) when there
+        # are images to merge.
+        if (problem.direction != "backward_filter" and problem.n > 1
                 and column_elements(problem, problem.n) <= INT32_LIMIT):
             out.append(MERGED)
         return tuple(out)
@@ -175,9 +177,12 @@ class Im2colGemmCuda(CudaAlgorithm):
             _round_tf32(w, w_tf32, 0, int(np.prod(problem.filter_shape)))
             w = w_tf32
         # Views made once per run, not per chunk (each costs host time in a timed region).
-        if config == MERGED:
+        if config == MERGED and problem.direction == "forward":
             _im2col(x, workspace, problem, 0, problem.n, image_inner=True)
             _forward_merged(workspace, w, layout.view(workspace, "yt"), y, problem)
+            return
+        if config == MERGED:  # backward_data
+            _backward_data_merged(x, w, layout.view(workspace, "dyt"), workspace, y, problem)
             return
         dy_tf32 = layout.view(workspace, "dy") if "dy" in layout else None
         dyt = layout.view(workspace, "dyt") if "dyt" in layout else None
@@ -213,14 +218,16 @@ def _layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
     chunk = chunk_images(problem, config)
     activations = chunk * problem.k * _dims(problem)[0]
     layout = WorkspaceLayout().add("col", (column_elements(problem, chunk),), problem.dtype)
+    merged = config == MERGED
     if problem.direction == "backward_filter":
         layout.add("dyt", (activations,), problem.dtype)
     elif _tf32(problem):
         layout.add("w", problem.filter_shape, np.float32)
-        if problem.direction == "backward_data":
+        if problem.direction == "backward_data" and not merged:
             layout.add("dy", (activations,), np.float32)
-    if config == MERGED:
-        layout.add("yt", (activations,), problem.dtype)
+    if merged:  # the GEMM's other side, image-inner: y it writes, or dy it reads (rounded)
+        layout.add("yt" if problem.direction == "forward" else "dyt", (activations,),
+                   problem.dtype)
     if problem.direction == "backward_filter" and problem.dtype == "float16":
         layout.add("sum", problem.filter_shape, np.float32)
     return layout
@@ -328,6 +335,38 @@ def _forward_merged(col: Any, w: Any, yt: Any, y: Any, problem: ConvProblem) -> 
             np.int32(total), *fastdiv_args(pq, problem.k)))
 
 
+def _backward_data_merged(dy: Any, w: Any, dyt: Any, col: Any, dx: Any,
+                          problem: ConvProblem) -> None:
+    # The whole batch as one GEMM per group: dyT[k][img][pq] (rounded to TF32 under math
+    # "tf32") from dy, then image-inner col (cg*R*S x L per group, L = n*P*Q) = W^T dyT,
+    # column-major col^T = dyT^T W: m = L, n = cg*R*S, k = kg, W transposed; then col2im
+    # gathers dx from that layout.
+    pq, crs, kg = _dims(problem)
+    length = problem.n * pq
+    total = problem.n * problem.k * pq
+    kernel = get_kernel(KERNEL_FILE, images_inner_expression(problem.dtype, _tf32(problem)))
+    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+           (dy, dyt, np.int32(problem.k), np.int32(pq), np.int32(problem.n), np.int32(0),
+            np.int32(total), *fastdiv_args(pq, problem.n)))
+    gemm_strided_batched(
+        problem.dtype, OP_N, OP_T, length, crs, kg,
+        dyt.data.ptr, length, kg * length,
+        w.data.ptr, crs, kg * crs,
+        col.data.ptr, length, crs * length, problem.groups, tf32=_tf32(problem),
+    )
+    _col2im(col, dx, problem, 0, problem.n, image_inner=True)
+
+
+def _col2im(col: Any, dx: Any, problem: ConvProblem, n0: int, nb: int,
+            image_inner: bool = False) -> None:
+    total = nb * problem.c * problem.h * problem.w
+    kernel = get_kernel(KERNEL_FILE, col2im_expression(problem.dtype, image_inner))
+    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+           (col, dx, *shape_args(problem), np.int32(n0), np.int32(total),
+            *fastdiv_args(problem.h * problem.w, problem.w), np.int32(nb),
+            *fastdiv_args(problem.c)))
+
+
 def _backward_data_chunk(dy: Any, first: int, w: Any, dx: Any, col: Any, problem: ConvProblem,
                          n0: int, nb: int) -> None:
     # col (cg*R*S x P*Q, row-major) = W^T dy; column-major that is col^T = dy^T W:
@@ -343,11 +382,7 @@ def _backward_data_chunk(dy: Any, first: int, w: Any, dx: Any, col: Any, problem
             w.data.ptr + b.filt * item, crs, b.filt_stride,
             col.data.ptr + b.col * item, pq, b.col_stride, b.count, tf32=_tf32(problem),
         )
-    total = nb * problem.c * problem.h * problem.w
-    kernel = get_kernel(KERNEL_FILE, col2im_expression(problem.dtype))
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (col, dx, *shape_args(problem), np.int32(n0), np.int32(total),
-            *fastdiv_args(problem.h * problem.w, problem.w)))
+    _col2im(col, dx, problem, n0, nb)
 
 
 def _backward_filter_chunk(dy: Any, workspace: Any, dyt: Any, dw: Any, problem: ConvProblem,
