@@ -135,6 +135,12 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #:   w (no round_tf32 copy)                     -> forward, backward_data fail
 #:   backward_data's dy chunk                   -> backward_data fails
 #:   winograd F(2x2)'s U and V                  -> winograd-odd-tf32-round_up fails
+#:     (V alone left unrounded passes every case: a gap, seen 2026-11-26)
+#: im2col_gemm's "chunk=all-merged" (2026-11-26):
+#:   forward, w read unrounded                  -> forward tf32 near_up fails
+#:   backward_data, dyT copied unrounded        -> backward_data tf32 near_up fails
+#:   the copy of yT into y, n and K swapped     -> forward cases fail
+#:   col2im image-inner with the outer tap step -> backward_data cases fail (error 1.2-1.4)
 _TC_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float32", "fp32"): ("odd", "stride_pair", "dilation_stride", "groups_strided",
                           "k_over_tile", "pad_gt_filter", "single_pixel", "tc_deep",

@@ -24,6 +24,8 @@ Configurations: "f2x2" and "f4x4" (the output tile side).
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -124,40 +126,68 @@ class WinogradCuda(CudaAlgorithm):
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
         """Enqueue the filter and input transforms, the GEMMs and the output transform."""
-        real = gemm_dtype(problem)
-        item = np.dtype(real).itemsize
-        require_aligned("winograd: workspace", workspace, item)
-        t = winograd.tiling(problem, config)
-        n, c, k = problem.n, problem.c, problem.k
-        points, tiles = t.alpha ** 2, t.tiles(n)
-        out_h, out_w = problem.out_hw
-        views = {name: workspace_view(workspace, off, (nbytes // item,), real)
-                 for name, (off, nbytes) in workspace_layout(problem, config).items()}
-        u, v, m = (views[name].data.ptr for name in ("u", "v", "m"))
-
-        tf32 = tf32_gemm(problem, config)
-
-        def kernel(step: str) -> Any:
-            rounds = tf32 and step != "output"
-            return get_kernel(KERNEL_FILE, name_expression(step, problem.dtype, config, rounds))
-
-        kernel("filter")((grid_stride_blocks(k * c, _THREADS),), (_THREADS,),
-                         (w, views["u"], np.int32(k * c)))
-        divisors = fastdiv_args(tiles, t.tiles_w, t.tiles_h)
-        tiling_args = (np.int32(t.tiles_h), np.int32(t.tiles_w), np.int32(tiles))
-        kernel("input")(
-            (grid_stride_blocks(c * tiles, _THREADS),), (_THREADS,),
-            (x, views["v"], np.int32(c), np.int32(problem.h), np.int32(problem.w),
-             *(np.int32(p) for p in problem.pad), *tiling_args, np.int32(c * tiles),
-             *divisors),
-        )
+        plan = _launches(problem, config)
+        require_aligned("winograd: workspace", workspace, plan.item)
+        u, v, m = (workspace_view(workspace, off, (nbytes // plan.item,), plan.real)
+                   for off, nbytes in plan.regions)
+        get_kernel(KERNEL_FILE, plan.names[0])(plan.grids[0], (_THREADS,),
+                                               (w, u, *plan.filter_args))
+        get_kernel(KERNEL_FILE, plan.names[1])(plan.grids[1], (_THREADS,),
+                                               (x, v, *plan.input_args))
         # Row-major M[p] = U[p] @ V[p] is column-major M^T = V^T @ U^T: cuBLAS sees
         # m = T, n = k, k = c with V first.
-        gemm_strided_batched(real, OP_N, OP_N, tiles, k, c, v, tiles, c * tiles,
-                             u, c, k * c, m, tiles, k * tiles, points,
-                             tf32=tf32)
-        kernel("output")(
-            (grid_stride_blocks(k * tiles, _THREADS),), (_THREADS,),
-            (views["m"], y, np.int32(k), np.int32(out_h), np.int32(out_w), *tiling_args,
-             np.int32(k * tiles), *divisors),
-        )
+        tiles, k, c = plan.gemm
+        gemm_strided_batched(plan.real, OP_N, OP_N, tiles, k, c, v.data.ptr, tiles,
+                             c * tiles, u.data.ptr, c, k * c, m.data.ptr, tiles, k * tiles,
+                             plan.points, tf32=plan.tf32)
+        get_kernel(KERNEL_FILE, plan.names[2])(plan.grids[2], (_THREADS,),
+                                               (m, y, *plan.output_args))
+
+
+@dataclass(frozen=True)
+class _Launches:
+    """What `_run` enqueues for one (problem, config), worked out once: a plan's calls
+    differ only in their operands."""
+
+    real: str  # the GEMM's dtype
+    item: int
+    regions: tuple[tuple[int, int], ...]  # U, V, M: (byte offset, bytes)
+    tf32: bool
+    names: tuple[str, str, str]  # filter, input and output transforms
+    grids: tuple[tuple[int], tuple[int], tuple[int]]
+    filter_args: tuple[np.int32, ...]
+    input_args: tuple[Any, ...]
+    output_args: tuple[Any, ...]
+    gemm: tuple[int, int, int]  # T, K, C
+    points: int
+
+
+@functools.lru_cache(maxsize=1024)
+def _launches(problem: ConvProblem, config: str) -> _Launches:
+    real = gemm_dtype(problem)
+    t = winograd.tiling(problem, config)
+    n, c, k = problem.n, problem.c, problem.k
+    tiles = t.tiles(n)
+    out_h, out_w = problem.out_hw
+    tf32 = tf32_gemm(problem, config)
+    layout = workspace_layout(problem, config)
+    divisors = fastdiv_args(tiles, t.tiles_w, t.tiles_h)
+    tiling_args = (np.int32(t.tiles_h), np.int32(t.tiles_w), np.int32(tiles))
+    return _Launches(
+        real=real, item=np.dtype(real).itemsize,
+        regions=tuple(layout[name] for name in ("u", "v", "m")), tf32=tf32,
+        # The transforms into the GEMM store TF32-rounded values when it reads TF32.
+        names=(name_expression("filter", problem.dtype, config, tf32),
+               name_expression("input", problem.dtype, config, tf32),
+               name_expression("output", problem.dtype, config)),
+        grids=((grid_stride_blocks(k * c, _THREADS),),
+               (grid_stride_blocks(c * tiles, _THREADS),),
+               (grid_stride_blocks(k * tiles, _THREADS),)),
+        filter_args=(np.int32(k * c),),
+        input_args=(np.int32(c), np.int32(problem.h), np.int32(problem.w),
+                    *(np.int32(p) for p in problem.pad), *tiling_args,
+                    np.int32(c * tiles), *divisors),
+        output_args=(np.int32(k), np.int32(out_h), np.int32(out_w), *tiling_args,
+                     np.int32(k * tiles), *divisors),
+        gemm=(tiles, k, c), points=t.alpha ** 2,
+    )
