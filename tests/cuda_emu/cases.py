@@ -68,6 +68,10 @@ ALGORITHMS: dict[str, Algorithm] = {
 }
 #: Inputs whose cases must stay within a tighter relative error than the tolerance.
 TIGHT_LIMITS = {"tf32_near_up": 2e-4}
+#: Single cases held to a tighter limit. winograd F(2x2) on round-up inputs: 3.8-3.9e-4
+#: with U and V rounded to TF32, 5.9-6.0e-4 with V left unrounded (five and three runs,
+#: 2026-11-26), which the tolerance of 1e-3 let pass.
+CASE_LIMITS = {"winograd-odd-tf32-round_up": 4.8e-4}
 #: (schedule, seed) pairs each configuration runs under; see runtime.h.
 SCHEDULES = ((0, 0), (1, 0))
 
@@ -123,7 +127,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     w = to_storage(values(b_shape), dtype)
     ref = reference(to_float(x, dtype), to_float(w, dtype), problem)
     limit = min(tolerance_for(dtype, problem.math, case["algorithm"]),
-                TIGHT_LIMITS.get(case.get("inputs") or "", 1.0))
+                TIGHT_LIMITS.get(case.get("inputs") or "", 1.0), CASE_LIMITS.get(case["id"], 1.0))
     EmulatedKernel.launches.clear()
     errors: dict[str, float] = {}
     for config in algorithm.configs(problem):
