@@ -63,8 +63,7 @@ class AnswerCache:
 
     def get(self, key: Hashable) -> Any | None:
         """The cached answer for `key`, or None."""
-        if time.monotonic() >= self._next_check:
-            self._check_store()
+        self.current()  # drops everything first when another process has written
         return self._answers.get(key)
 
     def put(self, key: Hashable, token: int, answer: Any, *, broad: bool = False) -> None:

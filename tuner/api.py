@@ -165,18 +165,8 @@ def _typed(geometry: tuple[Any, ...]) -> tuple[Any, ...]:
             type(groups))
 
 
-def _memo_problem(shapes: tuple[tuple[int, ...], ...], geometry: tuple[Any, ...],
-                  dtype: str, math: str, direction: str) -> ConvProblem:
-    """problem_for(...), remembered when the arguments are hashable (not lists): building
-    and validating a ConvProblem was the largest share of a cached convolve() call in a
-    CPU profile."""
-    try:
-        return _problem(shapes, _typed(geometry), dtype, math, direction)
-    except TypeError:  # a list stride or padding: build it every time
-        return problem_for(*shapes, **dict(zip(GEOMETRY, geometry, strict=True)),
-                           dtype=dtype, math=math, direction=direction)
-
-
+# Remembered: building and validating a ConvProblem was the largest share of a cached
+# convolve() call in a CPU profile.
 @functools.lru_cache(maxsize=1024)
 def _problem(shapes: tuple[tuple[int, ...], ...], typed: tuple[Any, ...],
              dtype: str, math: str, direction: str) -> ConvProblem:
@@ -246,16 +236,18 @@ def _call_plan(shapes: tuple[tuple[int, ...], ...], geometry: tuple[Any, ...], d
     """The plan for a call: kept per call arguments while no answer changes (any write
     seen by the service's answer cache), else built through the problem and its answer."""
     found = service(db)
+    typed = _typed(geometry)
+    key: tuple[Any, ...] | None = (direction, device, shapes, typed, dtype, math,
+                                   workspace_limit, type(workspace_limit), algorithm)
     try:
-        key: tuple[Any, ...] | None = (
-            direction, device, shapes, _typed(geometry), dtype, math, workspace_limit,
-            type(workspace_limit), algorithm)
         chosen = found.call_plan(key)
-    except TypeError:  # a list stride or padding: nothing to key on
+    except TypeError:  # a list stride or padding: nothing to key on or remember
         key, chosen = None, None
     if chosen is None:
         token = found.answers.token()
-        problem = _memo_problem(shapes, geometry, dtype, math, direction)
+        problem = (_problem(shapes, typed, dtype, math, direction) if key is not None else
+                   problem_for(*shapes, **dict(zip(GEOMETRY, geometry, strict=True)),
+                               dtype=dtype, math=math, direction=direction))
         chosen = found.plan(problem, device, workspace_limit, algorithm=algorithm)
         if key is not None:
             found.remember_call(key, token, chosen)

@@ -68,7 +68,8 @@ KERNEL_FILE = "im2col.cu"
 
 #: Chunk sizes in images; None is the whole batch.
 CHUNKS: dict[str, int | None] = {"chunk=1": 1, "chunk=4": 4, "chunk=16": 16, "chunk=all": None}
-#: The forward configuration with the whole batch in one GEMM (see the module docstring).
+#: The configuration with the whole batch in one GEMM (forward and backward_data; see the
+#: module docstring).
 MERGED = "chunk=all-merged"
 
 _THREADS = 256
@@ -176,7 +177,6 @@ class Im2colGemmCuda(CudaAlgorithm):
             w_tf32 = layout.view(workspace, "w")
             _round_tf32(w, w_tf32, 0, int(np.prod(problem.filter_shape)))
             w = w_tf32
-        # Views made once per run, not per chunk (each costs host time in a timed region).
         if config == MERGED and problem.direction == "forward":
             _im2col(x, workspace, problem, 0, problem.n, image_inner=True)
             _forward_merged(workspace, w, layout.view(workspace, "yt"), y, problem)
@@ -184,6 +184,7 @@ class Im2colGemmCuda(CudaAlgorithm):
         if config == MERGED:  # backward_data
             _backward_data_merged(x, w, layout.view(workspace, "dyt"), workspace, y, problem)
             return
+        # Views made once per run, not per chunk (each costs host time in a timed region).
         dy_tf32 = layout.view(workspace, "dy") if "dy" in layout else None
         dyt = layout.view(workspace, "dyt") if "dyt" in layout else None
         image = problem.k * _dims(problem)[0]  # elements of one image's dy
@@ -328,11 +329,7 @@ def _forward_merged(col: Any, w: Any, yt: Any, y: Any, problem: ConvProblem) -> 
         w.data.ptr, crs, kg * crs,
         yt.data.ptr, length, kg * length, problem.groups, tf32=_tf32(problem),
     )
-    total = problem.n * problem.k * pq
-    kernel = get_kernel(KERNEL_FILE, images_inner_expression(problem.dtype))
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (yt, y, np.int32(problem.n), np.int32(pq), np.int32(problem.k), np.int32(0),
-            np.int32(total), *fastdiv_args(pq, problem.k)))
+    _images_inner(yt, y, problem.dtype, problem.n, pq, problem.k)
 
 
 def _backward_data_merged(dy: Any, w: Any, dyt: Any, col: Any, dx: Any,
@@ -343,11 +340,7 @@ def _backward_data_merged(dy: Any, w: Any, dyt: Any, col: Any, dx: Any,
     # gathers dx from that layout.
     pq, crs, kg = _dims(problem)
     length = problem.n * pq
-    total = problem.n * problem.k * pq
-    kernel = get_kernel(KERNEL_FILE, images_inner_expression(problem.dtype, _tf32(problem)))
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (dy, dyt, np.int32(problem.k), np.int32(pq), np.int32(problem.n), np.int32(0),
-            np.int32(total), *fastdiv_args(pq, problem.n)))
+    _images_inner(dy, dyt, problem.dtype, problem.k, pq, problem.n, tf32=_tf32(problem))
     gemm_strided_batched(
         problem.dtype, OP_N, OP_T, length, crs, kg,
         dyt.data.ptr, length, kg * length,
@@ -355,6 +348,17 @@ def _backward_data_merged(dy: Any, w: Any, dyt: Any, col: Any, dx: Any,
         col.data.ptr, length, crs * length, problem.groups, tf32=_tf32(problem),
     )
     _col2im(col, dx, problem, 0, problem.n, image_inner=True)
+
+
+def _images_inner(src: Any, dst: Any, dtype: str, rows: int, pq: int, count: int,
+                  first: int = 0, tf32: bool = False) -> None:
+    """dst[r][i][pq] = src[first + i][r][pq] for r < rows, i < count: one launch of
+    images_inner (dy to [k][img][pq] with rows = K; yT back to y with rows = the batch)."""
+    total = count * rows * pq
+    kernel = get_kernel(KERNEL_FILE, images_inner_expression(dtype, tf32))
+    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
+           (src, dst, np.int32(rows), np.int32(pq), np.int32(count), np.int32(first),
+            np.int32(total), *fastdiv_args(pq, count)))
 
 
 def _col2im(col: Any, dx: Any, problem: ConvProblem, n0: int, nb: int,
@@ -399,11 +403,7 @@ def _backward_filter_chunk(dy: Any, workspace: Any, dyt: Any, dw: Any, problem: 
     # A kernel rather than cupy.copyto into a workspace view: both allocate nothing (graph
     # capture), but the kernel needs no CuPy array for dy and the CPU emulation runs it
     # under AddressSanitizer.
-    total = nb * problem.k * pq
-    kernel = get_kernel(KERNEL_FILE, images_inner_expression(problem.dtype, _tf32(problem)))
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (dy, dyt, np.int32(problem.k), np.int32(pq), np.int32(nb), np.int32(n0),
-            np.int32(total), *fastdiv_args(pq, nb)))
+    _images_inner(dy, dyt, problem.dtype, problem.k, pq, nb, n0, _tf32(problem))
     gemm_strided_batched(
         problem.dtype, OP_T, OP_N, crs, kg, length,
         workspace.data.ptr, length, crs * length,
