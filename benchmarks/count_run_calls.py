@@ -1,0 +1,119 @@
+"""Python work per run of the CUDA algorithms, without a GPU (issue 9): calls counted.
+
+Usage: python benchmarks/count_run_calls.py [--runs N]
+
+Replaces every kernel launch and cuBLAS call of algorithms/cuda with a no-op and runs each
+listed configuration on host arrays posing as device arrays, under cProfile: what remains
+is the Python a plan call pays around its launches. Prints the Python-level function calls
+per run (deterministic, unlike host time on a shared CPU) and the host time per run with
+the launches stubbed (this machine's, noisy; a GPU host adds the launches themselves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from algorithms.cuda import (  # noqa: E402
+    _cublas,
+    _loader,
+    _rearrange,
+    im2col_gemm,
+    implicit_gemm_tc,
+    winograd,
+)
+from algorithms.problem import ConvProblem  # noqa: E402
+
+#: issue 9's small problem, and a ResNet-50 3x3 layer (Winograd's) at batch 32
+SMALL = ConvProblem(n=1, c=64, h=56, w=56, k=64, r=3, s=3, pad=1)
+RES4 = ConvProblem(n=32, c=256, h=14, w=14, k=256, r=3, s=3, pad=1)
+CASES = [
+    (implicit_gemm_tc.ImplicitGemmTcCuda(), SMALL, "128x128"),
+    (implicit_gemm_tc.ImplicitGemmTcCuda(), SMALL, "64x64-k3"),
+    (implicit_gemm_tc.ImplicitGemmTcCuda(), SMALL, "128x128-nhwc"),
+    (winograd.WinogradCuda(), RES4, "f2x2"),
+    (winograd.WinogradCuda(), RES4, "f4x4"),
+    (im2col_gemm.Im2colGemmCuda(), RES4, "chunk=all"),
+]
+
+
+class _DeviceArray(np.ndarray):
+    """A host array posing as a CuPy array: `.data.ptr` is its address."""
+
+    @property
+    def data(self) -> SimpleNamespace:  # type: ignore[override]
+        return SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+
+class _Kernel:
+    """A kernel whose launches do nothing."""
+
+    max_dynamic_shared_size_bytes = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def _stub_launches() -> None:
+    kernel = _Kernel()
+    for module in (implicit_gemm_tc, winograd, im2col_gemm, _rearrange, _loader):
+        module.get_kernel = lambda _file, _name: kernel  # type: ignore[attr-defined]
+    _cublas._gemm = lambda *args, **kwargs: None  # type: ignore[assignment]
+
+
+def main() -> None:
+    """Count and time each case's run; print Markdown."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=200)
+    args = parser.parse_args()
+    _stub_launches()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False, cwd=ROOT).stdout.strip()
+    print(f"commit {commit}; launches and cuBLAS stubbed\n")
+    print("| algorithm/config | problem | Python calls per run | host us per run |")
+    print("|---|---|---|---|")
+    for algorithm, problem, config in CASES:
+        x, w, y = (np.zeros(shape, np.float32).view(_DeviceArray)
+                   for shape in problem.operand_shapes)
+        nbytes = algorithm.workspace_bytes(problem, config)
+        workspace = np.zeros(nbytes, np.uint8).view(_DeviceArray) if nbytes else None
+
+        def run(algorithm: Any = algorithm, problem: ConvProblem = problem,
+                config: str = config, x: Any = x, w: Any = w, y: Any = y,
+                workspace: Any = workspace) -> None:
+            algorithm.run(x, w, y, workspace, problem, config)
+
+        for _ in range(20):
+            run()
+        best = float("inf")
+        for _ in range(20):
+            start = time.perf_counter()
+            for _ in range(args.runs // 20):
+                run()
+            best = min(best, (time.perf_counter() - start) / (args.runs // 20) * 1e6)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(args.runs):
+            run()
+        profiler.disable()
+        calls = pstats.Stats(profiler).total_calls / args.runs  # type: ignore[attr-defined]
+        print(f"| {algorithm.name}/{config} | {problem.describe()} | {calls:.0f} | "
+              f"{best:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
