@@ -220,6 +220,11 @@ class ConvProblem:
         return (self.s - 1) * self.dilation[1] + 1
 
     @property
+    def pointwise(self) -> bool:
+        """A 1x1 filter at stride 1 without padding: an image is its own column matrix."""
+        return (self.r, self.s, self.stride, self.pad) == (1, 1, (1, 1), (0, 0))
+
+    @property
     def out_hw(self) -> tuple[int, int]:
         """Output height and width."""
         out_h = (self.h + 2 * self.pad[0] - self.dilated_r) // self.stride[0] + 1

@@ -143,6 +143,13 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #:   backward_data, dyT copied unrounded        -> backward_data tf32 near_up fails
 #:   the copy of yT into y, n and K swapped     -> forward cases fail
 #:   col2im image-inner with the outer tap step -> backward_data cases fail (error 1.2-1.4)
+#: im2col_gemm on pointwise layers, x (dx) as the column matrix (2026-11-26, seventeenth
+#: session; pointwise_groups2 in every direction, float16/32/64 and TF32):
+#:   forward under "tf32" reading x unrounded     -> pointwise_groups2 forward tf32 near_up:
+#:                                                   error 9.3e-4 (> 2e-4)
+#:   backward_data writing every chunk at image 0  -> its tf32 near_up case (the only one
+#:                                                   chunked: fp32 pointwise needs no
+#:                                                   workspace, so only chunk=all is offered)
 _TC_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float32", "fp32"): ("odd", "stride_pair", "dilation_stride", "groups_strided",
                           "k_over_tile", "pad_gt_filter", "single_pixel", "tc_deep",
@@ -244,6 +251,8 @@ _BWD_SHAPES: dict[str, dict[str, Any]] = {
     "deep_batch": dict(n=48, c=2, h=6, w=6, k=3, r=3, s=3, pad=1),
     "depthwise_m2": dict(n=3, c=4, h=7, w=6, k=8, r=3, s=3, pad=1, stride=2, groups=4),
     "pad2_s2": dict(n=2, c=3, h=7, w=8, k=4, r=3, s=2, pad=2, stride=2),
+    # Pointwise with groups: im2col_gemm's backward_data GEMM writes dx itself (no col2im).
+    "pointwise_groups2": dict(n=3, c=6, h=5, w=7, k=4, r=1, s=1, groups=2),
 }
 #: Mutations of the backward kernels these cases catch (each injected once, every backward
 #: case run; `n` of 68 failed, before depthwise_m2):
@@ -268,7 +277,7 @@ _BWD_SHAPES: dict[str, dict[str, Any]] = {
 #:   GEMM column-matrix group stride crs*P*Q, not crs*nb*P*Q    -> 3: the dil2_groups2 cases,
 #:                                                                 error 0.8-1.1
 #: Shapes of _BWD_SHAPES also run in float16 and float64.
-_BWD_OTHER_DTYPES = ("odd", "holes_s3_pad", "dil2_groups2", "deep_batch")
+_BWD_OTHER_DTYPES = ("odd", "holes_s3_pad", "dil2_groups2", "deep_batch", "pointwise_groups2")
 #: The algorithms that compute the backward directions on the GPU, on every _BWD_SHAPES
 #: shape: direct and im2col_gemm with kernels of their own; implicit_gemm and fft through
 #: their forward kernels on a rearranged problem (kernels/rearrange.cu's copies).
@@ -433,10 +442,12 @@ def _cases() -> list[dict[str, Any]]:
     # rounded (held to 2e-4 on inputs where one truncated operand costs 9.5e-4), and
     # winograd's F(2x2) (F(4x4) stays FP32) likewise (on inputs only rounding keeps within
     # the tolerance: its transforms leave U and V off the TF32 grid).
-    cases += [_case(f"im2col_gemm-stride_pair-{direction}-tf32-near_up", "im2col_gemm",
-                    {**SHAPES["stride_pair"], "dtype": "float32", "math": "tf32",
-                     "direction": direction}, inputs="tf32_near_up")
-              for direction in _TF32_DIRECTIONS]
+    cases += [_case(f"im2col_gemm-{shape}-{direction}-tf32-near_up", "im2col_gemm",
+                    {**kw, "dtype": "float32", "math": "tf32", "direction": direction},
+                    inputs="tf32_near_up")
+              for direction in _TF32_DIRECTIONS
+              for shape, kw in (("stride_pair", SHAPES["stride_pair"]),
+                                ("pointwise_groups2", _BWD_SHAPES["pointwise_groups2"]))]
     cases.append(_case("winograd-odd-tf32-round_up", "winograd",
                        {**SHAPES["odd"], "dtype": "float32", "math": "tf32"},
                        inputs="tf32_round_up"))

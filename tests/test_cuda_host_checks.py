@@ -204,9 +204,15 @@ BIG_PROBLEMS: dict[str, dict[str, Any]] = {
 def test_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch, name: str,
                                             shape: str, direction: str, dtype: str) -> None:
     """Whatever supports() accepts launches within grid, block and shared-memory limits."""
+    gemms: list[int] = []
+
+    def gemm(*args: Any, **kwargs: Any) -> None:
+        _checked_gemm(*args, **kwargs)
+        gemms.append(args[15])  # the batch
+
     for module in KERNEL_MODULES:
         monkeypatch.setattr(module, "get_kernel", _checked_launch)
-    monkeypatch.setattr(_cublas, "_gemm", _checked_gemm)
+    monkeypatch.setattr(_cublas, "_gemm", gemm)
     LAUNCHES.clear()
     problem = ConvProblem(**BIG_PROBLEMS[shape], direction=direction, dtype=dtype)
     algorithm = ALGOS[name]
@@ -217,7 +223,7 @@ def test_launches_stay_within_device_limits(monkeypatch: pytest.MonkeyPatch, nam
         ws = algorithm.workspace_bytes(problem, config)
         algorithm.run(_Sized(1), _Sized(1), _Sized(1), _Sized(ws) if ws else None, problem,
                       config)
-    assert LAUNCHES
+    assert LAUNCHES or gemms  # a pointwise im2col_gemm may be its GEMMs alone
 
 
 @pytest.mark.parametrize("shape", ["groups_over_grid_yz", "one_pixel_many_planes"])
@@ -382,12 +388,15 @@ TF32_WRITERS = {*(im2col_gemm.name_expression("float32", inner, tf32=True)
                 im2col_gemm.images_inner_expression("float32", tf32=True), im2col_gemm.ROUND_TF32}
 
 
+@pytest.mark.parametrize("geometry", [dict(r=3, s=2, pad=1, stride=2), dict(r=1, s=1)])
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
 @pytest.mark.parametrize("math", ["fp32", "tf32"])
 def test_im2col_gemm_reads_tf32_only_from_rounded_copies(monkeypatch: pytest.MonkeyPatch,
-                                                         math: str, direction: str) -> None:
+                                                         math: str, direction: str,
+                                                         geometry: dict[str, Any]) -> None:
     """Under math "tf32" every GEMM computes in TF32 on operands our kernels rounded (cuBLAS
-    would truncate the caller's); under "fp32" none does. `work` counts the launches."""
+    would truncate the caller's); under "fp32" none does. `work` counts the launches. A
+    pointwise layer (the second geometry) reads x itself only under "fp32"."""
     gemms: list[bool] = []
 
     def gemm(*args: Any) -> None:
@@ -400,13 +409,13 @@ def test_im2col_gemm_reads_tf32_only_from_rounded_copies(monkeypatch: pytest.Mon
     monkeypatch.setattr(_cublas, "_gemm", gemm)
     algorithm = ALGOS["im2col_gemm"]
     assert isinstance(algorithm, AlgorithmBase)  # `work` is AlgorithmBase's
-    problem = ConvProblem(n=5, c=6, h=9, w=8, k=4, r=3, s=2, pad=1, stride=2,
-                          direction=direction, math=math)
+    problem = ConvProblem(n=5, c=6, h=9, w=8, k=4, **geometry, direction=direction, math=math)
     for config in algorithm.configs(problem):
         LAUNCHES.clear()
         gemms.clear()
         ws = algorithm.workspace_bytes(problem, config)
-        algorithm.run(_Sized(1), _Sized(1), _Sized(1), _Sized(ws), problem, config)
+        algorithm.run(_Sized(1), _Sized(1), _Sized(1), _Sized(ws) if ws else None, problem,
+                      config)
         kernels = [launch["kernel"] for launch in LAUNCHES]
         assert gemms and set(gemms) == {math == "tf32"}, config
         # The kernels that write a GEMM operand: rounding instances exactly under "tf32".

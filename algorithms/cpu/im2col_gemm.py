@@ -7,8 +7,12 @@ group, cg*r*s rows by out_h*out_w columns; all groups share one batched GEMM.
 Every direction: forward, backward_data (col = W^T dy, then col2im) and backward_filter
 (dW = sum over images of dy col^T).
 
+Pointwise layers (1x1, stride 1, no padding) in float32 or float64 have no column matrix: an
+image of x (forward, backward_filter) or dx (backward_data) is its own.
+
 Workspace (E = element size of the compute dtype: the problem's, or 4 for 16-bit storage):
-    align(c*r*s * out_h*out_w * E)                              the column matrix
+    align(c*r*s * out_h*out_w * E)                              the column matrix (but for
+                                                                pointwise layers unstaged)
   + 16-bit storage only, float32 staging of: forward: the filter and one image's output;
     backward_data: dy of one image, the filter, dx of one image; backward_filter: dy of one
     image and the dW accumulator.
@@ -37,8 +41,11 @@ def _layout(problem: ConvProblem) -> WorkspaceLayout:
     pixels = problem.out_hw[0] * problem.out_hw[1]
     depth = cg * problem.r * problem.s
     dtype = compute_dtype(problem)
-    layout = WorkspaceLayout().add("col", (g, depth, pixels), dtype)
-    if dtype == np.dtype(problem.dtype):
+    layout = WorkspaceLayout()
+    staged = dtype != np.dtype(problem.dtype)
+    if staged or not problem.pointwise:
+        layout.add("col", (g, depth, pixels), dtype)
+    if not staged:
         return layout
     # 16-bit storage: operands and results staged in float32 for the BLAS calls.
     if problem.direction == "forward":
@@ -73,7 +80,8 @@ class Im2colGemmConv(CpuAlgorithm):
         problem: ConvProblem, config: str,
     ) -> None:
         """The problem's direction via im2col (or col2im) and GEMMs, one image at a time."""
-        buf = _layout(problem).views(workspace)
+        layout = _layout(problem)
+        buf = layout.views(workspace) if layout.nbytes else {}
         windows = list(tap_windows(problem))
         if problem.direction == "backward_data":
             _backward_data(a, b, out, buf, problem, windows)
@@ -88,28 +96,32 @@ class Im2colGemmConv(CpuAlgorithm):
             _forward(a, b, out, buf, problem, windows)
 
 
-def _columns(x_img: np.ndarray, col: np.ndarray, problem: ConvProblem,
-             windows: list[TapWindow]) -> None:
-    """im2col of one image into `col` (its padding positions already zero)."""
+def _columns(x_img: np.ndarray, buf: dict[str, np.ndarray], problem: ConvProblem,
+             windows: list[TapWindow]) -> np.ndarray:
+    """The column matrix (g, cg*r*s, pixels) of one image: im2col into buf["col"] (its
+    padding positions already zero), or the image itself where the layout has no "col"."""
     g = problem.groups
+    if "col" not in buf:  # unstaged pointwise
+        return x_img.reshape(g, problem.c // g, -1)
     out_h, out_w = problem.out_hw
+    col = buf["col"]
     col6 = col.reshape(g, problem.c // g, problem.r, problem.s, out_h, out_w)
     x_img = x_img.reshape(g, problem.c // g, problem.h, problem.w)
     for win in windows:
         np.copyto(col6[:, :, win.r, win.s, win.out_h, win.out_w],
                   x_img[:, :, win.in_h, win.in_w])
+    return col
 
 
 def _forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, buf: dict[str, np.ndarray],
              problem: ConvProblem, windows: list[TapWindow]) -> None:
     g, kg = problem.groups, problem.k // problem.groups
-    col = buf["col"]
     staged = "y" in buf
     w_mat = buf["w"] if staged else w.reshape(g, kg, -1)
     if staged:
         np.copyto(w_mat, w.reshape(w_mat.shape))
     for i in range(problem.n):
-        _columns(x[i], col, problem, windows)
+        col = _columns(x[i], buf, problem, windows)
         y_img = buf["y"] if staged else y[i].reshape(g, kg, -1)
         np.matmul(w_mat, col, out=y_img)
         if staged:
@@ -120,12 +132,11 @@ def _backward_filter(x: np.ndarray, dy: np.ndarray, dw: np.ndarray,
                      buf: dict[str, np.ndarray], problem: ConvProblem,
                      windows: list[TapWindow]) -> None:
     g, kg = problem.groups, problem.k // problem.groups
-    col = buf["col"]
     staged = "dw" in buf
     acc = buf["dw"] if staged else dw.reshape(g, kg, -1)
     acc.fill(0)
     for i in range(problem.n):
-        _columns(x[i], col, problem, windows)
+        col = _columns(x[i], buf, problem, windows)
         dy_img = dy[i].reshape(g, kg, -1)
         if "dy" in buf:
             np.copyto(buf["dy"], dy_img)
@@ -140,8 +151,6 @@ def _backward_data(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, buf: dict[str,
     g = problem.groups
     cg, kg = problem.c // g, problem.k // g
     out_h, out_w = problem.out_hw
-    col = buf["col"]
-    col6 = col.reshape(g, cg, problem.r, problem.s, out_h, out_w)
     w_mat = w.reshape(g, kg, -1)
     if "w" in buf:
         np.copyto(buf["w"], w_mat)
@@ -152,7 +161,11 @@ def _backward_data(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, buf: dict[str,
         if "dy" in buf:
             np.copyto(buf["dy"], dy_img)
             dy_img = buf["dy"]
-        np.matmul(w_t, dy_img, out=col)
+        if "col" not in buf:  # unstaged pointwise: dx's image is the column matrix
+            np.matmul(w_t, dy_img, out=dx[i].reshape(g, cg, -1))
+            continue
+        np.matmul(w_t, dy_img, out=buf["col"])
+        col6 = buf["col"].reshape(g, cg, problem.r, problem.s, out_h, out_w)
         dx_img = buf["dx"] if "dx" in buf else dx[i].reshape(g, cg, problem.h, problem.w)
         dx_img.fill(0)  # positions no tap reaches (stride holes) stay zero
         for win in windows:  # col2im: every column entry back onto its input pixel

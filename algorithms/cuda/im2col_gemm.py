@@ -30,6 +30,12 @@ dyT; under math "tf32" (forward, backward_data) align(K * C/groups * R * S * 4),
 to TF32, and for backward_data align(chunk * K * P * Q * 4), the chunk's dy rounded; for
 float16 backward_filter align(K * C/groups * R * S * 4), the float32 sum.
 It must be aligned to the element size, and to 4 bytes for the float32 sum (run() checks).
+Pointwise layers (1x1, stride 1, no padding; `ConvProblem.pointwise`) have no column matrix
+in the image-outer directions: an image is its own, so the forward GEMM reads x and the
+backward_data GEMM writes dx, with no im2col or col2im pass and no "col" workspace. Under math
+"tf32" the forward GEMM reads a chunk of x rounded to TF32 by round_tf32 (a contiguous copy,
+not im2col's gather). The merged configuration and backward_filter keep their image-inner
+column matrix, which a pointwise layer needs as much as any other.
 Configurations: "chunk=1", "chunk=4", "chunk=16", "chunk=all" (those with chunk >= n are
 left out except "chunk=all"), and at n > 1 for forward and backward_data "chunk=all-merged":
 the column matrix image-inner, as backward_filter writes it, and ONE GEMM per group over
@@ -134,10 +140,13 @@ class Im2colGemmCuda(CudaAlgorithm):
         return SUPPORTED
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """Distinct chunk sizes whose column matrix fits 32-bit indexing."""
+        """Distinct chunk sizes whose column matrix fits 32-bit indexing; a chunk below the
+        batch only where it saves workspace (a pointwise layer's image-outer passes need
+        none outside math "tf32", and more GEMM calls would only cost time)."""
         out: list[str] = []
+        whole = _layout(problem, "chunk=all").nbytes
         for name, chunk in CHUNKS.items():
-            if chunk is not None and chunk >= problem.n:
+            if chunk is not None and (chunk >= problem.n or not whole):
                 continue
             if column_elements(problem, chunk_images(problem, name)) <= INT32_LIMIT:
                 out.append(name)
@@ -156,7 +165,10 @@ class Im2colGemmCuda(CudaAlgorithm):
         """Per chunk its kernels (column matrix, dyT, dy's rounded copy) and a GEMM; once the
         rounded w and float16's final rounding (cuBLAS's blocks are not known here)."""
         layout = _layout(problem, config)
-        per_chunk = 2 + ("dyt" in layout) + ("dy" in layout) + ("yt" in layout)
+        # "col" is there exactly when a pass writes or reads it: im2col, col2im, or a
+        # pointwise layer's rounded copy of x.
+        per_chunk = (1 + ("col" in layout) + ("dyt" in layout) + ("dy" in layout)
+                     + ("yt" in layout))
         once = ("w" in layout) + ("sum" in layout)
         return Work(launches=per_chunk * ceil_div(problem.n, chunk_images(problem, config))
                     + once)
@@ -169,8 +181,9 @@ class Im2colGemmCuda(CudaAlgorithm):
         # the element (CuPy allocations are 256-byte aligned; a sliced uint8 one may not be),
         # and to 4 bytes where it also holds float16 backward_filter's float32 sum.
         layout = _layout(problem, config)
-        require_aligned("im2col_gemm: workspace", workspace,
-                        4 if "sum" in layout else problem.itemsize)
+        if layout.nbytes:  # a pointwise layer's image-outer passes may need none
+            require_aligned("im2col_gemm: workspace", workspace,
+                            4 if "sum" in layout else problem.itemsize)
         chunk = chunk_images(problem, config)
         dw_sum = layout.view(workspace, "sum") if "sum" in layout else y
         if "w" in layout:  # math "tf32": cuBLAS reads a copy of w rounded to TF32
@@ -185,6 +198,9 @@ class Im2colGemmCuda(CudaAlgorithm):
             _backward_data_merged(x, w, layout.view(workspace, "dyt"), workspace, y, problem)
             return
         # Views made once per run, not per chunk (each costs host time in a timed region).
+        # "col", where the layout has it, is its first region: the workspace itself (a view
+        # would cost host time on every run).
+        col = workspace if "col" in layout else None
         dy_tf32 = layout.view(workspace, "dy") if "dy" in layout else None
         dyt = layout.view(workspace, "dyt") if "dyt" in layout else None
         image = problem.k * _dims(problem)[0]  # elements of one image's dy
@@ -195,14 +211,13 @@ class Im2colGemmCuda(CudaAlgorithm):
                 if dy_tf32 is not None:  # the chunk's dy rounded to TF32, from its first image
                     _round_tf32(x, dy_tf32, n0 * image, nb * image)
                     dy, first = dy_tf32, 0
-                _backward_data_chunk(dy, first, w, y, workspace, problem, n0, nb)
+                _backward_data_chunk(dy, first, w, y, col, problem, n0, nb)
                 continue
             if problem.direction == "backward_filter":
-                _im2col(x, workspace, problem, n0, nb, image_inner=True)
-                _backward_filter_chunk(w, workspace, dyt, dw_sum, problem, n0, nb)
+                _im2col(x, col, problem, n0, nb, image_inner=True)
+                _backward_filter_chunk(w, col, dyt, dw_sum, problem, n0, nb)
             else:
-                _im2col(x, workspace, problem, n0, nb)
-                _forward_chunk(workspace, w, y, problem, n0, nb)
+                _forward_chunk(_columns(x, col, problem, n0, nb), w, y, problem, n0, nb)
         if dw_sum is not y:
             total = int(np.prod(problem.filter_shape))
             kernel = get_kernel(KERNEL_FILE, round_expression(problem.dtype))
@@ -218,8 +233,10 @@ def _layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
     `run` reads it inside timed regions."""
     chunk = chunk_images(problem, config)
     activations = chunk * problem.k * _dims(problem)[0]
-    layout = WorkspaceLayout().add("col", (column_elements(problem, chunk),), problem.dtype)
     merged = config == MERGED
+    layout = WorkspaceLayout()
+    if _needs_columns(problem, merged):
+        layout.add("col", (column_elements(problem, chunk),), problem.dtype)
     if problem.direction == "backward_filter":
         layout.add("dyt", (activations,), problem.dtype)
     elif _tf32(problem):
@@ -232,6 +249,29 @@ def _layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
     if problem.direction == "backward_filter" and problem.dtype == "float16":
         layout.add("sum", problem.filter_shape, np.float32)
     return layout
+
+
+def _needs_columns(problem: ConvProblem, merged: bool) -> bool:
+    """Whether the column matrix takes workspace: always but for a pointwise layer's image-
+    outer passes (x is the forward GEMM's columns, dx backward_data's), whose forward
+    under math "tf32" still copies x rounded."""
+    if merged or problem.direction == "backward_filter" or not problem.pointwise:
+        return True
+    return problem.direction == "forward" and _tf32(problem)
+
+
+def _columns(x: Any, col: Any, problem: ConvProblem, n0: int, nb: int) -> int:
+    """The device address of the forward column matrix of images n0..n0+nb: written by
+    im2col into `col`, or for a pointwise layer x's own images (rounded into `col` first
+    under math "tf32")."""
+    if not problem.pointwise:
+        _im2col(x, col, problem, n0, nb)
+        return int(col.data.ptr)
+    if col is None:
+        return int(x.data.ptr) + n0 * problem.c * _dims(problem)[0] * problem.itemsize
+    image = problem.c * _dims(problem)[0]
+    _round_tf32(x, col, n0 * image, nb * image)
+    return int(col.data.ptr)
 
 
 def _round_tf32(src: Any, dst: Any, start: int, total: int) -> None:
@@ -300,16 +340,16 @@ def _tf32(problem: ConvProblem) -> bool:
     return problem.math == "tf32"
 
 
-def _forward_chunk(col: Any, w: Any, y: Any, problem: ConvProblem, n0: int, nb: int) -> None:
+def _forward_chunk(col: int, w: Any, y: Any, problem: ConvProblem, n0: int, nb: int) -> None:
     # Row-major C = A @ B is column-major C^T = B^T @ A^T: cuBLAS sees
-    # m = P*Q, n = kg, k = cg*R*S with the column matrix first.
+    # m = P*Q, n = kg, k = cg*R*S with the column matrix (at address `col`) first.
     pq, crs, kg = _dims(problem)
     item = problem.itemsize
     act = y.data.ptr + n0 * problem.k * pq * item
     for b in _batches(problem, nb):
         gemm_strided_batched(
             problem.dtype, OP_N, OP_N, pq, kg, crs,
-            col.data.ptr + b.col * item, pq, b.col_stride,
+            col + b.col * item, pq, b.col_stride,
             w.data.ptr + b.filt * item, crs, b.filt_stride,
             act + b.act * item, pq, b.act_stride, b.count, tf32=_tf32(problem),
         )
@@ -375,21 +415,24 @@ def _backward_data_chunk(dy: Any, first: int, w: Any, dx: Any, col: Any, problem
                          n0: int, nb: int) -> None:
     # col (cg*R*S x P*Q, row-major) = W^T dy; column-major that is col^T = dy^T W:
     # m = P*Q, n = cg*R*S, k = kg, dy untransposed and W (kg x cg*R*S row-major) transposed.
-    # The chunk's images n0.. start at image `first` of `dy` (0 in a rounded copy).
+    # The chunk's images n0.. start at image `first` of `dy` (0 in a rounded copy). A
+    # pointwise layer (`col` None) has dx's images as its column matrices: no col2im.
     pq, crs, kg = _dims(problem)
     item = problem.itemsize
     act = dy.data.ptr + first * problem.k * pq * item
+    out = (dx.data.ptr + n0 * problem.c * pq * item) if col is None else col.data.ptr
     for b in _batches(problem, nb):
         gemm_strided_batched(
             problem.dtype, OP_N, OP_T, pq, crs, kg,
             act + b.act * item, pq, b.act_stride,
             w.data.ptr + b.filt * item, crs, b.filt_stride,
-            col.data.ptr + b.col * item, pq, b.col_stride, b.count, tf32=_tf32(problem),
+            out + b.col * item, pq, b.col_stride, b.count, tf32=_tf32(problem),
         )
-    _col2im(col, dx, problem, n0, nb)
+    if col is not None:
+        _col2im(col, dx, problem, n0, nb)
 
 
-def _backward_filter_chunk(dy: Any, workspace: Any, dyt: Any, dw: Any, problem: ConvProblem,
+def _backward_filter_chunk(dy: Any, col: Any, dyt: Any, dw: Any, problem: ConvProblem,
                            n0: int, nb: int) -> None:
     # dW (kg x cg*R*S, row-major) += dy col^T summed over the chunk's images; column-major
     # dW^T = col dy^T: m = cg*R*S, n = kg, k = L = nb*P*Q. Per group, the image-inner column
@@ -406,7 +449,7 @@ def _backward_filter_chunk(dy: Any, workspace: Any, dyt: Any, dw: Any, problem: 
     _images_inner(dy, dyt, problem.dtype, problem.k, pq, nb, n0, _tf32(problem))
     gemm_strided_batched(
         problem.dtype, OP_T, OP_N, crs, kg, length,
-        workspace.data.ptr, length, crs * length,
+        col.data.ptr, length, crs * length,
         dyt.data.ptr, length, kg * length,
         dw.data.ptr, crs, kg * crs, problem.groups,
         accumulate=n0 > 0, float32_c=float32_c, tf32=_tf32(problem),

@@ -62,6 +62,8 @@ SHAPES: dict[str, dict[str, Any]] = {
     "non_square": dict(n=2, c=3, h=5, w=11, k=4, r=2, s=5, pad=(1, 2)),
     "one_by_one": dict(n=3, c=16, h=4, w=4, k=8, r=1, s=1),
     "one_by_one_strided": dict(n=2, c=6, h=7, w=6, k=5, r=1, s=1, stride=2),
+    # Pointwise with groups: im2col_gemm reads (writes) the image as its column matrix.
+    "one_by_one_groups3": dict(n=2, c=9, h=3, w=5, k=6, r=1, s=1, groups=3),
     "filter_equals_input": dict(n=2, c=3, h=5, w=4, k=4, r=5, s=4),
     "filter_equals_padded_input": dict(n=1, c=4, h=4, w=3, k=3, r=6, s=7, pad=(1, 2)),
     "dilated_filter_equals_padded": dict(n=2, c=2, h=5, w=5, k=2, r=3, s=2, pad=1, dilation=(3, 6)),

@@ -23,6 +23,18 @@ def test_output_shape_and_pairs() -> None:
     assert q.output_shape == (1, 64, (224 + 6 - 7) // 2 + 1, (200 + 4 - 9) // 3 + 1)
 
 
+@pytest.mark.parametrize("geometry, expected", [
+    (dict(r=1, s=1), True),
+    (dict(r=1, s=1, dilation=3), True),  # a 1x1 filter has no taps to spread
+    (dict(r=1, s=1, pad=(0, 1)), False),
+    (dict(r=1, s=1, stride=(1, 2)), False),
+    (dict(r=1, s=3), False),
+])
+def test_pointwise(geometry: dict[str, Any], expected: bool) -> None:
+    p = ConvProblem(**{"n": 2, "c": 4, "h": 5, "w": 6, "k": 3, **geometry})
+    assert p.pointwise is expected
+
+
 def test_hashable_and_equal_for_int_or_pair() -> None:
     a = ConvProblem(n=1, c=2, h=5, w=5, k=2, r=3, s=3, pad=1)
     b = ConvProblem(n=1, c=2, h=5, w=5, k=2, r=3, s=3, pad=(1, 1))
