@@ -52,6 +52,22 @@ __device__ __forceinline__ void store_acc(bf16_t* p, float v) {
     p->bits = b;
 }
 
+// Two adjacent outputs p[0] = a, p[1] = b in one store; p must be aligned to two elements (8
+// bytes for float, 4 for the 16-bit types: the host checks). Why: the tensor-core epilogues
+// hold columns 2t and 2t + 1 of a row in one lane, and storing them one by one made every
+// warp-wide store touch 8 sectors for 2-4 bytes of each lane, twice over.
+__device__ __forceinline__ void store_acc2(float* p, float a, float b) {
+    asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+template <typename T>  // half_t or bf16_t
+__device__ __forceinline__ void store_acc2(T* p, float a, float b) {
+    T lo, hi;
+    store_acc(&lo, a);
+    store_acc(&hi, b);
+    const unsigned int v = lo.bits | (static_cast<unsigned int>(hi.bits) << 16);
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 // One 16-byte store of 4 floats to a 16-byte-aligned global address. Written in PTX because
 // NVVM split a plain float4 store into 4 scalar stores inside the implicit-GEMM epilogue.
 __device__ __forceinline__ void store_float4(float* p, float a, float b, float c, float d) {

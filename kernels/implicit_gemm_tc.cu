@@ -52,6 +52,11 @@
 // like y); implicit_gemm_tc_sum_splits then adds the splits in a fixed order (deterministic)
 // and stores y. `partials` is void*: without a split the host passes y, of any type, and the
 // kernel never touches it.
+//
+// Epilogue: a lane's two values of a row are columns 2t and 2t + 1, adjacent pixels. With
+// `pairs` (host: P*Q even, so an even column's pixel and the next share an image, and y, or
+// the split's partials, aligned to two elements) each pair is one store (store_acc2), else
+// one store per value.
 #include "common.cuh"
 
 // Vector-A-only and 1xTF32 NHWC instances ask for one block per SM: left to its own
@@ -67,7 +72,7 @@ __global__ void __launch_bounds__(
                           CONV_SHAPE_PARAMS, unsigned int kdiv_mul, unsigned int kdiv_shr,
                           unsigned int s_mul, unsigned int s_shr, unsigned int pq_mul,
                           unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,
-                          void* __restrict__ partials, int kper) {
+                          void* __restrict__ partials, int kper, int pairs) {
     constexpr int THREADS = WM * WN * 32;
     constexpr bool F32 = sizeof(T) == 4;
     // Row padding: 16-bit rows stay multiples of 16 bytes for ldmatrix. For the TF32 fragment
@@ -373,10 +378,14 @@ __global__ void __launch_bounds__(
     float* pz = static_cast<float*>(partials) + static_cast<long long>(blockIdx.z) * N * K * PQ;
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
+        // Both columns in one store (the pair shares an image, and N*P*Q being even the
+        // second column exists whenever the first does), or one by one.
+        const bool paired = pairs != 0;
+        const int n_even = n0 + wn + j * 8 + 2 * t;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int n = n0 + wn + j * 8 + 2 * t + h;
-            if (n >= NPQ) continue;
+            const int n = n_even + h;
+            if (n >= NPQ || (paired && h == 1)) continue;
             const int img = fast_div(n, pq_mul, pq_shr);
             const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
 #pragma unroll
@@ -385,10 +394,18 @@ __global__ void __launch_bounds__(
                 for (int v = 0; v < 2; ++v) {
                     const int m = m0 + wm + i * 16 + g + 8 * v;
                     if (m >= kg) continue;
-                    if (split) {
-                        pz[base + m * PQ] = acc[i][j][2 * v + h];
+                    const float a = acc[i][j][2 * v + h];
+                    if (paired) {
+                        const float b = acc[i][j][2 * v + 1];
+                        if (split) {
+                            store_acc2(pz + base + m * PQ, a, b);
+                        } else {
+                            store_acc2(y + base + m * PQ, a, b);
+                        }
+                    } else if (split) {
+                        pz[base + m * PQ] = a;
                     } else {
-                        store_acc(y + base + m * PQ, acc[i][j][2 * v + h]);
+                        store_acc(y + base + m * PQ, a);
                     }
                 }
             }

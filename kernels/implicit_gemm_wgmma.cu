@@ -45,7 +45,9 @@
 //
 // Epilogue: the FP32 accumulator layout of m64nNkK, whatever K (warp w of the warpgroup holds
 // rows 16w..16w+15; register 4j + 2v + h of lane (g = lane / 4, t = lane % 4) is row
-// 16w + g + 8v, column 8j + 2t + h), stored element-wise into NCHW y.
+// 16w + g + 8v, column 8j + 2t + h), stored into NCHW y: with `pairs` (the host's test, as
+// in implicit_gemm_tc.cu: P*Q even and the written array aligned to two elements) the two
+// columns 8j + 2t, 8j + 2t + 1 of a row, adjacent pixels of one image, in one store.
 //
 // Split K (gridDim.z > 1, for grids too small to fill the GPU): block z runs K-steps
 // [z * kper, (z + 1) * kper) only and writes FP32 partial sums to partials[z], laid out like
@@ -137,7 +139,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                              T* __restrict__ y, CONV_SHAPE_PARAMS, unsigned int cg_mul,
                              unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,
                              unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul,
-                             unsigned int q_shr, void* __restrict__ partials, int kper) {
+                             unsigned int q_shr, void* __restrict__ partials, int kper,
+                             int pairs) {
     constexpr int BN = 128, ROW_BYTES = 128, BK = ROW_BYTES / sizeof(T);  // K-step, elements
     constexpr int VEC = 16 / sizeof(T);   // elements per 16-byte copy
     constexpr int THREADS = BM / 64 * 128;
@@ -271,20 +274,32 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + g;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
+        // The pair shares an image, and N*P*Q being even the second column exists
+        // whenever the first does.
+        const bool paired = pairs != 0;
+        const int n_even = n0 + j * 8 + 2 * t;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int n = n0 + j * 8 + 2 * t + h;
-            if (n >= NPQ) continue;
+            const int n = n_even + h;
+            if (n >= NPQ || (paired && h == 1)) continue;
             const int img = fast_div(n, pq_mul, pq_shr);
             const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
 #pragma unroll
             for (int v = 0; v < 2; ++v) {
                 const int m = row + 8 * v;
                 if (m >= kg) continue;
-                if (gridDim.z > 1) {
-                    split_sums[base + m * PQ] = acc[4 * j + 2 * v + h];
+                const float a = acc[4 * j + 2 * v + h];
+                if (paired) {
+                    const float b = acc[4 * j + 2 * v + 1];
+                    if (gridDim.z > 1) {
+                        store_acc2(split_sums + base + m * PQ, a, b);
+                    } else {
+                        store_acc2(y + base + m * PQ, a, b);
+                    }
+                } else if (gridDim.z > 1) {
+                    split_sums[base + m * PQ] = a;
                 } else {
-                    store_acc(y + base + m * PQ, acc[4 * j + 2 * v + h]);
+                    store_acc(y + base + m * PQ, a);
                 }
             }
         }

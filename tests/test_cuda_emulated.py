@@ -150,6 +150,14 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #:   backward_data writing every chunk at image 0  -> its tf32 near_up case (the only one
 #:                                                   chunked: fp32 pointwise needs no
 #:                                                   workspace, so only chunk=all is offered)
+#: The epilogues' paired stores (store_acc2; implicit_gemm_tc and implicit_gemm_wgmma):
+#:   the pair's second value from register 2v, not 2v + 1 -> every tc case with P*Q even
+#:                                                          (error 0.99-1.08)
+#:   host: pairs without y's alignment checked            -> the -offset cases with P*Q even
+#:                                                          (tc_pw_vec, tc_nhwc_geom): abort,
+#:                                                          misaligned st.global.b32 / .v2.f32
+#:   host: pairs without P*Q even                         -> tc_deep, odd, dil2_groups2 ...:
+#:                                                          abort, misaligned stores
 _TC_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float32", "fp32"): ("odd", "stride_pair", "dilation_stride", "groups_strided",
                           "k_over_tile", "pad_gt_filter", "single_pixel", "tc_deep",

@@ -300,8 +300,7 @@ def vector_widths(problem: ConvProblem) -> tuple[int, int]:
     if (problem.c // problem.groups * problem.r * problem.s) % vec:
         return (1, 1)
     out_h, out_w = problem.out_hw
-    pointwise = (problem.r, problem.s, problem.stride, problem.pad) == (1, 1, (1, 1), (0, 0))
-    return (vec, vec if pointwise and (out_h * out_w) % vec == 0 else 1)
+    return (vec, vec if problem.pointwise and (out_h * out_w) % vec == 0 else 1)
 
 
 def nhwc_allowed(problem: ConvProblem) -> bool:
@@ -421,7 +420,9 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         kernel = get_kernel(KERNEL_FILE, launch.name)
         allow_shared_memory(kernel, launch.smem)
         part = buf.get("part", y)  # not written without splits
-        kernel(launch.grid, launch.block, (x, w, y, *launch.geometry, part, launch.kper),
+        kernel(launch.grid, launch.block,
+               (x, w, y, *launch.geometry, part, launch.kper,
+                paired_stores(launch.pair_bytes, part if launch.split else y)),
                shared_mem=launch.smem)
         if launch.grid[2] > 1:  # the splits launched
             add = get_kernel(KERNEL_FILE, launch.sum_name)
@@ -439,9 +440,29 @@ class _Launch:
     block: tuple[int]
     geometry: tuple[Any, ...]  # shape_args, then the fast divisions' constants
     kper: np.int32
+    split: bool
+    pair_bytes: int  # see paired_stores
     sum_name: str
     sum_grid: tuple[int]
     sum_args: tuple[np.int32, np.int32]
+
+
+_PAIRS = (np.int32(0), np.int32(1))
+
+
+def pair_bytes(problem: ConvProblem, itemsize: int) -> int:
+    """The alignment in bytes that paired epilogue stores of `itemsize`-byte outputs need
+    (two elements), or 0 when P*Q is odd (an even column's pixel and the next may then lie
+    in two images)."""
+    out_h, out_w = problem.out_hw
+    return 0 if out_h * out_w % 2 else 2 * itemsize
+
+
+def paired_stores(alignment: int, out: Any) -> np.int32:
+    """The kernels' `pairs` argument: 1 when the epilogue may store two adjacent outputs at
+    once (`pair_bytes` nonzero, and the array it writes, y or split K's float32 partials,
+    aligned to it: a caller's y may be one element off), else 0."""
+    return _PAIRS[alignment != 0 and out.data.ptr % alignment == 0]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -464,6 +485,8 @@ def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -
         geometry=(*shape_args(problem),
                   *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w)),
         kper=np.int32(split_steps(problem, cfg.splits, cfg.bk)[0]),
+        split=grid[2] > 1,
+        pair_bytes=pair_bytes(problem, 4 if grid[2] > 1 else problem.itemsize),
         sum_name=sum_name_expression(problem.dtype), sum_grid=(grid_stride_blocks(total),),
         sum_args=(np.int32(total), np.int32(grid[2])),
     )

@@ -71,7 +71,13 @@ from algorithms.cuda._loader import (
     grid_stride_blocks,
     shape_args,
 )
-from algorithms.cuda.implicit_gemm_tc import k_splits, passes, split_steps
+from algorithms.cuda.implicit_gemm_tc import (
+    k_splits,
+    pair_bytes,
+    paired_stores,
+    passes,
+    split_steps,
+)
 from algorithms.problem import DTYPES as DTYPE_BYTES
 from algorithms.problem import ConvProblem
 
@@ -260,11 +266,14 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config, problem.math))
         allow_shared_memory(kernel, smem)
         grid, kper = launch(problem, config)
+        split = grid[2] > 1
         part = views.get("part", y)  # not written without splits
+        pairs = paired_stores(pair_bytes(problem, 4 if split else problem.itemsize),
+                              part if split else y)
         kernel(grid, (tile.threads,),
                (x, w, y, *shape_args(problem),
                 *fastdiv_args(problem.c // problem.groups, problem.s, out_h * out_w, out_w),
-                part, np.int32(kper)),
+                part, np.int32(kper), pairs),
                shared_mem=smem)
         if grid[2] > 1:  # the splits launched
             total = prod(problem.output_shape)

@@ -431,6 +431,19 @@ inline void ptx_cvt_rn_f16_f32(unsigned short& out, float value) {
     std::memcpy(&out, &h, sizeof out);
 }
 
+inline void ptx_st_global_v2_f32(float* p, float a, float b) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 8 != 0) fail("misaligned st.global.v2.f32");
+    p[0] = a;
+    p[1] = b;
+}
+
+// 32 bits to a 4-byte-aligned address of any element type (two 16-bit values).
+template <typename T>
+inline void ptx_st_global_b32(T* p, unsigned int v) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 4 != 0) fail("misaligned st.global.b32");
+    std::memcpy(static_cast<void*>(p), &v, sizeof v);
+}
+
 inline void ptx_st_global_v4_f32(float* p, float a, float b, float c, float d) {
     if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) fail("misaligned st.global.v4.f32");
     p[0] = a;
