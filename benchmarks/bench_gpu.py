@@ -20,17 +20,22 @@ dw from x and dy), cuDNN's through torch.nn.grad.conv2d_input / conv2d_weight.
 - for forward 3x3 layers, cupy.matmul FP32 on a GEMM of the same M (out channels), N (n*P*Q) and K
   (c*R*S) next to implicit_gemm.
 Per layer: ms, TFLOP/s (direct-convolution FLOPs, problem.flops), ours/cuDNN speed ratio;
-geometric means at the end. Depthwise layers (groups == c) are memory-bound, so they get a
-table of their own in effective GB/s (x, w and y once each, problem.buffer_bytes, over the
-time) against the HBM copy rate (--hbm-gbps, about 3,000 GB/s on an H100). JSON goes to
---out after every layer (a cut-off run keeps what it measured); a Markdown table is printed
-last.
+geometric means at the end. The times above are of runs back to back, as a network issues
+them: where a run takes longer to enqueue than to run, they measure the host (our Python, or
+PyTorch's). So each algorithm's best configuration and cuDNN are also timed on the device
+alone (CudaRuntime.device_ms: the runs wait queued behind a spin), in a table of their own
+with the wall / device ratio of our pick. Depthwise layers (groups == c) are memory-bound,
+so they get a table of their own in effective GB/s (x, w and y once each,
+problem.buffer_bytes, over the time) against the HBM copy rate (--hbm-gbps, about 3,000 GB/s
+on an H100). JSON goes to --out after every layer (a cut-off run keeps what it measured); a
+Markdown table is printed last.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -54,6 +59,7 @@ from algorithms.runtime import TimingPolicy, random_operands  # noqa: E402
 from benchmarks.gpu_report import (  # noqa: E402
     HBM_COPY_GBPS,
     bandwidth,
+    device_summary,
     fmt,
     markdown,
     summarize,
@@ -150,6 +156,16 @@ class Bench:
         timing = self.rt.time(fn, self.policy)
         return timing.median_ms, timing.spread_ms
 
+    def device_time(self, fn: Callable[[], Any], ms: float) -> float | None:
+        """`fn`'s device time per run, the host's enqueueing left out (CudaRuntime.device_ms:
+        the runs wait queued behind a spin), in enough runs to span about a millisecond of
+        the time measured with the host (`ms`); None if it cannot be had."""
+        try:
+            return self.rt.device_ms(fn, max(1, min(16, math.ceil(1.0 / ms))))
+        except Exception as exc:  # the report keeps the other numbers
+            print(f"  device time failed ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return None
+
     def reference(self, x: Any, w: Any, problem: ConvProblem) -> Any:
         """A float64 result on the GPU (PyTorch's, else our im2col_gemm; forward on the host
         without PyTorch for the backward directions)."""
@@ -224,6 +240,10 @@ class Bench:
             if timed:
                 ms, config = min(timed)
                 entry.update(best_config=config, ms=ms, tflops=_tflops(problem, ms))
+                ws = rt.workspace(algorithm.workspace_bytes(problem, config))
+                entry["device_ms"] = self.device_time(
+                    _runner(algorithm, x, w, y, ws, problem, config), ms)
+                del ws
             row["algorithms"][algorithm.name] = entry
             cupy.get_default_memory_pool().free_all_blocks()
 
@@ -231,6 +251,7 @@ class Bench:
         row["cudnn"] = self.cudnn(problem, x, w, ref)
         if row["tuned"].get("ms") and row["cudnn"].get("ms"):
             row["speed_vs_cudnn"] = row["cudnn"]["ms"] / row["tuned"]["ms"]
+        row["device"] = device_summary(row)
         if (problem.direction == "forward" and problem.r == 3 and problem.s == 3
                 and problem.groups == 1):
             row["gemm"] = self.gemm(problem, row["algorithms"].get("implicit_gemm", {}))
@@ -282,7 +303,8 @@ class Bench:
             ms, spread = self.time(conv)
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
-        return {"ms": ms, "spread_ms": spread, "tflops": _tflops(problem, ms), "rel_error": err}
+        return {"ms": ms, "spread_ms": spread, "tflops": _tflops(problem, ms), "rel_error": err,
+                "device_ms": self.device_time(conv, ms)}
 
     def gemm(self, problem: ConvProblem, implicit: dict[str, Any]) -> dict[str, Any]:
         """cupy.matmul FP32 on the layer's GEMM shape, next to implicit_gemm's rate."""

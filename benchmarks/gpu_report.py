@@ -35,6 +35,27 @@ def bandwidth(row: dict[str, Any], nbytes: int, hbm_gbps: float) -> dict[str, An
     return out
 
 
+def device_summary(row: dict[str, Any]) -> dict[str, Any]:
+    """A layer's device times, the host's enqueueing left out (bench_gpu's `device_ms`):
+    the tuned pick's (its algorithm's best configuration, when that is the pick), the
+    fastest algorithm's, cuDNN's, and ours/cuDNN speed from them. `tuned_host_share` is
+    how much longer the pick took with the host than without: near 1 device-bound, above 1
+    the GPU waited on our Python between runs."""
+    algorithms = row["algorithms"]
+    device = {name: e["device_ms"] for name, e in algorithms.items() if e.get("device_ms")}
+    tuned = row["tuned"]
+    pick = algorithms.get(tuned.get("algorithm"), {})
+    tuned_ms = pick.get("device_ms") if pick.get("best_config") == tuned.get("config") else None
+    best = min(device, key=device.__getitem__, default=None)
+    cudnn_ms = row["cudnn"].get("device_ms")
+    out: dict[str, Any] = {"tuned_ms": tuned_ms, "best_algorithm": best,
+                           "best_ms": device.get(best) if best else None, "cudnn_ms": cudnn_ms}
+    out["tuned_vs_cudnn"] = cudnn_ms / tuned_ms if cudnn_ms and tuned_ms else None
+    out["best_vs_cudnn"] = cudnn_ms / out["best_ms"] if cudnn_ms and out["best_ms"] else None
+    out["tuned_host_share"] = tuned["ms"] / tuned_ms if tuned.get("ms") and tuned_ms else None
+    return out
+
+
 def _geomean(values: list[float]) -> float | None:
     good = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in good) / len(good)) if good else None
@@ -84,6 +105,17 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{tuned.get('algorithm', '-')}/{tuned.get('config', '-')} | "
                          f"{fmt(b['tuned_gbps'], '.0f')} | {fmt(b['depthwise_gbps'], '.0f')} | "
                          f"{fmt(b['cudnn_gbps'], '.0f')} | {fmt(b['depthwise_vs_hbm'], '.2f')} |")
+    device_rows = [r for r in report["rows"] if r.get("device", {}).get("cudnn_ms")]
+    if device_rows:
+        lines += ["", "| layer, device time alone | tuned ms | wall / device | fastest | "
+                  "fastest ms | cuDNN ms | tuned / cuDNN | fastest / cuDNN |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in device_rows:
+            d = r["device"]
+            lines.append(f"| {r['network']}/{r['layer']} | {fmt(d['tuned_ms'])} | "
+                         f"{fmt(d['tuned_host_share'], '.2f')} | {d['best_algorithm'] or '-'} | "
+                         f"{fmt(d['best_ms'])} | {fmt(d['cudnn_ms'])} | "
+                         f"{fmt(d['tuned_vs_cudnn'], '.2f')} | {fmt(d['best_vs_cudnn'], '.2f')} |")
     lines += ["", "| summary | geometric mean or count |", "|---|---|"]
     for key, value in report["summary"].items():
         lines.append(f"| {key} | {fmt(value, '.0f' if key.startswith('layers') else '.3f')} |")
@@ -105,6 +137,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         out[f"ours/cuDNN speed, {label}"] = _geomean(speeds)
         out[f"layers counted, {label}"] = float(len(speeds))
         out[f"layers, {label}"] = float(len(group))
+        for key, wording in (("tuned_vs_cudnn", "tuned"), ("best_vs_cudnn", "fastest")):
+            device = [r["device"][key] for r in group if r.get("device", {}).get(key)]
+            if device:
+                out[f"ours/cuDNN device time, {wording}, {label}"] = _geomean(device)
+                out[f"layers counted, device {wording}, {label}"] = float(len(device))
     ratios = [r["gemm"]["implicit_vs_matmul"] for r in rows
               if r.get("gemm", {}).get("implicit_vs_matmul")]
     out["implicit_gemm/cupy.matmul, 3x3"] = _geomean(ratios)

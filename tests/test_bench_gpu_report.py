@@ -11,7 +11,7 @@ import pytest
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference, relative_error
 from benchmarks.bench_gpu import torch_conv
-from benchmarks.gpu_report import bandwidth, markdown, summarize
+from benchmarks.gpu_report import bandwidth, device_summary, markdown, summarize
 
 
 def _row(network: str, layer: str, speed: float | None,
@@ -95,3 +95,32 @@ def test_depthwise_table_and_mean_count_only_timed_layers() -> None:
     assert "| mobilenet_v2/a | 600.0 | depthwise/32x32p4 | 2400 | 2400 | 1200 | 0.80 |" in table
     assert "| mobilenet_v2/c | 600.0 | depthwise/32x32p4 | 2400 | - | 1200 | - |" in table
     assert "res2.3x3 | 600" not in table  # dense layers stay out of the depthwise table
+
+
+def test_device_times_say_how_much_of_a_pick_is_host() -> None:
+    """The device-time table: the pick's device time at its best configuration, the
+    fastest algorithm by device time, and the wall / device ratio of the pick."""
+    row = _row("resnet50", "res3.1x1b", 0.5)
+    row["tuned"].update(ms=0.040)
+    row["algorithms"] = {
+        "fft": {"best_config": "default", "ms": 0.040, "device_ms": 0.020},
+        "direct": {"best_config": "8x8k16", "ms": 0.050, "device_ms": 0.010},
+        "winograd": {"best_config": "f2x2"},  # no device time: left out
+    }
+    row["cudnn"] = {"ms": 0.020, "device_ms": 0.015}
+    device = device_summary(row)
+    assert device["tuned_ms"] == 0.020 and device["tuned_host_share"] == pytest.approx(2.0)
+    assert device["best_algorithm"] == "direct" and device["best_ms"] == 0.010
+    assert device["tuned_vs_cudnn"] == pytest.approx(0.75)
+    assert device["best_vs_cudnn"] == pytest.approx(1.5)
+    # A pick that is not its algorithm's best configuration has no device time of its own.
+    row["tuned"]["config"] = "other"
+    assert device_summary(row)["tuned_ms"] is None
+    row["tuned"]["config"] = "default"
+    row["device"] = device_summary(row)
+    other = _row("vgg16", "conv1_1", 1.0)
+    summary = summarize([row, other])
+    assert summary["ours/cuDNN device time, tuned, all"] == pytest.approx(0.75)
+    assert summary["layers counted, device fastest, all"] == 1
+    table = markdown({"rows": [row, other], "summary": summary})
+    assert "| resnet50/res3.1x1b | 0.020 | 2.00 | direct | 0.010 | 0.015 | 0.75 | 1.50 |" in table

@@ -230,3 +230,23 @@ def test_wgmma_m64n8(tmp_path: Path, dtype: str, bug: int) -> None:
         assert _close(out[3], product + product[:, [1, 0, 3, 2, 5, 4, 7, 6]] + c)
         return
     assert _close(out[3], product + c) == (bug == 0)
+
+
+_SPIN = """
+import sys, time
+import numpy as np
+from tests.cuda_emu.build import EmulatedKernel
+kernel = EmulatedKernel("spin.cu", "spin", ("spin",))
+began = time.perf_counter()
+kernel((1,), (32,), (np.uint64(int(sys.argv[1])),))
+print(time.perf_counter() - began)
+"""
+
+
+def test_spin_waits_its_nanoseconds() -> None:
+    """kernels/spin.cu (the head start of CudaRuntime.device_ms) keeps its thread busy for
+    the time asked (%globaltimer: the host's steady clock here)."""
+    done = subprocess.run([sys.executable, "-c", _SPIN, str(50_000_000)], capture_output=True,
+                          text=True, cwd=ROOT_DIR, env=sanitizer_env(), timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert 0.05 <= float(done.stdout) < 5

@@ -23,6 +23,7 @@ from algorithms.cuda import (
     implicit_gemm,
     implicit_gemm_tc,
     implicit_gemm_wgmma,
+    spin,
     winograd,
 )
 from algorithms.cuda.depthwise import DepthwiseCuda
@@ -52,7 +53,7 @@ INDEXED = True
 #: its own `get_kernel` (which tests replace to emulate or check launches).
 KERNEL_MODULES: tuple[ModuleType, ...] = (
     direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, winograd, depthwise, _rearrange,
-    implicit_gemm_wgmma,
+    implicit_gemm_wgmma, spin,
 )
 
 

@@ -7,6 +7,8 @@ works on a machine without CuPy or a GPU.
 from __future__ import annotations
 
 import functools
+import statistics
+import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
@@ -19,6 +21,8 @@ from algorithms.runtime import Timing, TimingPolicy, time_runs, warm_until_stabl
 
 #: The longest the clock warm-up spins; boost clocks settle within a few hundred ms.
 WARM_UP_S = 0.5
+#: device_ms's first head start, and the longest it doubles to, in nanoseconds.
+_HEAD_START_NS, _MAX_HEAD_START_NS = 200_000, 100_000_000
 
 _DLPACK_CUDA = 2  # kDLCUDA in DLPack's device-type enum
 
@@ -311,6 +315,39 @@ class CudaRuntime:
             end.record()
             end.synchronize()
             return float(cupy.cuda.get_elapsed_time(start, end)) / runs
+
+    def device_ms(self, fn: Callable[[], None], runs: int, samples: int = 5) -> float:
+        """`fn`'s device time per run, the host's left out: the median of `samples` samples
+        of `runs` runs, each behind the L2 flush and a spin (algorithms/cuda/spin.py) that
+        outlasts the host's enqueueing of the runs, so that they wait queued on the GPU.
+        sample_ms, which times runs as a network issues them, measures the host instead
+        wherever a run takes longer to enqueue than to run. A sample whose enqueueing
+        outlasted its spin is taken again behind a spin twice as long."""
+        from algorithms.cuda.spin import spin
+
+        cupy = self._cupy
+        head_ns, times = _HEAD_START_NS, list[float]()
+        with self._dev:
+            while len(times) < samples:
+                events = [cupy.cuda.Event() for _ in range(3)]
+                self._dev.synchronize()  # the spin starts as soon as it is enqueued
+                self._flush_l2()
+                events[0].record()
+                spin(head_ns)
+                events[1].record()
+                began = time.perf_counter()
+                for _ in range(runs):
+                    fn()
+                host_ms = (time.perf_counter() - began) * 1e3
+                events[2].record()
+                events[2].synchronize()
+                if host_ms >= 0.9 * cupy.cuda.get_elapsed_time(events[0], events[1]):
+                    if head_ns >= _MAX_HEAD_START_NS:
+                        raise RuntimeError(f"enqueueing {runs} runs took {host_ms:.1f} ms")
+                    head_ns *= 2
+                    continue
+                times.append(float(cupy.cuda.get_elapsed_time(events[1], events[2])) / runs)
+        return statistics.median(times)
 
     def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
         """Warm up, then time samples until the budget, max_reps or the race cutoff."""

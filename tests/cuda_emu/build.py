@@ -323,7 +323,8 @@ def build_all(files: Mapping[str, Iterable[str]], jobs: int | None = None) -> No
 #: ctypes class and the NumPy scalar type CuPy would pass, per signature letter.
 _SCALARS: dict[str, tuple[Any, type]] = {
     "i": (ctypes.c_int32, np.int32), "u": (ctypes.c_uint32, np.uint32),
-    "f": (ctypes.c_float, np.float32), "d": (ctypes.c_double, np.float64),
+    "U": (ctypes.c_uint64, np.uint64), "f": (ctypes.c_float, np.float32),
+    "d": (ctypes.c_double, np.float64),
 }
 
 

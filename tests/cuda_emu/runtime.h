@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -310,12 +311,14 @@ constexpr char type_code() {
     if constexpr (std::is_pointer_v<P>) return 'p';
     else if constexpr (std::is_same_v<P, int>) return 'i';
     else if constexpr (std::is_same_v<P, unsigned int>) return 'u';
+    else if constexpr (std::is_same_v<P, unsigned long long>) return 'U';
     else if constexpr (std::is_same_v<P, float>) return 'f';
     else if constexpr (std::is_same_v<P, double>) return 'd';
     else return '?';
 }
 
-// One letter per kernel parameter: p pointer, i int, u unsigned int, f float, d double.
+// One letter per kernel parameter: p pointer, i int, u unsigned int, U unsigned long long,
+// f float, d double.
 template <typename... Ps>
 const char* signature(void (*)(Ps...)) {
     static const char codes[] = {type_code<Ps>()..., '\0'};
@@ -429,6 +432,13 @@ inline void ptx_cvt_f32_f16(float& out, unsigned short bits) {
 inline void ptx_cvt_rn_f16_f32(unsigned short& out, float value) {
     const _Float16 h = static_cast<_Float16>(value);  // IEEE round to nearest even
     std::memcpy(&out, &h, sizeof out);
+}
+
+// The kernels' only mov.u64 reads %globaltimer (kernels/spin.cu): nanoseconds, here of the
+// host's steady clock.
+inline void ptx_mov_u64(unsigned long long& out) {
+    out = static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
 inline void ptx_st_global_v2_f32(float* p, float a, float b) {
