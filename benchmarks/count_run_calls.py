@@ -33,6 +33,7 @@ from algorithms.cuda import (  # noqa: E402
     _rearrange,
     im2col_gemm,
     implicit_gemm_tc,
+    implicit_gemm_wgmma,
     winograd,
 )
 from algorithms.problem import ConvProblem  # noqa: E402
@@ -40,6 +41,9 @@ from algorithms.problem import ConvProblem  # noqa: E402
 #: issue 9's small problem, and a ResNet-50 3x3 layer (Winograd's) at batch 32
 SMALL = ConvProblem(n=1, c=64, h=56, w=56, k=64, r=3, s=3, pad=1)
 RES4 = ConvProblem(n=32, c=256, h=14, w=14, k=256, r=3, s=3, pad=1)
+#: ResNet-50's res4.1x1b at batch 32 in float16 (a pointwise layer: no column matrix)
+RES4_1X1B = ConvProblem(n=32, c=256, h=14, w=14, k=1024, r=1, s=1, dtype="float16")
+RES4_FP16 = ConvProblem(n=32, c=256, h=14, w=14, k=256, r=3, s=3, pad=1, dtype="float16")
 CASES = [
     (implicit_gemm_tc.ImplicitGemmTcCuda(), SMALL, "128x128"),
     (implicit_gemm_tc.ImplicitGemmTcCuda(), SMALL, "64x64-k3"),
@@ -47,6 +51,9 @@ CASES = [
     (winograd.WinogradCuda(), RES4, "f2x2"),
     (winograd.WinogradCuda(), RES4, "f4x4"),
     (im2col_gemm.Im2colGemmCuda(), RES4, "chunk=all"),
+    (im2col_gemm.Im2colGemmCuda(), RES4_1X1B, "chunk=all"),
+    (implicit_gemm_wgmma.ImplicitGemmWgmmaCuda(), RES4_FP16, "128x128x64-s5-f1"),
+    (implicit_gemm_wgmma.ImplicitGemmWgmmaCuda(), RES4_FP16, "128x128x64-s4-k2"),
 ]
 
 
@@ -69,7 +76,8 @@ class _Kernel:
 
 def _stub_launches() -> None:
     kernel = _Kernel()
-    for module in (implicit_gemm_tc, winograd, im2col_gemm, _rearrange, _loader):
+    for module in (implicit_gemm_tc, implicit_gemm_wgmma, winograd, im2col_gemm, _rearrange,
+                   _loader):
         module.get_kernel = lambda _file, _name: kernel  # type: ignore[attr-defined]
     _cublas._gemm = lambda *args, **kwargs: None  # type: ignore[assignment]
 
@@ -87,8 +95,8 @@ def main() -> None:
     print("| algorithm/config | problem | Python calls per run | host us per run |")
     print("|---|---|---|---|")
     for algorithm, problem, config in CASES:
-        x, w, y = (np.zeros(shape, np.float32).view(_DeviceArray)
-                   for shape in problem.operand_shapes)
+        x, w, y = (np.zeros(shape, np.float16 if problem.itemsize == 2 else np.float32)
+                   .view(_DeviceArray) for shape in problem.operand_shapes)
         nbytes = algorithm.workspace_bytes(problem, config)
         workspace = np.zeros(nbytes, np.uint8).view(_DeviceArray) if nbytes else None
 
