@@ -56,7 +56,9 @@
 // Epilogue: a lane's two values of a row are columns 2t and 2t + 1, adjacent pixels. With
 // `pairs` (host: P*Q even, so an even column's pixel and the next share an image, and y, or
 // the split's partials, aligned to two elements) each pair is one store (store_acc2), else
-// one store per value.
+// one store per value. Two loops, not one with a branch per value: that one made ptxas spill
+// 4-12 bytes of the 16-bit 64x64 vector instances at sm_80. Only 16-bit and 1xTF32
+// instances with a vector operand pair their stores (PAIRED, below); others ignore `pairs`.
 #include "common.cuh"
 
 // Vector-A-only and 1xTF32 NHWC instances ask for one block per SM: left to its own
@@ -376,16 +378,16 @@ __global__ void __launch_bounds__(
     // lands at y[img][grp*kg + m][pq], or at the same place in this split's partials.
     const bool split = gridDim.z > 1;
     float* pz = static_cast<float*>(partials) + static_cast<long long>(blockIdx.z) * N * K * PQ;
+    // Not for 3xTF32 (FP32 outputs; ptxas gave those instances up to 28 more registers for
+    // the second loop) nor the element-wise instances (8 bytes spilled at sm_90).
+    constexpr bool PAIRED = PASSES == 1 && (VA > 1 || VB > 1 || NHWC);
+    if (PAIRED && pairs) {
+        // Both columns of a pair in one store: they share an image (P*Q is even), and N*P*Q
+        // being even, the second exists whenever the first does.
 #pragma unroll
-    for (int j = 0; j < NI; ++j) {
-        // Both columns in one store (the pair shares an image, and N*P*Q being even the
-        // second column exists whenever the first does), or one by one.
-        const bool paired = pairs != 0;
-        const int n_even = n0 + wn + j * 8 + 2 * t;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int n = n_even + h;
-            if (n >= NPQ || (paired && h == 1)) continue;
+        for (int j = 0; j < NI; ++j) {
+            const int n = n0 + wn + j * 8 + 2 * t;
+            if (n >= NPQ) continue;
             const int img = fast_div(n, pq_mul, pq_shr);
             const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
 #pragma unroll
@@ -394,18 +396,34 @@ __global__ void __launch_bounds__(
                 for (int v = 0; v < 2; ++v) {
                     const int m = m0 + wm + i * 16 + g + 8 * v;
                     if (m >= kg) continue;
-                    const float a = acc[i][j][2 * v + h];
-                    if (paired) {
-                        const float b = acc[i][j][2 * v + 1];
-                        if (split) {
-                            store_acc2(pz + base + m * PQ, a, b);
-                        } else {
-                            store_acc2(y + base + m * PQ, a, b);
-                        }
-                    } else if (split) {
-                        pz[base + m * PQ] = a;
+                    if (split) {
+                        store_acc2(pz + base + m * PQ, acc[i][j][2 * v], acc[i][j][2 * v + 1]);
                     } else {
-                        store_acc(y + base + m * PQ, a);
+                        store_acc2(y + base + m * PQ, acc[i][j][2 * v], acc[i][j][2 * v + 1]);
+                    }
+                }
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + wn + j * 8 + 2 * t + h;
+            if (n >= NPQ) continue;
+            const int img = fast_div(n, pq_mul, pq_shr);
+            const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+#pragma unroll
+                for (int v = 0; v < 2; ++v) {
+                    const int m = m0 + wm + i * 16 + g + 8 * v;
+                    if (m >= kg) continue;
+                    if (split) {
+                        pz[base + m * PQ] = acc[i][j][2 * v + h];
+                    } else {
+                        store_acc(y + base + m * PQ, acc[i][j][2 * v + h]);
                     }
                 }
             }

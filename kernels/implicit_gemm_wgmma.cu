@@ -272,34 +272,45 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         static_cast<float*>(partials) + static_cast<long long>(blockIdx.z) * N * K * PQ;
     const int lane = tid % 32, g = lane / 4, t = lane % 4;
     const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + g;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        // The pair shares an image, and N*P*Q being even the second column exists
+    if (pairs) {
+        // The two columns of a pair share an image, and N*P*Q being even the second exists
         // whenever the first does.
-        const bool paired = pairs != 0;
-        const int n_even = n0 + j * 8 + 2 * t;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int n = n_even + h;
-            if (n >= NPQ || (paired && h == 1)) continue;
+        for (int j = 0; j < BN / 8; ++j) {
+            const int n = n0 + j * 8 + 2 * t;
+            if (n >= NPQ) continue;
             const int img = fast_div(n, pq_mul, pq_shr);
             const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
 #pragma unroll
             for (int v = 0; v < 2; ++v) {
                 const int m = row + 8 * v;
                 if (m >= kg) continue;
-                const float a = acc[4 * j + 2 * v + h];
-                if (paired) {
-                    const float b = acc[4 * j + 2 * v + 1];
-                    if (gridDim.z > 1) {
-                        store_acc2(split_sums + base + m * PQ, a, b);
-                    } else {
-                        store_acc2(y + base + m * PQ, a, b);
-                    }
-                } else if (gridDim.z > 1) {
-                    split_sums[base + m * PQ] = a;
+                const float a = acc[4 * j + 2 * v], b = acc[4 * j + 2 * v + 1];
+                if (gridDim.z > 1) {
+                    store_acc2(split_sums + base + m * PQ, a, b);
                 } else {
-                    store_acc(y + base + m * PQ, a);
+                    store_acc2(y + base + m * PQ, a, b);
+                }
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + j * 8 + 2 * t + h;
+            if (n >= NPQ) continue;
+            const int img = fast_div(n, pq_mul, pq_shr);
+            const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+                const int m = row + 8 * v;
+                if (m >= kg) continue;
+                if (gridDim.z > 1) {
+                    split_sums[base + m * PQ] = acc[4 * j + 2 * v + h];
+                } else {
+                    store_acc(y + base + m * PQ, acc[4 * j + 2 * v + h]);
                 }
             }
         }

@@ -152,7 +152,10 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #:                                                   workspace, so only chunk=all is offered)
 #: The epilogues' paired stores (store_acc2; implicit_gemm_tc and implicit_gemm_wgmma):
 #:   the pair's second value from register 2v, not 2v + 1 -> every tc case with P*Q even
-#:                                                          (error 0.99-1.08)
+#:                                                          (error 0.99-1.08); after the
+#:     two-loop form (3xTF32 and element-wise tc instances do not pair), injected in both
+#:     kernels: tc_nhwc_geom fails in float16, bfloat16 and 1xTF32 (tc) and in float16 and
+#:     3xTF32 (wgmma); tc's 3xTF32 case passes, as it should
 #:   host: pairs without y's alignment checked            -> the -offset cases with P*Q even
 #:                                                          (tc_pw_vec, tc_nhwc_geom): abort,
 #:                                                          misaligned st.global.b32 / .v2.f32
