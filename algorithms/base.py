@@ -232,6 +232,14 @@ class WorkspaceLayout:
             for name, (offset, shape, dtype) in self._entries.items()
         }
 
+    def span(self, name: str) -> tuple[int, int]:
+        """(offset, bytes) of the sub-buffer `name` in the workspace."""
+        offset, shape, dtype = self._entries[name]
+        count = 1
+        for dim in shape:
+            count *= dim
+        return offset, count * _itemsize(dtype)
+
     def view(self, workspace: Any, name: str) -> Any:
         """A typed view of the sub-buffer `name` of `workspace` (no copy)."""
         offset, shape, dtype = self._entries[name]

@@ -18,7 +18,15 @@ import numpy as np
 import pytest
 
 from algorithms.base import AlgorithmBase
-from algorithms.cuda import KERNEL_MODULES, _cublas, _loader, fft, im2col_gemm
+from algorithms.cuda import (
+    KERNEL_MODULES,
+    _cublas,
+    _loader,
+    _rearrange,
+    fft,
+    im2col_gemm,
+    implicit_gemm_wgmma,
+)
 from algorithms.cuda._loader import fastdiv
 from algorithms.problem import ConvProblem
 from tests.cuda_emu.cases import ALGORITHMS as ALGOS
@@ -427,3 +435,22 @@ def test_im2col_gemm_reads_tf32_only_from_rounded_copies(monkeypatch: pytest.Mon
         assert set(map(TF32_WRITERS.__contains__, writers)) <= {math == "tf32"}, kernels
         assert ("round_tf32" in kernels) == (math == "tf32" and direction != "backward_filter")
         assert algorithm.work(problem, config).launches == len(kernels) + len(gemms), config
+
+
+def test_nhwc_copies_write_where_the_views_would() -> None:
+    """The NHWC copies and split K's partial sums are passed as byte ranges of the workspace
+    (`WorkspaceLayout.span`), which must be exactly the named views' memory."""
+    problem = ConvProblem(n=3, c=24, h=5, w=6, k=18, r=3, s=2, pad=2, dilation=2, groups=3,
+                          dtype="float32", math="fp32")
+    for config in ("64x128x32-s4", "64x128x32-s4-k2"):
+        layout = implicit_gemm_wgmma.workspace_layout(problem, config)
+        workspace = dev(np.zeros(layout.nbytes, np.uint8))
+        views = layout.views(workspace)
+        copies = _rearrange.nhwc_copies(problem, implicit_gemm_wgmma.tf32_parts(problem))
+        for name, span in (("x", copies.x_bytes), ("w", copies.w_bytes)):
+            part = workspace[span]
+            assert part.data.ptr == views[name].data.ptr and part.nbytes == views[name].nbytes
+        if "part" in views:
+            offset, nbytes = layout.span("part")
+            assert workspace[offset:].data.ptr == views["part"].data.ptr
+            assert nbytes == views["part"].nbytes

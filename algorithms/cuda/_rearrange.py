@@ -1,6 +1,6 @@
 """Launchers of kernels/rearrange.cu's copies: `remap`, `phase_filter` and `phase_shuffle`
 (the backward directions' rearranged operands, algorithms/by_forward.py and phases.py) and
-`transpose` (the tensor-core kernels' NHWC operands).
+`transpose` (the tensor-core kernels' NHWC operands, `nhwc_copies`).
 
 Both copy bits through an unsigned type of the element's size, so every float format comes
 through exactly, except where a float32 transpose is asked to round to TF32 (wgmma's
@@ -11,6 +11,7 @@ tensor they touch is below 2**31 elements (the callers' `_limits` check it).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from math import prod
 from typing import Any
 
@@ -88,18 +89,11 @@ def phase_shuffle(z: Any, dx: Any, found: Phases, problem: ConvProblem) -> None:
                found.w.first, found.h.count, found.w.count, total))))
 
 
-def transpose(src: Any, dst: Any, batch: int, rows: int, cols: int, itemsize: int,
-              parts: int = 0) -> None:
-    """dst[b][j][i] = src[b][i][j] for a (batch, rows, cols) source, in one launch (rounded
-    to TF32 in `parts`, see TF32_PARTS)."""
-    name, grid, args = _transpose_launch(batch, rows, cols, itemsize, parts)
-    get_kernel(KERNEL_FILE, name)(grid, (_THREADS,), (src, dst, *args))
-
-
-@functools.lru_cache(maxsize=4096)  # two per NHWC run, the same for a given problem
 def _transpose_launch(batch: int, rows: int, cols: int, itemsize: int, parts: int
                       ) -> tuple[str, tuple[int], tuple[np.int32, ...]]:
-    """(instance, grid, scalar arguments) of one transpose launch."""
+    """(instance, grid, scalar arguments) of one transpose launch: dst[b][j][i] =
+    src[b][i][j] for a (batch, rows, cols) source (rounded to TF32 in `parts`, see
+    TF32_PARTS)."""
     row_tiles, col_tiles = ceil_div(rows, 32), ceil_div(cols, 32)
     tiles = batch * row_tiles * col_tiles
     # One block per tile (grid_stride_blocks' cap), each looping over the rest.
@@ -117,11 +111,34 @@ def add_nhwc_operands(layout: WorkspaceLayout, problem: ConvProblem,
                             problem.c // problem.groups), problem.dtype)
 
 
-def to_nhwc(x: Any, w: Any, views: dict[str, Any], problem: ConvProblem,
-            parts: int = 0) -> tuple[Any, Any]:
-    """Enqueue the copies of x and w into add_nhwc_operands' views (with `parts` copies of
-    each, or one when 0); (x, w) as copied."""
-    rs, item = problem.r * problem.s, problem.itemsize
-    transpose(x, views["x"], problem.n, problem.c, problem.h * problem.w, item, parts)
-    transpose(w, views["w"], problem.k, problem.c // problem.groups, rs, item, parts)
-    return views["x"], views["w"]
+@dataclass(frozen=True)
+class NhwcCopies:
+    """The two transposes that write the NHWC operands, worked out once per problem: where
+    in the workspace each copy goes (bytes of add_nhwc_operands' layout) and each launch."""
+
+    x_bytes: slice
+    w_bytes: slice
+    x_launch: tuple[str, tuple[int], tuple[np.int32, ...]]
+    w_launch: tuple[str, tuple[int], tuple[np.int32, ...]]
+
+    def enqueue(self, x: Any, w: Any, workspace: Any) -> tuple[Any, Any]:
+        """Enqueue both copies; (x, w) as copied: byte ranges of the workspace, which the
+        kernels take as plain pointers (typed views would cost host time on every run)."""
+        xs, ws = workspace[self.x_bytes], workspace[self.w_bytes]
+        for src, dst, (name, grid, args) in ((x, xs, self.x_launch), (w, ws, self.w_launch)):
+            get_kernel(KERNEL_FILE, name)(grid, (_THREADS,), (src, dst, *args))
+        return xs, ws
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every NHWC run
+def nhwc_copies(problem: ConvProblem, parts: int = 0) -> NhwcCopies:
+    """The copies of x and w into add_nhwc_operands' regions (first in the workspace), with
+    `parts` copies of each (TF32_PARTS; one when 0)."""
+    layout = add_nhwc_operands(WorkspaceLayout(), problem, max(parts, 1))
+    (x_at, x_bytes), (w_at, w_bytes) = layout.span("x"), layout.span("w")
+    item = problem.itemsize
+    return NhwcCopies(
+        slice(x_at, x_at + x_bytes), slice(w_at, w_at + w_bytes),
+        _transpose_launch(problem.n, problem.c, problem.h * problem.w, item, parts),
+        _transpose_launch(problem.k, problem.c // problem.groups, problem.r * problem.s,
+                          item, parts))

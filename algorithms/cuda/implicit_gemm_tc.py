@@ -404,11 +404,9 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
     ) -> None:
         """Enqueue the NHWC copies, the GEMM kernel and the split-K sum, as the config
         asks, on the current stream; no synchronisation."""
-        layout = workspace_layout(problem, config)
-        buf = layout.views(workspace) if layout.nbytes else {}
         widths = None
         if parse_config(config).nhwc:
-            x, w = _rearrange.to_nhwc(x, w, buf, problem)
+            x, w = _rearrange.nhwc_copies(problem).enqueue(x, w, workspace)
         else:
             widths = vector_widths(problem)
             # A caller's sliced buffer may be misaligned: its operand is copied element-wise.
@@ -419,12 +417,14 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         launch = _launch(problem, config, widths)
         kernel = get_kernel(KERNEL_FILE, launch.name)
         allow_shared_memory(kernel, launch.smem)
-        part = buf.get("part", y)  # not written without splits
+        # Split K's partial sums, as a byte range (the kernels take a pointer); else y, which
+        # the kernel then never touches as partials.
+        part = y if launch.part_bytes is None else workspace[launch.part_bytes]
         kernel(launch.grid, launch.block,
                (x, w, y, *launch.geometry, part, launch.kper,
-                paired_stores(launch.pair_bytes, part if launch.split else y)),
+                paired_stores(launch.pair_bytes, part)),
                shared_mem=launch.smem)
-        if launch.grid[2] > 1:  # the splits launched
+        if launch.part_bytes is not None:  # the splits launched
             add = get_kernel(KERNEL_FILE, launch.sum_name)
             add(launch.sum_grid, (256,), (part, y, *launch.sum_args))
 
@@ -440,14 +440,20 @@ class _Launch:
     block: tuple[int]
     geometry: tuple[Any, ...]  # shape_args, then the fast divisions' constants
     kper: np.int32
-    split: bool
-    pair_bytes: int  # see paired_stores
+    part_bytes: slice | None  # split K's partial sums in the workspace; None without splits
+    pair_bytes: int  # see paired_stores, for y or (split) the partial sums
     sum_name: str
     sum_grid: tuple[int]
     sum_args: tuple[np.int32, np.int32]
 
 
 _PAIRS = (np.int32(0), np.int32(1))
+
+
+def _bytes(layout: WorkspaceLayout, name: str) -> slice:
+    """The byte range of `layout`'s region `name`."""
+    offset, nbytes = layout.span(name)
+    return slice(offset, offset + nbytes)
 
 
 def pair_bytes(problem: ConvProblem, itemsize: int) -> int:
@@ -485,7 +491,7 @@ def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -
         geometry=(*shape_args(problem),
                   *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w)),
         kper=np.int32(split_steps(problem, cfg.splits, cfg.bk)[0]),
-        split=grid[2] > 1,
+        part_bytes=_bytes(workspace_layout(problem, config), "part") if grid[2] > 1 else None,
         pair_bytes=pair_bytes(problem, 4 if grid[2] > 1 else problem.itemsize),
         sum_name=sum_name_expression(problem.dtype), sum_grid=(grid_stride_blocks(total),),
         sum_args=(np.int32(total), np.int32(grid[2])),

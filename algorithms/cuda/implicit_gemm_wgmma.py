@@ -3,7 +3,7 @@ wgmma.mma_async, sm_90a only, float16 and bfloat16, and float32 as TF32 or 3xTF3
 FP32 accumulation.
 
 The same GEMM as implicit_gemm_tc's NHWC configurations (x copied to NHWC and the filter to
-(K, R, S, C/groups) in the workspace, _rearrange.to_nhwc), but each warpgroup of 128 threads
+(K, R, S, C/groups) in the workspace, _rearrange.nhwc_copies), but each warpgroup of 128 threads
 multiplies a 64 x 128 tile with one wgmma per 32 bytes of K (m64n128k16 for 16-bit types,
 m64n128k8 for TF32), straight from shared memory: no fragment loads through registers
 (ldmatrix), which is what bounds the mma.sync kernel's rate (implicit_gemm_tc's docstring:
@@ -258,29 +258,63 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
     ) -> None:
         """Enqueue the NHWC copies, the GEMM kernel and the split-K sum on the current
         stream; no sync."""
-        tile = parse_config(problem.dtype, problem.math, config).tile
-        smem = tile.smem_bytes(copies(problem.dtype, problem.math))
-        out_h, out_w = problem.out_hw
-        views = workspace_layout(problem, config).views(workspace)
-        x, w = _rearrange.to_nhwc(x, w, views, problem, tf32_parts(problem))
-        kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config, problem.math))
-        allow_shared_memory(kernel, smem)
-        grid, kper = launch(problem, config)
-        split = grid[2] > 1
-        part = views.get("part", y)  # not written without splits
-        pairs = paired_stores(pair_bytes(problem, 4 if split else problem.itemsize),
-                              part if split else y)
-        kernel(grid, (tile.threads,),
-               (x, w, y, *shape_args(problem),
-                *fastdiv_args(problem.c // problem.groups, problem.s, out_h * out_w, out_w),
-                part, np.int32(kper), pairs),
-               shared_mem=smem)
-        if grid[2] > 1:  # the splits launched
-            total = prod(problem.output_shape)
-            add = get_kernel(implicit_gemm_tc.KERNEL_FILE,
-                             implicit_gemm_tc.sum_name_expression(problem.dtype))
-            add((grid_stride_blocks(total),), (256,),
-                (part, y, np.int32(total), np.int32(grid[2])))
+        run = _run_plan(problem, config)
+        x, w = run.copies.enqueue(x, w, workspace)
+        kernel = get_kernel(KERNEL_FILE, run.name)
+        allow_shared_memory(kernel, run.smem)
+        # Split K's partial sums, as a byte range (the kernels take a pointer); else y, which
+        # the kernel then never touches as partials.
+        part = y if run.part_bytes is None else workspace[run.part_bytes]
+        kernel(run.grid, run.block,
+               (x, w, y, *run.geometry, part, run.kper, paired_stores(run.pair_bytes, part)),
+               shared_mem=run.smem)
+        if run.part_bytes is not None:  # the splits launched
+            add = get_kernel(implicit_gemm_tc.KERNEL_FILE, run.sum_name)
+            add(run.sum_grid, (256,), (part, y, *run.sum_args))
+
+
+@dataclass(frozen=True)
+class _RunPlan:
+    """What `_run` enqueues for one (problem, config), worked out once: on every run only
+    the operands change."""
+
+    copies: _rearrange.NhwcCopies
+    name: str
+    smem: int
+    grid: tuple[int, int, int]
+    block: tuple[int]
+    geometry: tuple[Any, ...]  # shape_args, then the fast divisions' constants
+    kper: np.int32
+    part_bytes: slice | None  # split K's partial sums in the workspace; None without splits
+    pair_bytes: int  # paired_stores' alignment for y or (split) the partial sums
+    sum_name: str
+    sum_grid: tuple[int]
+    sum_args: tuple[np.int32, np.int32]
+
+
+@functools.lru_cache(maxsize=4096)
+def _run_plan(problem: ConvProblem, config: str) -> _RunPlan:
+    """The launches of `config` on `problem` (see _RunPlan)."""
+    tile = parse_config(problem.dtype, problem.math, config).tile
+    out_h, out_w = problem.out_hw
+    grid, kper = launch(problem, config)
+    split = grid[2] > 1
+    part = None
+    if split:
+        offset, nbytes = workspace_layout(problem, config).span("part")
+        part = slice(offset, offset + nbytes)
+    total = prod(problem.output_shape)
+    return _RunPlan(
+        copies=_rearrange.nhwc_copies(problem, tf32_parts(problem)),
+        name=name_expression(problem.dtype, config, problem.math),
+        smem=tile.smem_bytes(copies(problem.dtype, problem.math)), grid=grid,
+        block=(tile.threads,),
+        geometry=(*shape_args(problem),
+                  *fastdiv_args(problem.c // problem.groups, problem.s, out_h * out_w, out_w)),
+        kper=np.int32(kper), part_bytes=part,
+        pair_bytes=pair_bytes(problem, 4 if split else problem.itemsize),
+        sum_name=implicit_gemm_tc.sum_name_expression(problem.dtype),
+        sum_grid=(grid_stride_blocks(total),), sum_args=(np.int32(total), np.int32(grid[2])))
 
 
 class ImplicitGemmWgmmaCuda(CudaByForward, _ImplicitGemmWgmmaCudaForward):
