@@ -18,6 +18,8 @@
 #              problem, interleaved: algorithm, plan, convolve, backward calls, the module)
 #   host_profile  benchmarks/profile_host.py (issues 9, 13: cProfile of a plan call, the
 #              module's forward and its training step on the small problem, by function)
+#   launch_cost  benchmarks/bench_launch_cost.py (issue 9: host us per kernel launch by its
+#              argument count and packed in a structure, per cuBLAS call, per workspace view)
 #   profile    Nsight Compute over benchmarks/profile_kernels.py, one ncu process per case
 #              (PROFILE_CASES=a,b to choose; NCU_METRICS="" to drop the stall metrics),
 #              then benchmarks/ncu_summary.py's table of every kernel: run `warm` first
@@ -135,6 +137,10 @@ for step in "${steps[@]}"; do
     host_profile)
         run host_profile host_profile python3 benchmarks/profile_host.py --device cuda
         tail -n 130 "$LOG/host_profile.log" ;;
+    launch_cost)
+        run launch_cost launch_cost python3 benchmarks/bench_launch_cost.py \
+            --out "$LOG/launch_cost.json"
+        tail -n 12 "$LOG/launch_cost.log" ;;
     profile)
         sections=(--section SpeedOfLight --section LaunchStats --section Occupancy
                   --section WarpStateStats --section ComputeWorkloadAnalysis
