@@ -43,6 +43,8 @@ SMALL = ConvProblem(n=1, c=64, h=56, w=56, k=64, r=3, s=3, pad=1)
 RES4 = ConvProblem(n=32, c=256, h=14, w=14, k=256, r=3, s=3, pad=1)
 #: ResNet-50's res4.1x1b at batch 32 in float16 (a pointwise layer: no column matrix)
 RES4_1X1B = ConvProblem(n=32, c=256, h=14, w=14, k=1024, r=1, s=1, dtype="float16")
+RES4_BWD_FILTER = ConvProblem(n=32, c=256, h=14, w=14, k=256, r=3, s=3, pad=1,
+                              direction="backward_filter")
 RES4_FP16 = ConvProblem(n=32, c=256, h=14, w=14, k=256, r=3, s=3, pad=1, dtype="float16")
 CASES = [
     (implicit_gemm_tc.ImplicitGemmTcCuda(), SMALL, "128x128"),
@@ -52,6 +54,8 @@ CASES = [
     (winograd.WinogradCuda(), RES4, "f4x4"),
     (im2col_gemm.Im2colGemmCuda(), RES4, "chunk=all"),
     (im2col_gemm.Im2colGemmCuda(), RES4_1X1B, "chunk=all"),
+    (im2col_gemm.Im2colGemmCuda(), RES4, "chunk=4"),
+    (im2col_gemm.Im2colGemmCuda(), RES4_BWD_FILTER, "chunk=16"),
     (implicit_gemm_wgmma.ImplicitGemmWgmmaCuda(), RES4_FP16, "128x128x64-s5-f1"),
     (implicit_gemm_wgmma.ImplicitGemmWgmmaCuda(), RES4_FP16, "128x128x64-s4-k2"),
 ]

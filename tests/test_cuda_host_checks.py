@@ -444,7 +444,7 @@ def test_nhwc_copies_write_where_the_views_would() -> None:
                           dtype="float32", math="fp32")
     for config in ("64x128x32-s4", "64x128x32-s4-k2"):
         layout = implicit_gemm_wgmma.workspace_layout(problem, config)
-        workspace = dev(np.zeros(layout.nbytes, np.uint8))
+        workspace: Any = dev(np.zeros(layout.nbytes, np.uint8))
         views = layout.views(workspace)
         copies = _rearrange.nhwc_copies(problem, implicit_gemm_wgmma.tf32_parts(problem))
         for name, span in (("x", copies.x_bytes), ("w", copies.w_bytes)):

@@ -50,17 +50,17 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from math import prod
 from typing import Any, ClassVar
 
 import numpy as np
 
 from algorithms.base import SUPPORTED, Support, Work, WorkspaceLayout, unsupported
 from algorithms.cuda._base import CudaAlgorithm
-from algorithms.cuda._cublas import OP_N, OP_T, gemm_strided_batched
+from algorithms.cuda._cublas import OP_N, OP_T
 from algorithms.cuda._loader import (
     CTYPES,
     INT32_LIMIT,
-    ceil_div,
     fastdiv_args,
     get_kernel,
     grid_stride_blocks,
@@ -68,6 +68,7 @@ from algorithms.cuda._loader import (
     shape_args,
     tensors_fit_int32,
 )
+from algorithms.cuda._program import Gemm, Kernel, Program, Ref
 from algorithms.problem import ConvProblem
 
 KERNEL_FILE = "im2col.cu"
@@ -162,67 +163,24 @@ class Im2colGemmCuda(CudaAlgorithm):
         return _layout(problem, config).nbytes
 
     def work(self, problem: ConvProblem, config: str) -> Work:
-        """Per chunk its kernels (column matrix, dyT, dy's rounded copy) and a GEMM; once the
-        rounded w and float16's final rounding (cuBLAS's blocks are not known here)."""
-        layout = _layout(problem, config)
-        # "col" is there exactly when a pass writes or reads it: im2col, col2im, or a
-        # pointwise layer's rounded copy of x.
-        per_chunk = (1 + ("col" in layout) + ("dyt" in layout) + ("dy" in layout)
-                     + ("yt" in layout))
-        once = ("w" in layout) + ("sum" in layout)
-        return Work(launches=per_chunk * ceil_div(problem.n, chunk_images(problem, config))
-                    + once)
+        """Its program's launches: per chunk the column kernels and one GEMM per group (or
+        per image); once the rounded w and float16's final rounding (cuBLAS's blocks are
+        not known here)."""
+        return Work(launches=len(_program(problem, config).steps))
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue the direction's column kernels and GEMMs, chunk by chunk."""
+        """Enqueue the direction's column kernels and GEMMs, chunk by chunk (`_program`)."""
         # The column matrix is stored element by element: the workspace must be aligned to
         # the element (CuPy allocations are 256-byte aligned; a sliced uint8 one may not be),
         # and to 4 bytes where it also holds float16 backward_filter's float32 sum.
-        layout = _layout(problem, config)
-        if layout.nbytes:  # a pointwise layer's image-outer passes may need none
+        program = _program(problem, config)
+        if program.regions:  # a pointwise layer's image-outer passes may need none
             require_aligned("im2col_gemm: workspace", workspace,
-                            4 if "sum" in layout else problem.itemsize)
-        chunk = chunk_images(problem, config)
-        dw_sum = layout.view(workspace, "sum") if "sum" in layout else y
-        if "w" in layout:  # math "tf32": cuBLAS reads a copy of w rounded to TF32
-            w_tf32 = layout.view(workspace, "w")
-            _round_tf32(w, w_tf32, 0, int(np.prod(problem.filter_shape)))
-            w = w_tf32
-        if config == MERGED and problem.direction == "forward":
-            _im2col(x, workspace, problem, 0, problem.n, image_inner=True)
-            _forward_merged(workspace, w, layout.view(workspace, "yt"), y, problem)
-            return
-        if config == MERGED:  # backward_data
-            _backward_data_merged(x, w, layout.view(workspace, "dyt"), workspace, y, problem)
-            return
-        # Views made once per run, not per chunk (each costs host time in a timed region).
-        # "col", where the layout has it, is its first region: the workspace itself (a view
-        # would cost host time on every run).
-        col = workspace if "col" in layout else None
-        dy_tf32 = layout.view(workspace, "dy") if "dy" in layout else None
-        dyt = layout.view(workspace, "dyt") if "dyt" in layout else None
-        image = problem.k * _dims(problem)[0]  # elements of one image's dy
-        for n0 in range(0, problem.n, chunk):
-            nb = min(chunk, problem.n - n0)
-            if problem.direction == "backward_data":
-                dy, first = x, n0
-                if dy_tf32 is not None:  # the chunk's dy rounded to TF32, from its first image
-                    _round_tf32(x, dy_tf32, n0 * image, nb * image)
-                    dy, first = dy_tf32, 0
-                _backward_data_chunk(dy, first, w, y, col, problem, n0, nb)
-                continue
-            if problem.direction == "backward_filter":
-                _im2col(x, col, problem, n0, nb, image_inner=True)
-                _backward_filter_chunk(w, col, dyt, dw_sum, problem, n0, nb)
-            else:
-                _forward_chunk(_columns(x, col, problem, n0, nb), w, y, problem, n0, nb)
-        if dw_sum is not y:
-            total = int(np.prod(problem.filter_shape))
-            kernel = get_kernel(KERNEL_FILE, round_expression(problem.dtype))
-            kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-                   (dw_sum, y, np.int32(total)))
+                            4 if problem.direction == "backward_filter"
+                            and problem.dtype == "float16" else problem.itemsize)
+        program.run(get_kernel, x, w, y, workspace)
 
 
 @functools.lru_cache(maxsize=512)
@@ -260,25 +218,46 @@ def _needs_columns(problem: ConvProblem, merged: bool) -> bool:
     return problem.direction == "forward" and _tf32(problem)
 
 
-def _columns(x: Any, col: Any, problem: ConvProblem, n0: int, nb: int) -> int:
-    """The device address of the forward column matrix of images n0..n0+nb: written by
-    im2col into `col`, or for a pointwise layer x's own images (rounded into `col` first
-    under math "tf32")."""
-    if not problem.pointwise:
-        _im2col(x, col, problem, n0, nb)
-        return int(col.data.ptr)
-    if col is None:
-        return int(x.data.ptr) + n0 * problem.c * _dims(problem)[0] * problem.itemsize
-    image = problem.c * _dims(problem)[0]
-    _round_tf32(x, col, n0 * image, nb * image)
-    return int(col.data.ptr)
+@functools.lru_cache(maxsize=512)
+def _program(problem: ConvProblem, config: str) -> Program:
+    """Every launch and GEMM of a run, in order (see the module docstring): worked out once,
+    so that a run binds its operands and enqueues. Operands: "a", "b", "out" (x, w, y;
+    dy, w, dx; x, dy, dw) and the layout's regions."""
+    layout = _layout(problem, config)
+    regions = tuple((name, slice(at, at + size))
+                    for name in ("col", "dyt", "w", "dy", "yt", "sum") if name in layout
+                    for at, size in (layout.span(name),))
+    steps: list[Kernel | Gemm] = []
+    filt = "b"
+    if "w" in layout:  # math "tf32": cuBLAS reads a copy of w rounded to TF32
+        steps.append(_round_tf32("b", "w", 0, prod(problem.filter_shape)))
+        filt = "w"
+    if config == MERGED:
+        steps += (_forward_merged if problem.direction == "forward"
+                  else _backward_data_merged)(problem, filt)
+        return Program(regions, tuple(steps))
+    chunk = chunk_images(problem, config)
+    chunk_steps = {"forward": _forward_chunk, "backward_data": _backward_data_chunk,
+                   "backward_filter": _backward_filter_chunk}[problem.direction]
+    for n0 in range(0, problem.n, chunk):
+        steps += chunk_steps(problem, layout, filt, n0, min(chunk, problem.n - n0))
+    if "sum" in layout:  # float16 dW: the float32 sum rounded to storage once
+        total = prod(problem.filter_shape)
+        steps.append(_launch(round_expression(problem.dtype), total,
+                             ("sum", "out", np.int32(total))))
+    return Program(regions, tuple(steps))
 
 
-def _round_tf32(src: Any, dst: Any, start: int, total: int) -> None:
+def _launch(name: str, total: int, args: tuple[Any, ...]) -> Kernel:
+    """A grid-stride launch of one of im2col.cu's kernels over `total` elements; `args`
+    starts with its two operands (source, destination), then its scalars."""
+    return Kernel(KERNEL_FILE, name, (grid_stride_blocks(total, _THREADS),), (_THREADS,),
+                  args[:2], args[2:])
+
+
+def _round_tf32(src: str, dst: str, start: int, total: int) -> Kernel:
     # dst[:total] = src.flat[start:start + total] rounded to TF32.
-    kernel = get_kernel(KERNEL_FILE, ROUND_TF32)
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (src, dst, np.int32(start), np.int32(total)))
+    return _launch(ROUND_TF32, total, (src, dst, np.int32(start), np.int32(total)))
 
 
 @dataclass(frozen=True)
@@ -323,15 +302,14 @@ def _dims(problem: ConvProblem) -> tuple[int, int, int]:
             problem.k // problem.groups)
 
 
-def _im2col(x: Any, col: Any, problem: ConvProblem, n0: int, nb: int,
-            image_inner: bool = False) -> None:
+def _im2col(problem: ConvProblem, n0: int, nb: int, image_inner: bool = False) -> Kernel:
+    """The column matrix of images n0..n0+nb of "a" into "col"."""
     out_h, out_w = problem.out_hw
     total = column_elements(problem, nb)
-    kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, image_inner, _tf32(problem)))
     divisors = fastdiv_args(out_h * out_w, out_w, problem.r * problem.s, problem.s)
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (x, col, *shape_args(problem), np.int32(n0), np.int32(total), *divisors,
-            np.int32(nb), *fastdiv_args(nb)))
+    return _launch(name_expression(problem.dtype, image_inner, _tf32(problem)), total,
+                   ("a", "col", *shape_args(problem), np.int32(n0), np.int32(total),
+                    *divisors, np.int32(nb), *fastdiv_args(nb)))
 
 
 def _tf32(problem: ConvProblem) -> bool:
@@ -340,22 +318,33 @@ def _tf32(problem: ConvProblem) -> bool:
     return problem.math == "tf32"
 
 
-def _forward_chunk(col: int, w: Any, y: Any, problem: ConvProblem, n0: int, nb: int) -> None:
-    # Row-major C = A @ B is column-major C^T = B^T @ A^T: cuBLAS sees
-    # m = P*Q, n = kg, k = cg*R*S with the column matrix (at address `col`) first.
+def _forward_chunk(problem: ConvProblem, layout: WorkspaceLayout, filt: str, n0: int,
+                   nb: int) -> list[Kernel | Gemm]:
+    # The column matrix: im2col's, or a pointwise layer's images of x themselves (rounded to
+    # TF32 into "col" first under math "tf32"). Row-major C = A @ B is column-major C^T =
+    # B^T @ A^T: cuBLAS sees m = P*Q, n = kg, k = cg*R*S with the column matrix first.
     pq, crs, kg = _dims(problem)
     item = problem.itemsize
-    act = y.data.ptr + n0 * problem.k * pq * item
-    for b in _batches(problem, nb):
-        gemm_strided_batched(
-            problem.dtype, OP_N, OP_N, pq, kg, crs,
-            col + b.col * item, pq, b.col_stride,
-            w.data.ptr + b.filt * item, crs, b.filt_stride,
-            act + b.act * item, pq, b.act_stride, b.count, tf32=_tf32(problem),
-        )
+    steps: list[Kernel | Gemm] = []
+    image = problem.c * pq
+    if not problem.pointwise:
+        steps.append(_im2col(problem, n0, nb))
+        col: Ref = ("col", 0)
+    elif "col" in layout:
+        steps.append(_round_tf32("a", "col", n0 * image, nb * image))
+        col = ("col", 0)
+    else:
+        col = ("a", n0 * image * item)
+    act = n0 * problem.k * pq * item
+    steps += [Gemm(problem.dtype, OP_N, OP_N, pq, kg, crs,
+                   (col[0], col[1] + b.col * item), pq, b.col_stride,
+                   (filt, b.filt * item), crs, b.filt_stride,
+                   ("out", act + b.act * item), pq, b.act_stride, b.count, tf32=_tf32(problem))
+              for b in _batches(problem, nb)]
+    return steps
 
 
-def _forward_merged(col: Any, w: Any, yt: Any, y: Any, problem: ConvProblem) -> None:
+def _forward_merged(problem: ConvProblem, filt: str) -> list[Kernel | Gemm]:
     # The whole batch as one GEMM per group, L = n*P*Q wide: with image-inner columns
     # (cg*R*S x L per group, row-major) yT[k][img][pq] (kg x L per group) = W col, column-
     # major yT^T = col^T W^T: m = L, n = kg, k = cg*R*S, batched over the groups. Then y
@@ -363,94 +352,90 @@ def _forward_merged(col: Any, w: Any, yt: Any, y: Any, problem: ConvProblem) -> 
     # swapped (its "K" is the batch, its "images" the channels).
     pq, crs, kg = _dims(problem)
     length = problem.n * pq
-    gemm_strided_batched(
-        problem.dtype, OP_N, OP_N, length, kg, crs,
-        col.data.ptr, length, crs * length,
-        w.data.ptr, crs, kg * crs,
-        yt.data.ptr, length, kg * length, problem.groups, tf32=_tf32(problem),
-    )
-    _images_inner(yt, y, problem.dtype, problem.n, pq, problem.k)
+    return [_im2col(problem, 0, problem.n, image_inner=True),
+            Gemm(problem.dtype, OP_N, OP_N, length, kg, crs, ("col", 0), length, crs * length,
+                 (filt, 0), crs, kg * crs, ("yt", 0), length, kg * length, problem.groups,
+                 tf32=_tf32(problem)),
+            _images_inner("yt", "out", problem.dtype, problem.n, pq, problem.k)]
 
 
-def _backward_data_merged(dy: Any, w: Any, dyt: Any, col: Any, dx: Any,
-                          problem: ConvProblem) -> None:
+def _backward_data_merged(problem: ConvProblem, filt: str) -> list[Kernel | Gemm]:
     # The whole batch as one GEMM per group: dyT[k][img][pq] (rounded to TF32 under math
     # "tf32") from dy, then image-inner col (cg*R*S x L per group, L = n*P*Q) = W^T dyT,
     # column-major col^T = dyT^T W: m = L, n = cg*R*S, k = kg, W transposed; then col2im
     # gathers dx from that layout.
     pq, crs, kg = _dims(problem)
     length = problem.n * pq
-    _images_inner(dy, dyt, problem.dtype, problem.k, pq, problem.n, tf32=_tf32(problem))
-    gemm_strided_batched(
-        problem.dtype, OP_N, OP_T, length, crs, kg,
-        dyt.data.ptr, length, kg * length,
-        w.data.ptr, crs, kg * crs,
-        col.data.ptr, length, crs * length, problem.groups, tf32=_tf32(problem),
-    )
-    _col2im(col, dx, problem, 0, problem.n, image_inner=True)
+    return [_images_inner("a", "dyt", problem.dtype, problem.k, pq, problem.n,
+                          tf32=_tf32(problem)),
+            Gemm(problem.dtype, OP_N, OP_T, length, crs, kg, ("dyt", 0), length, kg * length,
+                 (filt, 0), crs, kg * crs, ("col", 0), length, crs * length, problem.groups,
+                 tf32=_tf32(problem)),
+            _col2im(problem, 0, problem.n, image_inner=True)]
 
 
-def _images_inner(src: Any, dst: Any, dtype: str, rows: int, pq: int, count: int,
-                  first: int = 0, tf32: bool = False) -> None:
+def _images_inner(src: str, dst: str, dtype: str, rows: int, pq: int, count: int,
+                  first: int = 0, tf32: bool = False) -> Kernel:
     """dst[r][i][pq] = src[first + i][r][pq] for r < rows, i < count: one launch of
     images_inner (dy to [k][img][pq] with rows = K; yT back to y with rows = the batch)."""
     total = count * rows * pq
-    kernel = get_kernel(KERNEL_FILE, images_inner_expression(dtype, tf32))
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (src, dst, np.int32(rows), np.int32(pq), np.int32(count), np.int32(first),
-            np.int32(total), *fastdiv_args(pq, count)))
+    return _launch(images_inner_expression(dtype, tf32), total,
+                   (src, dst, np.int32(rows), np.int32(pq), np.int32(count), np.int32(first),
+                    np.int32(total), *fastdiv_args(pq, count)))
 
 
-def _col2im(col: Any, dx: Any, problem: ConvProblem, n0: int, nb: int,
-            image_inner: bool = False) -> None:
+def _col2im(problem: ConvProblem, n0: int, nb: int, image_inner: bool = False) -> Kernel:
+    """dx of images n0..n0+nb ("out") gathered from the column matrix ("col")."""
     total = nb * problem.c * problem.h * problem.w
-    kernel = get_kernel(KERNEL_FILE, col2im_expression(problem.dtype, image_inner))
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (col, dx, *shape_args(problem), np.int32(n0), np.int32(total),
-            *fastdiv_args(problem.h * problem.w, problem.w), np.int32(nb),
-            *fastdiv_args(problem.c)))
+    return _launch(col2im_expression(problem.dtype, image_inner), total,
+                   ("col", "out", *shape_args(problem), np.int32(n0), np.int32(total),
+                    *fastdiv_args(problem.h * problem.w, problem.w), np.int32(nb),
+                    *fastdiv_args(problem.c)))
 
 
-def _backward_data_chunk(dy: Any, first: int, w: Any, dx: Any, col: Any, problem: ConvProblem,
-                         n0: int, nb: int) -> None:
+def _backward_data_chunk(problem: ConvProblem, layout: WorkspaceLayout, filt: str, n0: int,
+                         nb: int) -> list[Kernel | Gemm]:
     # col (cg*R*S x P*Q, row-major) = W^T dy; column-major that is col^T = dy^T W:
     # m = P*Q, n = cg*R*S, k = kg, dy untransposed and W (kg x cg*R*S row-major) transposed.
-    # The chunk's images n0.. start at image `first` of `dy` (0 in a rounded copy). A
-    # pointwise layer (`col` None) has dx's images as its column matrices: no col2im.
+    # Under math "tf32" the chunk's dy is first rounded into "dy" (from its first image). A
+    # pointwise layer (no "col") has dx's images as its column matrices: no col2im.
     pq, crs, kg = _dims(problem)
     item = problem.itemsize
-    act = dy.data.ptr + first * problem.k * pq * item
-    out = (dx.data.ptr + n0 * problem.c * pq * item) if col is None else col.data.ptr
-    for b in _batches(problem, nb):
-        gemm_strided_batched(
-            problem.dtype, OP_N, OP_T, pq, crs, kg,
-            act + b.act * item, pq, b.act_stride,
-            w.data.ptr + b.filt * item, crs, b.filt_stride,
-            out + b.col * item, pq, b.col_stride, b.count, tf32=_tf32(problem),
-        )
-    if col is not None:
-        _col2im(col, dx, problem, n0, nb)
+    steps: list[Kernel | Gemm] = []
+    image = problem.k * pq  # elements of one image's dy
+    dy: Ref = ("a", n0 * image * item)
+    if "dy" in layout:
+        steps.append(_round_tf32("a", "dy", n0 * image, nb * image))
+        dy = ("dy", 0)
+    col: Ref = ("col", 0) if "col" in layout else ("out", n0 * problem.c * pq * item)
+    steps += [Gemm(problem.dtype, OP_N, OP_T, pq, crs, kg,
+                   (dy[0], dy[1] + b.act * item), pq, b.act_stride,
+                   (filt, b.filt * item), crs, b.filt_stride,
+                   (col[0], col[1] + b.col * item), pq, b.col_stride, b.count,
+                   tf32=_tf32(problem))
+              for b in _batches(problem, nb)]
+    if "col" in layout:
+        steps.append(_col2im(problem, n0, nb))
+    return steps
 
 
-def _backward_filter_chunk(dy: Any, col: Any, dyt: Any, dw: Any, problem: ConvProblem,
-                           n0: int, nb: int) -> None:
+def _backward_filter_chunk(problem: ConvProblem, layout: WorkspaceLayout, filt: str, n0: int,
+                           nb: int) -> list[Kernel | Gemm]:
     # dW (kg x cg*R*S, row-major) += dy col^T summed over the chunk's images; column-major
     # dW^T = col dy^T: m = cg*R*S, n = kg, k = L = nb*P*Q. Per group, the image-inner column
     # matrix is (cg*R*S) x L row-major (an L x cg*R*S column-major A, lda = L, transposed)
     # and dyT is kg x L row-major (an L x kg column-major B, ldb = L); the batch runs over the
-    # groups. Chunks add into dW (beta = 1 after the first); `dw` is the float32 sum for
-    # float16 (the layout's "sum").
+    # groups. Chunks add into dW (beta = 1 after the first): "out", or the float32 "sum" for
+    # float16. dy is "b" here (`filt` is unused: this direction has no filter operand).
+    # A kernel copies dy rather than cupy.copyto into a workspace view: both allocate
+    # nothing (graph capture), but the kernel needs no CuPy array for dy and the CPU
+    # emulation runs it under AddressSanitizer.
     pq, crs, kg = _dims(problem)
     length = nb * pq
-    float32_c = problem.dtype == "float16"
-    # A kernel rather than cupy.copyto into a workspace view: both allocate nothing (graph
-    # capture), but the kernel needs no CuPy array for dy and the CPU emulation runs it
-    # under AddressSanitizer.
-    _images_inner(dy, dyt, problem.dtype, problem.k, pq, nb, n0, _tf32(problem))
-    gemm_strided_batched(
-        problem.dtype, OP_T, OP_N, crs, kg, length,
-        col.data.ptr, length, crs * length,
-        dyt.data.ptr, length, kg * length,
-        dw.data.ptr, crs, kg * crs, problem.groups,
-        accumulate=n0 > 0, float32_c=float32_c, tf32=_tf32(problem),
-    )
+    return [_im2col(problem, n0, nb, image_inner=True),
+            _images_inner("b", "dyt", problem.dtype, problem.k, pq, nb, n0, _tf32(problem)),
+            Gemm(problem.dtype, OP_T, OP_N, crs, kg, length, ("col", 0), length, crs * length,
+                 ("dyt", 0), length, kg * length,
+                 ("sum" if "sum" in layout else "out", 0), crs, kg * crs, problem.groups,
+                 accumulate=n0 > 0, float32_c=problem.dtype == "float16",
+                 tf32=_tf32(problem))]
