@@ -55,42 +55,66 @@ def shipped_kernels() -> tuple[str, ...]:
             *(name_expression("transpose", 4, parts) for parts in TF32_PARTS if parts))
 
 
+#: (instance, grid, scalar arguments) of one grid-stride copy launch.
+_Launch = tuple[str, tuple[int], tuple[Any, ...]]
+
+
+def _enqueue(src: Any, dst: Any, launch: _Launch) -> None:
+    name, grid, args = launch
+    get_kernel(KERNEL_FILE, name)(grid, (_THREADS,), (src, dst, *args))
+
+
 def remap(src: Any, dst: Any, remap: Remap, itemsize: int) -> None:
     """One launch of the remap kernel over dst."""
-    total = prod(remap.dst_shape)
-    (sh, sw), (dh, dw) = remap.src_hw, remap.dst_hw
-    kernel = get_kernel(KERNEL_FILE, name_expression("remap", itemsize))
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (src, dst, np.int32(remap.a), np.int32(remap.middle), np.int32(remap.b),
-            np.int32(sh), np.int32(sw), np.int32(dh), np.int32(dw), np.int32(remap.offset[0]),
-            np.int32(remap.offset[1]), np.int32(remap.step[0]), np.int32(remap.step[1]),
-            np.int32(remap.flip), np.int32(total),
-            *fastdiv_args(dw, dh, remap.a, remap.middle, remap.b)))
+    _enqueue(src, dst, _remap_launch(remap, itemsize))
 
 
 def phase_filter(w: Any, dst: Any, found: Phases, problem: ConvProblem) -> None:
     """One launch: dst = the phases' flipped sub-filters of w (algorithms/phases.py)."""
-    total = prod(found.filter_shape)
-    kernel = get_kernel(KERNEL_FILE, name_expression("phase_filter", problem.itemsize))
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (w, dst, *(np.int32(v) for v in (
-               found.kg, found.cg, problem.r, problem.s, found.h.stride, found.w.stride,
-               found.h.active, found.w.active, found.h.sub_taps, found.w.sub_taps, total))))
+    _enqueue(w, dst, _phase_filter_launch(found, problem))
 
 
 def phase_shuffle(z: Any, dx: Any, found: Phases, problem: ConvProblem) -> None:
     """One launch: dx = the phases' outputs z interleaved (0 where no phase has a tap)."""
+    _enqueue(z, dx, _phase_shuffle_launch(found, problem))
+
+
+# Worked out once per copy: a backward run of the rearranging algorithms makes two or three
+# of them, each with about fifteen scalar arguments.
+@functools.lru_cache(maxsize=4096)
+def _remap_launch(remap: Remap, itemsize: int) -> _Launch:
+    total = prod(remap.dst_shape)
+    (sh, sw), (dh, dw) = remap.src_hw, remap.dst_hw
+    return (name_expression("remap", itemsize), (grid_stride_blocks(total, _THREADS),),
+            (*(np.int32(v) for v in (
+                remap.a, remap.middle, remap.b, sh, sw, dh, dw, remap.offset[0],
+                remap.offset[1], remap.step[0], remap.step[1], remap.flip, total)),
+             *fastdiv_args(dw, dh, remap.a, remap.middle, remap.b)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _phase_filter_launch(found: Phases, problem: ConvProblem) -> _Launch:
+    total = prod(found.filter_shape)
+    return (name_expression("phase_filter", problem.itemsize),
+            (grid_stride_blocks(total, _THREADS),),
+            tuple(np.int32(v) for v in (
+                found.kg, found.cg, problem.r, problem.s, found.h.stride, found.w.stride,
+                found.h.active, found.w.active, found.h.sub_taps, found.w.sub_taps, total)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _phase_shuffle_launch(found: Phases, problem: ConvProblem) -> _Launch:
     total = prod(problem.operand_shapes[2])
-    kernel = get_kernel(KERNEL_FILE, name_expression("phase_shuffle", problem.itemsize))
-    kernel((grid_stride_blocks(total, _THREADS),), (_THREADS,),
-           (z, dx, *(np.int32(v) for v in (
-               found.groups, found.cg, problem.h, problem.w, found.h.stride, found.w.stride,
-               found.h.pad, found.w.pad, found.h.active, found.w.active, found.h.first,
-               found.w.first, found.h.count, found.w.count, total))))
+    return (name_expression("phase_shuffle", problem.itemsize),
+            (grid_stride_blocks(total, _THREADS),),
+            tuple(np.int32(v) for v in (
+                found.groups, found.cg, problem.h, problem.w, found.h.stride, found.w.stride,
+                found.h.pad, found.w.pad, found.h.active, found.w.active, found.h.first,
+                found.w.first, found.h.count, found.w.count, total)))
 
 
 def _transpose_launch(batch: int, rows: int, cols: int, itemsize: int, parts: int
-                      ) -> tuple[str, tuple[int], tuple[np.int32, ...]]:
+                      ) -> _Launch:
     """(instance, grid, scalar arguments) of one transpose launch: dst[b][j][i] =
     src[b][i][j] for a (batch, rows, cols) source (rounded to TF32 in `parts`, see
     TF32_PARTS)."""
@@ -118,15 +142,15 @@ class NhwcCopies:
 
     x_bytes: slice
     w_bytes: slice
-    x_launch: tuple[str, tuple[int], tuple[np.int32, ...]]
-    w_launch: tuple[str, tuple[int], tuple[np.int32, ...]]
+    x_launch: _Launch
+    w_launch: _Launch
 
     def enqueue(self, x: Any, w: Any, workspace: Any) -> tuple[Any, Any]:
         """Enqueue both copies; (x, w) as copied: byte ranges of the workspace, which the
         kernels take as plain pointers (typed views would cost host time on every run)."""
         xs, ws = workspace[self.x_bytes], workspace[self.w_bytes]
-        for src, dst, (name, grid, args) in ((x, xs, self.x_launch), (w, ws, self.w_launch)):
-            get_kernel(KERNEL_FILE, name)(grid, (_THREADS,), (src, dst, *args))
+        _enqueue(x, xs, self.x_launch)
+        _enqueue(w, ws, self.w_launch)
         return xs, ws
 
 
