@@ -44,3 +44,16 @@ def test_warm_up_and_batched_samples(runtime: Any) -> None:
     raced = runtime.time(lambda: tiny @ tiny, replace(
         TimingPolicy(warmup=1, budget_s=10.0, min_reps=3, max_reps=50), cutoff_ms=1e-9))
     assert len(raced.times_ms) == 3
+
+
+def test_device_time_leaves_the_host_out(runtime: Any) -> None:
+    """device_ms times a run's GPU work alone: for a launch-bound call (tiny + 1, a few
+    microseconds of GPU work, more of CuPy's host work) it is below the back-to-back wall
+    time, and a one-millisecond spin per run is timed as at least that."""
+    from algorithms.cuda.spin import spin
+
+    tiny = runtime.random((8, 8), "float32", np.random.default_rng())
+    work = runtime.device_ms(lambda: tiny + 1, runs=16)
+    wall = runtime.sample_ms(lambda: tiny + 1, 16)
+    assert 0 < work < wall
+    assert runtime.device_ms(lambda: spin(1_000_000), runs=4) >= 0.99
