@@ -125,6 +125,27 @@ __device__ __forceinline__ int tap_output(int i, int t, int pad, int str, int di
     int N, int C, int H, int W, int K, int R, int S, int P, int Q, int pad_h, int pad_w,  \
         int str_h, int str_w, int dil_h, int dil_w, int groups
 
+// The same shape as one structure (algorithms.cuda._loader.shape_struct packs it, fields in
+// this order). Why: CuPy converts every kernel argument on its own, about 0.36 us apiece on
+// an H200's host (benchmarks/bench_launch_cost.py, 2026-11-26), so sixteen ints cost some
+// 6 us per launch. __grid_constant__ keeps it in parameter memory: a by-value copy cost up
+// to 40 registers and spilled two instances. The implicit-GEMM, tensor-core and im2col
+// kernels take it; direct and depthwise keep the ints (ptxas gave the structure's loads 9-37
+// more registers there, past an occupancy step).
+struct ConvShape {
+    int N, C, H, W, K, R, S, P, Q, pad_h, pad_w, str_h, str_w, dil_h, dil_w, groups;
+};
+#define CONV_SHAPE_STRUCT const __grid_constant__ ConvShape shape
+// The structure's fields as the locals every kernel body names; the first statement of a
+// kernel that takes CONV_SHAPE_STRUCT.
+#define CONV_SHAPE_FIELDS                                                                  \
+    [[maybe_unused]] const int N = shape.N, C = shape.C, H = shape.H, W = shape.W,        \
+                               K = shape.K, R = shape.R, S = shape.S, P = shape.P,        \
+                               Q = shape.Q, pad_h = shape.pad_h, pad_w = shape.pad_w,     \
+                               str_h = shape.str_h, str_w = shape.str_w,                  \
+                               dil_h = shape.dil_h, dil_w = shape.dil_w,                  \
+                               groups = shape.groups
+
 // --- NHWC gathers of an implicit GEMM's pixel operand (implicit_gemm_tc.cu's NHWC instances,
 // implicit_gemm_wgmma.cu): x is NHWC and the K index is k = (r*S + s)*cg + c. ---
 

@@ -28,10 +28,11 @@
 
 template <typename T, bool IMAGE_INNER, bool TF32 = false>
 __global__ void __launch_bounds__(256)
-    im2col(const T* __restrict__ x, T* __restrict__ col, CONV_SHAPE_PARAMS, int n0, int total,
+    im2col(const T* __restrict__ x, T* __restrict__ col, CONV_SHAPE_STRUCT, int n0, int total,
            unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,
            unsigned int rs_mul, unsigned int rs_shr, unsigned int s_mul, unsigned int s_shr,
            int nb, unsigned int nb_mul, unsigned int nb_shr) {
+    CONV_SHAPE_FIELDS;
     const int RS = R * S;
     const int PQ = P * Q;
     const T* xn = x + static_cast<long long>(n0) * C * H * W;
@@ -103,9 +104,10 @@ __global__ void __launch_bounds__(256)
 // (the whole-batch "chunk=all-merged" configuration, whose one GEMM writes it).
 template <typename T, bool IMAGE_INNER = false>
 __global__ void __launch_bounds__(256, 4)
-    col2im(const T* __restrict__ col, T* __restrict__ dx, CONV_SHAPE_PARAMS, int n0, int total,
+    col2im(const T* __restrict__ col, T* __restrict__ dx, CONV_SHAPE_STRUCT, int n0, int total,
            unsigned int hw_mul, unsigned int hw_shr, unsigned int w_mul, unsigned int w_shr,
            int nb, unsigned int c_mul, unsigned int c_shr) {
+    CONV_SHAPE_FIELDS;
     const int RS = R * S;
     const int PQ = P * Q;
     T* dxn = dx + static_cast<long long>(n0) * C * H * W;

@@ -23,9 +23,10 @@
 template <typename T, int BM, int BN, int BK, int TM, int TN, int MIN_BLOCKS>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), MIN_BLOCKS)
     implicit_gemm_conv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                       CONV_SHAPE_PARAMS, int vec_out, unsigned int rs_mul, unsigned int rs_shr,
+                       CONV_SHAPE_STRUCT, int vec_out, unsigned int rs_mul, unsigned int rs_shr,
                        unsigned int s_mul, unsigned int s_shr, unsigned int pq_mul,
                        unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr) {
+    CONV_SHAPE_FIELDS;
     constexpr int TX = BN / TN;  // threads along the pixel dimension
     constexpr int TY = BM / TM;  // threads along the channel dimension
     constexpr int THREADS = TX * TY;

@@ -71,10 +71,11 @@ template <typename T, int BM, int BN, int WM, int WN, int STAGES, int PASSES, in
 __global__ void __launch_bounds__(
     WM * WN * 32, ((VA > 1 && VB == 1) || (NHWC && sizeof(T) == 4 && PASSES == 1)) ? 1 : 0)
     implicit_gemm_tc_conv(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                          CONV_SHAPE_PARAMS, unsigned int kdiv_mul, unsigned int kdiv_shr,
+                          CONV_SHAPE_STRUCT, unsigned int kdiv_mul, unsigned int kdiv_shr,
                           unsigned int s_mul, unsigned int s_shr, unsigned int pq_mul,
                           unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,
                           void* __restrict__ partials, int kper, int pairs) {
+    CONV_SHAPE_FIELDS;
     constexpr int THREADS = WM * WN * 32;
     constexpr bool F32 = sizeof(T) == 4;
     // Row padding: 16-bit rows stay multiples of 16 bytes for ldmatrix. For the TF32 fragment

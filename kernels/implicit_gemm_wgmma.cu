@@ -136,11 +136,12 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned long long shar
 template <typename T, int BM, int STAGES, int COPIES, int IN_FLIGHT>
 __global__ void __launch_bounds__(BM / 64 * 128, 1)
     implicit_gemm_wgmma_conv(const T* __restrict__ x, const T* __restrict__ w,
-                             T* __restrict__ y, CONV_SHAPE_PARAMS, unsigned int cg_mul,
+                             T* __restrict__ y, CONV_SHAPE_STRUCT, unsigned int cg_mul,
                              unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,
                              unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul,
                              unsigned int q_shr, void* __restrict__ partials, int kper,
                              int pairs) {
+    CONV_SHAPE_FIELDS;
     constexpr int BN = 128, ROW_BYTES = 128, BK = ROW_BYTES / sizeof(T);  // K-step, elements
     constexpr int VEC = 16 / sizeof(T);   // elements per 16-byte copy
     constexpr int THREADS = BM / 64 * 128;

@@ -250,3 +250,29 @@ def test_spin_waits_its_nanoseconds() -> None:
                           text=True, cwd=ROOT_DIR, env=sanitizer_env(), timeout=600)
     assert done.returncode == 0, done.stderr
     assert 0.05 <= float(done.stdout) < 5
+
+
+_STRUCT = """
+import numpy as np
+from algorithms.cuda import shipped_kernels
+from algorithms.cuda._loader import CONV_SHAPE
+from algorithms.cuda.im2col_gemm import KERNEL_FILE, name_expression
+from tests.cuda_emu.build import EmulatedKernel
+from tests.cuda_emu.host import dev
+kernel = EmulatedKernel(KERNEL_FILE, name_expression("float32"), shipped_kernels()[KERNEL_FILE])
+short = np.zeros((), dtype=[("a", np.int32, (CONV_SHAPE.itemsize // 4 - 1,))])[()]
+try:
+    kernel((1,), (1,), (dev(np.zeros(4, np.float32)), dev(np.zeros(4, np.float32)), short,
+                        *(np.int32(0),) * 13))
+except TypeError as exc:
+    print(exc)
+"""
+
+
+def test_a_structure_argument_of_the_wrong_size_is_refused() -> None:
+    """ConvShape goes by value (kernels/common.cuh): the emulator checks the structure's
+    bytes against the kernel parameter's size, as a GPU would read past a short one."""
+    done = subprocess.run([sys.executable, "-c", _STRUCT], capture_output=True, text=True,
+                          cwd=ROOT_DIR, env=sanitizer_env(), timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "argument 2 is void, the kernel takes 'S'" in done.stdout

@@ -34,8 +34,9 @@ from tests.precision import make_problem
 _missing = missing_tools()
 pytestmark = pytest.mark.skipif(_missing is not None, reason=f"cannot emulate: {_missing}")
 
-#: Where the implicit-GEMM kernel's `vec_out` sits among its scalar arguments.
-_VEC_OUT_ARG = 16
+#: Where the implicit-GEMM kernel's `vec_out` sits among its scalar arguments (after the
+#: ConvShape structure).
+_VEC_OUT_ARG = 1
 
 #: Network layers small enough to emulate: ResNet-50 res4 3x3 and res5 1x1 at batch 1 (not
 #: for fft, whose 65536 padded filter planes alone take seconds here).

@@ -141,8 +141,11 @@ def _checked_launch(filename: str, name_expression: str) -> Callable[..., None]:
         limit = getattr(kernel, "max_dynamic_shared_size_bytes", SMEM_LIMIT)
         assert int(np.prod(block)) <= 1024 and 0 <= shared_mem <= limit <= SMEM_OPT_IN_LIMIT
         for a in args:
-            if isinstance(a, np.generic):
-                assert isinstance(a, (np.int32, np.uint32, np.float32, np.float64)), a
+            if isinstance(a, np.void):  # a structure by value: ConvShape alone so far
+                assert a.dtype == _loader.CONV_SHAPE, a.dtype
+            elif isinstance(a, np.generic):
+                assert isinstance(a, (np.int32, np.uint32, np.uint64, np.float32,
+                                      np.float64)), a
             else:
                 assert hasattr(a, "data"), f"kernel argument {a!r} is not an array or scalar"
         LAUNCHES.append({"file": filename, "kernel": name_expression, "grid": grid,
@@ -454,3 +457,14 @@ def test_nhwc_copies_write_where_the_views_would() -> None:
             offset, nbytes = layout.span("part")
             assert workspace[offset:].data.ptr == views["part"].data.ptr
             assert nbytes == views["part"].nbytes
+
+
+def test_shape_struct_holds_the_shape_ints_in_order() -> None:
+    """The ConvShape structure that the implicit-GEMM, tensor-core and im2col kernels take
+    carries exactly the CONV_SHAPE_PARAMS ints, in their order (32-bit, no padding)."""
+    problem = ConvProblem(n=2, c=6, h=9, w=7, k=4, r=3, s=2, pad=(1, 0), stride=(2, 1),
+                          dilation=(1, 2), groups=2)
+    (packed,) = _loader.shape_struct(problem)
+    assert packed.dtype.itemsize == 16 * 4
+    assert packed.tobytes() == np.array(_loader.shape_args(problem), np.int32).tobytes()
+    assert [int(v) for v in packed.item()][:9] == [2, 6, 9, 7, 4, 3, 2, 5, 5]

@@ -13,7 +13,7 @@ import functools
 import hashlib
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -209,15 +209,30 @@ def fastdiv_args(*divisors: int) -> tuple[np.uint32, ...]:
     return tuple(out)
 
 
+#: kernels/common.cuh's ConvShape: sixteen int32 fields, in its order.
+CONV_SHAPE = np.dtype([(name, np.int32) for name in (
+    "N", "C", "H", "W", "K", "R", "S", "P", "Q", "pad_h", "pad_w", "str_h", "str_w", "dil_h",
+    "dil_w", "groups")])
+
+
+def _shape_values(problem: ConvProblem) -> tuple[int, ...]:
+    out_h, out_w = problem.out_hw
+    return (problem.n, problem.c, problem.h, problem.w, problem.k, problem.r, problem.s,
+            out_h, out_w, *problem.pad, *problem.stride, *problem.dilation, problem.groups)
+
+
 @functools.lru_cache(maxsize=4096)  # asked on every launch, the same for a given problem
 def shape_args(problem: ConvProblem) -> tuple[np.int32, ...]:
     """The CONV_SHAPE_PARAMS kernel arguments of kernels/common.cuh, in its order."""
-    out_h, out_w = problem.out_hw
-    values = (
-        problem.n, problem.c, problem.h, problem.w, problem.k, problem.r, problem.s,
-        out_h, out_w, *problem.pad, *problem.stride, *problem.dilation, problem.groups,
-    )
-    return tuple(np.int32(v) for v in values)
+    return tuple(np.int32(v) for v in _shape_values(problem))
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every launch, the same for a given problem
+def shape_struct(problem: ConvProblem) -> tuple[np.void]:
+    """The CONV_SHAPE_STRUCT kernel argument of kernels/common.cuh: one ConvShape (a NumPy
+    structured scalar, which CuPy passes as the C structure of the same layout), as a
+    1-tuple so that launches splice it where shape_args' ints went."""
+    return (cast(np.void, np.array(_shape_values(problem), dtype=CONV_SHAPE)[()]),)
 
 
 def tensors_fit_int32(problem: ConvProblem, *extra_elements: int) -> bool:

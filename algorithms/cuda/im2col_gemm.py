@@ -65,7 +65,7 @@ from algorithms.cuda._loader import (
     get_kernel,
     grid_stride_blocks,
     require_aligned,
-    shape_args,
+    shape_struct,
     tensors_fit_int32,
 )
 from algorithms.cuda._program import Gemm, Kernel, Program, Ref
@@ -308,7 +308,7 @@ def _im2col(problem: ConvProblem, n0: int, nb: int, image_inner: bool = False) -
     total = column_elements(problem, nb)
     divisors = fastdiv_args(out_h * out_w, out_w, problem.r * problem.s, problem.s)
     return _launch(name_expression(problem.dtype, image_inner, _tf32(problem)), total,
-                   ("a", "col", *shape_args(problem), np.int32(n0), np.int32(total),
+                   ("a", "col", *shape_struct(problem), np.int32(n0), np.int32(total),
                     *divisors, np.int32(nb), *fastdiv_args(nb)))
 
 
@@ -388,7 +388,7 @@ def _col2im(problem: ConvProblem, n0: int, nb: int, image_inner: bool = False) -
     """dx of images n0..n0+nb ("out") gathered from the column matrix ("col")."""
     total = nb * problem.c * problem.h * problem.w
     return _launch(col2im_expression(problem.dtype, image_inner), total,
-                   ("col", "out", *shape_args(problem), np.int32(n0), np.int32(total),
+                   ("col", "out", *shape_struct(problem), np.int32(n0), np.int32(total),
                     *fastdiv_args(problem.h * problem.w, problem.w), np.int32(nb),
                     *fastdiv_args(problem.c)))
 

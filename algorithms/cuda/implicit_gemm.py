@@ -41,7 +41,7 @@ from algorithms.cuda._loader import (
     CTYPES,
     fastdiv_args,
     get_kernel,
-    shape_args,
+    shape_struct,
     tensors_fit_int32,
 )
 from algorithms.problem import ConvProblem
@@ -136,7 +136,7 @@ class _ImplicitGemmCudaForward(CudaAlgorithm):
         kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config))
         kernel(
             launch_grid(problem, config), (CONFIGS[config].threads,),
-            (x, w, y, *shape_args(problem), np.int32(vec_out),
+            (x, w, y, *shape_struct(problem), np.int32(vec_out),
              *fastdiv_args(problem.r * problem.s, problem.s, pq, out_w)),
         )
 

@@ -92,7 +92,7 @@ from algorithms.cuda._loader import (
     fastdiv_args,
     get_kernel,
     grid_stride_blocks,
-    shape_args,
+    shape_struct,
     tensors_fit_int32,
 )
 from algorithms.problem import DTYPES as DTYPE_BYTES
@@ -438,7 +438,7 @@ class _Launch:
     smem: int
     grid: tuple[int, int, int]
     block: tuple[int]
-    geometry: tuple[Any, ...]  # shape_args, then the fast divisions' constants
+    geometry: tuple[Any, ...]  # shape_struct, then the fast divisions' constants
     kper: np.int32
     part_bytes: slice | None  # split K's partial sums in the workspace; None without splits
     pair_bytes: int  # see paired_stores, for y or (split) the partial sums
@@ -488,7 +488,7 @@ def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -
     return _Launch(
         name=name, smem=smem_bytes(problem.dtype, config), grid=grid,
         block=(cfg.tile.threads,),
-        geometry=(*shape_args(problem),
+        geometry=(*shape_struct(problem),
                   *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w)),
         kper=np.int32(split_steps(problem, cfg.splits, cfg.bk)[0]),
         part_bytes=_bytes(workspace_layout(problem, config), "part") if grid[2] > 1 else None,

@@ -69,7 +69,7 @@ from algorithms.cuda._loader import (
     fastdiv_args,
     get_kernel,
     grid_stride_blocks,
-    shape_args,
+    shape_struct,
 )
 from algorithms.cuda.implicit_gemm_tc import (
     k_splits,
@@ -283,7 +283,7 @@ class _RunPlan:
     smem: int
     grid: tuple[int, int, int]
     block: tuple[int]
-    geometry: tuple[Any, ...]  # shape_args, then the fast divisions' constants
+    geometry: tuple[Any, ...]  # shape_struct, then the fast divisions' constants
     kper: np.int32
     part_bytes: slice | None  # split K's partial sums in the workspace; None without splits
     pair_bytes: int  # paired_stores' alignment for y or (split) the partial sums
@@ -309,7 +309,7 @@ def _run_plan(problem: ConvProblem, config: str) -> _RunPlan:
         name=name_expression(problem.dtype, config, problem.math),
         smem=tile.smem_bytes(copies(problem.dtype, problem.math)), grid=grid,
         block=(tile.threads,),
-        geometry=(*shape_args(problem),
+        geometry=(*shape_struct(problem),
                   *fastdiv_args(problem.c // problem.groups, problem.s, out_h * out_w, out_w)),
         kper=np.int32(kper), part_bytes=part,
         pair_bytes=pair_bytes(problem, 4 if split else problem.itemsize),

@@ -235,11 +235,12 @@ def needs_fibers(source: str, kernel: str) -> bool:
 
 @functools.cache
 def unit_source(filename: str, group: tuple[str, ...]) -> str:
-    """A translation unit that exports the launcher and signature of each instance of `group`.
+    """A translation unit that exports the launcher, signature and parameter sizes of each
+    instance of `group`.
 
-    Instance i of the group is `emu_launch_i` / `emu_signature_i`. One unit holds many
-    instances because the runtime, compiled with the sanitizers, is most of a unit's compile
-    time: a group of 12 builds in about the time of two single instances.
+    Instance i of the group is `emu_launch_i` / `emu_signature_i` / `emu_sizes_i`. One unit
+    holds many instances because the runtime, compiled with the sanitizers, is most of a
+    unit's compile time: a group of 12 builds in about the time of two single instances.
     """
     text = translate(filename)
     parts = [
@@ -251,6 +252,8 @@ def unit_source(filename: str, group: tuple[str, ...]) -> str:
         fibers = needs_fibers(text, name.split("<")[0].strip())
         parts.append(
             f'extern "C" const char* emu_signature_{i}() {{ return emu::signature(&{name}); }}\n'
+            f'extern "C" const unsigned* emu_sizes_{i}() {{\n'
+            f"    return emu::parameter_sizes(&{name});\n}}\n"
             f'extern "C" void emu_launch_{i}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
             "unsigned by, unsigned bz, std::size_t smem, std::size_t smem_limit, void** args, "
             "int schedule, unsigned seed) {\n"
@@ -353,6 +356,10 @@ class EmulatedKernel:
         signature = getattr(lib, f"emu_signature_{index}")
         signature.restype = ctypes.c_char_p
         self.signature = signature().decode()
+        sizes = getattr(lib, f"emu_sizes_{index}")
+        sizes.restype = ctypes.POINTER(ctypes.c_uint)
+        found = sizes()
+        self.sizes = tuple(found[i] for i in range(len(self.signature)))
         self._launch = getattr(lib, f"emu_launch_{index}")
         self._launch.restype = None
         self._launch.argtypes = [
@@ -379,6 +386,9 @@ class EmulatedKernel:
                 values.append(ctypes.c_void_p(int(arg.data.ptr)))
             elif code in _SCALARS and type(arg) is _SCALARS[code][1]:
                 values.append(_SCALARS[code][0](arg))
+            elif code == "S" and isinstance(arg, np.void) and arg.nbytes == self.sizes[i]:
+                # A structure by value: its bytes, as CuPy passes a structured scalar.
+                values.append(ctypes.create_string_buffer(arg.tobytes(), arg.nbytes))
             else:
                 raise TypeError(f"{self.name}: argument {i} is {type(arg).__name__}, "
                                 f"the kernel takes {code!r}")

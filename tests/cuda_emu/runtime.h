@@ -43,6 +43,7 @@
 
 #define __global__
 #define __device__
+#define __grid_constant__  // parameters are plain values on the CPU
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
@@ -314,15 +315,23 @@ constexpr char type_code() {
     else if constexpr (std::is_same_v<P, unsigned long long>) return 'U';
     else if constexpr (std::is_same_v<P, float>) return 'f';
     else if constexpr (std::is_same_v<P, double>) return 'd';
+    else if constexpr (std::is_class_v<P>) return 'S';
     else return '?';
 }
 
 // One letter per kernel parameter: p pointer, i int, u unsigned int, U unsigned long long,
-// f float, d double.
+// f float, d double, S a structure passed by value.
 template <typename... Ps>
 const char* signature(void (*)(Ps...)) {
     static const char codes[] = {type_code<Ps>()..., '\0'};
     return codes;
+}
+
+// Each parameter's size in bytes (a structure's must match the bytes the host passes).
+template <typename... Ps>
+const unsigned* parameter_sizes(void (*)(Ps...)) {
+    static const unsigned sizes[] = {static_cast<unsigned>(sizeof(Ps))..., 0u};
+    return sizes;
 }
 
 // A typed pointer must be aligned for its type (a void* may point anywhere: the kernel casts
