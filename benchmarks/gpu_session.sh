@@ -9,7 +9,7 @@
 #   sass       SASS (nvcc -cubin, cuobjdump -sass) of a few instances whose instruction order
 #              matters (SASS_KERNELS: "file:instance;..."), for reading load grouping
 #   tests      kernel compile checks, host checks and tests/gpu (pytest-xdist, JOBS workers;
-#              TESTS overrides the test paths)
+#              TESTS overrides the test paths, TESTS_K selects by pytest -k expression)
 #   sanitize   compute-sanitizer memcheck and racecheck over small shapes of tests/gpu
 #   overhead   benchmarks/bench_overhead.py (issue 9: cached find, plan, convolve, ResNet-50)
 #   host       benchmarks/bench_host_path.py (issue 9: a plan call's host time step by step,
@@ -110,6 +110,7 @@ for step in "${steps[@]}"; do
         # -v: each result is logged as it comes (one line per test, "[gwN] ... FAILED
         # name"), so a run cut off by its limit still names its failures.
         run tests gpu_tests python3 -m pytest -v -p no:cacheprovider -n "${JOBS:-12}" \
+            ${TESTS_K:+-k "$TESTS_K"} \
             ${TESTS:-tests/test_kernels_compile.py tests/test_cuda_host_checks.py tests/gpu}
         grep -E "(FAILED|ERROR) |^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$LOG/gpu_tests.log" \
             | sort -u | tail -n 60 ;;
