@@ -414,26 +414,16 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
                 widths = (1, 1)
             elif widths[1] > 1 and x.data.ptr % 16:
                 widths = (widths[0], 1)
-        launch = _launch(problem, config, widths)
-        kernel = get_kernel(KERNEL_FILE, launch.name)
-        allow_shared_memory(kernel, launch.smem)
-        # Split K's partial sums, as a byte range (the kernels take a pointer); else y, which
-        # the kernel then never touches as partials.
-        part = y if launch.part_bytes is None else workspace[launch.part_bytes]
-        kernel(launch.grid, launch.block,
-               (x, w, y, *launch.geometry, part, launch.kper,
-                paired_stores(launch.pair_bytes, part)),
-               shared_mem=launch.smem)
-        if launch.part_bytes is not None:  # the splits launched
-            add = get_kernel(KERNEL_FILE, launch.sum_name)
-            add(launch.sum_grid, (256,), (part, y, *launch.sum_args))
+        _launch(problem, config, widths).enqueue(get_kernel, x, w, y, workspace)
 
 
 @dataclass(frozen=True)
-class _Launch:
-    """What `_run` launches for one (problem, config, vector widths), worked out once: on a
-    plan's every call only the operands change."""
+class GemmLaunch:
+    """One launch of an implicit-GEMM tensor-core kernel (this file's or wgmma's) and, with
+    split K, of the sum after it, worked out once per (problem, config): on every run only
+    the operands change."""
 
+    file: str
     name: str
     smem: int
     grid: tuple[int, int, int]
@@ -446,14 +436,45 @@ class _Launch:
     sum_grid: tuple[int]
     sum_args: tuple[np.int32, np.int32]
 
+    def enqueue(self, get_kernel: Any, x: Any, w: Any, y: Any, workspace: Any) -> None:
+        """The GEMM kernel, then split K's sum; `get_kernel` is the calling module's (tests
+        replace it per module)."""
+        kernel = get_kernel(self.file, self.name)
+        allow_shared_memory(kernel, self.smem)
+        # Split K's partial sums, as a byte range (the kernels take a pointer); else y,
+        # which the kernel then never touches as partials.
+        part = y if self.part_bytes is None else workspace[self.part_bytes]
+        kernel(self.grid, self.block,
+               (x, w, y, *self.geometry, part, self.kper, paired_stores(self.pair_bytes, part)),
+               shared_mem=self.smem)
+        if self.part_bytes is not None:  # the splits launched
+            get_kernel(KERNEL_FILE, self.sum_name)(self.sum_grid, (256,),
+                                                   (part, y, *self.sum_args))
+
+
+def gemm_launch(problem: ConvProblem, layout: WorkspaceLayout, file: str, name: str,
+                smem: int, threads: int, grid: tuple[int, int, int], kper: int,
+                k_divisor: int) -> GemmLaunch:
+    """The GemmLaunch of a kernel instance on `problem` (`layout`: its workspace, whose
+    "part" region holds split K's partial sums; `k_divisor`: the K index's first divisor)."""
+    out_h, out_w = problem.out_hw
+    split = grid[2] > 1
+    part = None
+    if split:
+        offset, nbytes = layout.span("part")
+        part = slice(offset, offset + nbytes)
+    total = prod(problem.output_shape)
+    return GemmLaunch(
+        file=file, name=name, smem=smem, grid=grid, block=(threads,),
+        geometry=(*shape_struct(problem),
+                  *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w)),
+        kper=np.int32(kper), part_bytes=part,
+        pair_bytes=pair_bytes(problem, 4 if split else problem.itemsize),
+        sum_name=sum_name_expression(problem.dtype), sum_grid=(grid_stride_blocks(total),),
+        sum_args=(np.int32(total), np.int32(grid[2])))
+
 
 _PAIRS = (np.int32(0), np.int32(1))
-
-
-def _bytes(layout: WorkspaceLayout, name: str) -> slice:
-    """The byte range of `layout`'s region `name`."""
-    offset, nbytes = layout.span(name)
-    return slice(offset, offset + nbytes)
 
 
 def pair_bytes(problem: ConvProblem, itemsize: int) -> int:
@@ -472,10 +493,9 @@ def paired_stores(alignment: int, out: Any) -> np.int32:
 
 
 @functools.lru_cache(maxsize=4096)
-def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -> _Launch:
+def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -> GemmLaunch:
     """The launch of `config` on `problem`; `widths` None for NHWC (its K index runs
     (r, s, c), first divisor C/groups) else the vector widths (K runs (c, r, s))."""
-    out_h, out_w = problem.out_hw
     cfg = parse_config(config)
     if widths is None:
         k_divisor = problem.c // problem.groups
@@ -483,19 +503,10 @@ def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -
     else:
         k_divisor = problem.r * problem.s
         name = name_expression(problem.dtype, config, problem.math, widths)
-    total = prod(problem.output_shape)
-    grid = launch_grid(problem, config)
-    return _Launch(
-        name=name, smem=smem_bytes(problem.dtype, config), grid=grid,
-        block=(cfg.tile.threads,),
-        geometry=(*shape_struct(problem),
-                  *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w)),
-        kper=np.int32(split_steps(problem, cfg.splits, cfg.bk)[0]),
-        part_bytes=_bytes(workspace_layout(problem, config), "part") if grid[2] > 1 else None,
-        pair_bytes=pair_bytes(problem, 4 if grid[2] > 1 else problem.itemsize),
-        sum_name=sum_name_expression(problem.dtype), sum_grid=(grid_stride_blocks(total),),
-        sum_args=(np.int32(total), np.int32(grid[2])),
-    )
+    return gemm_launch(problem, workspace_layout(problem, config), KERNEL_FILE, name,
+                       smem_bytes(problem.dtype, config), cfg.tile.threads,
+                       launch_grid(problem, config),
+                       split_steps(problem, cfg.splits, cfg.bk)[0], k_divisor)
 
 
 class ImplicitGemmTcCuda(CudaByForward, _ImplicitGemmTcCudaForward):

@@ -52,8 +52,6 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any, ClassVar
 
-import numpy as np
-
 from algorithms.base import Support, Work, WorkspaceLayout, unsupported
 from algorithms.cuda import _rearrange, implicit_gemm_tc
 from algorithms.cuda._base import (
@@ -65,16 +63,10 @@ from algorithms.cuda._base import (
 )
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._loader import (
-    allow_shared_memory,
-    fastdiv_args,
     get_kernel,
-    grid_stride_blocks,
-    shape_struct,
 )
 from algorithms.cuda.implicit_gemm_tc import (
     k_splits,
-    pair_bytes,
-    paired_stores,
     passes,
     split_steps,
 )
@@ -258,63 +250,24 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
     ) -> None:
         """Enqueue the NHWC copies, the GEMM kernel and the split-K sum on the current
         stream; no sync."""
-        run = _run_plan(problem, config)
-        x, w = run.copies.enqueue(x, w, workspace)
-        kernel = get_kernel(KERNEL_FILE, run.name)
-        allow_shared_memory(kernel, run.smem)
-        # Split K's partial sums, as a byte range (the kernels take a pointer); else y, which
-        # the kernel then never touches as partials.
-        part = y if run.part_bytes is None else workspace[run.part_bytes]
-        kernel(run.grid, run.block,
-               (x, w, y, *run.geometry, part, run.kper, paired_stores(run.pair_bytes, part)),
-               shared_mem=run.smem)
-        if run.part_bytes is not None:  # the splits launched
-            add = get_kernel(implicit_gemm_tc.KERNEL_FILE, run.sum_name)
-            add(run.sum_grid, (256,), (part, y, *run.sum_args))
-
-
-@dataclass(frozen=True)
-class _RunPlan:
-    """What `_run` enqueues for one (problem, config), worked out once: on every run only
-    the operands change."""
-
-    copies: _rearrange.NhwcCopies
-    name: str
-    smem: int
-    grid: tuple[int, int, int]
-    block: tuple[int]
-    geometry: tuple[Any, ...]  # shape_struct, then the fast divisions' constants
-    kper: np.int32
-    part_bytes: slice | None  # split K's partial sums in the workspace; None without splits
-    pair_bytes: int  # paired_stores' alignment for y or (split) the partial sums
-    sum_name: str
-    sum_grid: tuple[int]
-    sum_args: tuple[np.int32, np.int32]
+        copies, gemm = _run_plan(problem, config)
+        x, w = copies.enqueue(x, w, workspace)
+        gemm.enqueue(get_kernel, x, w, y, workspace)
 
 
 @functools.lru_cache(maxsize=4096)
-def _run_plan(problem: ConvProblem, config: str) -> _RunPlan:
-    """The launches of `config` on `problem` (see _RunPlan)."""
+def _run_plan(problem: ConvProblem, config: str
+              ) -> tuple[_rearrange.NhwcCopies, implicit_gemm_tc.GemmLaunch]:
+    """What `_run` enqueues for one (problem, config), worked out once: the NHWC copies,
+    then the GEMM kernel (and split K's sum). K runs (r, s, c): first divisor C/groups."""
     tile = parse_config(problem.dtype, problem.math, config).tile
-    out_h, out_w = problem.out_hw
     grid, kper = launch(problem, config)
-    split = grid[2] > 1
-    part = None
-    if split:
-        offset, nbytes = workspace_layout(problem, config).span("part")
-        part = slice(offset, offset + nbytes)
-    total = prod(problem.output_shape)
-    return _RunPlan(
-        copies=_rearrange.nhwc_copies(problem, tf32_parts(problem)),
-        name=name_expression(problem.dtype, config, problem.math),
-        smem=tile.smem_bytes(copies(problem.dtype, problem.math)), grid=grid,
-        block=(tile.threads,),
-        geometry=(*shape_struct(problem),
-                  *fastdiv_args(problem.c // problem.groups, problem.s, out_h * out_w, out_w)),
-        kper=np.int32(kper), part_bytes=part,
-        pair_bytes=pair_bytes(problem, 4 if split else problem.itemsize),
-        sum_name=implicit_gemm_tc.sum_name_expression(problem.dtype),
-        sum_grid=(grid_stride_blocks(total),), sum_args=(np.int32(total), np.int32(grid[2])))
+    return (_rearrange.nhwc_copies(problem, tf32_parts(problem)),
+            implicit_gemm_tc.gemm_launch(
+                problem, workspace_layout(problem, config), KERNEL_FILE,
+                name_expression(problem.dtype, config, problem.math),
+                tile.smem_bytes(copies(problem.dtype, problem.math)), tile.threads, grid, kper,
+                problem.c // problem.groups))
 
 
 class ImplicitGemmWgmmaCuda(CudaByForward, _ImplicitGemmWgmmaCudaForward):
