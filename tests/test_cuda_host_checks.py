@@ -8,7 +8,9 @@ run on the CPU in tests/test_cuda_emulated.py, and on a GPU in tests/gpu.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
+import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from types import SimpleNamespace
@@ -29,6 +31,7 @@ from algorithms.cuda import (
 )
 from algorithms.cuda._loader import fastdiv
 from algorithms.problem import ConvProblem
+from benchmarks import cublas_call_cost
 from tests.cuda_emu.cases import ALGORITHMS as ALGOS
 from tests.cuda_emu.host import dev, dev_at
 from tests.cuda_shapes import ALIGN_SHAPES, SHAPES
@@ -468,3 +471,28 @@ def test_shape_struct_holds_the_shape_ints_in_order() -> None:
     assert packed.dtype.itemsize == 16 * 4
     assert packed.tobytes() == np.array(_loader.shape_args(problem), np.int32).tobytes()
     assert [int(v) for v in packed.item()][:9] == [2, 6, 9, 7, 4, 3, 2, 5, 5]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a stand-in")
+def test_cublas_receives_each_argument_as_its_c_type(tmp_path: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """_Cublas.gemm passes its 23 arguments without ctypes argtypes (they cost most of a
+    call's host time): a stand-in libcublas records what arrives, 64-bit addresses and
+    strides and a negative algorithm included."""
+    library = cublas_call_cost.build_standin(tmp_path)
+    recorder = ctypes.CDLL(str(library))
+    recorder.last_values.restype = ctypes.POINTER(ctypes.c_longlong)
+    recorder.last_pointers.restype = ctypes.POINTER(ctypes.c_void_p)
+    blas = cublas_call_cost.standin_cublas(library)
+    monkeypatch.setattr(_cublas, "_library", lambda: blas)
+    a, b, c = (1 << 45) + 256, (1 << 46) + 512, (1 << 47) + 1024
+    strides = (3 << 33, 5 << 33, 7 << 33)
+    _cublas.gemm_strided_batched("float16", _cublas.OP_T, _cublas.OP_N, 196, 1024, 256,
+                                 a, 256, strides[0], b, 256, strides[1], c, 196, strides[2],
+                                 32, accumulate=True, float32_c=True)
+    values = [recorder.last_values()[i] for i in range(17)]
+    assert values == [1, 0, 196, 1024, 256, 2, 256, strides[0], 2, 256, strides[1], 0, 196,
+                      strides[2], 32, 68, -1]
+    pointers = [recorder.last_pointers()[i] for i in range(6)]
+    assert pointers == [cublas_call_cost.STANDIN_HANDLE, _cublas._ONE["float16"].value, a, b,
+                        _cublas._ONE["float16"].value, c]

@@ -43,10 +43,10 @@ _ALPHA: dict[str, np.ndarray] = {
     "complex128": np.ones(1, np.complex128),
 }
 _BETA: dict[str, np.ndarray] = {name: np.zeros_like(one) for name, one in _ALPHA.items()}
-#: Their host addresses (the arrays live as long as the module): `.ctypes.data` builds a
-#: ctypes object on every read, twice per GEMM call.
-_ONE = {name: int(one.ctypes.data) for name, one in _ALPHA.items()}
-_ZERO = {name: int(zero.ctypes.data) for name, zero in _BETA.items()}
+#: Their host addresses as the void pointers a call passes (the arrays live as long as the
+#: module), made once: `.ctypes.data` builds a ctypes object on every read.
+_ONE = {name: ctypes.c_void_p(one.ctypes.data) for name, one in _ALPHA.items()}
+_ZERO = {name: ctypes.c_void_p(zero.ctypes.data) for name, zero in _BETA.items()}
 
 
 def gemm_strided_batched(
@@ -103,13 +103,12 @@ class _Cublas:
     def __init__(self, cupy: Any) -> None:
         self._cupy = cupy
         self._lib = _load_libcublas(cupy)
-        self._lib.cublasGemmStridedBatchedEx.argtypes = [
-            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-            ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong,
-            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong,
-            ctypes.c_int, ctypes.c_int, ctypes.c_int,
-        ]
+        # No argtypes: converting the call's 23 arguments through them took about 3 of the
+        # 4 us a call costs here (a no-op stand-in, 2026-11-26); `gemm` passes each as its
+        # C type instead (ints as int, addresses as c_void_p, strides as c_longlong).
+        # tests/test_cuda_host_checks.py pins what arrives.
+        self._gemm_ex = self._lib.cublasGemmStridedBatchedEx
+        self._gemm_ex.restype = ctypes.c_int
         self._handles: dict[int, _Bound] = {}
 
     def _check(self, status: int, what: str) -> None:
@@ -142,14 +141,19 @@ class _Cublas:
         return bound.handle
 
     def gemm(self, dtype: str, c_type: str, compute: int, transa: int, transb: int, m: int,
-             n: int, k: int, alpha: int, a: int, lda: int, stride_a: int, b: int, ldb: int,
-             stride_b: int, beta: int, c: int, ldc: int, stride_c: int, batch: int) -> None:
-        """cublasGemmStridedBatchedEx on the current stream."""
-        self._check(self._lib.cublasGemmStridedBatchedEx(
+             n: int, k: int, alpha: ctypes.c_void_p, a: int, lda: int, stride_a: int, b: int,
+             ldb: int, stride_b: int, beta: ctypes.c_void_p, c: int, ldc: int, stride_c: int,
+             batch: int) -> None:
+        """cublasGemmStridedBatchedEx on the current stream (`alpha`, `beta`: host
+        addresses; a, b, c: device addresses; all ints below 2**31 but the strides)."""
+        status = self._gemm_ex(
             self.handle(), transa, transb, m, n, k, alpha,
-            a, _DATA_TYPE[dtype], lda, stride_a, b, _DATA_TYPE[dtype], ldb, stride_b, beta,
-            c, _DATA_TYPE[c_type], ldc, stride_c, batch, compute, _GEMM_DEFAULT,
-        ), f"cublasGemmStridedBatchedEx ({dtype})")
+            ctypes.c_void_p(a), _DATA_TYPE[dtype], lda, ctypes.c_longlong(stride_a),
+            ctypes.c_void_p(b), _DATA_TYPE[dtype], ldb, ctypes.c_longlong(stride_b), beta,
+            ctypes.c_void_p(c), _DATA_TYPE[c_type], ldc, ctypes.c_longlong(stride_c), batch,
+            compute, _GEMM_DEFAULT)
+        if status:
+            self._check(status, f"cublasGemmStridedBatchedEx ({dtype})")
 
 
 def _load_libcublas(cupy: Any) -> ctypes.CDLL:
