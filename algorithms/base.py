@@ -232,13 +232,16 @@ class WorkspaceLayout:
             for name, (offset, shape, dtype) in self._entries.items()
         }
 
-    def span(self, name: str) -> tuple[int, int]:
-        """(offset, bytes) of the sub-buffer `name` in the workspace."""
-        offset, shape, dtype = self._entries[name]
-        count = 1
-        for dim in shape:
-            count *= dim
-        return offset, count * _itemsize(dtype)
+    def byte_ranges(self) -> dict[str, slice]:
+        """Each sub-buffer's bytes of the workspace, by name: for kernels that take plain
+        pointers, a uint8 slice is all the view they need."""
+        ranges = {}
+        for name, (offset, shape, dtype) in self._entries.items():
+            count = 1
+            for dim in shape:
+                count *= dim
+            ranges[name] = slice(offset, offset + count * _itemsize(dtype))
+        return ranges
 
     def view(self, workspace: Any, name: str) -> Any:
         """A typed view of the sub-buffer `name` of `workspace` (no copy)."""

@@ -445,7 +445,7 @@ def test_im2col_gemm_reads_tf32_only_from_rounded_copies(monkeypatch: pytest.Mon
 
 def test_nhwc_copies_write_where_the_views_would() -> None:
     """The NHWC copies and split K's partial sums are passed as byte ranges of the workspace
-    (`WorkspaceLayout.span`), which must be exactly the named views' memory."""
+    (`WorkspaceLayout.byte_ranges`), which must be exactly the named views' memory."""
     problem = ConvProblem(n=3, c=24, h=5, w=6, k=18, r=3, s=2, pad=2, dilation=2, groups=3,
                           dtype="float32", math="fp32")
     for config in ("64x128x32-s4", "64x128x32-s4-k2"):
@@ -457,9 +457,9 @@ def test_nhwc_copies_write_where_the_views_would() -> None:
             part = workspace[span]
             assert part.data.ptr == views[name].data.ptr and part.nbytes == views[name].nbytes
         if "part" in views:
-            offset, nbytes = layout.span("part")
-            assert workspace[offset:].data.ptr == views["part"].data.ptr
-            assert nbytes == views["part"].nbytes
+            part = layout.byte_ranges()["part"]
+            assert workspace[part.start:].data.ptr == views["part"].data.ptr
+            assert part.stop - part.start == views["part"].nbytes
 
 
 def test_shape_struct_holds_the_shape_ints_in_order() -> None:

@@ -158,11 +158,10 @@ class NhwcCopies:
 def nhwc_copies(problem: ConvProblem, parts: int = 0) -> NhwcCopies:
     """The copies of x and w into add_nhwc_operands' regions (first in the workspace), with
     `parts` copies of each (TF32_PARTS; one when 0)."""
-    layout = add_nhwc_operands(WorkspaceLayout(), problem, max(parts, 1))
-    (x_at, x_bytes), (w_at, w_bytes) = layout.span("x"), layout.span("w")
+    ranges = add_nhwc_operands(WorkspaceLayout(), problem, max(parts, 1)).byte_ranges()
     item = problem.itemsize
     return NhwcCopies(
-        slice(x_at, x_at + x_bytes), slice(w_at, w_at + w_bytes),
+        ranges["x"], ranges["w"],
         _transpose_launch(problem.n, problem.c, problem.h * problem.w, item, parts),
         _transpose_launch(problem.k, problem.c // problem.groups, problem.r * problem.s,
                           item, parts))

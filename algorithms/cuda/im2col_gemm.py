@@ -175,12 +175,10 @@ class Im2colGemmCuda(CudaAlgorithm):
         # The column matrix is stored element by element: the workspace must be aligned to
         # the element (CuPy allocations are 256-byte aligned; a sliced uint8 one may not be),
         # and to 4 bytes where it also holds float16 backward_filter's float32 sum.
-        program = _program(problem, config)
-        if program.regions:  # a pointwise layer's image-outer passes may need none
-            require_aligned("im2col_gemm: workspace", workspace,
-                            4 if problem.direction == "backward_filter"
-                            and problem.dtype == "float16" else problem.itemsize)
-        program.run(get_kernel, x, w, y, workspace)
+        alignment = _workspace_alignment(problem, config)
+        if alignment:  # a pointwise layer's image-outer passes may need no workspace
+            require_aligned("im2col_gemm: workspace", workspace, alignment)
+        _program(problem, config).run(get_kernel, x, w, y, workspace)
 
 
 @functools.lru_cache(maxsize=512)
@@ -209,6 +207,16 @@ def _layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
     return layout
 
 
+@functools.lru_cache(maxsize=512)
+def _workspace_alignment(problem: ConvProblem, config: str) -> int:
+    """The alignment in bytes `run` needs of the workspace: the element's, 4 where it holds
+    the float32 sum; 0 when the layout has no region at all."""
+    layout = _layout(problem, config)
+    if not layout.nbytes:
+        return 0
+    return 4 if "sum" in layout else problem.itemsize
+
+
 def _needs_columns(problem: ConvProblem, merged: bool) -> bool:
     """Whether the column matrix takes workspace: always but for a pointwise layer's image-
     outer passes (x is the forward GEMM's columns, dx backward_data's), whose forward
@@ -224,9 +232,7 @@ def _program(problem: ConvProblem, config: str) -> Program:
     so that a run binds its operands and enqueues. Operands: "a", "b", "out" (x, w, y;
     dy, w, dx; x, dy, dw) and the layout's regions."""
     layout = _layout(problem, config)
-    regions = tuple((name, slice(at, at + size))
-                    for name in ("col", "dyt", "w", "dy", "yt", "sum") if name in layout
-                    for at, size in (layout.span(name),))
+    regions = tuple(layout.byte_ranges().items())
     steps: list[Kernel | Gemm] = []
     filt = "b"
     if "w" in layout:  # math "tf32": cuBLAS reads a copy of w rounded to TF32

@@ -459,16 +459,12 @@ def gemm_launch(problem: ConvProblem, layout: WorkspaceLayout, file: str, name: 
     "part" region holds split K's partial sums; `k_divisor`: the K index's first divisor)."""
     out_h, out_w = problem.out_hw
     split = grid[2] > 1
-    part = None
-    if split:
-        offset, nbytes = layout.span("part")
-        part = slice(offset, offset + nbytes)
     total = prod(problem.output_shape)
     return GemmLaunch(
         file=file, name=name, smem=smem, grid=grid, block=(threads,),
         geometry=(*shape_struct(problem),
                   *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w)),
-        kper=np.int32(kper), part_bytes=part,
+        kper=np.int32(kper), part_bytes=layout.byte_ranges()["part"] if split else None,
         pair_bytes=pair_bytes(problem, 4 if split else problem.itemsize),
         sum_name=sum_name_expression(problem.dtype), sum_grid=(grid_stride_blocks(total),),
         sum_args=(np.int32(total), np.int32(grid[2])))

@@ -62,14 +62,8 @@ from algorithms.cuda._base import (
     gemm_limits,
 )
 from algorithms.cuda._by_forward import CudaByForward
-from algorithms.cuda._loader import (
-    get_kernel,
-)
-from algorithms.cuda.implicit_gemm_tc import (
-    k_splits,
-    passes,
-    split_steps,
-)
+from algorithms.cuda._loader import get_kernel
+from algorithms.cuda.implicit_gemm_tc import k_splits, passes, split_steps
 from algorithms.problem import DTYPES as DTYPE_BYTES
 from algorithms.problem import ConvProblem
 
@@ -250,8 +244,8 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
     ) -> None:
         """Enqueue the NHWC copies, the GEMM kernel and the split-K sum on the current
         stream; no sync."""
-        copies, gemm = _run_plan(problem, config)
-        x, w = copies.enqueue(x, w, workspace)
+        nhwc, gemm = _run_plan(problem, config)
+        x, w = nhwc.enqueue(x, w, workspace)
         gemm.enqueue(get_kernel, x, w, y, workspace)
 
 
