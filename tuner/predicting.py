@@ -99,10 +99,22 @@ FAMILY_BAND = 1.3
 Key = tuple[str, str]  # (algorithm, config)
 
 
-def family(key: Key) -> tuple[str, bool]:
-    """A configuration's family: its algorithm in one operand layout (NHWC configurations
-    are a family apart from the rest of their algorithm's)."""
-    return key[0], "nhwc" in key[1]
+#: Words of a config name that give its operands another layout: NHWC tiles, and
+#: im2col_gemm's "merged" (every image's columns side by side in one GEMM).
+LAYOUTS = ("nhwc", "merged")
+
+
+def family(key: Key) -> tuple[str, str]:
+    """A configuration's family: its algorithm in one operand layout (LAYOUTS: an NHWC
+    or merged configuration is a family apart from the rest of its algorithm's).
+
+    Why merged counts apart: on the H200's 2026-11-26 measurements (seventeenth session)
+    fast mode measured im2col_gemm's unmerged "chunk=all" as that family's best on
+    ResNet-50's late 1x1 layers and never its merged one, 1.3-3.7x faster there; played
+    out on those times its worst regret fell from 120% to 67% at the same count of
+    measurements (BENCHMARKS.md, "Cost model").
+    """
+    return key[0], next((word for word in LAYOUTS if word in key[1]), "")
 
 
 def fast_picks(ranked: Sequence[Key], k: int) -> list[Key]:
@@ -120,7 +132,7 @@ def fast_picks(ranked: Sequence[Key], k: int) -> list[Key]:
     layout families 38-56%, at the same count of measurements).
     """
     chosen = list(ranked[:k])
-    families: list[tuple[str, bool]] = []
+    families: list[tuple[str, str]] = []
     for key in ranked:
         if family(key) not in families:
             families.append(family(key))
