@@ -1,6 +1,7 @@
 """The host cost of the pieces of a run, on a GPU machine (issue 9): a kernel launch by its
-number of arguments (and with them packed in one structure), a cuBLAS call through our ctypes
-path, workspace views and CuPy wrappers of raw pointers.
+number of arguments (and with them packed in one structure), the same launch prepared once
+(algorithms.cuda._launch), a cuBLAS call through our ctypes path, workspace views and CuPy
+wrappers of raw pointers.
 
     python benchmarks/bench_launch_cost.py [--calls 2000] [--out launch_cost.json]
 
@@ -30,6 +31,7 @@ if str(ROOT) not in sys.path:
 
 from algorithms.base import workspace_view  # noqa: E402
 from algorithms.cuda import _cublas  # noqa: E402
+from algorithms.cuda._launch import POINTER, current_stream, prepare  # noqa: E402
 from algorithms.cuda.runtime import cuda_available  # noqa: E402
 
 #: Scalar arguments of the empty kernels (the tensor-core kernels take about 30).
@@ -74,6 +76,16 @@ def measure(calls: int) -> dict[str, Any]:
             kernel((1,), (32,), args)
 
         out[f"launch, {count} int32 arguments"] = per_call_us(launch, calls)
+        # The same launch prepared once (algorithms.cuda._launch): the run fills the
+        # pointer and hands the buffer to cuLaunchKernel, with the stream looked up as a
+        # run does.
+        prepared = prepare(kernel, (1,), (32,), (POINTER, *args[1:]))
+        assert prepared is not None, "a CuPy RawKernel launches from a buffer"
+
+        def launch_prepared(prepared: Any = prepared) -> None:
+            prepared(current_stream(), p.data.ptr)
+
+        out[f"prepared launch, {count} int32 arguments"] = per_call_us(launch_prepared, calls)
     try:  # CuPy passes a NumPy structured scalar as a C structure of the same layout
         packed = cupy.RawKernel(_PACKED, "empty_packed")
         record = np.zeros((), dtype=[("a", np.int32, (32,))])[()]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from algorithms.cuda import depthwise, implicit_gemm_wgmma, shipped_kernels, winograd
+from algorithms.cuda._launch import ENV
 from algorithms.cuda._loader import CTYPES
 from algorithms.problem import DTYPES
 from tests.cuda_emu.build import build_all, missing_tools
@@ -603,3 +604,29 @@ def test_no_vector_stores_when_pq_is_not_a_multiple_of_4(
         verdict = verdicts[f"implicit_gemm-{shape}-float32-offset"]
         assert verdict["launches"]
         assert all(args[_VEC_OUT_ARG] == 0 for _name, args in verdict["launches"])
+
+
+#: Cases whose runs launch through prepared parameter buffers (algorithms.cuda._launch):
+#: tensor-core tiles (NCHW, NHWC with its copies, split K's sum), wgmma, im2col_gemm.
+_PREPARED_CASES = ("implicit_gemm_tc-odd-float32-fp32",
+                   "implicit_gemm_wgmma-tc_nhwc_geom-float16-fp32-offset",
+                   "im2col_gemm-odd-float32")
+
+
+def test_prepared_launches_are_what_runs(verdicts: dict[str, dict[str, Any]]) -> None:
+    """The emulated cases of tc, wgmma and im2col_gemm launch from prepared buffers, which
+    the emulated kernels read by their own signatures (as cuLaunchKernel's driver does)."""
+    for case_id in _PREPARED_CASES:
+        verdict = verdicts[case_id]
+        assert verdict["status"] == "ok", verdict["message"]
+        assert verdict["prepared"] == len(verdict["launches"]) > 0, case_id
+
+
+def test_launches_without_prepared_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression: with CONVTUNE_PREPARED_LAUNCH=0, GemmLaunch took its cached "no prepared
+    # launch" entry for a pair of launches and called None on its second run.
+    monkeypatch.setenv(ENV, "0")
+    found = run_cases([CASES[case_id] for case_id in _PREPARED_CASES])
+    for case_id, verdict in found.items():
+        assert verdict["status"] == "ok", (case_id, verdict.get("message"))
+        assert verdict["prepared"] == 0 and verdict["launches"], case_id

@@ -11,10 +11,11 @@ a typed view (three CuPy calls instead of one), once per run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from algorithms.cuda import _cublas
+from algorithms.cuda._launch import POINTER, current_stream, prepare
 
 #: An operand and a byte offset into it.
 Ref = tuple[str, int]
@@ -64,29 +65,69 @@ class Program:
 
     regions: tuple[tuple[str, slice], ...]
     steps: tuple[Kernel | Gemm, ...]
+    #: id(first kernel) -> (every step's kernel, their prepared launches or None): filled
+    #: on first use per device (get_kernel's kernels are per device; tests swap them)
+    prepared: dict[int, tuple[tuple[Any, ...], Any]] = field(
+        default_factory=dict, compare=False, repr=False)
 
     def run(self, get_kernel: Callable[[str, str], Any], a: Any, b: Any, out: Any,
             workspace: Any) -> None:
         """Enqueue every step on the current stream with the run's operands; `get_kernel`
         is the calling module's (tests replace it per module)."""
+        kernels: tuple[Any, ...] = tuple(
+            get_kernel(step.file, step.name) if isinstance(step, Kernel) else None
+            for step in self.steps)
+        launches = self._prepare(kernels)
+        if launches is not None:  # the run's addresses only: no workspace views
+            addresses = {"a": a.data.ptr, "b": b.data.ptr, "out": out.data.ptr}
+            if self.regions:
+                base = workspace.data.ptr
+                for name, span in self.regions:
+                    addresses[name] = base + span.start
+            stream = None  # asked once, and only where a kernel needs it (cuBLAS knows it)
+            for step, launch in zip(self.steps, launches, strict=True):
+                if isinstance(step, Kernel):
+                    if stream is None:
+                        stream = current_stream()
+                    launch(stream, *map(addresses.__getitem__, step.operands))
+                else:
+                    _gemm(step, addresses)
+            return
         arrays = {"a": a, "b": b, "out": out}
         for name, span in self.regions:
             arrays[name] = workspace[span]
-        addresses: dict[str, int] = {}
-        for step in self.steps:
+        for step, kernel in zip(self.steps, kernels, strict=True):
             if isinstance(step, Kernel):
-                get_kernel(step.file, step.name)(
-                    step.grid, step.block,
-                    tuple(map(arrays.__getitem__, step.operands)) + step.scalars)
-                continue
-            refs = []
-            for name, offset in (step.a, step.b, step.c):
-                base = addresses.get(name)
-                if base is None:
-                    base = addresses[name] = int(arrays[name].data.ptr)
-                refs.append(base + offset)
-            _cublas.gemm_strided_batched(
-                step.dtype, step.transa, step.transb, step.m, step.n, step.k,
-                refs[0], step.lda, step.stride_a, refs[1], step.ldb, step.stride_b,
-                refs[2], step.ldc, step.stride_c, step.batch, step.accumulate,
-                step.float32_c, step.tf32)
+                kernel(step.grid, step.block,
+                       tuple(map(arrays.__getitem__, step.operands)) + step.scalars)
+            else:
+                _gemm(step, {name: int(arrays[name].data.ptr) for name in
+                             {step.a[0], step.b[0], step.c[0]}})
+
+    def _prepare(self, kernels: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """A prepared launch (algorithms.cuda._launch) per kernel step and None per GEMM,
+        or None where a kernel offers none."""
+        first = next((k for k in kernels if k is not None), None)
+        if first is None:
+            return kernels  # GEMMs alone: nothing to prepare, addresses all they need
+        found = self.prepared.get(id(first))
+        if found is None or any(x is not y for x, y in zip(found[0], kernels, strict=True)):
+            launches = tuple(
+                prepare(kernel, step.grid, step.block,
+                        (*(POINTER for _ in step.operands), *step.scalars))
+                if isinstance(step, Kernel) else None
+                for step, kernel in zip(self.steps, kernels, strict=True))
+            usable = all(launch is not None for launch, step in
+                         zip(launches, self.steps, strict=True) if isinstance(step, Kernel))
+            found = self.prepared[id(first)] = (kernels, launches if usable else None)
+        return found[1]
+
+
+def _gemm(step: Gemm, addresses: dict[str, int]) -> None:
+    """Enqueue a GEMM step on the operands' `addresses`."""
+    _cublas.gemm_strided_batched(
+        step.dtype, step.transa, step.transb, step.m, step.n, step.k,
+        addresses[step.a[0]] + step.a[1], step.lda, step.stride_a,
+        addresses[step.b[0]] + step.b[1], step.ldb, step.stride_b,
+        addresses[step.c[0]] + step.c[1], step.ldc, step.stride_c, step.batch,
+        step.accumulate, step.float32_c, step.tf32)

@@ -11,7 +11,7 @@ tensor they touch is below 2**31 elements (the callers' `_limits` check it).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from algorithms.base import WorkspaceLayout
 from algorithms.by_forward import Remap
+from algorithms.cuda._launch import POINTER, Address, current_stream, prepare
 from algorithms.cuda._loader import ceil_div, fastdiv_args, get_kernel, grid_stride_blocks
 from algorithms.phases import Phases
 from algorithms.problem import ConvProblem
@@ -144,14 +145,36 @@ class NhwcCopies:
     w_bytes: slice
     x_launch: _Launch
     w_launch: _Launch
+    #: id(kernel) -> (kernel, the prepared launches of x's and w's copies, or None)
+    prepared: dict[int, tuple[Any, Any]] = field(default_factory=dict, compare=False,
+                                                 repr=False)
 
     def enqueue(self, x: Any, w: Any, workspace: Any) -> tuple[Any, Any]:
         """Enqueue both copies; (x, w) as copied: byte ranges of the workspace, which the
-        kernels take as plain pointers (typed views would cost host time on every run)."""
+        kernels take as plain pointers (typed views would cost host time on every run), or
+        their Addresses where the copies launch prepared (algorithms.cuda._launch)."""
+        launches = self._prepare()
+        if launches is not None:
+            stream, base = current_stream(), workspace.data.ptr
+            xs, ws = base + self.x_bytes.start, base + self.w_bytes.start
+            launches[0](stream, x.data.ptr, xs)
+            launches[1](stream, w.data.ptr, ws)
+            return Address(xs), Address(ws)
         xs, ws = workspace[self.x_bytes], workspace[self.w_bytes]
         _enqueue(x, xs, self.x_launch)
         _enqueue(w, ws, self.w_launch)
         return xs, ws
+
+    def _prepare(self) -> tuple[Any, Any] | None:
+        kernel = get_kernel(KERNEL_FILE, self.x_launch[0])  # both copies: one instance
+        found = self.prepared.get(id(kernel))
+        if found is None or found[0] is not kernel:
+            x_copy, w_copy = (prepare(kernel, grid, (_THREADS,), (POINTER, POINTER, *args))
+                              for _, grid, args in (self.x_launch, self.w_launch))
+            found = self.prepared[id(kernel)] = (
+                kernel, None if x_copy is None or w_copy is None else (x_copy, w_copy))
+        launches: tuple[Any, Any] | None = found[1]
+        return launches
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every NHWC run

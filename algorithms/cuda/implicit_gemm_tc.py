@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import Any, ClassVar
 
@@ -84,6 +84,7 @@ from algorithms.cuda._base import (
     gemm_limits,
 )
 from algorithms.cuda._by_forward import CudaByForward
+from algorithms.cuda._launch import INT32, POINTER, current_stream, prepare
 from algorithms.cuda._loader import (
     CTYPES,
     DEFAULT_SMEM_LIMIT,
@@ -436,13 +437,29 @@ class GemmLaunch:
     sum_grid: tuple[int]
     sum_args: tuple[np.int32, np.int32]
 
+    #: id(kernel) -> (kernel, its Launch, the sum's Launch or None); filled on first use
+    #: per device (get_kernel's kernels are per device, and tests swap them)
+    prepared: dict[int, tuple[Any, Any, Any]] = field(default_factory=dict, compare=False,
+                                                      repr=False)
+
     def enqueue(self, get_kernel: Any, x: Any, w: Any, y: Any, workspace: Any) -> None:
         """The GEMM kernel, then split K's sum; `get_kernel` is the calling module's (tests
         replace it per module)."""
         kernel = get_kernel(self.file, self.name)
         allow_shared_memory(kernel, self.smem)
-        # Split K's partial sums, as a byte range (the kernels take a pointer); else y,
-        # which the kernel then never touches as partials.
+        launches = self._prepare(get_kernel, kernel)
+        if launches is not None:
+            gemm, total = launches
+            stream = current_stream()
+            yp = y.data.ptr
+            # Split K's partial sums, as a byte range of the workspace; else y, which the
+            # kernel then never touches as partials.
+            part = yp if self.part_bytes is None else workspace.data.ptr + self.part_bytes.start
+            gemm(stream, x.data.ptr, w.data.ptr, yp, part,
+                 self.pair_bytes != 0 and part % self.pair_bytes == 0)
+            if total is not None:
+                total(stream, part, yp)
+            return
         part = y if self.part_bytes is None else workspace[self.part_bytes]
         kernel(self.grid, self.block,
                (x, w, y, *self.geometry, part, self.kper, paired_stores(self.pair_bytes, part)),
@@ -450,6 +467,25 @@ class GemmLaunch:
         if self.part_bytes is not None:  # the splits launched
             get_kernel(KERNEL_FILE, self.sum_name)(self.sum_grid, (256,),
                                                    (part, y, *self.sum_args))
+
+    def _prepare(self, get_kernel: Any, kernel: Any) -> tuple[Any, Any] | None:
+        """The prepared launches (algorithms.cuda._launch) of the GEMM kernel and the sum,
+        or None where the kernels offer none."""
+        found = self.prepared.get(id(kernel))
+        if found is not None and found[0] is kernel:
+            return None if found[1] is None else (found[1], found[2])
+        ptr, flag = POINTER, INT32
+        gemm = prepare(kernel, self.grid, self.block,
+                               (ptr, ptr, ptr, *self.geometry, ptr, self.kper, flag),
+                               self.smem)
+        total = None
+        if gemm is not None and self.part_bytes is not None:
+            total = prepare(get_kernel(KERNEL_FILE, self.sum_name), self.sum_grid,
+                                    (256,), (ptr, ptr, *self.sum_args))
+            if total is None:
+                gemm = None
+        self.prepared[id(kernel)] = (kernel, gemm, total)
+        return None if gemm is None else (gemm, total)
 
 
 def gemm_launch(problem: ConvProblem, layout: WorkspaceLayout, file: str, name: str,

@@ -344,6 +344,10 @@ class EmulatedKernel:
     schedule: ClassVar[tuple[int, int]] = (0, 0)
     #: (name expression, scalar arguments) of every launch, for tests to inspect.
     launches: ClassVar[list[tuple[str, tuple[Any, ...]]]] = []
+    #: How many launches came through `launch_kernel` (a prepared parameter buffer).
+    prepared: ClassVar[int] = 0
+    #: ptr -> kernel: the handles `launch_kernel` and func_set_attribute take.
+    handles: ClassVar[dict[int, EmulatedKernel]] = {}
 
     def __init__(self, filename: str, name_expression: str,
                  instances: Iterable[str] = ()) -> None:
@@ -367,6 +371,8 @@ class EmulatedKernel:
             ctypes.POINTER(ctypes.c_void_p),
             ctypes.c_int, ctypes.c_uint,
         ]
+        self.ptr = id(self)
+        EmulatedKernel.handles[self.ptr] = self
 
     @property
     def max_dynamic_shared_size_bytes(self) -> int:
@@ -401,6 +407,36 @@ class EmulatedKernel:
         self._launch(*g, *b, shared_mem, self._shared_limit, pointers,
                              *self.schedule)
 
+    @staticmethod
+    def launch_kernel(function: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
+                      shared_mem: int, stream: int, params: int, extra: int) -> None:
+        """CuPy's driver.launchKernel (cuLaunchKernel) for emulated kernels: `params` is
+        the address of an array of pointers to each parameter's bytes, which the emulated
+        launch reads by the kernel's own signature, as the driver would."""
+        kernel = EmulatedKernel.handles.get(function)
+        if kernel is None:
+            raise ValueError(f"cuLaunchKernel: {function:#x} is not a CUfunction")
+        if extra:
+            raise ValueError("cuLaunchKernel: `extra` is not emulated")
+        pointers = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        EmulatedKernel.prepared += 1
+        EmulatedKernel.launches.append((kernel.name, kernel._scalars_at(pointers)))
+        kernel._launch(gx, gy, gz, bx, by, bz, shared_mem, kernel._shared_limit, pointers,
+                       *EmulatedKernel.schedule)
+
+    def _scalars_at(self, pointers: Any) -> tuple[Any, ...]:
+        """The non-pointer parameters in a parameter buffer, as the NumPy scalars a call
+        would have passed (a structure as a structured scalar of int32 fields)."""
+        found: list[Any] = []
+        for i, (code, size) in enumerate(zip(self.signature, self.sizes, strict=True)):
+            if code in _SCALARS:
+                ctype, numpy_type = _SCALARS[code]
+                found.append(numpy_type(ctype.from_address(pointers[i]).value))
+            elif code == "S":
+                fields = np.dtype([(f"f{j}", np.int32) for j in range(size // 4)])
+                found.append(np.frombuffer(ctypes.string_at(pointers[i], size), fields)[0])
+        return tuple(found)
+
 
 #: What CuPy's plain Function says when the attribute is read or set.
 _NO_SUCH_ATTRIBUTE = ("'cupy.cuda.function.Function' object has no attribute "
@@ -412,15 +448,6 @@ class EmulatedFunction(EmulatedKernel):
     for the NVRTC-built sm_90a files: it has no settable `max_dynamic_shared_size_bytes`
     (setting one raises AttributeError, as CuPy's does), only a handle `ptr` for
     cuFuncSetAttribute (`func_set_attribute`)."""
-
-    #: ptr -> function, for func_set_attribute.
-    handles: ClassVar[dict[int, EmulatedFunction]] = {}
-
-    def __init__(self, filename: str, name_expression: str,
-                 instances: Iterable[str] = ()) -> None:
-        super().__init__(filename, name_expression, instances)
-        self.ptr = id(self)
-        EmulatedFunction.handles[self.ptr] = self
 
     @property
     def max_dynamic_shared_size_bytes(self) -> int:
@@ -435,7 +462,7 @@ def func_set_attribute(function: int, attribute: int, value: int) -> None:
     """cuFuncSetAttribute for EmulatedFunction handles (the one attribute we set)."""
     if attribute != MAX_DYNAMIC_SHARED_SIZE_BYTES:
         raise ValueError(f"cuFuncSetAttribute: attribute {attribute} is not emulated")
-    target = EmulatedFunction.handles.get(function)
+    target = EmulatedKernel.handles.get(function)
     if target is None:
         raise ValueError(f"cuFuncSetAttribute: {function:#x} is not a CUfunction")
     target._shared_limit = value

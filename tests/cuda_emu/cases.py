@@ -27,6 +27,7 @@ from algorithms.base import Algorithm
 from algorithms.cuda import (
     KERNEL_MODULES,
     _cublas,
+    _launch,
     _loader,
     depthwise,
     direct,
@@ -88,6 +89,7 @@ def install() -> None:
     for module in KERNEL_MODULES:
         module.get_kernel = _kernel  # type: ignore[attr-defined]
     _loader._func_set_attribute = func_set_attribute  # type: ignore[assignment]
+    _launch._stream = lambda: 0  # the emulator has one stream
     _cublas._gemm = fake_gemm  # type: ignore[assignment]
     fft._plan = FakePlan  # type: ignore[assignment]
 
@@ -129,6 +131,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     limit = min(tolerance_for(dtype, problem.math, case["algorithm"]),
                 TIGHT_LIMITS.get(case.get("inputs") or "", 1.0), CASE_LIMITS.get(case["id"], 1.0))
     EmulatedKernel.launches.clear()
+    EmulatedKernel.prepared = 0
     errors: dict[str, float] = {}
     for config in algorithm.configs(problem):
         outputs = []
@@ -148,7 +151,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         if errors[config] > limit:
             return {"status": "failed", "message": f"{config}: relative error {errors[config]}"}
     launches = [[name, [a.item() for a in scalars]] for name, scalars in EmulatedKernel.launches]
-    return {"status": "ok", "errors": errors, "launches": launches}
+    return {"status": "ok", "errors": errors, "launches": launches,
+            "prepared": EmulatedKernel.prepared}
 
 
 def main() -> None:

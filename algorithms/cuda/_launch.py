@@ -1,0 +1,161 @@
+"""Kernel launches prepared once: a parameter buffer built when a launch is first worked out,
+whose per-run slots (operand addresses, a flag) each run fills before cuLaunchKernel.
+
+Why: a CuPy kernel call converts every argument anew, about 6 us plus 0.36 us per argument
+on the H200's host (BENCHMARKS.md, "launch_cost"): 11 us for a tensor-core kernel's 14, more
+than the kernel on small layers. The launches of a run are fixed per (problem, config) but
+for their operands, so the buffer is built once and a run writes only its slots, then calls
+the driver through CuPy's `driver.launchKernel` (cuLaunchKernel with a kernelParams array).
+
+A kernel object offers this path when it says how to launch it from a buffer: CuPy's
+RawKernel and Function (through the driver), or tests/cuda_emu's emulated kernels (which
+read the very same buffer, so the emulated cases check its layout against each kernel's
+parameters). Test stand-ins that only record calls do not: `prepare` returns None for them,
+and callers launch the old way. CONVTUNE_PREPARED_LAUNCH=0 turns the path off everywhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+ENV = "CONVTUNE_PREPARED_LAUNCH"
+
+
+class Slot:
+    """A parameter a run fills: its C type."""
+
+    def __init__(self, ctype: type[ctypes._SimpleCData[Any]], name: str) -> None:
+        self.ctype = ctype
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Slot({self.name})"
+
+
+#: An operand's device address, and a 32-bit flag (paired stores), filled per run.
+POINTER = Slot(ctypes.c_void_p, "pointer")
+INT32 = Slot(ctypes.c_int32, "int32")
+
+#: The C type of each fixed scalar type the kernels take (what CuPy would pass).
+_FIXED: dict[type, type[ctypes._SimpleCData[Any]]] = {
+    np.int32: ctypes.c_int32, np.uint32: ctypes.c_uint32, np.uint64: ctypes.c_uint64,
+    np.float32: ctypes.c_float, np.float64: ctypes.c_double,
+}
+#: The emulator's signature letter of each C type ("p" pointers, "S" structures).
+_LETTERS = {ctypes.c_void_p: "p", ctypes.c_int32: "i", ctypes.c_uint32: "u",
+            ctypes.c_uint64: "U", ctypes.c_float: "f", ctypes.c_double: "d"}
+
+LaunchKernel = Callable[..., None]
+
+
+class Address:
+    """A device address where an array would go: `.data.ptr` reads it, as of a CuPy array
+    (a workspace region handed from one prepared launch to the next, without a view)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    @property
+    def data(self) -> Address:
+        return self
+
+
+def current_stream() -> int:
+    """The handle of CuPy's current stream (the caller's: runtime.caller_stream set it)."""
+    return _stream()
+
+
+def _cupy_stream() -> int:
+    import cupy
+
+    return int(cupy.cuda.get_current_stream().ptr)
+
+
+#: What current_stream asks; tests/cuda_emu replaces it (the emulator has one stream).
+_stream: Callable[[], int] = _cupy_stream
+
+
+def entry(kernel: Any) -> tuple[int, LaunchKernel] | None:
+    """(function handle, cuLaunchKernel-like callable) of `kernel`, or None when it can only
+    be called (a test stand-in) or the path is switched off."""
+    if os.environ.get(ENV, "1") == "0":
+        return None
+    emulated = getattr(kernel, "launch_kernel", None)
+    if emulated is not None:
+        return int(kernel.ptr), emulated
+    if type(kernel).__module__.partition(".")[0] == "cupy":
+        from cupy.cuda import driver
+
+        # A RawKernel's Function on the current device (get_kernel caches per device), or
+        # the Function itself (the NVRTC-built sm_90a kernels).
+        function = getattr(kernel, "kernel", kernel)
+        return int(function.ptr), driver.launchKernel
+    return None
+
+
+class Launch:
+    """One kernel launch with every argument fixed but its Slots: `launch(stream, *values)`
+    fills them in order and enqueues. Safe to share between threads (a lock covers the
+    fill and the launch, which copies the parameters)."""
+
+    def __init__(self, kernel: Any, how: tuple[int, LaunchKernel], grid: Sequence[int],
+                 block: Sequence[int], args: Sequence[Any], shared_mem: int = 0) -> None:
+        function, self._launch_kernel = how
+        values: list[Any] = []
+        self._slots: list[Any] = []
+        for arg in args:
+            if isinstance(arg, Slot):
+                value: Any = arg.ctype()
+                self._slots.append(value)
+            elif isinstance(arg, np.void):  # a structure by value (ConvShape): its bytes
+                value = ctypes.create_string_buffer(arg.tobytes(), arg.nbytes)
+            elif type(arg) in _FIXED:
+                value = _FIXED[type(arg)](arg)
+            else:  # a Python int would be ambiguous: 32 or 64 bits
+                raise TypeError(f"launch argument {arg!r} is not a Slot, structure or "
+                                f"NumPy scalar")
+            values.append(value)
+        _check_parameters(kernel, values)
+        self._values = values  # the buffer points into these: keep them alive
+        self._params = (ctypes.c_void_p * max(1, len(values)))(
+            *[ctypes.addressof(v) for v in values])
+        self._head = (function, *(*grid, 1, 1)[:3], *(*block, 1, 1)[:3], shared_mem)
+        self._params_at = ctypes.addressof(self._params)
+        self._lock = threading.Lock()
+
+    def __call__(self, stream: int, *values: int) -> None:
+        """Fill the slots with `values` (addresses, flags) and enqueue on `stream`."""
+        with self._lock:
+            for slot, value in zip(self._slots, values, strict=True):
+                slot.value = value
+            self._launch_kernel(*self._head, stream, self._params_at, 0)
+
+
+def prepare(kernel: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
+            shared_mem: int = 0) -> Launch | None:
+    """A Launch of `kernel`, or None where it offers no launch from a buffer (`entry`)."""
+    how = entry(kernel)
+    return None if how is None else Launch(kernel, how, grid, block, args, shared_mem)
+
+
+def _check_parameters(kernel: Any, values: Sequence[Any]) -> None:
+    """Where the kernel knows its parameters (the emulator's signature and sizes), the
+    buffer must match them one for one: a wrong size shifts every later parameter on a GPU,
+    silently."""
+    signature, sizes = getattr(kernel, "signature", None), getattr(kernel, "sizes", None)
+    if signature is None or sizes is None:
+        return
+    got = [("S" if isinstance(v, ctypes.Array) else _LETTERS[type(v)], ctypes.sizeof(v))
+           for v in values]
+    want = list(zip(signature, sizes, strict=True))
+    if got != want:
+        raise TypeError(f"{getattr(kernel, 'name', kernel)}: parameters {got}, the kernel "
+                        f"takes {want}")

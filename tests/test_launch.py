@@ -1,0 +1,86 @@
+"""Prepared launches (algorithms.cuda._launch): the parameter buffer a run hands to
+cuLaunchKernel, read back here as the driver would read it."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from algorithms.cuda import _launch
+from algorithms.cuda._launch import ENV, INT32, POINTER, Address, prepare
+from algorithms.cuda._loader import CONV_SHAPE
+
+
+class Recorder:
+    """A kernel that launches from a buffer: its parameters by letter and size, as the
+    emulator's kernels declare them."""
+
+    name = "recorder"
+    signature = "ppSiuf"
+    sizes = (8, 8, CONV_SHAPE.itemsize, 4, 4, 4)
+    ptr = 0x1234
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def launch_kernel(self, function: int, gx: int, gy: int, gz: int, bx: int, by: int,
+                      bz: int, shared_mem: int, stream: int, params: int, extra: int) -> None:
+        at = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        self.calls.append((
+            function, (gx, gy, gz), (bx, by, bz), shared_mem, stream, extra,
+            ctypes.c_void_p.from_address(at[0]).value, ctypes.c_void_p.from_address(at[1]).value,
+            np.frombuffer(ctypes.string_at(at[2], CONV_SHAPE.itemsize), CONV_SHAPE)[0],
+            ctypes.c_int32.from_address(at[3]).value, ctypes.c_uint32.from_address(at[4]).value,
+            ctypes.c_float.from_address(at[5]).value))
+
+
+def _shape() -> np.void:
+    return cast(np.void, np.array(tuple(range(1, 17)), dtype=CONV_SHAPE)[()])
+
+
+def test_a_launch_fills_its_slots_and_keeps_the_rest() -> None:
+    kernel = Recorder()
+    launch = prepare(kernel, (7, 2), (128,), (POINTER, POINTER, _shape(), INT32,
+                                              np.uint32(9), np.float32(0.5)), 4096)
+    assert launch is not None
+    launch(77, 0x1000, 0x2000, -3)
+    launch(78, 0x3000, 0x4000, 1)
+    first, second = kernel.calls
+    assert first[:6] == (0x1234, (7, 2, 1), (128, 1, 1), 4096, 77, 0)
+    assert first[6:8] == (0x1000, 0x2000) and second[6:8] == (0x3000, 0x4000)
+    assert first[8].item() == _shape().item()
+    assert first[9:] == (-3, 9, 0.5) and second[9] == 1
+
+
+def test_a_launch_refuses_what_the_kernel_does_not_take() -> None:
+    kernel = Recorder()
+    with pytest.raises(TypeError, match="not a Slot"):  # 32 or 64 bits?
+        prepare(kernel, (1,), (1,), (POINTER, POINTER, _shape(), 5, np.uint32(1),
+                                     np.float32(1)))
+    with pytest.raises(TypeError, match="recorder: parameters"):  # one size off
+        prepare(kernel, (1,), (1,), (POINTER, POINTER, _shape(), np.uint64(5),
+                                     np.uint32(1), np.float32(1)))
+    launch = prepare(kernel, (1,), (1,), (POINTER, POINTER, _shape(), INT32, np.uint32(1),
+                                          np.float32(1)))
+    assert launch is not None
+    with pytest.raises(ValueError):  # a slot left unfilled
+        launch(0, 1, 2)
+
+
+def test_only_kernels_that_launch_from_a_buffer_are_prepared(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def stand_in(grid: Any, block: Any, args: Any, shared_mem: int = 0) -> None:
+        """A recording stand-in: it can only be called."""
+
+    assert prepare(stand_in, (1,), (1,), (POINTER,)) is None
+    assert prepare(Recorder(), (1,), (1,), (POINTER, POINTER, _shape(), INT32,
+                                            np.uint32(1), np.float32(1))) is not None
+    monkeypatch.setenv(ENV, "0")
+    assert _launch.entry(Recorder()) is None
+
+
+def test_an_address_reads_like_an_array() -> None:
+    assert Address(0x40).data.ptr == 0x40
