@@ -607,10 +607,13 @@ def test_no_vector_stores_when_pq_is_not_a_multiple_of_4(
 
 
 #: Cases whose runs launch through prepared parameter buffers (algorithms.cuda._launch):
-#: tensor-core tiles (NCHW, NHWC with its copies, split K's sum), wgmma, im2col_gemm.
+#: tensor-core tiles (NCHW, NHWC with its copies, split K's sum), wgmma, im2col_gemm,
+#: direct, implicit_gemm, depthwise, winograd, and backward_data's rearranging copies.
 _PREPARED_CASES = ("implicit_gemm_tc-odd-float32-fp32",
                    "implicit_gemm_wgmma-tc_nhwc_geom-float16-fp32-offset",
-                   "im2col_gemm-odd-float32")
+                   "im2col_gemm-odd-float32", "direct-odd-float32", "implicit_gemm-odd-float32",
+                   "depthwise-depthwise-float32", "winograd-odd-float32",
+                   "implicit_gemm_tc-backward_data-holes_s3_pad-float32-fp32")
 
 
 def test_prepared_launches_are_what_runs(verdicts: dict[str, dict[str, Any]]) -> None:

@@ -20,9 +20,12 @@ import ctypes
 import os
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from algorithms.cuda._loader import allow_shared_memory
 
 ENV = "CONVTUNE_PREPARED_LAUNCH"
 
@@ -109,24 +112,33 @@ class Launch:
     def __init__(self, kernel: Any, how: tuple[int, LaunchKernel], grid: Sequence[int],
                  block: Sequence[int], args: Sequence[Any], shared_mem: int = 0) -> None:
         function, self._launch_kernel = how
-        values: list[Any] = []
-        self._slots: list[Any] = []
+        # Every slot is a 64-bit word of one array, so that a run fills them all with one
+        # slice assignment; a 32-bit parameter reads the word's low half (little-endian,
+        # as every CUDA host is), which holds its two's complement.
+        self._slot_words = (ctypes.c_uint64 * sum(isinstance(a, Slot) for a in args))()
+        fixed: list[Any] = []  # the fixed values' ctypes objects: the buffer points in them
+        addresses: list[int] = []
+        declared: list[tuple[str, int]] = []  # (letter, bytes) per parameter
         for arg in args:
             if isinstance(arg, Slot):
-                value: Any = arg.ctype()
-                self._slots.append(value)
-            elif isinstance(arg, np.void):  # a structure by value (ConvShape): its bytes
-                value = ctypes.create_string_buffer(arg.tobytes(), arg.nbytes)
+                word = len(declared) - len(fixed)  # the slots before this one
+                addresses.append(ctypes.addressof(self._slot_words) + 8 * word)
+                declared.append((_LETTERS[arg.ctype], ctypes.sizeof(arg.ctype)))
+                continue
+            if isinstance(arg, np.void):  # a structure by value (ConvShape): its bytes
+                value: Any = ctypes.create_string_buffer(arg.tobytes(), arg.nbytes)
+                declared.append(("S", arg.nbytes))
             elif type(arg) in _FIXED:
                 value = _FIXED[type(arg)](arg)
+                declared.append((_LETTERS[type(value)], ctypes.sizeof(value)))
             else:  # a Python int would be ambiguous: 32 or 64 bits
                 raise TypeError(f"launch argument {arg!r} is not a Slot, structure or "
                                 f"NumPy scalar")
-            values.append(value)
-        _check_parameters(kernel, values)
-        self._values = values  # the buffer points into these: keep them alive
-        self._params = (ctypes.c_void_p * max(1, len(values)))(
-            *[ctypes.addressof(v) for v in values])
+            fixed.append(value)
+            addresses.append(ctypes.addressof(value))
+        _check_parameters(kernel, declared)
+        self._fixed = fixed
+        self._params = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
         self._head = (function, *(*grid, 1, 1)[:3], *(*block, 1, 1)[:3], shared_mem)
         self._params_at = ctypes.addressof(self._params)
         self._lock = threading.Lock()
@@ -134,8 +146,8 @@ class Launch:
     def __call__(self, stream: int, *values: int) -> None:
         """Fill the slots with `values` (addresses, flags) and enqueue on `stream`."""
         with self._lock:
-            for slot, value in zip(self._slots, values, strict=True):
-                slot.value = value
+            # One value per slot, or ValueError (ctypes stores a negative one's bits).
+            self._slot_words[:] = values  # type: ignore[call-overload]  # typeshed: one value only
             self._launch_kernel(*self._head, stream, self._params_at, 0)
 
 
@@ -146,16 +158,74 @@ def prepare(kernel: Any, grid: Sequence[int], block: Sequence[int], args: Sequen
     return None if how is None else Launch(kernel, how, grid, block, args, shared_mem)
 
 
-def _check_parameters(kernel: Any, values: Sequence[Any]) -> None:
+def _check_parameters(kernel: Any, declared: Sequence[tuple[str, int]]) -> None:
     """Where the kernel knows its parameters (the emulator's signature and sizes), the
     buffer must match them one for one: a wrong size shifts every later parameter on a GPU,
     silently."""
     signature, sizes = getattr(kernel, "signature", None), getattr(kernel, "sizes", None)
     if signature is None or sizes is None:
         return
-    got = [("S" if isinstance(v, ctypes.Array) else _LETTERS[type(v)], ctypes.sizeof(v))
-           for v in values]
     want = list(zip(signature, sizes, strict=True))
-    if got != want:
-        raise TypeError(f"{getattr(kernel, 'name', kernel)}: parameters {got}, the kernel "
-                        f"takes {want}")
+    if list(declared) != want:
+        raise TypeError(f"{getattr(kernel, 'name', kernel)}: parameters {list(declared)}, "
+                        f"the kernel takes {want}")
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One launch of a kernel worked out once, per (problem, config) where callers cache
+    it: the kernel's file and name expression, grid, block, dynamic shared memory, and its
+    arguments, Slots where each run's operands go.
+
+    `bind(get_kernel)` gives the Launch of the kernel that `get_kernel` returns (prepared
+    once per kernel object: kernels are per device, and tests swap them), or None where
+    the kernel offers none; `call` launches the old way, with the run's arrays (and int32
+    flags) in the Slots' places.
+    """
+
+    file: str
+    name: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    args: tuple[Any, ...]
+    shared_mem: int = 0
+    #: id(kernel) -> (kernel, its Launch or None)
+    prepared: dict[int, tuple[Any, Launch | None]] = field(
+        default_factory=dict, compare=False, repr=False)
+
+    def bind(self, get_kernel: Callable[[str, str], Any]) -> Launch | None:
+        """The prepared Launch of this device's kernel, or None (`prepare`)."""
+        kernel = get_kernel(self.file, self.name)
+        found = self.prepared.get(id(kernel))
+        if found is None or found[0] is not kernel:
+            # The opt-in to more shared memory is the function's, kept: set it once here.
+            allow_shared_memory(kernel, self.shared_mem)
+            found = self.prepared[id(kernel)] = (
+                kernel, prepare(kernel, self.grid, self.block, self.args, self.shared_mem))
+        return found[1]
+
+    def call(self, get_kernel: Callable[[str, str], Any], *operands: Any) -> None:
+        """Launch through the kernel's own call, `operands` filling the Slots in order."""
+        values = iter(operands)
+        args = tuple(_np_value(arg, next(values)) if isinstance(arg, Slot) else arg
+                     for arg in self.args)
+        kernel = get_kernel(self.file, self.name)
+        allow_shared_memory(kernel, self.shared_mem)  # a no-op within the default 48 KiB
+        kernel(self.grid, self.block, args, shared_mem=self.shared_mem)
+
+
+def _np_value(slot: Slot, value: Any) -> Any:
+    """A Slot's value as a kernel call takes it: arrays as they are, flags as int32."""
+    return np.int32(value) if slot is INT32 else value
+
+
+def enqueue(launch: KernelLaunch, get_kernel: Callable[[str, str], Any], *operands: Any,
+            stream: int | None = None) -> None:
+    """Launch `launch` with `operands` (arrays for pointers, ints for flags): prepared where
+    the kernel offers it, else through its own call."""
+    bound = launch.bind(get_kernel)
+    if bound is None:
+        launch.call(get_kernel, *operands)
+        return
+    bound(current_stream() if stream is None else stream,
+          *(int(op) if isinstance(op, (int, np.integer)) else op.data.ptr for op in operands))

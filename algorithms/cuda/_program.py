@@ -10,12 +10,13 @@ a typed view (three CuPy calls instead of one), once per run.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from algorithms.cuda import _cublas
-from algorithms.cuda._launch import POINTER, current_stream, prepare
+from algorithms.cuda._launch import POINTER, KernelLaunch, current_stream
 
 #: An operand and a byte offset into it.
 Ref = tuple[str, int]
@@ -31,6 +32,12 @@ class Kernel:
     block: tuple[int, ...]
     operands: tuple[str, ...]
     scalars: tuple[Any, ...]
+
+    @functools.cached_property
+    def launch(self) -> KernelLaunch:
+        """The launch, its operands as pointer Slots."""
+        return KernelLaunch(self.file, self.name, self.grid, self.block,
+                            (*(POINTER for _ in self.operands), *self.scalars))
 
 
 @dataclass(frozen=True)
@@ -65,20 +72,15 @@ class Program:
 
     regions: tuple[tuple[str, slice], ...]
     steps: tuple[Kernel | Gemm, ...]
-    #: id(first kernel) -> (every step's kernel, their prepared launches or None): filled
-    #: on first use per device (get_kernel's kernels are per device; tests swap them)
-    prepared: dict[int, tuple[tuple[Any, ...], Any]] = field(
-        default_factory=dict, compare=False, repr=False)
 
     def run(self, get_kernel: Callable[[str, str], Any], a: Any, b: Any, out: Any,
             workspace: Any) -> None:
         """Enqueue every step on the current stream with the run's operands; `get_kernel`
         is the calling module's (tests replace it per module)."""
-        kernels: tuple[Any, ...] = tuple(
-            get_kernel(step.file, step.name) if isinstance(step, Kernel) else None
-            for step in self.steps)
-        launches = self._prepare(kernels)
-        if launches is not None:  # the run's addresses only: no workspace views
+        launches = [step.launch.bind(get_kernel) if isinstance(step, Kernel) else None
+                    for step in self.steps]
+        if all(launch is not None for launch, step in zip(launches, self.steps, strict=True)
+               if isinstance(step, Kernel)):  # prepared: the run's addresses, no views
             addresses = {"a": a.data.ptr, "b": b.data.ptr, "out": out.data.ptr}
             if self.regions:
                 base = workspace.data.ptr
@@ -86,41 +88,23 @@ class Program:
                     addresses[name] = base + span.start
             stream = None  # asked once, and only where a kernel needs it (cuBLAS knows it)
             for step, launch in zip(self.steps, launches, strict=True):
-                if isinstance(step, Kernel):
-                    if stream is None:
-                        stream = current_stream()
-                    launch(stream, *map(addresses.__getitem__, step.operands))
-                else:
+                if isinstance(step, Gemm):
                     _gemm(step, addresses)
+                    continue
+                if stream is None:
+                    stream = current_stream()
+                assert launch is not None
+                launch(stream, *map(addresses.__getitem__, step.operands))
             return
         arrays = {"a": a, "b": b, "out": out}
         for name, span in self.regions:
             arrays[name] = workspace[span]
-        for step, kernel in zip(self.steps, kernels, strict=True):
+        for step in self.steps:
             if isinstance(step, Kernel):
-                kernel(step.grid, step.block,
-                       tuple(map(arrays.__getitem__, step.operands)) + step.scalars)
+                step.launch.call(get_kernel, *map(arrays.__getitem__, step.operands))
             else:
                 _gemm(step, {name: int(arrays[name].data.ptr) for name in
                              {step.a[0], step.b[0], step.c[0]}})
-
-    def _prepare(self, kernels: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        """A prepared launch (algorithms.cuda._launch) per kernel step and None per GEMM,
-        or None where a kernel offers none."""
-        first = next((k for k in kernels if k is not None), None)
-        if first is None:
-            return kernels  # GEMMs alone: nothing to prepare, addresses all they need
-        found = self.prepared.get(id(first))
-        if found is None or any(x is not y for x, y in zip(found[0], kernels, strict=True)):
-            launches = tuple(
-                prepare(kernel, step.grid, step.block,
-                        (*(POINTER for _ in step.operands), *step.scalars))
-                if isinstance(step, Kernel) else None
-                for step, kernel in zip(self.steps, kernels, strict=True))
-            usable = all(launch is not None for launch, step in
-                         zip(launches, self.steps, strict=True) if isinstance(step, Kernel))
-            found = self.prepared[id(first)] = (kernels, launches if usable else None)
-        return found[1]
 
 
 def _gemm(step: Gemm, addresses: dict[str, int]) -> None:

@@ -11,7 +11,7 @@ tensor they touch is below 2**31 elements (the callers' `_limits` check it).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import prod
 from typing import Any
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from algorithms.base import WorkspaceLayout
 from algorithms.by_forward import Remap
-from algorithms.cuda._launch import POINTER, Address, current_stream, prepare
+from algorithms.cuda._launch import POINTER, Address, KernelLaunch, current_stream, enqueue
 from algorithms.cuda._loader import ceil_div, fastdiv_args, get_kernel, grid_stride_blocks
 from algorithms.phases import Phases
 from algorithms.problem import ConvProblem
@@ -56,37 +56,33 @@ def shipped_kernels() -> tuple[str, ...]:
             *(name_expression("transpose", 4, parts) for parts in TF32_PARTS if parts))
 
 
-#: (instance, grid, scalar arguments) of one grid-stride copy launch.
-_Launch = tuple[str, tuple[int], tuple[Any, ...]]
-
-
-def _enqueue(src: Any, dst: Any, launch: _Launch) -> None:
-    name, grid, args = launch
-    get_kernel(KERNEL_FILE, name)(grid, (_THREADS,), (src, dst, *args))
+def _copy(name: str, grid: tuple[int], args: tuple[Any, ...]) -> KernelLaunch:
+    """One grid-stride copy launch: (src, dst) then `args`."""
+    return KernelLaunch(KERNEL_FILE, name, grid, (_THREADS,), (POINTER, POINTER, *args))
 
 
 def remap(src: Any, dst: Any, remap: Remap, itemsize: int) -> None:
     """One launch of the remap kernel over dst."""
-    _enqueue(src, dst, _remap_launch(remap, itemsize))
+    enqueue(_remap_launch(remap, itemsize), get_kernel, src, dst)
 
 
 def phase_filter(w: Any, dst: Any, found: Phases, problem: ConvProblem) -> None:
     """One launch: dst = the phases' flipped sub-filters of w (algorithms/phases.py)."""
-    _enqueue(w, dst, _phase_filter_launch(found, problem))
+    enqueue(_phase_filter_launch(found, problem), get_kernel, w, dst)
 
 
 def phase_shuffle(z: Any, dx: Any, found: Phases, problem: ConvProblem) -> None:
     """One launch: dx = the phases' outputs z interleaved (0 where no phase has a tap)."""
-    _enqueue(z, dx, _phase_shuffle_launch(found, problem))
+    enqueue(_phase_shuffle_launch(found, problem), get_kernel, z, dx)
 
 
 # Worked out once per copy: a backward run of the rearranging algorithms makes two or three
 # of them, each with about fifteen scalar arguments.
 @functools.lru_cache(maxsize=4096)
-def _remap_launch(remap: Remap, itemsize: int) -> _Launch:
+def _remap_launch(remap: Remap, itemsize: int) -> KernelLaunch:
     total = prod(remap.dst_shape)
     (sh, sw), (dh, dw) = remap.src_hw, remap.dst_hw
-    return (name_expression("remap", itemsize), (grid_stride_blocks(total, _THREADS),),
+    return _copy(name_expression("remap", itemsize), (grid_stride_blocks(total, _THREADS),),
             (*(np.int32(v) for v in (
                 remap.a, remap.middle, remap.b, sh, sw, dh, dw, remap.offset[0],
                 remap.offset[1], remap.step[0], remap.step[1], remap.flip, total)),
@@ -94,9 +90,9 @@ def _remap_launch(remap: Remap, itemsize: int) -> _Launch:
 
 
 @functools.lru_cache(maxsize=4096)
-def _phase_filter_launch(found: Phases, problem: ConvProblem) -> _Launch:
+def _phase_filter_launch(found: Phases, problem: ConvProblem) -> KernelLaunch:
     total = prod(found.filter_shape)
-    return (name_expression("phase_filter", problem.itemsize),
+    return _copy(name_expression("phase_filter", problem.itemsize),
             (grid_stride_blocks(total, _THREADS),),
             tuple(np.int32(v) for v in (
                 found.kg, found.cg, problem.r, problem.s, found.h.stride, found.w.stride,
@@ -104,9 +100,9 @@ def _phase_filter_launch(found: Phases, problem: ConvProblem) -> _Launch:
 
 
 @functools.lru_cache(maxsize=4096)
-def _phase_shuffle_launch(found: Phases, problem: ConvProblem) -> _Launch:
+def _phase_shuffle_launch(found: Phases, problem: ConvProblem) -> KernelLaunch:
     total = prod(problem.operand_shapes[2])
-    return (name_expression("phase_shuffle", problem.itemsize),
+    return _copy(name_expression("phase_shuffle", problem.itemsize),
             (grid_stride_blocks(total, _THREADS),),
             tuple(np.int32(v) for v in (
                 found.groups, found.cg, problem.h, problem.w, found.h.stride, found.w.stride,
@@ -115,15 +111,15 @@ def _phase_shuffle_launch(found: Phases, problem: ConvProblem) -> _Launch:
 
 
 def _transpose_launch(batch: int, rows: int, cols: int, itemsize: int, parts: int
-                      ) -> _Launch:
+                      ) -> KernelLaunch:
     """(instance, grid, scalar arguments) of one transpose launch: dst[b][j][i] =
     src[b][i][j] for a (batch, rows, cols) source (rounded to TF32 in `parts`, see
     TF32_PARTS)."""
     row_tiles, col_tiles = ceil_div(rows, 32), ceil_div(cols, 32)
     tiles = batch * row_tiles * col_tiles
     # One block per tile (grid_stride_blocks' cap), each looping over the rest.
-    return (name_expression("transpose", itemsize, parts),
-            (grid_stride_blocks(tiles, threads=1),),
+    return _copy(name_expression("transpose", itemsize, parts),
+                 (grid_stride_blocks(tiles, threads=1),),
             tuple(np.int32(v) for v in (rows, cols, row_tiles, col_tiles, tiles)))
 
 
@@ -143,38 +139,24 @@ class NhwcCopies:
 
     x_bytes: slice
     w_bytes: slice
-    x_launch: _Launch
-    w_launch: _Launch
-    #: id(kernel) -> (kernel, the prepared launches of x's and w's copies, or None)
-    prepared: dict[int, tuple[Any, Any]] = field(default_factory=dict, compare=False,
-                                                 repr=False)
+    x_launch: KernelLaunch
+    w_launch: KernelLaunch
 
     def enqueue(self, x: Any, w: Any, workspace: Any) -> tuple[Any, Any]:
         """Enqueue both copies; (x, w) as copied: byte ranges of the workspace, which the
         kernels take as plain pointers (typed views would cost host time on every run), or
         their Addresses where the copies launch prepared (algorithms.cuda._launch)."""
-        launches = self._prepare()
-        if launches is not None:
+        x_copy, w_copy = self.x_launch.bind(get_kernel), self.w_launch.bind(get_kernel)
+        if x_copy is not None and w_copy is not None:
             stream, base = current_stream(), workspace.data.ptr
             xs, ws = base + self.x_bytes.start, base + self.w_bytes.start
-            launches[0](stream, x.data.ptr, xs)
-            launches[1](stream, w.data.ptr, ws)
+            x_copy(stream, x.data.ptr, xs)
+            w_copy(stream, w.data.ptr, ws)
             return Address(xs), Address(ws)
         xs, ws = workspace[self.x_bytes], workspace[self.w_bytes]
-        _enqueue(x, xs, self.x_launch)
-        _enqueue(w, ws, self.w_launch)
+        self.x_launch.call(get_kernel, x, xs)
+        self.w_launch.call(get_kernel, w, ws)
         return xs, ws
-
-    def _prepare(self) -> tuple[Any, Any] | None:
-        kernel = get_kernel(KERNEL_FILE, self.x_launch[0])  # both copies: one instance
-        found = self.prepared.get(id(kernel))
-        if found is None or found[0] is not kernel:
-            x_copy, w_copy = (prepare(kernel, grid, (_THREADS,), (POINTER, POINTER, *args))
-                              for _, grid, args in (self.x_launch, self.w_launch))
-            found = self.prepared[id(kernel)] = (
-                kernel, None if x_copy is None or w_copy is None else (x_copy, w_copy))
-        launches: tuple[Any, Any] | None = found[1]
-        return launches
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every NHWC run

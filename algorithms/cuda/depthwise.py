@@ -26,6 +26,7 @@ A "_3x3" suffix: the filter size compiled in (offered for 3x3 filters).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -33,6 +34,7 @@ import numpy as np
 
 from algorithms.base import SUPPORTED, Support, Work, depthwise_limits, unsupported
 from algorithms.cuda._base import CudaAlgorithm
+from algorithms.cuda._launch import POINTER, KernelLaunch, enqueue
 from algorithms.cuda._loader import (
     CTYPES,
     DEFAULT_SMEM_LIMIT,
@@ -189,22 +191,25 @@ class DepthwiseCuda(CudaAlgorithm):
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
         """Enqueue the kernel; no workspace (registers and shared memory only)."""
-        kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config))
-        if config in FLAT_CONFIGS:
-            total, groups_q = flat_threads(problem, config)
-            kernel(
-                (ceil_div(total, FLAT_THREADS), 1, 1), (FLAT_THREADS, 1, 1),
-                (x, w, y, *shape_args(problem), np.int32(groups_q),
-                 *fastdiv_args(groups_q, problem.out_hw[0], problem.k,
-                               problem.k // problem.c), np.int32(total)),
-            )
-            return
-        t = CONFIGS[config]
-        tiles_h, tiles_w = tiles(problem, config)
-        per_plane = tiles_h * tiles_w
-        # n * c * per_plane <= n * k * out_h * out_w < 2**31 (every tile has an output pixel).
-        kernel(
-            (problem.n * problem.c * per_plane, 1, 1), (t.tw, t.th, 1),
-            (x, w, y, *shape_args(problem), np.int32(tiles_w), np.int32(per_plane)),
-            shared_mem=smem_bytes(problem, config),
-        )
+        enqueue(_launch(problem, config), get_kernel, x, w, y)
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every run: worked out once
+def _launch(problem: ConvProblem, config: str) -> KernelLaunch:
+    """The launch of `config` on `problem`: (x, w, y, shape, then the instance's own)."""
+    name = name_expression(problem.dtype, config)
+    operands = (POINTER, POINTER, POINTER, *shape_args(problem))
+    if config in FLAT_CONFIGS:
+        total, groups_q = flat_threads(problem, config)
+        return KernelLaunch(
+            KERNEL_FILE, name, (ceil_div(total, FLAT_THREADS), 1, 1), (FLAT_THREADS, 1, 1),
+            (*operands, np.int32(groups_q),
+             *fastdiv_args(groups_q, problem.out_hw[0], problem.k, problem.k // problem.c),
+             np.int32(total)))
+    t = CONFIGS[config]
+    tiles_h, tiles_w = tiles(problem, config)
+    per_plane = tiles_h * tiles_w
+    # n * c * per_plane <= n * k * out_h * out_w < 2**31 (every tile has an output pixel).
+    return KernelLaunch(
+        KERNEL_FILE, name, (problem.n * problem.c * per_plane, 1, 1), (t.tw, t.th, 1),
+        (*operands, np.int32(tiles_w), np.int32(per_plane)), smem_bytes(problem, config))

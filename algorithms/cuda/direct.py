@@ -21,6 +21,7 @@ Workspace: 0 bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, ClassVar
 
@@ -28,6 +29,7 @@ import numpy as np
 
 from algorithms.base import SUPPORTED, Support, Work, unsupported
 from algorithms.cuda._base import CudaAlgorithm
+from algorithms.cuda._launch import POINTER, KernelLaunch, enqueue
 from algorithms.cuda._loader import (
     CTYPES,
     DEFAULT_SMEM_LIMIT,
@@ -157,26 +159,28 @@ class DirectCuda(CudaAlgorithm):
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
         """Enqueue the direction's kernel; no workspace (registers and shared memory only)."""
-        kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config))
-        if problem.direction == "backward_data":
-            cblocks = ceil_div(problem.c // problem.groups, DATA_CONFIGS[config])
-            grid = (ceil_div(problem.h * problem.w, _DATA_THREADS), problem.groups * cblocks,
-                    problem.n)
-            kernel(grid, (_DATA_THREADS, 1, 1),
-                   (x, w, y, *shape_args(problem), np.int32(cblocks)))
-            return
-        if problem.direction == "backward_filter":
-            out_h, out_w = problem.out_hw
-            grid = (problem.k * (problem.c // problem.groups) * problem.r * problem.s, 1, 1)
-            kernel(grid, (FILTER_CONFIGS[config], 1, 1),
-                   (x, w, y, *shape_args(problem), *fastdiv_args(out_h * out_w, out_w)))
-            return
-        th, tw, _kpt = CONFIGS[config]
-        cb = channels_per_step(problem, config)
-        smem = cb * channel_words(problem, config) * _acc_bytes(problem)
-        out_w = problem.out_hw[1]
-        kernel(
-            _grid(problem, config), (tw, th, 1),
-            (x, w, y, *shape_args(problem), np.int32(ceil_div(out_w, tw)), np.int32(cb)),
-            shared_mem=smem,
-        )
+        enqueue(_launch(problem, config), get_kernel, x, w, y)
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every run: worked out once
+def _launch(problem: ConvProblem, config: str) -> KernelLaunch:
+    """The direction's launch of `config` on `problem`: (x, w, y, shape, then its own)."""
+    name = name_expression(problem.dtype, config)
+    operands = (POINTER, POINTER, POINTER, *shape_args(problem))
+    if problem.direction == "backward_data":
+        cblocks = ceil_div(problem.c // problem.groups, DATA_CONFIGS[config])
+        grid = (ceil_div(problem.h * problem.w, _DATA_THREADS), problem.groups * cblocks,
+                problem.n)
+        return KernelLaunch(KERNEL_FILE, name, grid, (_DATA_THREADS, 1, 1),
+                            (*operands, np.int32(cblocks)))
+    if problem.direction == "backward_filter":
+        out_h, out_w = problem.out_hw
+        grid = (problem.k * (problem.c // problem.groups) * problem.r * problem.s, 1, 1)
+        return KernelLaunch(KERNEL_FILE, name, grid, (FILTER_CONFIGS[config], 1, 1),
+                            (*operands, *fastdiv_args(out_h * out_w, out_w)))
+    th, tw, _kpt = CONFIGS[config]
+    cb = channels_per_step(problem, config)
+    smem = cb * channel_words(problem, config) * _acc_bytes(problem)
+    out_w = problem.out_hw[1]
+    return KernelLaunch(KERNEL_FILE, name, _grid(problem, config), (tw, th, 1),
+                        (*operands, np.int32(ceil_div(out_w, tw)), np.int32(cb)), smem)

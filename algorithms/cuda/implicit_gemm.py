@@ -28,15 +28,15 @@ the thread tile and the occupancy cap are fixed per configuration in CONFIGS.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
-
 from algorithms.base import SUPPORTED, Support, Work, unsupported
 from algorithms.cuda._base import CudaAlgorithm, fitting_tiles, gemm_fill, gemm_grid
 from algorithms.cuda._by_forward import CudaByForward
+from algorithms.cuda._launch import INT32, POINTER, KernelLaunch, enqueue
 from algorithms.cuda._loader import (
     CTYPES,
     fastdiv_args,
@@ -128,17 +128,21 @@ class _ImplicitGemmCudaForward(CudaAlgorithm):
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
         """Enqueue the kernel; no workspace (patches are gathered in the tile loads)."""
-        out_h, out_w = problem.out_hw
-        pq = out_h * out_w
         # Whole-vector stores need 4 pixels of one image together and an aligned y.
         vec_bytes = 4 * problem.itemsize
-        vec_out = int(pq % 4 == 0 and y.data.ptr % vec_bytes == 0)
-        kernel = get_kernel(KERNEL_FILE, name_expression(problem.dtype, config))
-        kernel(
-            launch_grid(problem, config), (CONFIGS[config].threads,),
-            (x, w, y, *shape_struct(problem), np.int32(vec_out),
-             *fastdiv_args(problem.r * problem.s, problem.s, pq, out_w)),
-        )
+        vec_out = problem.out_hw[0] * problem.out_hw[1] % 4 == 0 and y.data.ptr % vec_bytes == 0
+        enqueue(_launch(problem, config), get_kernel, x, w, y, vec_out)
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every run: worked out once
+def _launch(problem: ConvProblem, config: str) -> KernelLaunch:
+    """The kernel's launch on `problem`: (x, w, y, shape, vec_out flag, fast divisions)."""
+    out_h, out_w = problem.out_hw
+    return KernelLaunch(
+        KERNEL_FILE, name_expression(problem.dtype, config), launch_grid(problem, config),
+        (CONFIGS[config].threads,),
+        (POINTER, POINTER, POINTER, *shape_struct(problem), INT32,
+         *fastdiv_args(problem.r * problem.s, problem.s, out_h * out_w, out_w)))
 
 
 class ImplicitGemmCuda(CudaByForward, _ImplicitGemmCudaForward):

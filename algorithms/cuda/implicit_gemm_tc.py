@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import prod
 from typing import Any, ClassVar
 
@@ -84,11 +84,10 @@ from algorithms.cuda._base import (
     gemm_limits,
 )
 from algorithms.cuda._by_forward import CudaByForward
-from algorithms.cuda._launch import INT32, POINTER, current_stream, prepare
+from algorithms.cuda._launch import INT32, POINTER, KernelLaunch, current_stream
 from algorithms.cuda._loader import (
     CTYPES,
     DEFAULT_SMEM_LIMIT,
-    allow_shared_memory,
     ceil_div,
     fastdiv_args,
     get_kernel,
@@ -424,34 +423,18 @@ class GemmLaunch:
     split K, of the sum after it, worked out once per (problem, config): on every run only
     the operands change."""
 
-    file: str
-    name: str
-    smem: int
-    grid: tuple[int, int, int]
-    block: tuple[int]
-    geometry: tuple[Any, ...]  # shape_struct, then the fast divisions' constants
-    kper: np.int32
+    gemm: KernelLaunch  # (x, w, y, geometry..., partials, K per split, pairs)
+    total: KernelLaunch | None  # split K's sum (partials, y); None without splits
     part_bytes: slice | None  # split K's partial sums in the workspace; None without splits
     pair_bytes: int  # see paired_stores, for y or (split) the partial sums
-    sum_name: str
-    sum_grid: tuple[int]
-    sum_args: tuple[np.int32, np.int32]
-
-    #: id(kernel) -> (kernel, its Launch, the sum's Launch or None); filled on first use
-    #: per device (get_kernel's kernels are per device, and tests swap them)
-    prepared: dict[int, tuple[Any, Any, Any]] = field(default_factory=dict, compare=False,
-                                                      repr=False)
 
     def enqueue(self, get_kernel: Any, x: Any, w: Any, y: Any, workspace: Any) -> None:
         """The GEMM kernel, then split K's sum; `get_kernel` is the calling module's (tests
         replace it per module)."""
-        kernel = get_kernel(self.file, self.name)
-        allow_shared_memory(kernel, self.smem)
-        launches = self._prepare(get_kernel, kernel)
-        if launches is not None:
-            gemm, total = launches
-            stream = current_stream()
-            yp = y.data.ptr
+        gemm = self.gemm.bind(get_kernel)
+        total = None if self.total is None else self.total.bind(get_kernel)
+        if gemm is not None and (self.total is None or total is not None):
+            stream, yp = current_stream(), y.data.ptr
             # Split K's partial sums, as a byte range of the workspace; else y, which the
             # kernel then never touches as partials.
             part = yp if self.part_bytes is None else workspace.data.ptr + self.part_bytes.start
@@ -461,31 +444,9 @@ class GemmLaunch:
                 total(stream, part, yp)
             return
         part = y if self.part_bytes is None else workspace[self.part_bytes]
-        kernel(self.grid, self.block,
-               (x, w, y, *self.geometry, part, self.kper, paired_stores(self.pair_bytes, part)),
-               shared_mem=self.smem)
-        if self.part_bytes is not None:  # the splits launched
-            get_kernel(KERNEL_FILE, self.sum_name)(self.sum_grid, (256,),
-                                                   (part, y, *self.sum_args))
-
-    def _prepare(self, get_kernel: Any, kernel: Any) -> tuple[Any, Any] | None:
-        """The prepared launches (algorithms.cuda._launch) of the GEMM kernel and the sum,
-        or None where the kernels offer none."""
-        found = self.prepared.get(id(kernel))
-        if found is not None and found[0] is kernel:
-            return None if found[1] is None else (found[1], found[2])
-        ptr, flag = POINTER, INT32
-        gemm = prepare(kernel, self.grid, self.block,
-                               (ptr, ptr, ptr, *self.geometry, ptr, self.kper, flag),
-                               self.smem)
-        total = None
-        if gemm is not None and self.part_bytes is not None:
-            total = prepare(get_kernel(KERNEL_FILE, self.sum_name), self.sum_grid,
-                                    (256,), (ptr, ptr, *self.sum_args))
-            if total is None:
-                gemm = None
-        self.prepared[id(kernel)] = (kernel, gemm, total)
-        return None if gemm is None else (gemm, total)
+        self.gemm.call(get_kernel, x, w, y, part, paired_stores(self.pair_bytes, part))
+        if self.total is not None:
+            self.total.call(get_kernel, part, y)
 
 
 def gemm_launch(problem: ConvProblem, layout: WorkspaceLayout, file: str, name: str,
@@ -496,14 +457,18 @@ def gemm_launch(problem: ConvProblem, layout: WorkspaceLayout, file: str, name: 
     out_h, out_w = problem.out_hw
     split = grid[2] > 1
     total = prod(problem.output_shape)
+    geometry = (*shape_struct(problem), *fastdiv_args(k_divisor, problem.s, out_h * out_w,
+                                                      out_w))
     return GemmLaunch(
-        file=file, name=name, smem=smem, grid=grid, block=(threads,),
-        geometry=(*shape_struct(problem),
-                  *fastdiv_args(k_divisor, problem.s, out_h * out_w, out_w)),
-        kper=np.int32(kper), part_bytes=layout.byte_ranges()["part"] if split else None,
-        pair_bytes=pair_bytes(problem, 4 if split else problem.itemsize),
-        sum_name=sum_name_expression(problem.dtype), sum_grid=(grid_stride_blocks(total),),
-        sum_args=(np.int32(total), np.int32(grid[2])))
+        gemm=KernelLaunch(file, name, grid, (threads,),
+                          (POINTER, POINTER, POINTER, *geometry, POINTER, np.int32(kper),
+                           INT32), smem),
+        total=KernelLaunch(KERNEL_FILE, sum_name_expression(problem.dtype),
+                           (grid_stride_blocks(total),), (256,),
+                           (POINTER, POINTER, np.int32(total), np.int32(grid[2])))
+        if split else None,
+        part_bytes=layout.byte_ranges()["part"] if split else None,
+        pair_bytes=pair_bytes(problem, 4 if split else problem.itemsize))
 
 
 _PAIRS = (np.int32(0), np.int32(1))

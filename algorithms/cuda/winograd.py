@@ -31,9 +31,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from algorithms import winograd
-from algorithms.base import SUPPORTED, Support, align, unsupported, workspace_view
+from algorithms.base import SUPPORTED, Support, align, unsupported
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._cublas import OP_N, gemm_strided_batched
+from algorithms.cuda._launch import POINTER, KernelLaunch, current_stream
 from algorithms.cuda._loader import (
     CTYPES,
     fastdiv_args,
@@ -128,20 +129,29 @@ class WinogradCuda(CudaAlgorithm):
         """Enqueue the filter and input transforms, the GEMMs and the output transform."""
         plan = _launches(problem, config)
         require_aligned("winograd: workspace", workspace, plan.item)
-        u, v, m = (workspace_view(workspace, off, (nbytes // plan.item,), plan.real)
-                   for off, nbytes in plan.regions)
-        get_kernel(KERNEL_FILE, plan.names[0])(plan.grids[0], (_THREADS,),
-                                               (w, u, *plan.filter_args))
-        get_kernel(KERNEL_FILE, plan.names[1])(plan.grids[1], (_THREADS,),
-                                               (x, v, *plan.input_args))
-        # Row-major M[p] = U[p] @ V[p] is column-major M^T = V^T @ U^T: cuBLAS sees
-        # m = T, n = k, k = c with V first.
-        tiles, k, c = plan.gemm
-        gemm_strided_batched(plan.real, OP_N, OP_N, tiles, k, c, v.data.ptr, tiles,
-                             c * tiles, u.data.ptr, c, k * c, m.data.ptr, tiles, k * tiles,
-                             plan.points, tf32=plan.tf32)
-        get_kernel(KERNEL_FILE, plan.names[2])(plan.grids[2], (_THREADS,),
-                                               (m, y, *plan.output_args))
+        filt, inp, out = (launch.bind(get_kernel) for launch in plan.kernels)
+        if filt is not None and inp is not None and out is not None:
+            # Prepared launches: U, V and M as addresses, no views of the workspace.
+            base, stream = workspace.data.ptr, current_stream()
+            u, v, m = (base + offset for offset, _ in plan.regions)
+            filt(stream, w.data.ptr, u)
+            inp(stream, x.data.ptr, v)
+            _gemm(plan, u, v, m)
+            out(stream, m, y.data.ptr)
+            return
+        uv = [workspace[offset:offset + nbytes] for offset, nbytes in plan.regions]
+        plan.kernels[0].call(get_kernel, w, uv[0])
+        plan.kernels[1].call(get_kernel, x, uv[1])
+        _gemm(plan, *(region.data.ptr for region in uv))
+        plan.kernels[2].call(get_kernel, uv[2], y)
+
+
+def _gemm(plan: _Launches, u: int, v: int, m: int) -> None:
+    # Row-major M[p] = U[p] @ V[p] is column-major M^T = V^T @ U^T: cuBLAS sees m = T,
+    # n = k, k = c with V first.
+    tiles, k, c = plan.gemm
+    gemm_strided_batched(plan.real, OP_N, OP_N, tiles, k, c, v, tiles, c * tiles, u, c,
+                         k * c, m, tiles, k * tiles, plan.points, tf32=plan.tf32)
 
 
 @dataclass(frozen=True)
@@ -153,11 +163,8 @@ class _Launches:
     item: int
     regions: tuple[tuple[int, int], ...]  # U, V, M: (byte offset, bytes)
     tf32: bool
-    names: tuple[str, str, str]  # filter, input and output transforms
-    grids: tuple[tuple[int], tuple[int], tuple[int]]
-    filter_args: tuple[np.int32, ...]
-    input_args: tuple[Any, ...]
-    output_args: tuple[Any, ...]
+    #: the filter (w -> U), input (x -> V) and output (M -> y) transforms
+    kernels: tuple[KernelLaunch, KernelLaunch, KernelLaunch]
     gemm: tuple[int, int, int]  # T, K, C
     points: int
 
@@ -173,21 +180,23 @@ def _launches(problem: ConvProblem, config: str) -> _Launches:
     layout = workspace_layout(problem, config)
     divisors = fastdiv_args(tiles, t.tiles_w, t.tiles_h)
     tiling_args = (np.int32(t.tiles_h), np.int32(t.tiles_w), np.int32(tiles))
+    launch = functools.partial(KernelLaunch, KERNEL_FILE, block=(_THREADS,))
     return _Launches(
         real=real, item=np.dtype(real).itemsize,
         regions=tuple(layout[name] for name in ("u", "v", "m")), tf32=tf32,
         # The transforms into the GEMM store TF32-rounded values when it reads TF32.
-        names=(name_expression("filter", problem.dtype, config, tf32),
-               name_expression("input", problem.dtype, config, tf32),
-               name_expression("output", problem.dtype, config)),
-        grids=((grid_stride_blocks(k * c, _THREADS),),
-               (grid_stride_blocks(c * tiles, _THREADS),),
-               (grid_stride_blocks(k * tiles, _THREADS),)),
-        filter_args=(np.int32(k * c),),
-        input_args=(np.int32(c), np.int32(problem.h), np.int32(problem.w),
-                    *(np.int32(p) for p in problem.pad), *tiling_args,
-                    np.int32(c * tiles), *divisors),
-        output_args=(np.int32(k), np.int32(out_h), np.int32(out_w), *tiling_args,
-                     np.int32(k * tiles), *divisors),
+        kernels=(
+            launch(name_expression("filter", problem.dtype, config, tf32),
+                   grid=(grid_stride_blocks(k * c, _THREADS),),
+                   args=(POINTER, POINTER, np.int32(k * c))),
+            launch(name_expression("input", problem.dtype, config, tf32),
+                   grid=(grid_stride_blocks(c * tiles, _THREADS),),
+                   args=(POINTER, POINTER, np.int32(c), np.int32(problem.h),
+                         np.int32(problem.w), *(np.int32(p) for p in problem.pad),
+                         *tiling_args, np.int32(c * tiles), *divisors)),
+            launch(name_expression("output", problem.dtype, config),
+                   grid=(grid_stride_blocks(k * tiles, _THREADS),),
+                   args=(POINTER, POINTER, np.int32(k), np.int32(out_h), np.int32(out_w),
+                         *tiling_args, np.int32(k * tiles), *divisors))),
         gemm=(tiles, k, c), points=t.alpha ** 2,
     )
