@@ -1,7 +1,7 @@
 """The host cost of the pieces of a run, on a GPU machine (issue 9): a kernel launch by its
 number of arguments (and with them packed in one structure), the same launch prepared once
-(algorithms.cuda._launch), a cuBLAS call through our ctypes path, workspace views and CuPy
-wrappers of raw pointers.
+(algorithms.cuda._launch), a cuBLAS call through our ctypes path (and through cuBLASLt,
+_cublaslt), workspace views and CuPy wrappers of raw pointers.
 
     python benchmarks/bench_launch_cost.py [--calls 2000] [--out launch_cost.json]
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.base import workspace_view  # noqa: E402
-from algorithms.cuda import _cublas  # noqa: E402
+from algorithms.cuda import _cublas, _cublaslt  # noqa: E402
 from algorithms.cuda._launch import POINTER, current_stream, prepare  # noqa: E402
 from algorithms.cuda.runtime import cuda_available  # noqa: E402
 
@@ -103,6 +104,20 @@ def measure(calls: int) -> dict[str, Any]:
 
     gemm()
     out["cuBLAS GEMM through _cublas (ctypes)"] = per_call_us(gemm, calls)
+    # The same GEMM through cuBLASLt, its algorithm chosen once (CONVTUNE_CUBLASLT=1).
+    saved, previous = _cublas._library, os.environ.get(_cublaslt.ENV)
+    os.environ[_cublaslt.ENV] = "1"
+    try:
+        lt_blas = _cublas._Cublas(cupy)
+        _cublas._library = lambda: lt_blas  # type: ignore[assignment]
+        gemm()
+        out["cuBLASLt GEMM through _cublas (algorithm kept)"] = per_call_us(gemm, calls)
+    finally:
+        _cublas._library = saved  # type: ignore[assignment]
+        if previous is None:
+            os.environ.pop(_cublaslt.ENV, None)
+        else:
+            os.environ[_cublaslt.ENV] = previous
     out["workspace_view (slice, view, reshape)"] = per_call_us(
         lambda: workspace_view(buf, 4096, (64, 64), "float32"), calls)
     out["uint8 slice of the workspace"] = per_call_us(lambda: buf[4096:8192], calls)

@@ -23,6 +23,7 @@ from algorithms.base import AlgorithmBase
 from algorithms.cuda import (
     KERNEL_MODULES,
     _cublas,
+    _cublaslt,
     _loader,
     _rearrange,
     fft,
@@ -496,3 +497,42 @@ def test_cublas_receives_each_argument_as_its_c_type(tmp_path: Any,
     pointers = [recorder.last_pointers()[i] for i in range(6)]
     assert pointers == [cublas_call_cost.STANDIN_HANDLE, _cublas._ONE["float16"].value, a, b,
                         _cublas._ONE["float16"].value, c]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a stand-in")
+def test_cublaslt_matmul_is_worked_out_once_per_shape(tmp_path: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With CONVTUNE_CUBLASLT=1 a GEMM goes through cublasLtMatmul: its descriptors say the
+    GEMM's types, transposes, layouts, batch and strides, the heuristic runs once per shape
+    and gets our workspace limit, and the call passes the kept algorithm, C as D, our
+    workspace and the current stream. A shape without an algorithm falls back to
+    cublasGemmStridedBatchedEx."""
+    monkeypatch.setenv(_cublaslt.ENV, "1")
+    lt_library = cublas_call_cost.build_standin(tmp_path, cublas_call_cost.LT_STANDIN_SOURCE,
+                                                "cublaslt_standin")
+    library = cublas_call_cost.build_standin(tmp_path)
+    blas = cublas_call_cost.standin_cublas(library, lt_library)
+    monkeypatch.setattr(_cublas, "_library", lambda: blas)
+    lt, recorder = ctypes.CDLL(str(lt_library)), ctypes.CDLL(str(library))
+    lt.lt_last.restype = ctypes.POINTER(ctypes.c_longlong)
+    recorder.last_values.restype = ctypes.POINTER(ctypes.c_longlong)
+    a, b, c = (1 << 45) + 256, (1 << 46) + 512, (1 << 47) + 1024
+    for _ in range(2):
+        _cublas.gemm_strided_batched("float16", _cublas.OP_T, _cublas.OP_N, 196, 1024, 256,
+                                     a, 256, 3 << 33, b, 256, 5 << 33, c, 196, 7 << 33, 32,
+                                     accumulate=True, float32_c=True)
+    got = [lt.lt_last()[i] for i in range(33)]
+    # compute 32F, float scale, A^T: A is k x m (256 x 196), B k x n, C m x n (float32: 0).
+    assert got[:4] == [68, 0, 1, 0]
+    assert got[4:10] == [2, 256, 196, 256, 32, 3 << 33]
+    assert got[10:16] == [2, 256, 1024, 256, 32, 5 << 33]
+    assert got[16:22] == [0, 196, 1024, 196, 32, 7 << 33]
+    assert got[22:26] == [1, _cublas.WORKSPACE_BYTES, cublas_call_cost.ALGO_MARK, a]
+    assert got[26:29] == [b, c, c]
+    assert got[29:33] == [cublas_call_cost.STANDIN_WORKSPACE, _cublas.WORKSPACE_BYTES,
+                          cublas_call_cost.STANDIN_STREAM, 1]  # one heuristic, two calls
+    lt.lt_no_algorithm(1)  # a new shape the heuristic has nothing for
+    _cublas.gemm_strided_batched("float32", _cublas.OP_N, _cublas.OP_N, 8, 8, 8, a, 8, 64,
+                                 b, 8, 64, c, 8, 64, 3)
+    assert recorder.last_values()[2] == 8 and recorder.last_values()[14] == 3
+    assert lt.lt_last()[32] == 1  # the Lt matmul was not called again

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.cuda import _cublaslt
 from algorithms.cuda._loader import require_cupy
 
 OP_N = 0
@@ -78,6 +79,9 @@ _DATA_TYPE = {"float32": 0, "float64": 1, "float16": 2, "complex64": 4, "complex
 _COMPUTE = {"float32": 68, "float16": 68, "complex64": 68, "float64": 70, "complex128": 70}
 #: CUBLAS_COMPUTE_32F_FAST_TF32: FP32 accumulation of operands read as TF32.
 _COMPUTE_FAST_TF32 = 77
+#: The cudaDataType of alpha and beta (_ALPHA's) per storage dtype, as cuBLASLt's
+#: descriptor names it: float for float16 and float32 (and TF32), else the dtype's own.
+_SCALE = {"float16": 0, "float32": 0, "float64": 1, "complex64": 4, "complex128": 5}
 #: cuBLAS's recommended workspace on Hopper; ours, so no call allocates (graph capture).
 WORKSPACE_BYTES = 32 << 20
 
@@ -100,9 +104,14 @@ class _Cublas:
     workspace of its own before each call instead, which capture allows; so do we.
     """
 
-    def __init__(self, cupy: Any) -> None:
+    def __init__(self, cupy: Any, lib: Any = None, lt: Any = None) -> None:
+        """`lib`, `lt`: libcublas and libcublasLt (stand-ins in tests), else the process's;
+        cuBLASLt only where _cublaslt.enabled()."""
         self._cupy = cupy
-        self._lib = _load_libcublas(cupy)
+        self._lib = lib or load_library(cupy)
+        self._lt = None
+        if _cublaslt.enabled():
+            self._lt = _cublaslt.Lt(lt or load_library(cupy, "libcublasLt"), WORKSPACE_BYTES)
         # No argtypes: converting the call's 23 arguments through them took about 3 of the
         # 4 us a call costs here (a no-op stand-in, 2026-11-26); `gemm` passes each as its
         # C type instead (ints as int, addresses as c_void_p, strides as c_longlong).
@@ -117,18 +126,7 @@ class _Cublas:
 
     def handle(self) -> ctypes.c_void_p:
         """This device's handle, bound to the current stream with our workspace."""
-        device = self._cupy.cuda.runtime.getDevice()  # no Device object per call
-        bound = self._handles.get(device)
-        if bound is None:
-            handle = ctypes.c_void_p()
-            self._check(self._lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
-            self._check(self._lib.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST),
-                        "cublasSetPointerMode")
-            # Strict arithmetic: no TF32 even where CUPY_TF32 or NVIDIA_TF32_OVERRIDE asks.
-            self._check(self._lib.cublasSetMathMode(handle, _DEFAULT_MATH), "cublasSetMathMode")
-            # A new handle runs on the legacy default stream (0).
-            bound = self._handles[device] = _Bound(
-                handle, self._cupy.cuda.alloc(WORKSPACE_BYTES), 0)
+        bound = self._bound(self._cupy.cuda.runtime.getDevice())  # no Device object per call
         stream = self._cupy.cuda.get_current_stream().ptr
         if stream != bound.stream:  # only we bind this handle, so we know its stream
             # Setting the stream resets cuBLAS to its default workspace: give ours back.
@@ -140,12 +138,39 @@ class _Cublas:
             bound.stream = stream
         return bound.handle
 
+    def _bound(self, device: int) -> _Bound:
+        """This device's handle and workspace, made on first use."""
+        bound = self._handles.get(device)
+        if bound is None:
+            handle = ctypes.c_void_p()
+            self._check(self._lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+            self._check(self._lib.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST),
+                        "cublasSetPointerMode")
+            # Strict arithmetic: no TF32 even where CUPY_TF32 or NVIDIA_TF32_OVERRIDE asks.
+            self._check(self._lib.cublasSetMathMode(handle, _DEFAULT_MATH), "cublasSetMathMode")
+            # A new handle runs on the legacy default stream (0).
+            bound = self._handles[device] = _Bound(
+                handle, self._cupy.cuda.alloc(WORKSPACE_BYTES), 0)
+        return bound
+
     def gemm(self, dtype: str, c_type: str, compute: int, transa: int, transb: int, m: int,
              n: int, k: int, alpha: ctypes.c_void_p, a: int, lda: int, stride_a: int, b: int,
              ldb: int, stride_b: int, beta: ctypes.c_void_p, c: int, ldc: int, stride_c: int,
              batch: int) -> None:
         """cublasGemmStridedBatchedEx on the current stream (`alpha`, `beta`: host
-        addresses; a, b, c: device addresses; all ints below 2**31 but the strides)."""
+        addresses; a, b, c: device addresses; all ints below 2**31 but the strides), or
+        cuBLASLt's matmul for the shape where it is on and has an algorithm for it."""
+        if self._lt is not None:
+            device = self._cupy.cuda.runtime.getDevice()
+            matmul = self._lt.matmul(  # _cublaslt.Shape's fields
+                device, _DATA_TYPE[dtype], _DATA_TYPE[c_type], compute, _SCALE[dtype], transa,
+                transb, m, n, k, lda, stride_a, ldb, stride_b, ldc, stride_c, batch)
+            if matmul.found:
+                # The workspace is the handle's: one stream's calls use it in turn.
+                self._lt.run(device, matmul, alpha, a, b, beta, c,
+                             self._bound(device).workspace.ptr,
+                             self._cupy.cuda.get_current_stream().ptr)
+                return
         status = self._gemm_ex(
             self.handle(), transa, transb, m, n, k, alpha,
             ctypes.c_void_p(a), _DATA_TYPE[dtype], lda, ctypes.c_longlong(stride_a),
@@ -156,22 +181,23 @@ class _Cublas:
             self._check(status, f"cublasGemmStridedBatchedEx ({dtype})")
 
 
-def _load_libcublas(cupy: Any) -> ctypes.CDLL:
-    """The libcublas CuPy loaded (found in this process's maps), else one by soname."""
+def load_library(cupy: Any, stem: str = "libcublas") -> ctypes.CDLL:
+    """The library `stem` ("libcublas", "libcublasLt") that this process has loaded (found in
+    its maps: CuPy loads libcublas, which loads libcublasLt), else one by soname."""
     from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads libcublas)
 
     try:
         with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "/libcublas.so" in line}
+            paths = {line.split()[-1] for line in maps if f"/{stem}.so" in line}
     except OSError:
         paths = set()
     major = cupy.cuda.runtime.runtimeGetVersion() // 1000
-    for name in [*sorted(paths), f"libcublas.so.{major}", "libcublas.so"]:
+    for name in [*sorted(paths), f"{stem}.so.{major}", f"{stem}.so"]:
         try:
             return ctypes.CDLL(name)
         except OSError:
             continue
-    raise RuntimeError("libcublas could not be loaded")
+    raise RuntimeError(f"{stem} could not be loaded")
 
 
 @functools.cache

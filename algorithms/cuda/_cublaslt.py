@@ -1,0 +1,170 @@
+"""cuBLASLt matmuls worked out once per GEMM shape, for _cublas (CONVTUNE_CUBLASLT=1).
+
+Why: a cublasGemmStridedBatchedEx call took 17.8 us of host time on the H200 (launch_cost,
+2026-11-26), of which our Python and ctypes are about 5 us (cublas_call_cost.py, this CPU).
+The rest is cuBLAS choosing a kernel for the shape again on every call. cuBLASLt separates
+that choice (cublasLtMatmulAlgoGetHeuristic) from the call (cublasLtMatmul), so it is
+made once per shape and kept, with the descriptors it needs. This is what PyTorch does for
+its Lt GEMMs.
+
+Off by default: no GPU has run it yet. `gpu_session.sh launch_cost` times both paths, and
+the GPU tests run the algorithms with it on (tests/gpu/test_cublaslt.py).
+
+Operands are column-major, as _cublas.gemm_strided_batched's: A is m x k (k x m when
+transposed), B k x n, C m x n, each with its leading dimension, a batch count and a batch
+stride in elements. D is C (in place, beta as given). A shape the heuristic finds no
+algorithm for (a type cuBLASLt does not take, say) is marked so, and _cublas calls
+cublasGemmStridedBatchedEx for it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from typing import Any
+
+ENV = "CONVTUNE_CUBLASLT"
+
+# cublasLt.h: cublasLtMatmulDescAttributes_t, cublasLtMatrixLayoutAttribute_t,
+# cublasLtMatmulPreferenceAttributes_t.
+_TRANSA, _TRANSB = 3, 4
+_BATCH_COUNT, _BATCH_STRIDE = 5, 6
+_MAX_WORKSPACE = 1
+#: sizeof(cublasLtMatmulHeuristicResult_t): the algorithm (uint64_t data[8]) first, then
+#: its workspace size (size_t), state (int), waves (float) and four reserved ints.
+RESULT_BYTES = 96
+OP_N = 0
+
+
+def enabled() -> bool:
+    """Whether GEMMs go through cuBLASLt (CONVTUNE_CUBLASLT=1)."""
+    return os.environ.get(ENV, "0") == "1"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a matmul is worked out for: everything of a GEMM but its operands and scalars.
+    Types are cudaDataType codes; `scale` is that of alpha and beta."""
+
+    a_type: int
+    c_type: int
+    compute: int
+    scale: int
+    transa: int
+    transb: int
+    m: int
+    n: int
+    k: int
+    lda: int
+    stride_a: int
+    ldb: int
+    stride_b: int
+    ldc: int
+    stride_c: int
+    batch: int
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"{what} failed with cuBLAS status {status}")
+
+
+class Matmul:
+    """One shape's matmul descriptor, A, B and C layouts, and the heuristic's algorithm
+    (`found`: False when it had none)."""
+
+    def __init__(self, lib: Any, handle: ctypes.c_void_p, shape: Shape,
+                 workspace_bytes: int) -> None:
+        self._lib = lib
+        self.desc = ctypes.c_void_p()
+        self.layouts = (ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p())  # A, B, C
+        self.result = ctypes.create_string_buffer(RESULT_BYTES)
+        _check(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), shape.compute,
+                                            shape.scale), "cublasLtMatmulDescCreate")
+        for attribute, value in ((_TRANSA, shape.transa), (_TRANSB, shape.transb)):
+            op = ctypes.c_int32(value)  # cublasOperation_t
+            _check(lib.cublasLtMatmulDescSetAttribute(
+                self.desc, attribute, ctypes.byref(op), ctypes.c_size_t(4)),
+                "cublasLtMatmulDescSetAttribute")
+        a_dims = (shape.m, shape.k) if shape.transa == OP_N else (shape.k, shape.m)
+        b_dims = (shape.k, shape.n) if shape.transb == OP_N else (shape.n, shape.k)
+        for layout, dtype, (rows, cols), ld, stride in (
+                (self.layouts[0], shape.a_type, a_dims, shape.lda, shape.stride_a),
+                (self.layouts[1], shape.a_type, b_dims, shape.ldb, shape.stride_b),
+                (self.layouts[2], shape.c_type, (shape.m, shape.n), shape.ldc, shape.stride_c)):
+            _check(lib.cublasLtMatrixLayoutCreate(
+                ctypes.byref(layout), dtype, ctypes.c_uint64(rows), ctypes.c_uint64(cols),
+                ctypes.c_int64(ld)), "cublasLtMatrixLayoutCreate")
+            batch: tuple[tuple[int, ctypes.c_int32 | ctypes.c_int64], ...] = (
+                (_BATCH_COUNT, ctypes.c_int32(shape.batch)),
+                (_BATCH_STRIDE, ctypes.c_int64(stride)))
+            for attribute, setting in batch:
+                _check(lib.cublasLtMatrixLayoutSetAttribute(
+                    layout, attribute, ctypes.byref(setting),
+                    ctypes.c_size_t(ctypes.sizeof(setting))), "cublasLtMatrixLayoutSetAttribute")
+        preference = ctypes.c_void_p()
+        _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)),
+               "cublasLtMatmulPreferenceCreate")
+        try:
+            limit = ctypes.c_uint64(workspace_bytes)
+            _check(lib.cublasLtMatmulPreferenceSetAttribute(
+                preference, _MAX_WORKSPACE, ctypes.byref(limit), ctypes.c_size_t(8)),
+                "cublasLtMatmulPreferenceSetAttribute")
+            returned = ctypes.c_int(0)
+            status = lib.cublasLtMatmulAlgoGetHeuristic(
+                handle, self.desc, *self.layouts, self.layouts[2], preference, 1,
+                self.result, ctypes.byref(returned))
+        finally:
+            lib.cublasLtMatmulPreferenceDestroy(preference)
+        self.found = status == 0 and returned.value > 0
+
+    def __del__(self) -> None:
+        lib = getattr(self, "_lib", None)
+        if lib is None:
+            return
+        for layout in getattr(self, "layouts", ()):
+            if layout.value:
+                lib.cublasLtMatrixLayoutDestroy(layout)
+        if getattr(self, "desc", None) is not None and self.desc.value:
+            lib.cublasLtMatmulDescDestroy(self.desc)
+
+
+class Lt:
+    """libcublasLt through ctypes: a handle per device and a Matmul per (device, Shape)."""
+
+    def __init__(self, lib: Any, workspace_bytes: int) -> None:
+        self._lib = lib
+        self._lib.cublasLtMatmul.restype = ctypes.c_int
+        self._workspace_bytes = workspace_bytes
+        self._handles: dict[int, ctypes.c_void_p] = {}
+        self._matmuls: dict[tuple[int, ...], Matmul] = {}
+
+    def matmul(self, device: int, *shape: int) -> Matmul:
+        """The Matmul of a Shape (its fields, in order) on `device`, worked out on first
+        use. Looked up by a plain tuple: on every call, a dataclass's construction and hash
+        cost more than the rest of our path."""
+        found = self._matmuls.get((device, *shape))
+        if found is None:
+            handle = self._handles.get(device)
+            if handle is None:
+                handle = ctypes.c_void_p()
+                _check(self._lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
+                self._handles[device] = handle
+            found = self._matmuls[(device, *shape)] = Matmul(
+                self._lib, handle, Shape(*shape), self._workspace_bytes)
+        return found
+
+    def run(self, device: int, matmul: Matmul, alpha: ctypes.c_void_p, a: int, b: int,
+            beta: ctypes.c_void_p, c: int, workspace: int, stream: int) -> None:
+        """D = C = alpha op(A) op(B) + beta C on `stream` (addresses: device; alpha, beta:
+        host)."""
+        layout_a, layout_b, layout_c = matmul.layouts
+        c_pointer = ctypes.c_void_p(c)
+        status = self._lib.cublasLtMatmul(
+            self._handles[device], matmul.desc, alpha, ctypes.c_void_p(a), layout_a,
+            ctypes.c_void_p(b), layout_b, beta, c_pointer, layout_c, c_pointer, layout_c,
+            matmul.result, ctypes.c_void_p(workspace), ctypes.c_size_t(self._workspace_bytes),
+            ctypes.c_void_p(stream))
+        if status:
+            _check(status, "cublasLtMatmul")
