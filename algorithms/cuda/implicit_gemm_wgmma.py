@@ -62,6 +62,7 @@ from algorithms.cuda._base import (
     gemm_limits,
 )
 from algorithms.cuda._by_forward import CudaByForward
+from algorithms.cuda._gemm_launch import GemmLaunch, gemm_launch
 from algorithms.cuda._loader import get_kernel
 from algorithms.cuda.implicit_gemm_tc import k_splits, passes, split_steps
 from algorithms.problem import DTYPES as DTYPE_BYTES
@@ -251,17 +252,17 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
 
 @functools.lru_cache(maxsize=4096)
 def _run_plan(problem: ConvProblem, config: str
-              ) -> tuple[_rearrange.NhwcCopies, implicit_gemm_tc.GemmLaunch]:
+              ) -> tuple[_rearrange.NhwcCopies, GemmLaunch]:
     """What `_run` enqueues for one (problem, config), worked out once: the NHWC copies,
     then the GEMM kernel (and split K's sum). K runs (r, s, c): first divisor C/groups."""
     tile = parse_config(problem.dtype, problem.math, config).tile
     grid, kper = launch(problem, config)
     return (_rearrange.nhwc_copies(problem, tf32_parts(problem)),
-            implicit_gemm_tc.gemm_launch(
+            gemm_launch(
                 problem, workspace_layout(problem, config), KERNEL_FILE,
                 name_expression(problem.dtype, config, problem.math),
                 tile.smem_bytes(copies(problem.dtype, problem.math)), tile.threads, grid, kper,
-                problem.c // problem.groups))
+                problem.c // problem.groups, implicit_gemm_tc.sum_kernel(problem.dtype)))
 
 
 class ImplicitGemmWgmmaCuda(CudaByForward, _ImplicitGemmWgmmaCudaForward):

@@ -1,0 +1,86 @@
+"""The launch of an implicit-GEMM tensor-core kernel (implicit_gemm_tc's mma.sync tiles or
+wgmma's) and, with split K, of the sum after it, worked out once per (problem, config):
+on every run only the operands change (prepared launches, algorithms.cuda._launch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from algorithms.base import WorkspaceLayout
+from algorithms.cuda._launch import INT32, POINTER, KernelLaunch, current_stream
+from algorithms.cuda._loader import fastdiv_args, grid_stride_blocks, shape_struct
+from algorithms.problem import ConvProblem
+
+
+@dataclass(frozen=True)
+class GemmLaunch:
+    """The GEMM kernel's launch and split K's sum: see the module docstring."""
+
+    gemm: KernelLaunch  # (x, w, y, geometry..., partials, K per split, pairs)
+    total: KernelLaunch | None  # split K's sum (partials, y); None without splits
+    part_bytes: slice | None  # split K's partial sums in the workspace; None without splits
+    pair_bytes: int  # see paired_stores, for y or (split) the partial sums
+
+    def enqueue(self, get_kernel: Any, x: Any, w: Any, y: Any, workspace: Any) -> None:
+        """The GEMM kernel, then split K's sum; `get_kernel` is the calling module's (tests
+        replace it per module)."""
+        gemm = self.gemm.bind(get_kernel)
+        total = None if self.total is None else self.total.bind(get_kernel)
+        if gemm is not None and (self.total is None or total is not None):
+            stream, yp = current_stream(), y.data.ptr
+            # Split K's partial sums, as a byte range of the workspace; else y, which the
+            # kernel then never touches as partials.
+            part = yp if self.part_bytes is None else workspace.data.ptr + self.part_bytes.start
+            gemm(stream, x.data.ptr, w.data.ptr, yp, part,
+                 self.pair_bytes != 0 and part % self.pair_bytes == 0)
+            if total is not None:
+                total(stream, part, yp)
+            return
+        part = y if self.part_bytes is None else workspace[self.part_bytes]
+        self.gemm.call(get_kernel, x, w, y, part, paired_stores(self.pair_bytes, part))
+        if self.total is not None:
+            self.total.call(get_kernel, part, y)
+
+
+def gemm_launch(problem: ConvProblem, layout: WorkspaceLayout, file: str, name: str,
+                smem: int, threads: int, grid: tuple[int, int, int], kper: int,
+                k_divisor: int, sum_kernel: tuple[str, str]) -> GemmLaunch:
+    """The GemmLaunch of a kernel instance on `problem` (`layout`: its workspace, whose
+    "part" region holds split K's partial sums; `k_divisor`: the K index's first divisor;
+    `sum_kernel`: the (file, instance) that sums split K's partials)."""
+    out_h, out_w = problem.out_hw
+    split = grid[2] > 1
+    total = prod(problem.output_shape)
+    geometry = (*shape_struct(problem), *fastdiv_args(k_divisor, problem.s, out_h * out_w,
+                                                      out_w))
+    return GemmLaunch(
+        gemm=KernelLaunch(file, name, grid, (threads,),
+                          (POINTER, POINTER, POINTER, *geometry, POINTER, np.int32(kper),
+                           INT32), smem),
+        total=KernelLaunch(*sum_kernel, (grid_stride_blocks(total),), (256,),
+                           (POINTER, POINTER, np.int32(total), np.int32(grid[2])))
+        if split else None,
+        part_bytes=layout.byte_ranges()["part"] if split else None,
+        pair_bytes=pair_bytes(problem, 4 if split else problem.itemsize))
+
+
+_PAIRS = (np.int32(0), np.int32(1))
+
+
+def pair_bytes(problem: ConvProblem, itemsize: int) -> int:
+    """The alignment in bytes that paired epilogue stores of `itemsize`-byte outputs need
+    (two elements), or 0 when P*Q is odd (an even column's pixel and the next may then lie
+    in two images)."""
+    out_h, out_w = problem.out_hw
+    return 0 if out_h * out_w % 2 else 2 * itemsize
+
+
+def paired_stores(alignment: int, out: Any) -> np.int32:
+    """The kernels' `pairs` argument: 1 when the epilogue may store two adjacent outputs at
+    once (`pair_bytes` nonzero, and the array it writes, y or split K's float32 partials,
+    aligned to it: a caller's y may be one element off), else 0."""
+    return _PAIRS[alignment != 0 and out.data.ptr % alignment == 0]
