@@ -97,10 +97,13 @@ def entry(kernel: Any) -> tuple[int, LaunchKernel] | None:
     if type(kernel).__module__.partition(".")[0] == "cupy":
         from cupy.cuda import driver
 
+        launch_kernel = getattr(driver, "launchKernel", None)
+        if launch_kernel is None:  # a CuPy without it: its own call, as before
+            return None
         # A RawKernel's Function on the current device (get_kernel caches per device), or
         # the Function itself (the NVRTC-built sm_90a kernels).
         function = getattr(kernel, "kernel", kernel)
-        return int(function.ptr), driver.launchKernel
+        return int(function.ptr), launch_kernel
     return None
 
 
