@@ -19,7 +19,8 @@
 #   host_profile  benchmarks/profile_host.py (issues 9, 13: cProfile of a plan call, the
 #              module's forward and its training step on the small problem, by function)
 #   launch_cost  benchmarks/bench_launch_cost.py (issue 9: host us per kernel launch by its
-#              argument count and packed in a structure, per cuBLAS call, per workspace view)
+#              argument count, packed in a structure and prepared (_launch), per cuBLAS
+#              call and per cuBLASLt call (_cublaslt), per workspace view)
 #   profile    Nsight Compute over benchmarks/profile_kernels.py, one ncu process per case
 #              (PROFILE_CASES=a,b to choose; NCU_METRICS="" to drop the stall metrics),
 #              then benchmarks/ncu_summary.py's table of every kernel: run `warm` first

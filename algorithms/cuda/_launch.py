@@ -30,15 +30,12 @@ from algorithms.cuda._loader import allow_shared_memory
 ENV = "CONVTUNE_PREPARED_LAUNCH"
 
 
+@dataclass(frozen=True)
 class Slot:
     """A parameter a run fills: its C type."""
 
-    def __init__(self, ctype: type[ctypes._SimpleCData[Any]], name: str) -> None:
-        self.ctype = ctype
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"Slot({self.name})"
+    ctype: type[ctypes._SimpleCData[Any]]
+    name: str
 
 
 #: An operand's device address, and a 32-bit flag (paired stores), filled per run.
