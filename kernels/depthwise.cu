@@ -108,11 +108,13 @@ __global__ void __launch_bounds__(TW * TH, 1024 / (TW * TH))
 // Grid: one thread per (n, k, p, group of QV columns), the column groups fastest, so a
 // warp's loads and stores run along rows. A thread whose window lies inside the image
 // takes the unchecked loop; one near the border checks each input coordinate.
-// UNIT_W: stride and dilation along the width are 1 (compiled in), so the QV + S - 1
-// inputs of a filter row are loaded once into registers and shared by the QV outputs.
+// SW > 0: the stride along the width is SW and its dilation 1 (compiled in), so the
+// (QV - 1) * SW + S inputs of a filter row are loaded once into registers and shared by the
+// QV outputs (at stride 2, 9 loads a row for 4 outputs instead of 12). SW == 0: any stride
+// and dilation, read at run time, each tap loaded by the output that reads it.
 constexpr int DW_FLAT_THREADS = 256;
 
-template <bool CHECK, int QV, int KR, int KS, bool UNIT_W, typename T, typename A>
+template <bool CHECK, int QV, int KR, int KS, int SW, typename T, typename A>
 __device__ __forceinline__ void depthwise_flat_sum(A (&acc)[QV], const T* __restrict__ xp,
                                                    const T* __restrict__ wp, int ih0, int iw0,
                                                    int H, int W, int RR, int SS, int str_w,
@@ -122,10 +124,10 @@ __device__ __forceinline__ void depthwise_flat_sum(A (&acc)[QV], const T* __rest
         const int ih = ih0 + r * dil_h;
         if (CHECK && (ih < 0 || ih >= H)) continue;
         const T* xr = xp + ih * W;
-        if constexpr (UNIT_W) {
-            A v[QV + KS - 1];
+        if constexpr (SW > 0) {
+            A v[(QV - 1) * SW + KS];
 #pragma unroll
-            for (int j = 0; j < QV + KS - 1; ++j) {
+            for (int j = 0; j < (QV - 1) * SW + KS; ++j) {
                 const int iw = iw0 + j;
                 v[j] = !CHECK || (iw >= 0 && iw < W) ? load_acc(xr + iw) : A(0);
             }
@@ -133,7 +135,7 @@ __device__ __forceinline__ void depthwise_flat_sum(A (&acc)[QV], const T* __rest
             for (int s = 0; s < KS; ++s) {
                 const A wv = load_acc(wp + r * KS + s);
 #pragma unroll
-                for (int q = 0; q < QV; ++q) acc[q] += v[q + s] * wv;
+                for (int q = 0; q < QV; ++q) acc[q] += v[q * SW + s] * wv;
             }
         } else {
 #pragma unroll
@@ -150,13 +152,13 @@ __device__ __forceinline__ void depthwise_flat_sum(A (&acc)[QV], const T* __rest
 }
 
 // Registers capped at 64 (4 blocks of 256 threads), as for depthwise_conv.
-template <typename T, int QV, int KR, int KS, bool UNIT_W>
+template <typename T, int QV, int KR, int KS, int SW>
 __global__ void __launch_bounds__(DW_FLAT_THREADS, 4)
     depthwise_flat(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                    CONV_SHAPE_PARAMS, int groups_q, unsigned int gq_mul, unsigned int gq_shift,
                    unsigned int p_mul, unsigned int p_shift, unsigned int k_mul,
                    unsigned int k_shift, unsigned int m_mul, unsigned int m_shift, int total) {
-    static_assert(!UNIT_W || KS > 0, "UNIT_W keeps a filter row in registers: KS is fixed");
+    static_assert(SW == 0 || KS > 0, "SW keeps a filter row in registers: KS is fixed");
     typedef typename AccOf<T>::type A;
     const int idx = blockIdx.x * DW_FLAT_THREADS + threadIdx.x;
     if (idx >= total) return;
@@ -179,11 +181,11 @@ __global__ void __launch_bounds__(DW_FLAT_THREADS, 4)
 #pragma unroll
     for (int q = 0; q < QV; ++q) acc[q] = A(0);
     if (inside) {
-        depthwise_flat_sum<false, QV, KR, KS, UNIT_W>(acc, xp, wp, ih0, iw0, H, W, RR, SS,
-                                                      str_w, dil_h, dil_w);
+        depthwise_flat_sum<false, QV, KR, KS, SW>(acc, xp, wp, ih0, iw0, H, W, RR, SS,
+                                                  str_w, dil_h, dil_w);
     } else {
-        depthwise_flat_sum<true, QV, KR, KS, UNIT_W>(acc, xp, wp, ih0, iw0, H, W, RR, SS,
-                                                     str_w, dil_h, dil_w);
+        depthwise_flat_sum<true, QV, KR, KS, SW>(acc, xp, wp, ih0, iw0, H, W, RR, SS,
+                                                 str_w, dil_h, dil_w);
     }
     T* yp = y + static_cast<long long>(row) * Q + q0;
 #pragma unroll

@@ -63,6 +63,10 @@ DEPTHWISE_SHAPES: dict[str, dict[str, Any]] = {
                           dilation=(2, 1), groups=4),
     # MobileNet-v2's 7x7 block (c=960 scaled down): a tile larger than the image, multiplier 3.
     "dw_7x7_m3": dict(n=2, c=5, h=7, w=7, k=15, r=3, s=3, pad=1, groups=5),
+    # Stride 2 in both directions, 9 output columns (groups of 4 leave 3 phantom ones),
+    # multiplier 2; and stride 2 along the width only: flat_q4_3x3_s2's shared rows.
+    "dw_s2_m2": dict(n=2, c=3, h=15, w=17, k=6, r=3, s=3, pad=1, stride=2, groups=3),
+    "dw_stride_1x2": dict(n=1, c=4, h=9, w=21, k=4, r=3, s=3, pad=1, stride=(1, 2), groups=4),
 }
 
 #: The network layers of SHAPES (too big to emulate on a CPU at these batch sizes).

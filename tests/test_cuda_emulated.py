@@ -240,9 +240,13 @@ _WINOGRAD_SHAPES: dict[str, dict[str, Any]] = {
 #:                                                             of 4), AddressSanitizer
 #:   the border path's row test without ih >= H             -> 19, AddressSanitizer
 #:   column groups 1 apart instead of QV (q0 without * QV)  -> 5, unwritten outputs
+#: and (2026-11-26, n of the 25 depthwise cases, dw_s2_m2 and dw_stride_1x2 added):
+#:   "_s2" reads its shared row at v[q + s], not v[q * SW + s] -> 7, every case it runs
+#:   a shared row one input short ((QV - 1) * SW + KS - 1)   -> 12, "_s1" and "_s2" cases
 _DW_DTYPES: dict[str, tuple[str, ...]] = {
     "dw_dilated_m2": tuple(DTYPES), "dw_5x5_tall": ("float32", "bfloat16"),
     "dw_asymmetric": ("float32", "float16"), "dw_7x7_m3": ("float32", "bfloat16"),
+    "dw_s2_m2": tuple(DTYPES), "dw_stride_1x2": ("float32", "float16"),
 }
 
 #: The backward directions' kernels (direct_bwd_data, direct_bwd_filter, col2im and the

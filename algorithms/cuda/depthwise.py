@@ -83,16 +83,16 @@ CONFIGS: dict[str, DwTile] = {
 
 @dataclass(frozen=True)
 class DwFlat:
-    """A flat instance: QV outputs per thread; a fixed filter size; unit width stride."""
+    """A flat instance: QV outputs per thread; a fixed filter size; a fixed width stride."""
 
     qv: int  # adjacent output columns per thread
     taps: tuple[int, int] = (0, 0)  # (r, s) compiled in, or (0, 0): any, read at run time
-    unit_w: bool = False  # stride and dilation 1 along the width, compiled in
+    stride_w: int = 0  # the width stride, with width dilation 1, compiled in; 0: any
 
     def fits(self, problem: ConvProblem) -> bool:
         """Whether this instance computes `problem`'s filter size and width stride."""
         return self.taps in ((0, 0), (problem.r, problem.s)) and (
-            not self.unit_w or (problem.stride[1], problem.dilation[1]) == (1, 1))
+            not self.stride_w or (problem.stride[1], problem.dilation[1]) == (self.stride_w, 1))
 
 
 #: Threads per block of depthwise_flat (DW_FLAT_THREADS in kernels/depthwise.cu).
@@ -101,7 +101,12 @@ FLAT_THREADS = 256
 FLAT_CONFIGS: dict[str, DwFlat] = {
     "flat_q1": DwFlat(1),
     "flat_q1_3x3": DwFlat(1, (3, 3)),
-    "flat_q4_3x3_s1": DwFlat(4, (3, 3), unit_w=True),
+    "flat_q4_3x3_s1": DwFlat(4, (3, 3), stride_w=1),
+    # Stride 2 (MobileNet-v2's downsampling layers): 4 outputs a thread, sharing a row's 9
+    # inputs. flat_q1 left those layers at 0.37-0.53 of cuDNN's device time on the H200
+    # (2026-11-26): one output a thread makes a short thread whose loads' latency nothing
+    # hides, wave after wave.
+    "flat_q4_3x3_s2": DwFlat(4, (3, 3), stride_w=2),
 }
 
 #: Storage dtype -> C++ type (bfloat16 is kernels/common.cuh's bf16_t, uint16 bits in CuPy).
@@ -113,7 +118,7 @@ def name_expression(dtype: str, config: str) -> str:
     if config in FLAT_CONFIGS:
         f = FLAT_CONFIGS[config]
         return (f"depthwise_flat<{DW_CTYPES[dtype]}, {f.qv}, {f.taps[0]}, {f.taps[1]}, "
-                f"{str(f.unit_w).lower()}>")
+                f"{f.stride_w}>")
     t = CONFIGS[config]
     return f"depthwise_conv<{DW_CTYPES[dtype]}, {t.tw}, {t.th}, {t.ph}, {t.taps[0]}, {t.taps[1]}>"
 
