@@ -84,3 +84,25 @@ def test_only_kernels_that_launch_from_a_buffer_are_prepared(
 
 def test_an_address_reads_like_an_array() -> None:
     assert Address(0x40).data.ptr == 0x40
+
+
+def test_a_gpu_kernel_is_checked_against_the_drivers_parameter_sizes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the driver says each parameter's size (cuFuncGetParamInfo): a buffer that
+    does not fit is refused when prepared; a driver that cannot say skips the check."""
+    declared = [("p", 8), ("S", CONV_SHAPE.itemsize), ("i", 4)]
+    kernel = object()  # no emulator signature: the driver decides
+    monkeypatch.setattr(_launch, "driver_parameter_sizes",
+                        lambda function: [8, CONV_SHAPE.itemsize, 4])
+    _launch._check_parameters(kernel, declared, function=0x99)
+    monkeypatch.setattr(_launch, "driver_parameter_sizes", lambda function: [8, 8, 4])
+    with pytest.raises(TypeError, match="driver says"):
+        _launch._check_parameters(kernel, declared, function=0x99)
+    monkeypatch.setattr(_launch, "driver_parameter_sizes", lambda function: None)
+    _launch._check_parameters(kernel, declared, function=0x99)
+
+
+def test_without_libcuda_the_driver_says_nothing() -> None:
+    if _launch._param_info() is not None:
+        pytest.skip("libcuda is loadable here")
+    assert _launch.driver_parameter_sizes(0x99) is None

@@ -17,11 +17,12 @@ and callers launch the old way. CONVTUNE_PREPARED_LAUNCH=0 turns the path off ev
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -91,7 +92,7 @@ def entry(kernel: Any) -> tuple[int, LaunchKernel] | None:
     emulated = getattr(kernel, "launch_kernel", None)
     if emulated is not None:
         return int(kernel.ptr), emulated
-    if type(kernel).__module__.partition(".")[0] == "cupy":
+    if _is_cupy(kernel):
         from cupy.cuda import driver
 
         launch_kernel = getattr(driver, "launchKernel", None)
@@ -102,6 +103,10 @@ def entry(kernel: Any) -> tuple[int, LaunchKernel] | None:
         function = getattr(kernel, "kernel", kernel)
         return int(function.ptr), launch_kernel
     return None
+
+
+def _is_cupy(kernel: Any) -> bool:
+    return type(kernel).__module__.partition(".")[0] == "cupy"
 
 
 class Launch:
@@ -136,7 +141,7 @@ class Launch:
                                 f"NumPy scalar")
             fixed.append(value)
             addresses.append(ctypes.addressof(value))
-        _check_parameters(kernel, declared)
+        _check_parameters(kernel, declared, function if _is_cupy(kernel) else 0)
         self._fixed = fixed
         self._params = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
         self._head = (function, *(*grid, 1, 1)[:3], *(*block, 1, 1)[:3], shared_mem)
@@ -158,17 +163,49 @@ def prepare(kernel: Any, grid: Sequence[int], block: Sequence[int], args: Sequen
     return None if how is None else Launch(kernel, how, grid, block, args, shared_mem)
 
 
-def _check_parameters(kernel: Any, declared: Sequence[tuple[str, int]]) -> None:
-    """Where the kernel knows its parameters (the emulator's signature and sizes), the
-    buffer must match them one for one: a wrong size shifts every later parameter on a GPU,
-    silently."""
+def _check_parameters(kernel: Any, declared: Sequence[tuple[str, int]],
+                      function: int = 0) -> None:
+    """The buffer must match the kernel's parameters one for one, where they are known: a
+    wrong size shifts every later parameter on a GPU, silently. Known from the emulator's
+    signature and sizes, or on a GPU from the driver (`driver_parameter_sizes`)."""
+    name = getattr(kernel, "name", None) or getattr(kernel, "__name__", kernel)
     signature, sizes = getattr(kernel, "signature", None), getattr(kernel, "sizes", None)
-    if signature is None or sizes is None:
+    if signature is not None and sizes is not None:
+        want = list(zip(signature, sizes, strict=True))
+        if list(declared) != want:
+            raise TypeError(f"{name}: parameters {list(declared)}, the kernel takes {want}")
         return
-    want = list(zip(signature, sizes, strict=True))
-    if list(declared) != want:
-        raise TypeError(f"{getattr(kernel, 'name', kernel)}: parameters {list(declared)}, "
-                        f"the kernel takes {want}")
+    found = driver_parameter_sizes(function) if function else None
+    if found is not None and found != [size for _, size in declared]:
+        raise TypeError(f"{name}: parameter sizes {[size for _, size in declared]}, the "
+                        f"driver says the kernel takes {found}")
+
+
+def driver_parameter_sizes(function: int) -> list[int] | None:
+    """The byte size of each parameter of CUfunction `function`, from the driver
+    (cuFuncGetParamInfo, CUDA 12.4+), or None where it cannot say (an older driver, no
+    libcuda): checked once per prepared launch, so a buffer that does not fit a kernel fails
+    loudly on its first run instead of corrupting it."""
+    get = _param_info()
+    if get is None:
+        return None
+    offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+    sizes: list[int] = []
+    while get(ctypes.c_void_p(function), ctypes.c_size_t(len(sizes)), ctypes.byref(offset),
+              ctypes.byref(size)) == 0:
+        sizes.append(size.value)
+    return sizes or None  # none at all: the call itself failed, so nothing is known
+
+
+@functools.cache
+def _param_info() -> Callable[..., int] | None:
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        get = lib.cuFuncGetParamInfo
+    except (OSError, AttributeError):
+        return None
+    get.restype = ctypes.c_int
+    return cast(Callable[..., int], get)
 
 
 @dataclass(frozen=True)
