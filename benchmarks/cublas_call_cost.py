@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.cuda import _cublas, _cublaslt  # noqa: E402
+from benchmarks.bench_launch_cost import per_call_us  # noqa: E402
 
 #: A libcublas stand-in: the entry points _Cublas calls, the GEMM recording its arguments
 #: (`last_values`: every integer, strides included, in order; `last_pointers`: handle,
@@ -161,13 +161,13 @@ def main() -> None:
             blas = standin_cublas(build_standin(Path(folder)), build_standin(
                 Path(folder), LT_STANDIN_SOURCE, "cublaslt_standin") if lt else None)
             _cublas._library = lambda blas=blas: blas  # type: ignore[misc, assignment]
-            best = per_call_us(args.calls)
+            best = gemm_us(args.calls)
             entry = "cublasLtMatmul, its algorithm kept" if lt else "cublasGemmStridedBatchedEx"
             print(f"our path to {entry} (a recording stand-in): {best:.2f} us per call")
 
 
-def per_call_us(calls: int) -> float:
-    """Host microseconds per gemm_strided_batched call, best of five loops."""
+def gemm_us(calls: int) -> float:
+    """Host microseconds per gemm_strided_batched call (bench_launch_cost's timing loop)."""
     def call() -> None:  # res4.1x1a.rest's pointwise GEMM, batched over 32 images
         _cublas.gemm_strided_batched("float32", _cublas.OP_N, _cublas.OP_N, 196, 256, 1024,
                                      1 << 40, 196, 200704, 1 << 41, 1024, 0, 1 << 42, 196,
@@ -175,13 +175,7 @@ def per_call_us(calls: int) -> float:
 
     for _ in range(1000):
         call()
-    best = float("inf")
-    for _ in range(5):
-        began = time.perf_counter()
-        for _ in range(calls):
-            call()
-        best = min(best, (time.perf_counter() - began) / calls * 1e6)
-    return best
+    return per_call_us(call, calls)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.base import WorkspaceLayout
-from algorithms.cuda._launch import INT32, POINTER, KernelLaunch, current_stream
+from algorithms.cuda._launch import INT32, POINTER, Address, KernelLaunch, enqueue
 from algorithms.cuda._loader import fastdiv_args, grid_stride_blocks, shape_struct
 from algorithms.problem import ConvProblem
 
@@ -28,22 +28,14 @@ class GemmLaunch:
     def enqueue(self, get_kernel: Any, x: Any, w: Any, y: Any, workspace: Any) -> None:
         """The GEMM kernel, then split K's sum; `get_kernel` is the calling module's (tests
         replace it per module)."""
-        gemm = self.gemm.bind(get_kernel)
-        total = None if self.total is None else self.total.bind(get_kernel)
-        if gemm is not None and (self.total is None or total is not None):
-            stream, yp = current_stream(), y.data.ptr
-            # Split K's partial sums, as a byte range of the workspace; else y, which the
-            # kernel then never touches as partials.
-            part = yp if self.part_bytes is None else workspace.data.ptr + self.part_bytes.start
-            gemm(stream, x.data.ptr, w.data.ptr, yp, part,
-                 self.pair_bytes != 0 and part % self.pair_bytes == 0)
-            if total is not None:
-                total(stream, part, yp)
-            return
-        part = y if self.part_bytes is None else workspace[self.part_bytes]
-        self.gemm.call(get_kernel, x, w, y, part, paired_stores(self.pair_bytes, part))
+        # Split K's partial sums, a byte range of the workspace; else y, which the kernel
+        # then never touches as partials.
+        part = y if self.part_bytes is None else Address(
+            workspace.data.ptr + self.part_bytes.start)
+        enqueue(self.gemm, get_kernel, x, w, y, part,
+                paired_stores(self.pair_bytes, part.data.ptr))
         if self.total is not None:
-            self.total.call(get_kernel, part, y)
+            enqueue(self.total, get_kernel, part, y)
 
 
 def gemm_launch(problem: ConvProblem, layout: WorkspaceLayout, file: str, name: str,
@@ -68,9 +60,6 @@ def gemm_launch(problem: ConvProblem, layout: WorkspaceLayout, file: str, name: 
         pair_bytes=pair_bytes(problem, 4 if split else problem.itemsize))
 
 
-_PAIRS = (np.int32(0), np.int32(1))
-
-
 def pair_bytes(problem: ConvProblem, itemsize: int) -> int:
     """The alignment in bytes that paired epilogue stores of `itemsize`-byte outputs need
     (two elements), or 0 when P*Q is odd (an even column's pixel and the next may then lie
@@ -79,8 +68,8 @@ def pair_bytes(problem: ConvProblem, itemsize: int) -> int:
     return 0 if out_h * out_w % 2 else 2 * itemsize
 
 
-def paired_stores(alignment: int, out: Any) -> np.int32:
-    """The kernels' `pairs` argument: 1 when the epilogue may store two adjacent outputs at
-    once (`pair_bytes` nonzero, and the array it writes, y or split K's float32 partials,
-    aligned to it: a caller's y may be one element off), else 0."""
-    return _PAIRS[alignment != 0 and out.data.ptr % alignment == 0]
+def paired_stores(alignment: int, address: int) -> bool:
+    """The kernels' `pairs` flag: whether the epilogue may store two adjacent outputs at
+    once (`pair_bytes` nonzero, and the address it writes, y or split K's float32
+    partials, aligned to it: a caller's y may be one element off)."""
+    return alignment != 0 and address % alignment == 0

@@ -56,8 +56,9 @@ LaunchKernel = Callable[..., None]
 
 
 class Address:
-    """A device address where an array would go: `.data.ptr` reads it, as of a CuPy array
-    (a workspace region handed from one prepared launch to the next, without a view)."""
+    """A device address where an array would go: `.data.ptr` reads it, as of a CuPy array.
+    Workspace regions go to kernels as these, without a view; a kernel's own call gets the
+    address as a NumPy uint64, as CuPy passes a pointer-sized integer."""
 
     __slots__ = ("ptr",)
 
@@ -80,7 +81,8 @@ def _cupy_stream() -> int:
     return int(cupy.cuda.get_current_stream().ptr)
 
 
-#: What current_stream asks; tests/cuda_emu replaces it (the emulator has one stream).
+#: What current_stream (and `enqueue`) asks; tests/cuda_emu replaces it (the emulator has
+#: one stream).
 _stream: Callable[[], int] = _cupy_stream
 
 
@@ -216,8 +218,8 @@ class KernelLaunch:
 
     `bind(get_kernel)` gives the Launch of the kernel that `get_kernel` returns (prepared
     once per kernel object: kernels are per device, and tests swap them), or None where
-    the kernel offers none; `call` launches the old way, with the run's arrays (and int32
-    flags) in the Slots' places.
+    the kernel offers none; `call` launches the old way, with the run's arrays or Addresses
+    (and int32 flags) in the Slots' places. `enqueue` picks between the two.
     """
 
     file: str
@@ -252,17 +254,23 @@ class KernelLaunch:
 
 
 def _np_value(slot: Slot, value: Any) -> Any:
-    """A Slot's value as a kernel call takes it: arrays as they are, flags as int32."""
-    return np.int32(value) if slot is INT32 else value
+    """A Slot's value as a kernel call takes it: flags as int32, an Address as the 64-bit
+    integer CuPy passes in a pointer's place, arrays as they are."""
+    if slot is INT32:
+        return np.int32(value)
+    return np.uint64(value.ptr) if isinstance(value, Address) else value
 
 
-def enqueue(launch: KernelLaunch, get_kernel: Callable[[str, str], Any], *operands: Any,
-            stream: int | None = None) -> None:
-    """Launch `launch` with `operands` (arrays for pointers, ints for flags): prepared where
-    the kernel offers it, else through its own call."""
+def enqueue(launch: KernelLaunch, get_kernel: Callable[[str, str], Any],
+            *operands: Any) -> None:
+    """Launch `launch` on the current stream with `operands` (arrays or Addresses for
+    pointers, ints for flags): prepared where the kernel offers it, else through its own
+    call."""
     bound = launch.bind(get_kernel)
     if bound is None:
         launch.call(get_kernel, *operands)
         return
-    bound(current_stream() if stream is None else stream,
-          *(int(op) if isinstance(op, (int, np.integer)) else op.data.ptr for op in operands))
+    # One comprehension, no helper per operand: this runs for every launch of every run.
+    bound(_stream(), *[op.ptr if type(op) is Address else
+                       int(op) if isinstance(op, (int, np.integer)) else op.data.ptr
+                       for op in operands])

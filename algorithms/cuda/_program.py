@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from algorithms.cuda import _cublas
-from algorithms.cuda._launch import POINTER, KernelLaunch, current_stream
+from algorithms.cuda._launch import POINTER, Address, KernelLaunch, enqueue
 
 #: An operand and a byte offset into it.
 Ref = tuple[str, int]
@@ -76,35 +76,17 @@ class Program:
     def run(self, get_kernel: Callable[[str, str], Any], a: Any, b: Any, out: Any,
             workspace: Any) -> None:
         """Enqueue every step on the current stream with the run's operands; `get_kernel`
-        is the calling module's (tests replace it per module)."""
-        launches = [step.launch.bind(get_kernel) if isinstance(step, Kernel) else None
-                    for step in self.steps]
-        if all(launch is not None for launch, step in zip(launches, self.steps, strict=True)
-               if isinstance(step, Kernel)):  # prepared: the run's addresses, no views
-            addresses = {"a": a.data.ptr, "b": b.data.ptr, "out": out.data.ptr}
-            if self.regions:
-                base = workspace.data.ptr
-                for name, span in self.regions:
-                    addresses[name] = base + span.start
-            stream = None  # asked once, and only where a kernel needs it (cuBLAS knows it)
-            for step, launch in zip(self.steps, launches, strict=True):
-                if isinstance(step, Gemm):
-                    _gemm(step, addresses)
-                    continue
-                if stream is None:
-                    stream = current_stream()
-                assert launch is not None
-                launch(stream, *map(addresses.__getitem__, step.operands))
-            return
-        arrays = {"a": a, "b": b, "out": out}
+        is the calling module's (tests replace it per module). Regions go to the kernels as
+        Addresses, not views (host time on every run)."""
+        operands = {"a": a, "b": b, "out": out}
         for name, span in self.regions:
-            arrays[name] = workspace[span]
+            operands[name] = Address(workspace.data.ptr + span.start)
         for step in self.steps:
             if isinstance(step, Kernel):
-                step.launch.call(get_kernel, *map(arrays.__getitem__, step.operands))
+                enqueue(step.launch, get_kernel, *map(operands.__getitem__, step.operands))
             else:
-                _gemm(step, {name: int(arrays[name].data.ptr) for name in
-                             {step.a[0], step.b[0], step.c[0]}})
+                _gemm(step, {name: operands[name].data.ptr for name in
+                             (step.a[0], step.b[0], step.c[0])})
 
 
 def _gemm(step: Gemm, addresses: dict[str, int]) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from algorithms.base import WorkspaceLayout
 from algorithms.by_forward import Remap
-from algorithms.cuda._launch import POINTER, Address, KernelLaunch, current_stream, enqueue
+from algorithms.cuda._launch import POINTER, Address, KernelLaunch, enqueue
 from algorithms.cuda._loader import ceil_div, fastdiv_args, get_kernel, grid_stride_blocks
 from algorithms.phases import Phases
 from algorithms.problem import ConvProblem
@@ -143,19 +143,13 @@ class NhwcCopies:
     w_launch: KernelLaunch
 
     def enqueue(self, x: Any, w: Any, workspace: Any) -> tuple[Any, Any]:
-        """Enqueue both copies; (x, w) as copied: byte ranges of the workspace, which the
-        kernels take as plain pointers (typed views would cost host time on every run), or
-        their Addresses where the copies launch prepared (algorithms.cuda._launch)."""
-        x_copy, w_copy = self.x_launch.bind(get_kernel), self.w_launch.bind(get_kernel)
-        if x_copy is not None and w_copy is not None:
-            stream, base = current_stream(), workspace.data.ptr
-            xs, ws = base + self.x_bytes.start, base + self.w_bytes.start
-            x_copy(stream, x.data.ptr, xs)
-            w_copy(stream, w.data.ptr, ws)
-            return Address(xs), Address(ws)
-        xs, ws = workspace[self.x_bytes], workspace[self.w_bytes]
-        self.x_launch.call(get_kernel, x, xs)
-        self.w_launch.call(get_kernel, w, ws)
+        """Enqueue both copies; (x, w) as copied: the Addresses of byte ranges of the
+        workspace, which the kernels take as plain pointers (views would cost host time on
+        every run)."""
+        base = workspace.data.ptr
+        xs, ws = Address(base + self.x_bytes.start), Address(base + self.w_bytes.start)
+        enqueue(self.x_launch, get_kernel, x, xs)
+        enqueue(self.w_launch, get_kernel, w, ws)
         return xs, ws
 
 

@@ -34,7 +34,7 @@ from algorithms import winograd
 from algorithms.base import SUPPORTED, Support, align, unsupported
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._cublas import OP_N, gemm_strided_batched
-from algorithms.cuda._launch import POINTER, KernelLaunch, current_stream
+from algorithms.cuda._launch import POINTER, Address, KernelLaunch, enqueue
 from algorithms.cuda._loader import (
     CTYPES,
     fastdiv_args,
@@ -129,21 +129,12 @@ class WinogradCuda(CudaAlgorithm):
         """Enqueue the filter and input transforms, the GEMMs and the output transform."""
         plan = _launches(problem, config)
         require_aligned("winograd: workspace", workspace, plan.item)
-        filt, inp, out = (launch.bind(get_kernel) for launch in plan.kernels)
-        if filt is not None and inp is not None and out is not None:
-            # Prepared launches: U, V and M as addresses, no views of the workspace.
-            base, stream = workspace.data.ptr, current_stream()
-            u, v, m = (base + offset for offset, _ in plan.regions)
-            filt(stream, w.data.ptr, u)
-            inp(stream, x.data.ptr, v)
-            _gemm(plan, u, v, m)
-            out(stream, m, y.data.ptr)
-            return
-        uv = [workspace[offset:offset + nbytes] for offset, nbytes in plan.regions]
-        plan.kernels[0].call(get_kernel, w, uv[0])
-        plan.kernels[1].call(get_kernel, x, uv[1])
-        _gemm(plan, *(region.data.ptr for region in uv))
-        plan.kernels[2].call(get_kernel, uv[2], y)
+        # U, V and M as Addresses in the workspace, not views (host time on every run).
+        u, v, m = (Address(workspace.data.ptr + offset) for offset, _ in plan.regions)
+        enqueue(plan.kernels[0], get_kernel, w, u)
+        enqueue(plan.kernels[1], get_kernel, x, v)
+        _gemm(plan, u.ptr, v.ptr, m.ptr)
+        enqueue(plan.kernels[2], get_kernel, m, y)
 
 
 def _gemm(plan: _Launches, u: int, v: int, m: int) -> None:

@@ -334,7 +334,8 @@ _SCALARS: dict[str, tuple[Any, type]] = {
 class EmulatedKernel:
     """A kernel instance callable like a cupy.RawKernel: kernel(grid, block, args, shared_mem).
 
-    Arrays are anything with `.data.ptr` (host memory here). Scalars must be the exact NumPy
+    Pointers are anything with `.data.ptr` (host memory here), or an address as a NumPy
+    uint64 (what CuPy passes for an Address). Scalars must be the exact NumPy
     type of the parameter, as 64-bit Python ints would shift every later argument on a GPU.
     `max_dynamic_shared_size_bytes` is CuPy's RawKernel attribute: a launch with more
     dynamic shared memory than it allows fails, as on a GPU (48 KiB until set).
@@ -388,7 +389,9 @@ class EmulatedKernel:
             raise TypeError(f"{self.name}: {len(args)} arguments for {len(self.signature)}")
         values: list[Any] = []
         for i, (code, arg) in enumerate(zip(self.signature, args, strict=True)):
-            if code == "p":
+            if code == "p" and type(arg) is np.uint64:  # an address, as CuPy passes one
+                values.append(ctypes.c_void_p(int(arg)))
+            elif code == "p":
                 values.append(ctypes.c_void_p(int(arg.data.ptr)))
             elif code in _SCALARS and type(arg) is _SCALARS[code][1]:
                 values.append(_SCALARS[code][0](arg))
@@ -402,8 +405,9 @@ class EmulatedKernel:
             *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
         g = (*grid, 1, 1)[:3]
         b = (*block, 1, 1)[:3]
-        EmulatedKernel.launches.append(
-            (self.name, tuple(a for a in args if isinstance(a, np.generic))))
+        EmulatedKernel.launches.append((self.name, tuple(
+            a for code, a in zip(self.signature, args, strict=True)
+            if code != "p" and isinstance(a, np.generic))))
         self._launch(*g, *b, shared_mem, self._shared_limit, pointers,
                              *self.schedule)
 
