@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from algorithms.cuda._torch_bridge import TorchBridge, is_torch
 from algorithms.problem import ConvProblem
 from algorithms.reference_gemm import errors, reference_gemm
 from algorithms.runtime import Timing, TimingPolicy, time_runs, warm_until_stable
@@ -29,28 +30,9 @@ _DLPACK_CUDA = 2  # kDLCUDA in DLPack's device-type enum
 #: CuPy has no bfloat16: such arrays are uint16 arrays of the bits (the kernels' bf16_t).
 _STORAGE = {"bfloat16": "uint16"}
 
-#: torch dtypes a CUDA tensor is viewed as without a copy (bfloat16 as its uint16 bits).
-_TORCH_VIEW_DTYPES = {"float32": "float32", "float16": "float16", "float64": "float64",
-                      "bfloat16": "uint16", "uint16": "uint16"}
-#: Most torch-tensor views and stream wrappers a runtime keeps (then it starts over).
-_CACHED = 256
-
-
 @functools.cache
 def _numpy_dtype(name: str) -> np.dtype[Any]:
     return np.dtype(name)
-
-
-@functools.cache
-def _torch_view_dtype(dtype: Any) -> str | None:
-    # Keyed by the torch dtype object: naming it (str() and a prefix strip) on every
-    # operand of every plan call cost about a microsecond.
-    return _TORCH_VIEW_DTYPES.get(str(dtype).removeprefix("torch."))
-
-
-def _is_torch(array: Any) -> bool:
-    """Whether `array` is a torch tensor (without importing torch)."""
-    return type(array).__module__.partition(".")[0] == "torch"
 
 
 def cuda_available() -> tuple[bool, str]:
@@ -85,10 +67,8 @@ class CudaRuntime:
         self._dev = cupy.cuda.Device(index)
         self._props: dict[str, Any] = cupy.cuda.runtime.getDeviceProperties(index)
         self._flush: Any = None  # allocated on the first timing
-        # Per-call host costs of the plan path (tuner.plans), kept across calls: views of
-        # torch tensors by (pointer, shape, dtype) and CuPy wrappers of torch's streams.
-        self._views: dict[tuple[int, tuple[int, ...], str], Any] = {}
-        self._streams: dict[int, Any] = {}
+        # Per-call host costs of the plan path (tuner.plans), kept across calls.
+        self._torch = TorchBridge(cupy, index)
 
     # --- buffers ---------------------------------------------------------------------------
     def storage_dtype(self, dtype: str) -> str:
@@ -140,7 +120,7 @@ class CudaRuntime:
         cupy = self._cupy
         if isinstance(array, cupy.ndarray):
             adopted = array
-        elif (view := self._torch_view(array)) is not None:
+        elif (view := self._torch.view(array)) is not None:
             adopted = view
         elif hasattr(array, "__cuda_array_interface__"):
             try:
@@ -160,33 +140,6 @@ class CudaRuntime:
                 f"array lives on cuda:{adopted.device.id}, not on {self.device}"
             )
         return adopted
-
-    def _torch_view(self, tensor: Any) -> Any | None:
-        """A CuPy view of a C-contiguous torch CUDA tensor, or None for anything else.
-
-        Built from the data pointer, not `__cuda_array_interface__`: CuPy synchronizes the
-        producer's stream when it consumes that interface (CUPY_CUDA_ARRAY_INTERFACE_SYNC,
-        on by default), which blocked every plan call on all work queued before it (876 us
-        of host time per call on an H100). Work is ordered on torch's stream instead
-        (caller_stream). The view owns nothing, so it is cached by address: the caller
-        keeps the tensor alive for the call, and a model passes the same tensors again.
-        """
-        if not _is_torch(tensor) or not tensor.is_cuda:
-            return None
-        dtype = _torch_view_dtype(tensor.dtype)
-        if dtype is None or not tensor.is_contiguous():
-            return None
-        key = (tensor.data_ptr(), tuple(tensor.shape), dtype)
-        view = self._views.get(key)
-        if view is None:
-            if len(self._views) >= _CACHED:
-                self._views.clear()
-            cupy = self._cupy
-            nbytes = tensor.numel() * tensor.element_size()
-            memory = cupy.cuda.UnownedMemory(key[0], nbytes, None, tensor.device.index)
-            view = self._views[key] = cupy.ndarray(key[1], dtype,
-                                                   cupy.cuda.MemoryPointer(memory, 0))
-        return view
 
     def _from_dlpack(self, array: Any) -> Any | None:
         dev = getattr(array, "__dlpack_device__", None)
@@ -252,24 +205,10 @@ class CudaRuntime:
         must be ordered on torch's, or it races the ops around it.
         """
         with self._dev:
-            if not _is_torch(array):
-                yield
-                return
-            import torch
-
-            # Inductor's generated code reads the raw pointer this way (no Stream object
-            # built per call); the public call is the fallback.
-            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            ptr = int(raw(self.index) if raw is not None
-                      else torch.cuda.current_stream(self.index).cuda_stream)
-            if ptr == int(self._cupy.cuda.get_current_stream().ptr):
-                yield
-                return
-            stream = self._streams.get(ptr)
+            stream = self._torch.stream() if is_torch(array) else None
             if stream is None:
-                if len(self._streams) >= _CACHED:
-                    self._streams.clear()
-                stream = self._streams[ptr] = self._cupy.cuda.ExternalStream(ptr, self.index)
+                yield
+                return
             with stream:
                 yield
 
