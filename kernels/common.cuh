@@ -162,6 +162,49 @@ __device__ __forceinline__ NhwcTap nhwc_tap(int kk, int cg, int S, int dil_h, in
     return {r * dil_h, (rs - r * S) * dil_w, kk - rs * cg};
 }
 
+// A thread's K index kk walked forward by a fixed step per K-step, its tap kept without
+// divisions (two at `init`, none after): channel c and filter column s, dh = r * dil_h and
+// dw = s * dil_w, and `offset` = (dh * W + dw) * C + c, what a pixel's NHWC offset at its
+// receptive field's corner needs added. Why: recomputing the tap (nhwc_tap) and each copy's
+// address from it every K-step made the wgmma kernel's K-step about 250 instructions a warp
+// to issue against 4 wgmma, and that issue, not the tensor cores, set its pace (H200, VGG-16
+// conv4_2 float16: 6.45 cycles per issued instruction, no warp waiting on wgmma).
+struct NhwcTapWalk {
+    int kk, c, s, dh, dw, offset;
+
+    __device__ __forceinline__ void init(int kk0, int cg, int S, int W, int C, int dil_h,
+                                         int dil_w, unsigned int cg_mul, unsigned int cg_shr,
+                                         unsigned int s_mul, unsigned int s_shr) {
+        const int rs = fast_div(kk0, cg_mul, cg_shr);
+        const int r = fast_div(rs, s_mul, s_shr);
+        kk = kk0;
+        c = kk0 - rs * cg;
+        s = rs - r * S;
+        dh = r * dil_h;
+        dw = s * dil_w;
+        offset = (dh * W + dw) * C + c;
+    }
+
+    // kk += step. A step of at least cg crosses taps (as many as step / cg).
+    __device__ __forceinline__ void advance(int step, int cg, int S, int W, int C, int dil_h,
+                                            int dil_w) {
+        kk += step;
+        c += step;
+        offset += step;
+        while (c >= cg) {  // the next filter column; past the last, the next row
+            c -= cg;
+            offset += dil_w * C - cg;
+            dw += dil_w;
+            if (++s == S) {
+                s = 0;
+                offset += dil_h * W * C - dw * C;
+                dw = 0;
+                dh += dil_h;
+            }
+        }
+    }
+};
+
 // The LOADS output pixels first, first + step, ... of a thread's B-tile copies, decomposed
 // once (`init`) into their receptive fields' corners and the NHWC offset of their image's
 // channels of group grp; `source` then gives each one's copy source for a tap, every K-step.

@@ -29,7 +29,8 @@
 // rows, and Nsight Compute counted 33.6 M bank conflicts on those cp.async writes (48% of the
 // kernel's shared-memory wavefronts) on VGG-16's conv4_2 in float16, H200, 2026-11-25.
 // A thread's k offset is fixed and its rows are tid / 8 + i * THREADS / 8 (all congruent mod
-// 8, so one XOR serves them): its pixels are decomposed once.
+// 8, so one XOR serves them): its pixels are decomposed once, and its K index walks from
+// K-step to K-step with its tap (common.cuh NhwcTapWalk), so a copy's source is one add.
 //
 // Pipeline: STAGES stages of cp.async (16 bytes, zero-fill at padding and edges), and
 // IN_FLIGHT (0 or 1) K-steps of wgmma left running at the end of a K-step, so AHEAD = STAGES -
@@ -188,30 +189,56 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     NhwcPixels<B_LOADS> pixels;
     pixels.init(n0 + row0, ROW_STEP, NPQ, PQ, Q, HW * C, grp * cg, str_h, str_w, pad_h, pad_w,
                 pq_mul, pq_shr, q_mul, q_shr);
+    // Each vector's source before its tap, worked out once: a pixel's NHWC offset at its
+    // receptive field's corner (negative at top or left padding, then never read), a filter
+    // row's offset in wg; `walk` then carries this thread's K index (kv past the step's
+    // first) from K-step to K-step, so that a copy costs an add, its bounds and the copy.
+    int corner[B_LOADS], a_row[A_LOADS];
+    bool a_ok[A_LOADS];
+#pragma unroll
+    for (int i = 0; i < B_LOADS; ++i) {
+        corner[i] = pixels.off[i] + (pixels.h0[i] * W + pixels.w0[i]) * C;
+    }
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {
+        const int m = m0 + row0 + i * ROW_STEP;
+        a_ok[i] = m < kg;
+        a_row[i] = m * CRS;
+    }
+    // This block's K-steps: all of them, or split z's slice of kper (the last may be short).
+    const int kfirst = blockIdx.z * kper;
+    const int ktiles = min((CRS + BK - 1) / BK - kfirst, kper);
+    NhwcTapWalk walk;
+    walk.init(kfirst * BK + kv, cg, S, W, C, dil_h, dil_w, cg_mul, cg_shr, s_mul, s_shr);
 
-    auto load_stage = [&](int st, int k0) {
-        const int kk = k0 + kv;
-        // A vector stays in one (r, s): C/groups is a multiple of VEC.
-        const NhwcTap tap = nhwc_tap(kk, cg, S, dil_h, dil_w, cg_mul, cg_shr, s_mul, s_shr);
+    // Fills stage st with the K-step `walk` is at, then moves it on by one K-step (stages are
+    // filled in K order, one K-step after another).
+    auto load_stage = [&](int st) {
+        // Bitwise & rather than &&: every term is cheap, and a branch per copy is not. CRS
+        // is a multiple of VEC, so a vector is all inside K or all past it.
+        const bool k_ok = walk.kk < CRS;
 #pragma unroll
         for (int copy = 0; copy < COPIES; ++copy) {
             const unsigned long long a_dst =
                 smem + st * STAGE_BYTES + copy * COPY_BYTES + swizzled;
 #pragma unroll
             for (int i = 0; i < A_LOADS; ++i) {
-                const int m = m0 + row0 + i * ROW_STEP;
-                const bool ok = m < kg && kk < CRS;  // CRS is a multiple of VEC
-                const T* src = ok ? wg + copy * w_small + m * CRS + kk : w;
+                const bool ok = a_ok[i] & k_ok;
+                const T* src = wg + copy * w_small + (ok ? a_row[i] + walk.kk : 0);
                 cp_async<16>(a_dst + i * THREADS * 16ull, src, ok);
             }
             const unsigned long long b_dst = a_dst + A_BYTES;
 #pragma unroll
             for (int i = 0; i < B_LOADS; ++i) {
-                bool ok;
-                const T* src = pixels.source(x + copy * x_small, i, tap, kk < CRS, H, W, C, ok);
+                const int ih = pixels.h0[i] + walk.dh, iw = pixels.w0[i] + walk.dw;
+                const bool ok = pixels.valid[i] & k_ok &
+                                (static_cast<unsigned int>(ih) < static_cast<unsigned int>(H)) &
+                                (static_cast<unsigned int>(iw) < static_cast<unsigned int>(W));
+                const T* src = x + copy * x_small + (ok ? corner[i] + walk.offset : 0);
                 cp_async<16>(b_dst + i * THREADS * 16ull, src, ok);
             }
         }
+        walk.advance(BK, cg, S, W, C, dil_h, dil_w);
     };
 
     // 3xTF32 sums each K-step's products in `part` first, then adds them to acc in FP32 (round
@@ -223,26 +250,30 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     for (int v = 0; v < 64; ++v) acc[v] = 0.0f;
     float(&sums)[64] = COPIES == 2 ? part : acc;
 
-    // This block's K-steps: all of them, or split z's slice of kper (the last may be short).
-    const int kfirst = blockIdx.z * kper;
-    const int ktiles = min((CRS + BK - 1) / BK - kfirst, kper);
-    const int kbase = kfirst * BK;
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
-        if (s < ktiles) load_stage(s, kbase + s * BK);
+        if (s < ktiles) load_stage(s);
         cp_async_commit();  // one group per stage, empty past the end, so the count is fixed
     }
     const int wgroup = tid / 128;
+    // The descriptors of stage 0's tiles (this warpgroup's rows of A, and B). Another stage,
+    // copy or 32-byte slice of K is as many 16-byte units more in the start-address field,
+    // which never carries out of its 14 bits (shared memory is below 256 KiB): an add, where
+    // building each descriptor anew took four instructions, eight times a K-step.
+    const unsigned long long a_desc0 = wgmma_desc(smem + wgroup * 64 * ROW_BYTES, SBO);
+    const unsigned long long b_desc0 = wgmma_desc(smem + A_BYTES, SBO);
+    constexpr unsigned long long STAGE_UNITS = STAGE_BYTES / 16, COPY_UNITS = COPY_BYTES / 16;
+    int read = 0, write = AHEAD;  // the stages of K-steps kt and kt + AHEAD (AHEAD < STAGES)
     for (int kt = 0; kt < ktiles; ++kt) {
         cp_async_wait<AHEAD - 1>();  // this thread's copies of step kt have landed
         fence_proxy_async();         // ... and are visible to the tensor cores
         __syncthreads();             // ... everyone's; step kt - 1 - IN_FLIGHT's wgmma are done
-        const int next = kt + AHEAD;
-        if (next < ktiles) load_stage(next % STAGES, kbase + next * BK);
+        if (kt + AHEAD < ktiles) load_stage(write);
         cp_async_commit();
-        const unsigned long long a_tile =
-            smem + (kt % STAGES) * STAGE_BYTES + wgroup * 64 * ROW_BYTES;
-        const unsigned long long b_tile = smem + (kt % STAGES) * STAGE_BYTES + A_BYTES;
+        write = write + 1 == STAGES ? 0 : write + 1;
+        const unsigned long long a_tile = a_desc0 + read * STAGE_UNITS;
+        const unsigned long long b_tile = b_desc0 + read * STAGE_UNITS;
+        read = read + 1 == STAGES ? 0 : read + 1;
         if (COPIES == 2) {
 #pragma unroll
             for (int v = 0; v < 64; ++v) part[v] = 0.0f;
@@ -250,11 +281,10 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < ROW_BYTES / 32; ++kc) {  // a 32-byte slice of K per wgmma
-            const unsigned long long a_big = wgmma_desc(a_tile + kc * 32, SBO);
-            const unsigned long long b_big = wgmma_desc(b_tile + kc * 32, SBO);
+            const unsigned long long a_big = a_tile + 2 * kc, b_big = b_tile + 2 * kc;
             if (COPIES == 2) {  // the small terms first, as CUTLASS's 3xTF32 does
-                wgmma_m64n128(x, sums, wgmma_desc(a_tile + COPY_BYTES + kc * 32, SBO), b_big);
-                wgmma_m64n128(x, sums, a_big, wgmma_desc(b_tile + COPY_BYTES + kc * 32, SBO));
+                wgmma_m64n128(x, sums, a_big + COPY_UNITS, b_big);
+                wgmma_m64n128(x, sums, a_big, b_big + COPY_UNITS);
             }
             wgmma_m64n128(x, sums, a_big, b_big);
         }

@@ -360,6 +360,11 @@ _TC_BWD_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
 #:   the wgmma_wait<0> after the loop removed  tc_deep f16 -> abort: "block ended with wgmma
 #:                                                           operations never waited for"
 #:   split K's slices all from K-step 0 (kbase 0)  tc_long_k f16 -> relative error 2.5 (-k8)
+#: and on the tap walk (common.cuh NhwcTapWalk, nineteenth session):
+#:   a filter column's step without the dilation
+#:     (offset += C - cg)                tc_nhwc_geom f16, bf16 -> all three such cases fail
+#:   a filter row's step not rewinding the columns
+#:     (offset += dil_h * W * C)         tc_deep f16, bf16 -> fails
 _WG_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float16", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
     ("bfloat16", "fp32"): ("tc_deep", "tc_nhwc_groups"),
