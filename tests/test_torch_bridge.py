@@ -44,10 +44,12 @@ class FakeCudaTensor:
     is_cuda = True
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: str = "torch.float32",
-                 contiguous: bool = True, item: int = 4) -> None:
+                 contiguous: bool = True, item: int = 4, device: int = 1) -> None:
         self.ptr, self.shape, self.dtype = ptr, shape, dtype
-        self.contiguous, self.item = contiguous, item
-        self.device = types.SimpleNamespace(index=1)
+        self.contiguous, self.item, self.device_index = contiguous, item, device
+
+    def get_device(self) -> int:
+        return self.device_index
 
     def is_contiguous(self) -> bool:
         return self.contiguous
@@ -94,6 +96,22 @@ def test_bfloat16_is_viewed_as_its_bits_and_other_tensors_are_not_viewed() -> No
     assert bridge.view([1.0, 2.0]) is None  # not a tensor at all
 
 
+def test_only_this_gpus_tensors_are_viewed() -> None:
+    cupy = FakeCupy()
+    bridge = TorchBridge(cupy, 1)
+    assert bridge.view(FakeCudaTensor(0x1000, (4,), device=0)) is None
+    assert cupy.built == []  # nothing built or kept for another GPU's tensor
+    assert bridge.view(FakeCudaTensor(0x1000, (4,), device=1)) is not None
+
+
+def test_built_names_the_dtype_of_its_own_views_only() -> None:
+    bridge = TorchBridge(FakeCupy(), 1)
+    view = bridge.view(FakeCudaTensor(0x1000, (4,), "torch.bfloat16", item=2))
+    assert bridge.built(view) == "uint16"
+    assert bridge.built(("array", (4,), "uint16", None)) is None  # equal, not the same
+    assert bridge.built(FakeCudaTensor(0x1000, (4,))) is None
+
+
 def test_views_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_torch_bridge, "_KEPT", 3)
     cupy = FakeCupy()
@@ -101,9 +119,10 @@ def test_views_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     tensors = [FakeCudaTensor(0x1000 * (i + 1), (4,)) for i in range(4)]
     for tensor in tensors:
         bridge.view(tensor)
-    bridge.view(tensors[3])  # the newest survives the reset
-    bridge.view(tensors[0])  # the oldest was dropped: built again
+    newest = bridge.view(tensors[3])  # the newest survives the reset
+    oldest = bridge.view(tensors[0])  # the oldest was dropped: built again
     assert len(cupy.built) == 5
+    assert bridge.built(newest) == bridge.built(oldest) == "float32"
 
 
 def test_torch_stream_becomes_a_kept_cupy_stream(monkeypatch: pytest.MonkeyPatch) -> None:

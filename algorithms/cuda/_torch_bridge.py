@@ -36,11 +36,13 @@ class TorchBridge:
     def __init__(self, cupy: Any, index: int) -> None:
         self._cupy = cupy
         self._index = index
-        self._views: dict[tuple[int, tuple[int, ...], str], Any] = {}
+        self._views: dict[tuple[int, tuple[int, ...], str, int], Any] = {}
+        # The views by identity, with their dtype: what `built` answers from.
+        self._built: dict[int, tuple[Any, str]] = {}
         self._streams: dict[int, Any] = {}
 
     def view(self, tensor: Any) -> Any | None:
-        """A CuPy view of a C-contiguous torch CUDA tensor, or None for anything else.
+        """A CuPy view of a C-contiguous torch tensor on this GPU, or None for anything else.
 
         Built from the data pointer, not `__cuda_array_interface__`: CuPy synchronizes the
         producer's stream when it consumes that interface (CUPY_CUDA_ARRAY_INTERFACE_SYNC,
@@ -54,17 +56,34 @@ class TorchBridge:
         dtype = _view_dtype(tensor.dtype)
         if dtype is None or not tensor.is_contiguous():
             return None
-        key = (tensor.data_ptr(), tuple(tensor.shape), dtype)
+        # get_device() is an int from C++, cheaper than tensor.device (an object).
+        key = (tensor.data_ptr(), tuple(tensor.shape), dtype, tensor.get_device())
         view = self._views.get(key)
         if view is None:
+            if key[3] != self._index:
+                return None  # another GPU's: the runtime's slower path names the mismatch
             if len(self._views) >= _KEPT:
                 self._views.clear()
+                self._built.clear()
             cupy = self._cupy
             nbytes = tensor.numel() * tensor.element_size()
-            memory = cupy.cuda.UnownedMemory(key[0], nbytes, None, tensor.device.index)
+            memory = cupy.cuda.UnownedMemory(key[0], nbytes, None, self._index)
             view = self._views[key] = cupy.ndarray(key[1], dtype,
                                                    cupy.cuda.MemoryPointer(memory, 0))
+            self._built[id(view)] = (view, dtype)
         return view
+
+    def built(self, array: Any) -> str | None:
+        """The dtype of `array` if it is a view this bridge built (C-contiguous, on this
+        GPU: nothing left to check or convert), else None.
+
+        Why: the plan path checked each operand's flags, dtype and device again after
+        adopting it, CuPy property reads of a microsecond or so each, three operands a
+        call: 8 of the 70 profiled microseconds of a plan call outside its algorithm in
+        the H200's host profile of 2026-11-26 (benchmarks/results/2026-11-26-h200).
+        """
+        found = self._built.get(id(array))
+        return found[1] if found is not None and found[0] is array else None
 
     def stream(self) -> Any | None:
         """torch's current stream on this GPU as a CuPy stream, or None when it is already

@@ -121,7 +121,7 @@ class CudaRuntime:
         if isinstance(array, cupy.ndarray):
             adopted = array
         elif (view := self._torch.view(array)) is not None:
-            adopted = view
+            return view  # on this GPU: the bridge views no other's
         elif hasattr(array, "__cuda_array_interface__"):
             try:
                 with self._dev:
@@ -157,6 +157,8 @@ class CudaRuntime:
     def contiguous(self, array: Any, dtype: str) -> Any:
         """C-contiguous in `dtype`'s storage on this device; a no-op when it already is."""
         storage = self.storage_dtype(dtype)
+        if self._torch.built(array) == storage:
+            return array  # a torch tensor's view, checked when it was built
         # dtype objects compare in C; `dtype.name` is Python code in NumPy (a microsecond
         # or two per operand on every plan call).
         if (isinstance(array, self._cupy.ndarray) and array.flags.c_contiguous
