@@ -1,6 +1,6 @@
 """The learned cost model, leave-one-network-out: does it rank configurations it never saw?
 
-Usage: python benchmarks/bench_model.py [--device cpu] [--batch 1] [--scale 4]
+Usage: python benchmarks/bench_model.py [--device cpu] [--batch 1] [--scale 4] [--fast-k K]
                                         [--budget-s 0.02] [--db URL] [--out model.json]
        python benchmarks/bench_model.py --results bench_fp32.json [bench_tf32.json ...]
 The measurements, one of two ways:
@@ -192,6 +192,8 @@ def main() -> None:
                              "--batch and --scale must be those it was tuned with)")
     parser.add_argument("--seed", type=int, default=0,
                         help="the model's bootstrap seed (how much a score owes to it)")
+    parser.add_argument("--fast-k", type=int, default=FAST_K,
+                        help="fast mode's first round as played out (the tuner's k)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     policy = TimingPolicy(warmup=1, budget_s=args.budget_s, min_reps=3, max_reps=20)
@@ -231,14 +233,15 @@ def main() -> None:
             "held_out": name, "train_rows": len(train), "fit_s": round(fit_s, 2),
             "candidates": round(sum(map(len, truth)) / len(truth), 1),
             "model": score([by_times(ti, t) for ti, t in zip(times, truth, strict=True)],
-                           truth, trained, predicted=known).__dict__,
-            "baseline": score([by_usual(train, t) for t in truth], truth).__dict__,
+                           truth, trained, args.fast_k, known).__dict__,
+            "baseline": score([by_usual(train, t) for t in truth], truth,
+                              fast_k=args.fast_k).__dict__,
         })
 
     source = ({"results": [str(p) for p in args.results]} if args.results else
               {"batch": args.batch, "scale": args.scale, "budget_s": args.budget_s})
     report = {"date": date.today().isoformat(), "commit": commit, "device": info, **source,
-              "seed": args.seed, "fast_k": FAST_K, "family_band": FAMILY_BAND,
+              "seed": args.seed, "fast_k": args.fast_k, "family_band": FAMILY_BAND,
               "tuning_s": round(tuning_s), "rows": rows}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
