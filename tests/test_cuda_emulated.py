@@ -365,6 +365,8 @@ _TC_BWD_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
 #:     (offset += C - cg)                tc_nhwc_geom f16, bf16 -> all three such cases fail
 #:   a filter row's step not rewinding the columns
 #:     (offset += dil_h * W * C)         tc_deep f16, bf16 -> fails
+#: and on the NHWC transpose's tile numbering (kernels/rearrange.cu, nineteenth session):
+#:   the host's two divisors swapped     tc_long_k f16    -> fails
 _WG_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float16", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
     ("bfloat16", "fp32"): ("tc_deep", "tc_nhwc_groups"),

@@ -120,7 +120,8 @@ def _transpose_launch(batch: int, rows: int, cols: int, itemsize: int, parts: in
     # One block per tile (grid_stride_blocks' cap), each looping over the rest.
     return _copy(name_expression("transpose", itemsize, parts),
                  (grid_stride_blocks(tiles, threads=1),),
-            tuple(np.int32(v) for v in (rows, cols, row_tiles, col_tiles, tiles)))
+                 (*(np.int32(v) for v in (rows, cols, row_tiles, col_tiles, tiles)),
+                  *fastdiv_args(row_tiles * col_tiles, col_tiles)))
 
 
 def add_nhwc_operands(layout: WorkspaceLayout, problem: ConvProblem,
