@@ -19,6 +19,11 @@ import numpy as np
 from algorithms.problem import ConvProblem
 
 
+def is_torch(array: Any) -> bool:
+    """Whether `array` is a torch tensor (without importing torch)."""
+    return type(array).__module__.partition(".")[0] == "torch"
+
+
 @dataclass(frozen=True)
 class TimingPolicy:
     """How long and how often to time one candidate."""

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -105,19 +106,11 @@ def measure(calls: int) -> dict[str, Any]:
     gemm()
     out["cuBLAS GEMM through _cublas (ctypes)"] = per_call_us(gemm, calls)
     # The same GEMM through cuBLASLt, its algorithm chosen once (CONVTUNE_CUBLASLT=1).
-    saved, previous = _cublas._library, os.environ.get(_cublaslt.ENV)
-    os.environ[_cublaslt.ENV] = "1"
-    try:
+    with mock.patch.dict(os.environ, {_cublaslt.ENV: "1"}):
         lt_blas = _cublas._Cublas(cupy)
-        _cublas._library = lambda: lt_blas  # type: ignore[assignment]
-        gemm()
-        out["cuBLASLt GEMM through _cublas (algorithm kept)"] = per_call_us(gemm, calls)
-    finally:
-        _cublas._library = saved  # type: ignore[assignment]
-        if previous is None:
-            os.environ.pop(_cublaslt.ENV, None)
-        else:
-            os.environ[_cublaslt.ENV] = previous
+        with mock.patch.object(_cublas, "_library", lambda: lt_blas):
+            gemm()
+            out["cuBLASLt GEMM through _cublas (algorithm kept)"] = per_call_us(gemm, calls)
     out["workspace_view (slice, view, reshape)"] = per_call_us(
         lambda: workspace_view(buf, 4096, (64, 64), "float32"), calls)
     out["uint8 slice of the workspace"] = per_call_us(lambda: buf[4096:8192], calls)

@@ -21,13 +21,8 @@ from typing import Any
 
 from algorithms.base import Algorithm
 from algorithms.problem import ConvProblem
-from algorithms.runtime import Runtime
+from algorithms.runtime import Runtime, is_torch
 from tuner.results import AlgorithmResult
-
-
-def is_torch(array: Any) -> bool:
-    """Whether `array` is a torch tensor (without importing torch)."""
-    return type(array).__module__.partition(".")[0] == "torch"
 
 
 def dtype_name(array: Any) -> str:

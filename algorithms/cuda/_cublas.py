@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.cuda import _cublaslt
+from algorithms.cuda._cublaslt import check_status
 from algorithms.cuda._loader import require_cupy
 
 OP_N = 0
@@ -120,19 +121,15 @@ class _Cublas:
         self._gemm_ex.restype = ctypes.c_int
         self._handles: dict[int, _Bound] = {}
 
-    def _check(self, status: int, what: str) -> None:
-        if status != 0:
-            raise RuntimeError(f"{what} failed with cuBLAS status {status}")
-
     def handle(self) -> ctypes.c_void_p:
         """This device's handle, bound to the current stream with our workspace."""
         bound = self._bound(self._cupy.cuda.runtime.getDevice())  # no Device object per call
         stream = self._cupy.cuda.get_current_stream().ptr
         if stream != bound.stream:  # only we bind this handle, so we know its stream
             # Setting the stream resets cuBLAS to its default workspace: give ours back.
-            self._check(self._lib.cublasSetStream_v2(bound.handle, ctypes.c_void_p(stream)),
+            check_status(self._lib.cublasSetStream_v2(bound.handle, ctypes.c_void_p(stream)),
                         "cublasSetStream")
-            self._check(self._lib.cublasSetWorkspace_v2(
+            check_status(self._lib.cublasSetWorkspace_v2(
                 bound.handle, ctypes.c_void_p(bound.workspace.ptr),
                 ctypes.c_size_t(WORKSPACE_BYTES)), "cublasSetWorkspace")
             bound.stream = stream
@@ -143,11 +140,11 @@ class _Cublas:
         bound = self._handles.get(device)
         if bound is None:
             handle = ctypes.c_void_p()
-            self._check(self._lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
-            self._check(self._lib.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST),
+            check_status(self._lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+            check_status(self._lib.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST),
                         "cublasSetPointerMode")
             # Strict arithmetic: no TF32 even where CUPY_TF32 or NVIDIA_TF32_OVERRIDE asks.
-            self._check(self._lib.cublasSetMathMode(handle, _DEFAULT_MATH), "cublasSetMathMode")
+            check_status(self._lib.cublasSetMathMode(handle, _DEFAULT_MATH), "cublasSetMathMode")
             # A new handle runs on the legacy default stream (0).
             bound = self._handles[device] = _Bound(
                 handle, self._cupy.cuda.alloc(WORKSPACE_BYTES), 0)
@@ -178,7 +175,7 @@ class _Cublas:
             ctypes.c_void_p(c), _DATA_TYPE[c_type], ldc, ctypes.c_longlong(stride_c), batch,
             compute, _GEMM_DEFAULT)
         if status:
-            self._check(status, f"cublasGemmStridedBatchedEx ({dtype})")
+            check_status(status, f"cublasGemmStridedBatchedEx ({dtype})")
 
 
 def load_library(cupy: Any, stem: str = "libcublas") -> ctypes.CDLL:

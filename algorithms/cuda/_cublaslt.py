@@ -65,7 +65,8 @@ class Shape:
     batch: int
 
 
-def _check(status: int, what: str) -> None:
+def check_status(status: int, what: str) -> None:
+    """Raise RuntimeError naming `what` for a nonzero cuBLAS or cuBLASLt status."""
     if status != 0:
         raise RuntimeError(f"{what} failed with cuBLAS status {status}")
 
@@ -80,11 +81,11 @@ class Matmul:
         self.desc = ctypes.c_void_p()
         self.layouts = (ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p())  # A, B, C
         self.result = ctypes.create_string_buffer(RESULT_BYTES)
-        _check(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), shape.compute,
+        check_status(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), shape.compute,
                                             shape.scale), "cublasLtMatmulDescCreate")
         for attribute, value in ((_TRANSA, shape.transa), (_TRANSB, shape.transb)):
             op = ctypes.c_int32(value)  # cublasOperation_t
-            _check(lib.cublasLtMatmulDescSetAttribute(
+            check_status(lib.cublasLtMatmulDescSetAttribute(
                 self.desc, attribute, ctypes.byref(op), ctypes.c_size_t(4)),
                 "cublasLtMatmulDescSetAttribute")
         a_dims = (shape.m, shape.k) if shape.transa == OP_N else (shape.k, shape.m)
@@ -93,22 +94,22 @@ class Matmul:
                 (self.layouts[0], shape.a_type, a_dims, shape.lda, shape.stride_a),
                 (self.layouts[1], shape.a_type, b_dims, shape.ldb, shape.stride_b),
                 (self.layouts[2], shape.c_type, (shape.m, shape.n), shape.ldc, shape.stride_c)):
-            _check(lib.cublasLtMatrixLayoutCreate(
+            check_status(lib.cublasLtMatrixLayoutCreate(
                 ctypes.byref(layout), dtype, ctypes.c_uint64(rows), ctypes.c_uint64(cols),
                 ctypes.c_int64(ld)), "cublasLtMatrixLayoutCreate")
             batch: tuple[tuple[int, ctypes.c_int32 | ctypes.c_int64], ...] = (
                 (_BATCH_COUNT, ctypes.c_int32(shape.batch)),
                 (_BATCH_STRIDE, ctypes.c_int64(stride)))
             for attribute, setting in batch:
-                _check(lib.cublasLtMatrixLayoutSetAttribute(
+                check_status(lib.cublasLtMatrixLayoutSetAttribute(
                     layout, attribute, ctypes.byref(setting),
                     ctypes.c_size_t(ctypes.sizeof(setting))), "cublasLtMatrixLayoutSetAttribute")
         preference = ctypes.c_void_p()
-        _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)),
+        check_status(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)),
                "cublasLtMatmulPreferenceCreate")
         try:
             limit = ctypes.c_uint64(workspace_bytes)
-            _check(lib.cublasLtMatmulPreferenceSetAttribute(
+            check_status(lib.cublasLtMatmulPreferenceSetAttribute(
                 preference, _MAX_WORKSPACE, ctypes.byref(limit), ctypes.c_size_t(8)),
                 "cublasLtMatmulPreferenceSetAttribute")
             returned = ctypes.c_int(0)
@@ -149,7 +150,7 @@ class Lt:
             handle = self._handles.get(device)
             if handle is None:
                 handle = ctypes.c_void_p()
-                _check(self._lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
+                check_status(self._lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
                 self._handles[device] = handle
             found = self._matmuls[(device, *shape)] = Matmul(
                 self._lib, handle, Shape(*shape), self._workspace_bytes)
@@ -167,4 +168,4 @@ class Lt:
             matmul.result, ctypes.c_void_p(workspace), ctypes.c_size_t(self._workspace_bytes),
             ctypes.c_void_p(stream))
         if status:
-            _check(status, "cublasLtMatmul")
+            check_status(status, "cublasLtMatmul")

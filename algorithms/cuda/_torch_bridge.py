@@ -11,16 +11,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from algorithms.runtime import is_torch
+
 #: torch dtypes a CUDA tensor is viewed as without a copy (bfloat16 as its uint16 bits).
 _VIEW_DTYPES = {"float32": "float32", "float16": "float16", "float64": "float64",
                 "bfloat16": "uint16", "uint16": "uint16"}
 #: Most views and stream wrappers a bridge keeps (then it starts over).
 _KEPT = 256
-
-
-def is_torch(array: Any) -> bool:
-    """Whether `array` is a torch tensor (without importing torch)."""
-    return type(array).__module__.partition(".")[0] == "torch"
 
 
 @functools.cache

@@ -15,10 +15,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from algorithms.cuda._torch_bridge import TorchBridge, is_torch
+from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.problem import ConvProblem
 from algorithms.reference_gemm import errors, reference_gemm
-from algorithms.runtime import Timing, TimingPolicy, time_runs, warm_until_stable
+from algorithms.runtime import Timing, TimingPolicy, is_torch, time_runs, warm_until_stable
 
 #: The longest the clock warm-up spins; boost clocks settle within a few hundred ms.
 WARM_UP_S = 0.5
