@@ -43,7 +43,12 @@
 // B (input) column n = VB * (tid % (BN/VB)) is fixed per thread, its rows are
 // tid / (BN/VB) + i * B_ROWS, so the column's image/pixel decomposition happens once. NHWC:
 // B vector e = tid + i*THREADS is pixel e / (BK/VB), k VB * (e % (BK/VB)); each thread's
-// pixels are decomposed once, its k (the same for all its vectors) once per K-step.
+// pixels are decomposed once, and its k (the same for all its vectors) walks from K-step to
+// K-step with its filter tap (common.cuh NhwcTapWalk). Every copy's source is worked out
+// once up to its K-step (a filter row's offset, a column's or pixel's corner), so a copy
+// costs an add, its bounds (a select, not a branch) and the copy; an element-wise B of a
+// 1x1 filter (RS == 1) takes its own compiled loop, with no tap to work out per copy.
+// 1xTF32 with a vector A rounds each thread's landed copies in shared memory (ROUND_IN_PLACE).
 // Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM), z = K splits. All tensors < 2^31
 // elements.
 //
@@ -97,6 +102,13 @@ __global__ void __launch_bounds__(
     constexpr int NB_LOADS = BN * BK / VB / THREADS;  // NHWC: B vectors per thread
     constexpr int NB_STRIDE = THREADS / (BK / VB);     // NHWC: tile rows between them
     constexpr int B_D0 = NHWC ? BN : BK, B_D1 = NHWC ? BK + APAD : BN + BPAD;  // Bs rows, cols
+    // 1xTF32 with a vector A: each thread rounds its own copies to TF32 in shared memory once
+    // they land, so fragments are read as they are. Rounding (cvt.rna: FSETP and a predicated
+    // add in SASS) at every fragment read cost two instructions per element per warp that
+    // reads it, 96 of the 270 a K-step of the 128x64 1x1 instance; in place it is a load, 4
+    // roundings and a store per 16-byte vector, once. Element-wise A gains nothing (a load and
+    // a store per element against two roundings), so keeps rounding its fragments.
+    constexpr bool ROUND_IN_PLACE = F32 && PASSES == 1 && VA > 1;
     static_assert(WTM % 16 == 0 && WTN % 8 == 0, "warp tiles are whole mma tiles");
     static_assert((VA == 1 || VA * sizeof(T) == 16) && (VB == 1 || VB * sizeof(T) == 16),
                   "vector copies are 16 bytes");
@@ -140,19 +152,49 @@ __global__ void __launch_bounds__(
     const unsigned long long as_base = smem_addr(&As[0][0][0]);
     const unsigned long long bs_base = smem_addr(&Bs[0][0][0]);
 
-    // This thread's column of B (its first, for a vector): the receptive field's top-left
-    // corner; for a vector, col_off points at the column itself (channel 0).
+    // Each copy's source before its K-step, worked out once, so that a copy costs an add, its
+    // bounds and the copy (as in implicit_gemm_wgmma.cu; recomputing them every K-step was
+    // about half of the 1xTF32 1x1 instances' 320 SASS instructions a K-step, per
+    // benchmarks/kernel_loop_sass.py). A: this thread's K offset in a step and its rows'
+    // offsets in wg (a thread's vectors share the K offset: THREADS is a multiple of A_VPR).
+    constexpr int A_VPR = BK / VA;                 // vectors per A row
+    constexpr int A_ROW_STEP = THREADS / A_VPR;    // rows between a thread's A vectors
+    static_assert(THREADS % A_VPR == 0, "a thread's A vectors share their K offset");
+    const int a_k = (tid % A_VPR) * VA;
+    const int a_m = tid / A_VPR;
+    int a_row[A_LOADS];
+    bool a_ok[A_LOADS];
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {
+        const int m = m0 + a_m + i * A_ROW_STEP;
+        a_ok[i] = m < kg;
+        a_row[i] = m * CRS + a_k;
+    }
+    const unsigned long long a_dst0 = as_base + (a_m * (BK + APAD) + a_k) * sizeof(T);
+    constexpr unsigned long long A_STAGE_BYTES = BM * (BK + APAD) * sizeof(T);
+
+    // B, NCHW: this thread's column (its first, for a vector) and its offset in x at the
+    // receptive field's corner; for a vector, or a 1x1 filter (RS == 1: k is the channel, the
+    // pixel the same for every k), b_off is the element of its first row itself.
     const int b_col = (tid % B_VPR) * VB;
     const int b_row = tid / B_VPR;
-    int col_off = 0, h0 = 0, w0 = 0;
-    const bool col_ok = n0 + b_col < NPQ;  // for a vector: all VB columns (VB | P*Q)
-    // NHWC: this thread's pixels, tile rows nb_row + i * NB_STRIDE (common.cuh NhwcPixels).
+    int col_off = 0, h0 = 0, w0 = 0, b_off = 0;
+    bool col_ok = n0 + b_col < NPQ;  // for a vector: all VB columns (VB | P*Q)
+    // NHWC: this thread's pixels, tile rows nb_row + i * NB_STRIDE (common.cuh NhwcPixels),
+    // at their receptive fields' corners (negative at top or left padding, then never read);
+    // `walk` carries this thread's K index from K-step to K-step with its tap.
     const int nb_k = VB * (tid % (BK / VB));
     const int nb_row = tid / (BK / VB);
     NhwcPixels<NHWC ? NB_LOADS : 1> pixels;
+    int corner[NHWC ? NB_LOADS : 1];
+    NhwcTapWalk walk{};  // NHWC only: set before the first copy (below)
     if constexpr (NHWC) {
         pixels.init(n0 + nb_row, NB_STRIDE, NPQ, PQ, Q, HW * C, grp * cg, str_h, str_w, pad_h,
                     pad_w, pq_mul, pq_shr, q_mul, q_shr);
+#pragma unroll
+        for (int i = 0; i < NB_LOADS; ++i) {
+            corner[i] = pixels.off[i] + (pixels.h0[i] * W + pixels.w0[i]) * C;
+        }
     } else if (col_ok) {
         const int img = fast_div(n0 + b_col, pq_mul, pq_shr);
         const int pq = n0 + b_col - img * PQ;
@@ -160,77 +202,89 @@ __global__ void __launch_bounds__(
         h0 = p * str_h - pad_h;
         w0 = (pq - p * Q) * str_w - pad_w;
         col_off = (img * C + grp * cg) * HW + (VB > 1 ? pq : 0);
+        if (VB == 1 && RS == 1) {  // one tap: its bounds are the column's
+            col_ok = static_cast<unsigned int>(h0) < static_cast<unsigned int>(H) &&
+                     static_cast<unsigned int>(w0) < static_cast<unsigned int>(W);
+        }
+        b_off = col_off + (VB > 1 ? 0 : h0 * W + w0) + b_row * HW;
     }
+    const unsigned long long b_dst0 =
+        bs_base + (NHWC ? nb_row * (BK + APAD) + nb_k : b_row * (BN + BPAD) + b_col) * sizeof(T);
+    constexpr unsigned long long B_STAGE_BYTES = B_D0 * B_D1 * sizeof(T);
 
     // 16-bit tiles of a later K-step, held in registers across the multiply (see the loop).
     unsigned short a_regs[A_ASYNC ? 1 : A_LOADS], b_regs[B_ASYNC ? 1 : B_LOADS];
 
     // Fill stage `st` with the K-step starting at k0: a tile with cp.async when A_ASYNC /
     // B_ASYNC; else (16-bit element-wise) into shared memory, or only into a_regs / b_regs
-    // when `to_regs` (store_regs ends it).
-    auto load_stage = [&](int st, int k0, bool to_regs) {
+    // when `to_regs` (store_regs ends it). Stages are filled in K order, one K-step after
+    // another (NHWC's `walk` moves on by one each time). Bounds are bitwise &, not &&: every
+    // term is cheap, and a branch per copy is not.
+    auto load_stage = [&](auto one_tap, int st, int k0, bool to_regs) {
+        const bool ak_ok = k0 + a_k < CRS;  // for a vector: all VA (VA | CRS)
 #pragma unroll
         for (int i = 0; i < A_LOADS; ++i) {
-            const int e = tid + i * THREADS;
-            if (A_VECS % THREADS != 0 && e >= A_VECS) break;  // a tile smaller than a pass
-            const int m = e / (BK / VA), k = e % (BK / VA) * VA;
-            const bool ok = m0 + m < kg && k0 + k < CRS;  // for a vector: all VA (VA | CRS)
-            const T* src = ok ? wg + (m0 + m) * CRS + k0 + k : w;
-            if constexpr (VA > 1) {
-                cp_async<16>(as_base + ((st * BM + m) * (BK + APAD) + k) * sizeof(T), src, ok);
-            } else if constexpr (F32) {
-                cp_async<4>(as_base + ((st * BM + m) * (BK + APAD) + k) * 4ull, src, ok);
+            if (A_VECS % THREADS != 0 && tid + i * THREADS >= A_VECS) break;  // a short tile
+            const bool ok = a_ok[i] & ak_ok;
+            const T* src = wg + (ok ? a_row[i] + k0 : 0);
+            if constexpr (A_ASYNC) {
+                cp_async<VA * sizeof(T)>(
+                    a_dst0 + st * A_STAGE_BYTES + i * A_ROW_STEP * (BK + APAD) * sizeof(T),
+                    src, ok);
             } else {
                 const unsigned short v = ok ? src->bits : 0;
                 if (to_regs) {
-                    a_regs[A_ASYNC ? 0 : i] = v;
+                    a_regs[i] = v;
                 } else {
-                    As[st][m][k].bits = v;
+                    As[st][a_m + i * A_ROW_STEP][a_k].bits = v;
                 }
             }
         }
         if constexpr (NHWC) {  // k = (r*S + s)*cg + c: a vector stays in one (r, s)
-            const int kk = k0 + nb_k;
-            const NhwcTap tap =
-                nhwc_tap(kk, cg, S, dil_h, dil_w, kdiv_mul, kdiv_shr, s_mul, s_shr);
+            const bool k_ok = walk.kk < CRS;
 #pragma unroll
             for (int i = 0; i < NB_LOADS; ++i) {
-                bool ok;
-                const T* src = pixels.source(x, i, tap, kk < CRS, H, W, C, ok);
-                cp_async<16>(bs_base + ((st * BN + nb_row + i * NB_STRIDE) * (BK + APAD) +
-                                        nb_k) * sizeof(T),
-                             src, ok);
+                const int ih = pixels.h0[i] + walk.dh, iw = pixels.w0[i] + walk.dw;
+                const bool ok = pixels.valid[i] & k_ok &
+                                (static_cast<unsigned int>(ih) < static_cast<unsigned int>(H)) &
+                                (static_cast<unsigned int>(iw) < static_cast<unsigned int>(W));
+                cp_async<16>(b_dst0 + st * B_STAGE_BYTES +
+                                 i * NB_STRIDE * (BK + APAD) * sizeof(T),
+                             x + (ok ? corner[i] + walk.offset : 0), ok);
             }
+            walk.advance(BK, cg, S, W, C, dil_h, dil_w);
         } else {
 #pragma unroll
             for (int i = 0; i < B_LOADS; ++i) {
                 const int k = b_row + i * B_ROWS;
                 const int kk = k0 + k;
-                if constexpr (VB > 1) {  // 1x1: row kk is channel kk, at col_off + kk * HW
-                    const bool ok = col_ok && kk < CRS;
-                    cp_async<16>(bs_base + ((st * BK + k) * (BN + BPAD) + b_col) * sizeof(T),
-                                 ok ? x + col_off + kk * HW : x, ok);
+                bool ok;
+                const T* src;
+                if constexpr (VB > 1 || decltype(one_tap)::value) {
+                    // Row kk is channel kk, at b_off + (kk - b_row) * HW.
+                    ok = col_ok & (kk < CRS);
+                    src = x + (ok ? b_off + (k0 + i * B_ROWS) * HW : 0);
                 } else {
                     const int c = fast_div(kk, kdiv_mul, kdiv_shr);
                     const int rs = kk - c * RS;
                     const int r = fast_div(rs, s_mul, s_shr);
                     const int ih = h0 + r * dil_h;
                     const int iw = w0 + (rs - r * S) * dil_w;
-                    const bool ok =
-                        col_ok && kk < CRS &&
-                        static_cast<unsigned int>(ih) < static_cast<unsigned int>(H) &&
-                        static_cast<unsigned int>(iw) < static_cast<unsigned int>(W);
-                    const T* src = ok ? x + col_off + c * HW + ih * W + iw : x;
-                    if constexpr (F32) {
-                        cp_async<4>(bs_base + ((st * BK + k) * (BN + BPAD) + b_col) * 4ull,
-                                    src, ok);
+                    ok = col_ok & (kk < CRS) &
+                         (static_cast<unsigned int>(ih) < static_cast<unsigned int>(H)) &
+                         (static_cast<unsigned int>(iw) < static_cast<unsigned int>(W));
+                    src = x + (ok ? col_off + c * HW + ih * W + iw : 0);
+                }
+                if constexpr (B_ASYNC) {
+                    cp_async<VB * sizeof(T)>(
+                        b_dst0 + st * B_STAGE_BYTES + i * B_ROWS * (BN + BPAD) * sizeof(T), src,
+                        ok);
+                } else {
+                    const unsigned short v = ok ? src->bits : 0;
+                    if (to_regs) {
+                        b_regs[i] = v;
                     } else {
-                        const unsigned short v = ok ? src->bits : 0;
-                        if (to_regs) {
-                            b_regs[B_ASYNC ? 0 : i] = v;
-                        } else {
-                            Bs[st][k][b_col].bits = v;  // NCHW: Bs is [BK][BN + BPAD]
-                        }
+                        Bs[st][k][b_col].bits = v;  // NCHW: Bs is [BK][BN + BPAD]
                     }
                 }
             }
@@ -240,14 +294,49 @@ __global__ void __launch_bounds__(
     auto store_regs = [&](int st) {
         if constexpr (!A_ASYNC) {
 #pragma unroll
-            for (int i = 0; i < A_LOADS; ++i) {
-                const int e = tid + i * THREADS;
-                As[st][e / BK][e % BK].bits = a_regs[i];
-            }
+            for (int i = 0; i < A_LOADS; ++i) As[st][a_m + i * A_ROW_STEP][a_k].bits = a_regs[i];
         }
         if constexpr (!B_ASYNC) {
 #pragma unroll
             for (int i = 0; i < B_LOADS; ++i) Bs[st][b_row + i * B_ROWS][b_col].bits = b_regs[i];
+        }
+    };
+
+    // ROUND_IN_PLACE: round this thread's landed copies of stage st (its own, so no barrier
+    // is needed before; the loop's barrier publishes them).
+    auto round_stage = [&](int st) {
+        if constexpr (ROUND_IN_PLACE) {
+            auto round = [](float* v, int n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    if (e < n) v[e] = __uint_as_float(tf32_rna_for_mma(v[e]));
+                }
+            };
+#pragma unroll
+            for (int i = 0; i < A_LOADS; ++i) {
+                if (A_VECS % THREADS != 0 && tid + i * THREADS >= A_VECS) break;
+                float4 v = *reinterpret_cast<float4*>(&As[st][a_m + i * A_ROW_STEP][a_k]);
+                round(&v.x, 4);
+                *reinterpret_cast<float4*>(&As[st][a_m + i * A_ROW_STEP][a_k]) = v;
+            }
+            if constexpr (NHWC) {
+#pragma unroll
+                for (int i = 0; i < NB_LOADS; ++i) {
+                    float4 v = *reinterpret_cast<float4*>(&Bs[st][nb_row + i * NB_STRIDE][nb_k]);
+                    round(&v.x, 4);
+                    *reinterpret_cast<float4*>(&Bs[st][nb_row + i * NB_STRIDE][nb_k]) = v;
+                }
+            } else if constexpr (VB > 1) {
+#pragma unroll
+                for (int i = 0; i < B_LOADS; ++i) {
+                    float4 v = *reinterpret_cast<float4*>(&Bs[st][b_row + i * B_ROWS][b_col]);
+                    round(&v.x, 4);
+                    *reinterpret_cast<float4*>(&Bs[st][b_row + i * B_ROWS][b_col]) = v;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < B_LOADS; ++i) round(&Bs[st][b_row + i * B_ROWS][b_col], 1);
+            }
         }
     };
 
@@ -265,113 +354,136 @@ __global__ void __launch_bounds__(
     const int kt0 = blockIdx.z * kper;
     const int ktiles = min(kper, (CRS + BK - 1) / BK - kt0);
     const int kbase = kt0 * BK;
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < ktiles) load_stage(s, kbase + s * BK, false);
-        cp_async_commit();  // one group per stage, empty past the end, so the count is fixed
+    if constexpr (NHWC) {
+        walk.init(kbase + nb_k, cg, S, W, C, dil_h, dil_w, kdiv_mul, kdiv_shr, s_mul, s_shr);
     }
-    for (int kt = 0; kt < ktiles; ++kt) {
-        cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
-        __syncthreads();              // ... and everyone's; stage (kt-1) % STAGES is free
-        const int next = kt + STAGES - 1;
-        const bool fetch = next < ktiles;
-        // 16-bit element-wise: the global loads are issued now and stored after the multiply,
-        // so their latency hides behind it; stage next % STAGES was freed by the barrier above.
-        if (fetch) load_stage(next % STAGES, kbase + next * BK, !F32);
-        cp_async_commit();
-        const int st = kt % STAGES;
-        if constexpr (F32) {
+    // The prologue and the K loop, compiled twice for element-wise NCHW B: a 1x1 filter's
+    // copies (one_tap) need no tap of their own, and a runtime test between the two
+    // ways in the loop would issue both ways' setup every K-step.
+    auto k_loop = [&](auto one_tap) {
 #pragma unroll
-            for (int kk = 0; kk < BK; kk += 8) {
-                unsigned int a_big[MI][4], a_small[MI][4];
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < ktiles) load_stage(one_tap, s, kbase + s * BK, false);
+            cp_async_commit();  // one group per stage, empty past the end, so the count is fixed
+        }
+        // The stages of K-steps kt and kt + STAGES - 1, as counters rather than `% STAGES`.
+        int st = 0, write = STAGES - 1;
+        for (int kt = 0; kt < ktiles; ++kt) {
+            cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
+            if constexpr (ROUND_IN_PLACE) round_stage(st);
+            __syncthreads();              // ... and everyone's; stage `write` (kt - 1's) is free
+            const int next = kt + STAGES - 1;
+            const bool fetch = next < ktiles;
+            // 16-bit element-wise: the global loads are issued now and stored after the multiply,
+            // so their latency hides behind it; stage `write` was freed by the barrier above.
+            if (fetch) load_stage(one_tap, write, kbase + next * BK, !F32);
+            cp_async_commit();
+            if constexpr (F32) {
 #pragma unroll
-                for (int i = 0; i < MI; ++i) {
-                    const int row = wm + i * 16 + g;
-#pragma unroll
-                    for (int v = 0; v < 4; ++v) {
-                        // a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
-                        const float val = As[st][row + 8 * (v & 1)][kk + t + 4 * (v >> 1)];
-                        a_big[i][v] = tf32_rna(val);
-                        a_small[i][v] = PASSES == 3 ? tf32_rna(val - __uint_as_float(a_big[i][v])) : 0u;
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < NI; ++j) {
-                    const int col = wn + j * 8 + g;
-                    unsigned int b_big[2], b_small[2];
-#pragma unroll
-                    for (int v = 0; v < 2; ++v) {  // b0 (k = t, n = g), b1 (k = t + 4, n = g)
-                        float val;
-                        if constexpr (NHWC) {
-                            val = Bs[st][col][kk + t + 4 * v];
-                        } else {
-                            val = Bs[st][kk + t + 4 * v][col];
-                        }
-                        b_big[v] = tf32_rna(val);
-                        b_small[v] = PASSES == 3 ? tf32_rna(val - __uint_as_float(b_big[v])) : 0u;
-                    }
+                for (int kk = 0; kk < BK; kk += 8) {
+                    unsigned int a_big[MI][4], a_small[MI][4];
 #pragma unroll
                     for (int i = 0; i < MI; ++i) {
-                        if constexpr (PASSES == 3) {
-                            // The tensor core truncates its FP32 sums (rounds toward zero), a
-                            // bias that grows with K: into acc directly, 3xTF32 measured
-                            // 3.2e-5 at K = 4608 on an H100. So each k8 step sums its three
-                            // products (small terms first) from zero and acc takes that with
-                            // a rounded FADD, as a CUDA-core dot product would.
-                            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                            mma_tf32(part, a_small[i], b_big);
-                            mma_tf32(part, a_big[i], b_small);
-                            mma_tf32(part, a_big[i], b_big);
+                        const int row = wm + i * 16 + g;
 #pragma unroll
-                            for (int v = 0; v < 4; ++v) acc[i][j][v] += part[v];
-                        } else {
-                            mma_tf32(acc[i][j], a_big[i], b_big);
+                        for (int v = 0; v < 4; ++v) {
+                            // a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
+                            const float val = As[st][row + 8 * (v & 1)][kk + t + 4 * (v >> 1)];
+                            a_big[i][v] = ROUND_IN_PLACE ? __float_as_uint(val) : tf32_rna(val);
+                            a_small[i][v] =
+                                PASSES == 3 ? tf32_rna(val - __uint_as_float(a_big[i][v])) : 0u;
                         }
                     }
-                }
-            }
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < BK; kk += 16) {
-                unsigned int a_frag[MI][4];
-#pragma unroll
-                for (int i = 0; i < MI; ++i) {
-                    // Lane l gives row l % 16 of the 16x16 tile, at column kk + 8 * (l / 16).
-                    const int row = wm + i * 16 + lane % 16;
-                    ldmatrix_x4(a_frag[i], as_base + ((st * BM + row) * (BK + APAD) + kk +
-                                                      8 * (lane / 16)) * 2ull);
-                }
-                if constexpr (NHWC) {
-#pragma unroll
-                    for (int j = 0; j < NI; j += 2) {
-                        // Matrices (n8 tile j, k kk..kk+7), (j, kk+8..kk+15), (j+1, kk..),
-                        // (j+1, kk+8..): lane l gives row n = l % 8 of matrix l / 8.
-                        unsigned int b4[4];
-                        const int row = wn + j * 8 + 8 * (lane / 16) + lane % 8;
-                        ldmatrix_x4(b4, bs_base + ((st * BN + row) * (BK + APAD) + kk +
-                                                   8 * ((lane / 8) % 2)) * 2ull);
-                        const unsigned int b_lo[2] = {b4[0], b4[1]}, b_hi[2] = {b4[2], b4[3]};
-#pragma unroll
-                        for (int i = 0; i < MI; ++i) {
-                            mma_k16(x, acc[i][j], a_frag[i], b_lo);
-                            mma_k16(x, acc[i][j + 1], a_frag[i], b_hi);
-                        }
-                    }
-                } else {
 #pragma unroll
                     for (int j = 0; j < NI; ++j) {
-                        // Lanes 0..15 give K rows kk..kk+15 of the 16x8 B tile (16..31
-                        // unused).
-                        unsigned int b_frag[2];
-                        ldmatrix_x2_trans(b_frag, bs_base + ((st * BK + kk + lane % 16) *
-                                                             (BN + BPAD) + wn + j * 8) * 2ull);
+                        const int col = wn + j * 8 + g;
+                        unsigned int b_big[2], b_small[2];
 #pragma unroll
-                        for (int i = 0; i < MI; ++i) mma_k16(x, acc[i][j], a_frag[i], b_frag);
+                        for (int v = 0; v < 2; ++v) {  // b0 (k = t, n = g), b1 (k = t + 4, n = g)
+                            float val;
+                            if constexpr (NHWC) {
+                                val = Bs[st][col][kk + t + 4 * v];
+                            } else {
+                                val = Bs[st][kk + t + 4 * v][col];
+                            }
+                            b_big[v] = ROUND_IN_PLACE ? __float_as_uint(val) : tf32_rna(val);
+                            b_small[v] =
+                                PASSES == 3 ? tf32_rna(val - __uint_as_float(b_big[v])) : 0u;
+                        }
+#pragma unroll
+                        for (int i = 0; i < MI; ++i) {
+                            if constexpr (PASSES == 3) {
+                                // The tensor core truncates its FP32 sums (rounds toward zero), a
+                                // bias that grows with K: into acc directly, 3xTF32 measured
+                                // 3.2e-5 at K = 4608 on an H100. So each k8 step sums its three
+                                // products (small terms first) from zero and acc takes that with
+                                // a rounded FADD, as a CUDA-core dot product would.
+                                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                                mma_tf32(part, a_small[i], b_big);
+                                mma_tf32(part, a_big[i], b_small);
+                                mma_tf32(part, a_big[i], b_big);
+#pragma unroll
+                                for (int v = 0; v < 4; ++v) acc[i][j][v] += part[v];
+                            } else {
+                                mma_tf32(acc[i][j], a_big[i], b_big);
+                            }
+                        }
                     }
                 }
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < BK; kk += 16) {
+                    unsigned int a_frag[MI][4];
+#pragma unroll
+                    for (int i = 0; i < MI; ++i) {
+                        // Lane l gives row l % 16 of the 16x16 tile, at column kk + 8 * (l / 16).
+                        const int row = wm + i * 16 + lane % 16;
+                        ldmatrix_x4(a_frag[i], as_base + ((st * BM + row) * (BK + APAD) + kk +
+                                                          8 * (lane / 16)) * 2ull);
+                    }
+                    if constexpr (NHWC) {
+#pragma unroll
+                        for (int j = 0; j < NI; j += 2) {
+                            // Matrices (n8 tile j, k kk..kk+7), (j, kk+8..kk+15), (j+1, kk..),
+                            // (j+1, kk+8..): lane l gives row n = l % 8 of matrix l / 8.
+                            unsigned int b4[4];
+                            const int row = wn + j * 8 + 8 * (lane / 16) + lane % 8;
+                            ldmatrix_x4(b4, bs_base + ((st * BN + row) * (BK + APAD) + kk +
+                                                       8 * ((lane / 8) % 2)) * 2ull);
+                            const unsigned int b_lo[2] = {b4[0], b4[1]}, b_hi[2] = {b4[2], b4[3]};
+#pragma unroll
+                            for (int i = 0; i < MI; ++i) {
+                                mma_k16(x, acc[i][j], a_frag[i], b_lo);
+                                mma_k16(x, acc[i][j + 1], a_frag[i], b_hi);
+                            }
+                        }
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < NI; ++j) {
+                            // Lanes 0..15 give K rows kk..kk+15 of the 16x8 B tile (16..31
+                            // unused).
+                            unsigned int b_frag[2];
+                            ldmatrix_x2_trans(b_frag, bs_base + ((st * BK + kk + lane % 16) *
+                                                                 (BN + BPAD) + wn + j * 8) * 2ull);
+#pragma unroll
+                            for (int i = 0; i < MI; ++i) mma_k16(x, acc[i][j], a_frag[i], b_frag);
+                        }
+                    }
+                }
+                if (!(A_ASYNC && B_ASYNC) && fetch) store_regs(write);
             }
-            if (!(A_ASYNC && B_ASYNC) && fetch) store_regs(next % STAGES);
+            st = st + 1 == STAGES ? 0 : st + 1;
+            write = write + 1 == STAGES ? 0 : write + 1;
         }
+    };
+    if constexpr (VB == 1 && !NHWC) {
+        if (RS == 1) {
+            k_loop(Flag<true>{});
+        } else {
+            k_loop(Flag<false>{});
+        }
+    } else {
+        k_loop(Flag<false>{});
     }
     cp_async_wait<0>();  // only empty groups remain; nothing may be in flight at exit
 

@@ -69,7 +69,7 @@ _LAYERS: dict[str, dict[str, Any]] = {
 #:                                                                misaligned cp.async source
 #:   host: vector A decided by C % VEC, not C/groups*R*S % VEC -> 1: misaligned cp.async
 #:                                                                source
-_TC_POINTWISE = ("tc_pw_vec", "tc_pw_vec_groups", "tc_pw_pq_odd")
+_TC_POINTWISE = ("tc_pw_vec", "tc_pw_vec_groups", "tc_pw_pq_odd", "tc_pw_strided")
 #: Layers whose C/groups is a whole number of vectors (8 16-bit values) also run the NHWC
 #: configurations (operands transposed into the workspace, kernels/rearrange.cu
 #: `transpose`): tc_deep and tc_long_k (C/groups 24, 256: K-steps across filter taps),
@@ -110,6 +110,12 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #:   3xTF32 without the big.small product                    -> relative error 2e-4 > 1e-5
 #:   ldmatrix A rows from lane % 8 instead of lane % 16      -> relative error 0.94 (tc_deep)
 #:   3xTF32 summed straight into acc (no per-step partial)   -> relative error > 1e-5 (tc_long_k)
+#: Copy sources worked out once, and 1xTF32's rounding in shared memory (2026-11-26, both
+#: injected at once; implicit_gemm_tc cases on near_up inputs and tc_pw_strided):
+#:   round_stage left out (fragments read unrounded)  -> the 3 tc near_up cases: error 1.9e-3
+#:                                                     (> 2e-4); tc_pw_vec-float32-tf32 on
+#:                                                     random inputs passes, as it may
+#:   a 1x1 column's b_off without its corner h0*W + w0 -> tc_pw_strided-float32-fp32: 1.47
 #: K-steps of 32 (16-bit "BMxBNx32-nhwc", on tc_deep, tc_long_k (float16, with split K),
 #: tc_pw_pq_odd and the NHWC shapes):
 #:   B (NHWC) ldmatrix without the k16 half's offset kk      -> 4 of 5 cases: error 0.82-1.04
@@ -182,6 +188,9 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
     "tc_pw_vec": dict(n=3, c=40, h=4, w=6, k=40, r=1, s=1),
     "tc_pw_vec_groups": dict(n=2, c=32, h=4, w=4, k=48, r=1, s=1, groups=2),
     "tc_pw_pq_odd": dict(n=2, c=16, h=3, w=5, k=8, r=1, s=1),
+    # A 1x1 filter at stride 2 with padding: element-wise B from one tap per column, whose
+    # bounds are the column's (the border columns read only padding).
+    "tc_pw_strided": dict(n=2, c=20, h=7, w=9, k=24, r=1, s=1, pad=1, stride=2),
     "tc_nhwc_geom": dict(n=2, c=16, h=9, w=10, k=24, r=3, s=3, pad=(1, 2), stride=(2, 1),
                          dilation=(1, 2)),
     # Several blocks along both GEMM dimensions for every tile, the 256-row and 256-column
@@ -458,6 +467,13 @@ def _cases() -> list[dict[str, Any]]:
     cases.append(_case("implicit_gemm_wgmma-tc_deep-float32-tf32-round_up",
                        "implicit_gemm_wgmma", {**_TC_EXTRA_SHAPES["tc_deep"], "dtype": "float32",
                                                "math": "tf32"}, inputs="tf32_round_up"))
+    # implicit_gemm_tc at 1xTF32 rounds its vector-copied tiles in shared memory, once each
+    # (ROUND_IN_PLACE), and reads its fragments as they are: every tile path (NCHW vector B,
+    # element-wise B from one tap, NHWC B) on operands where one left unrounded shows.
+    cases += [_case(f"implicit_gemm_tc-{shape}-float32-tf32-near_up", "implicit_gemm_tc",
+                    {**_TC_EXTRA_SHAPES[shape], "dtype": "float32", "math": "tf32"},
+                    inputs="tf32_near_up")
+              for shape in ("tc_pw_vec", "tc_pw_strided", "tc_nhwc_geom")]
     cases += [_case(f"implicit_gemm_wgmma-{direction}-wg_bwd-{dtype}", "implicit_gemm_wgmma",
                     {**_WG_BWD, "dtype": dtype, "direction": direction})
               for direction in _BWD_DIRECTIONS for dtype in _WG_BWD_DTYPES]
