@@ -110,7 +110,9 @@ def row(expression: str, body: list[str]) -> str:
     """One Markdown table row: the loop's size and its opcode families."""
     kinds = Counter(opcode(t) for t in body)
     named = [kinds[c] for c in COLUMNS]
-    return (f"| `{expression}` | {len(body)} | " + " | ".join(map(str, named)) +
+    mma = sum(kinds[m] for m in MMA)
+    per_mma = f"{len(body) / mma:.1f}" if mma else "-"
+    return (f"| `{expression}` | {len(body)} | {per_mma} | " + " | ".join(map(str, named)) +
             f" | {len(body) - sum(named)} |")
 
 
@@ -137,8 +139,10 @@ def main() -> None:
     instances = args.instance or [e for e in shipped[args.file]
                                   if all(m in e for m in args.match)]
     print(f"kernels: {args.kernels}, {args.arch}\n")
-    print("| instance | SASS per loop trip | " + " | ".join(COLUMNS) + " | other |")
-    print("|---|---|" + "---|" * (len(COLUMNS) + 1))
+    # ptxas may unroll a K loop (two K-steps a trip): compare instances per mma instruction.
+    print("| instance | SASS per loop trip | per HMMA/HGMMA | " + " | ".join(COLUMNS) +
+          " | other |")
+    print("|---|---|---|" + "---|" * (len(COLUMNS) + 1))
     for expression in instances:
         sass = compile_sass(args.file, expression, args.kernels, nvcc, args.arch)
         print(row(expression, main_loop(instructions(sass), args.largest)))

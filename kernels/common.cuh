@@ -151,6 +151,15 @@ struct ConvShape {
 
 // The filter tap (dh, dw: input offsets of the receptive field) and channel c of K index kk;
 // (cg_mul, cg_shr) and (s_mul, s_shr) divide by C/groups and by S.
+// The offset of a copy's source element where `ok`, else 0 (a valid address never read: see
+// cp_async), as unsigned: tensors are under 2^31 elements, and an unsigned offset makes
+// `base + element(...)` one wide multiply-add (IMAD.WIDE.U32), where a signed one took a sign
+// extension, a select of each half, a 64-bit add and a 64-bit shift-add per copy (SASS of
+// implicit_gemm_wgmma's K-step, benchmarks/kernel_loop_sass.py).
+__device__ __forceinline__ unsigned int element(bool ok, int offset) {
+    return ok ? static_cast<unsigned int>(offset) : 0u;
+}
+
 // A compile-time bool as a value, to compile a generic lambda once per case (CuPy's NVRTC
 // has no <type_traits>).
 template <bool B>

@@ -148,7 +148,6 @@ __global__ void __launch_bounds__(
     const int wm = (warp / WN) * WTM, wn = (warp % WN) * WTN;
     const int g = lane / 4, t = lane % 4;  // the mma fragment coordinates of this lane
 
-    const T* wg = w + static_cast<long long>(grp) * kg * CRS;
     const unsigned long long as_base = smem_addr(&As[0][0][0]);
     const unsigned long long bs_base = smem_addr(&Bs[0][0][0]);
 
@@ -156,7 +155,7 @@ __global__ void __launch_bounds__(
     // bounds and the copy (as in implicit_gemm_wgmma.cu; recomputing them every K-step was
     // about half of the 1xTF32 1x1 instances' 320 SASS instructions a K-step, per
     // benchmarks/kernel_loop_sass.py). A: this thread's K offset in a step and its rows'
-    // offsets in wg (a thread's vectors share the K offset: THREADS is a multiple of A_VPR).
+    // offsets in w (a thread's vectors share the K offset: THREADS is a multiple of A_VPR).
     constexpr int A_VPR = BK / VA;                 // vectors per A row
     constexpr int A_ROW_STEP = THREADS / A_VPR;    // rows between a thread's A vectors
     static_assert(THREADS % A_VPR == 0, "a thread's A vectors share their K offset");
@@ -168,7 +167,7 @@ __global__ void __launch_bounds__(
     for (int i = 0; i < A_LOADS; ++i) {
         const int m = m0 + a_m + i * A_ROW_STEP;
         a_ok[i] = m < kg;
-        a_row[i] = m * CRS + a_k;
+        a_row[i] = (grp * kg + m) * CRS + a_k;  // in w: one base for every copy
     }
     const unsigned long long a_dst0 = as_base + (a_m * (BK + APAD) + a_k) * sizeof(T);
     constexpr unsigned long long A_STAGE_BYTES = BM * (BK + APAD) * sizeof(T);
@@ -226,7 +225,7 @@ __global__ void __launch_bounds__(
         for (int i = 0; i < A_LOADS; ++i) {
             if (A_VECS % THREADS != 0 && tid + i * THREADS >= A_VECS) break;  // a short tile
             const bool ok = a_ok[i] & ak_ok;
-            const T* src = wg + (ok ? a_row[i] + k0 : 0);
+            const T* src = w + element(ok, a_row[i] + k0);
             if constexpr (A_ASYNC) {
                 cp_async<VA * sizeof(T)>(
                     a_dst0 + st * A_STAGE_BYTES + i * A_ROW_STEP * (BK + APAD) * sizeof(T),
@@ -250,7 +249,7 @@ __global__ void __launch_bounds__(
                                 (static_cast<unsigned int>(iw) < static_cast<unsigned int>(W));
                 cp_async<16>(b_dst0 + st * B_STAGE_BYTES +
                                  i * NB_STRIDE * (BK + APAD) * sizeof(T),
-                             x + (ok ? corner[i] + walk.offset : 0), ok);
+                             x + element(ok, corner[i] + walk.offset), ok);
             }
             walk.advance(BK, cg, S, W, C, dil_h, dil_w);
         } else {
@@ -263,7 +262,7 @@ __global__ void __launch_bounds__(
                 if constexpr (VB > 1 || decltype(one_tap)::value) {
                     // Row kk is channel kk, at b_off + (kk - b_row) * HW.
                     ok = col_ok & (kk < CRS);
-                    src = x + (ok ? b_off + (k0 + i * B_ROWS) * HW : 0);
+                    src = x + element(ok, b_off + (k0 + i * B_ROWS) * HW);
                 } else {
                     const int c = fast_div(kk, kdiv_mul, kdiv_shr);
                     const int rs = kk - c * RS;
@@ -273,7 +272,7 @@ __global__ void __launch_bounds__(
                     ok = col_ok & (kk < CRS) &
                          (static_cast<unsigned int>(ih) < static_cast<unsigned int>(H)) &
                          (static_cast<unsigned int>(iw) < static_cast<unsigned int>(W));
-                    src = x + (ok ? col_off + c * HW + ih * W + iw : 0);
+                    src = x + element(ok, col_off + c * HW + ih * W + iw);
                 }
                 if constexpr (B_ASYNC) {
                     cp_async<VB * sizeof(T)>(

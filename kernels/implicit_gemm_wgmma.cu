@@ -176,7 +176,6 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     const int m0 = (blockIdx.y - grp * mblocks) * BM;
     const int n0 = blockIdx.x * BN;
     const int tid = threadIdx.x;
-    const T* wg = w + static_cast<long long>(grp) * kg * CRS;
     // 3xTF32: each operand's small copy follows its big one (the host's layout).
     const long long x_small = static_cast<long long>(N) * HW * C;
     const long long w_small = static_cast<long long>(K) * CRS;
@@ -191,7 +190,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                 pq_mul, pq_shr, q_mul, q_shr);
     // Each vector's source before its tap, worked out once: a pixel's NHWC offset at its
     // receptive field's corner (negative at top or left padding, then never read), a filter
-    // row's offset in wg; `walk` then carries this thread's K index (kv past the step's
+    // row's offset in w; `walk` then carries this thread's K index (kv past the step's
     // first) from K-step to K-step, so that a copy costs an add, its bounds and the copy.
     int corner[B_LOADS], a_row[A_LOADS];
     bool a_ok[A_LOADS];
@@ -203,7 +202,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     for (int i = 0; i < A_LOADS; ++i) {
         const int m = m0 + row0 + i * ROW_STEP;
         a_ok[i] = m < kg;
-        a_row[i] = m * CRS;
+        a_row[i] = (grp * kg + m) * CRS;  // in w, not wg: one base for every copy
     }
     // This block's K-steps: all of them, or split z's slice of kper (the last may be short).
     const int kfirst = blockIdx.z * kper;
@@ -221,10 +220,12 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         for (int copy = 0; copy < COPIES; ++copy) {
             const unsigned long long a_dst =
                 smem + st * STAGE_BYTES + copy * COPY_BYTES + swizzled;
+            const T* w_copy = w + copy * w_small;  // 3xTF32's small copies follow the big
+            const T* x_copy = x + copy * x_small;
 #pragma unroll
             for (int i = 0; i < A_LOADS; ++i) {
                 const bool ok = a_ok[i] & k_ok;
-                const T* src = wg + copy * w_small + (ok ? a_row[i] + walk.kk : 0);
+                const T* src = w_copy + element(ok, a_row[i] + walk.kk);
                 cp_async<16>(a_dst + i * THREADS * 16ull, src, ok);
             }
             const unsigned long long b_dst = a_dst + A_BYTES;
@@ -234,7 +235,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                 const bool ok = pixels.valid[i] & k_ok &
                                 (static_cast<unsigned int>(ih) < static_cast<unsigned int>(H)) &
                                 (static_cast<unsigned int>(iw) < static_cast<unsigned int>(W));
-                const T* src = x + copy * x_small + (ok ? corner[i] + walk.offset : 0);
+                const T* src = x_copy + element(ok, corner[i] + walk.offset);
                 cp_async<16>(b_dst + i * THREADS * 16ull, src, ok);
             }
         }

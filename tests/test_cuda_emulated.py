@@ -116,6 +116,9 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #:                                                     (> 2e-4); tc_pw_vec-float32-tf32 on
 #:                                                     random inputs passes, as it may
 #:   a 1x1 column's b_off without its corner h0*W + w0 -> tc_pw_strided-float32-fp32: 1.47
+#: Filter rows' offsets in w itself, with the group's rows (both kernels; unsigned offsets):
+#:   a_row without grp * kg, in tc and wgmma at once   -> every groups case of both (17 of
+#:                                                     17): error 0.99-1.31
 #: K-steps of 32 (16-bit "BMxBNx32-nhwc", on tc_deep, tc_long_k (float16, with split K),
 #: tc_pw_pq_odd and the NHWC shapes):
 #:   B (NHWC) ldmatrix without the k16 half's offset kk      -> 4 of 5 cases: error 0.82-1.04
