@@ -4,12 +4,15 @@ only: _loader.FEATURE_ARCH), warning- and spill-free.
 Instantiates exactly the template instances the Python side ships
 (algorithms.cuda.shipped_kernels()), by taking each one's address in a generated file, and
 reads ptxas's --resource-usage report. Runs only where `nvcc` is on PATH; object files only,
-all compilations in parallel. Where CuPy can load NVRTC, the loader's own source text is
-also compiled with NVRTC, as CuPy will on the GPU.
+all compilations in parallel. The loader's own source text is also compiled with NVRTC, as
+CuPy will on the GPU: CuPy's where it loads, else the nvidia-cuda-nvrtc wheel's.
 """
 
 from __future__ import annotations
 
+import ctypes
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,14 +71,61 @@ def test_tensor_core_kernels_keep_their_stages_in_dynamic_shared_memory(
     assert [u.shared_bytes for u in found] == [0] * len(found)
 
 
-def _nvrtc() -> object | None:
+class _CtypesNvrtc:
+    """The few NVRTC calls below, from the nvidia-cuda-nvrtc wheel (the test extra's) through
+    ctypes, where CuPy cannot load NVRTC (no CuPy on a CPU machine): the same compiler the
+    GPU's CuPy calls, so a source it refuses fails here, not in a GPU session."""
+
+    def __init__(self, path: str) -> None:
+        self.lib = ctypes.CDLL(path)
+        self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+
+    def _check(self, rc: int) -> None:
+        if rc != 0:
+            raise RuntimeError(self.lib.nvrtcGetErrorString(rc).decode())
+
+    def createProgram(self, src: str, name: str, headers: Any, includes: Any) -> Any:
+        prog = ctypes.c_void_p()
+        self._check(self.lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(),
+                                                name.encode(), 0, None, None))
+        return prog
+
+    def addNameExpression(self, prog: Any, name: str) -> None:
+        self._check(self.lib.nvrtcAddNameExpression(prog, name.encode()))
+
+    def compileProgram(self, prog: Any, options: tuple[str, ...]) -> None:
+        args = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
+        self._check(self.lib.nvrtcCompileProgram(prog, len(options), args))
+
+    def getProgramLog(self, prog: Any) -> str:
+        size = ctypes.c_size_t()
+        self._check(self.lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size)))
+        log = ctypes.create_string_buffer(size.value)
+        self._check(self.lib.nvrtcGetProgramLog(prog, log))
+        return log.value.decode()
+
+    def destroyProgram(self, prog: Any) -> None:
+        self._check(self.lib.nvrtcDestroyProgram(ctypes.byref(prog)))
+
+    def getLoweredName(self, prog: Any, name: str) -> str:
+        lowered = ctypes.c_char_p()
+        self._check(self.lib.nvrtcGetLoweredName(prog, name.encode(), ctypes.byref(lowered)))
+        return (lowered.value or b"").decode()
+
+
+def _nvrtc() -> Any:
     try:
         from cupy_backends.cuda.libs import nvrtc
 
         nvrtc.getVersion()
-    except Exception:  # CuPy or libnvrtc missing: the nvcc checks above still run
-        return None
-    return nvrtc
+        return nvrtc
+    except Exception:  # no CuPy (or no libnvrtc for it): the wheel's, if installed
+        pass
+    for site in sys.path:
+        found = sorted(Path(site).glob("nvidia/cu*/lib/libnvrtc.so.*"))
+        if found:
+            return _CtypesNvrtc(str(found[-1]))
+    return None
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -84,7 +134,7 @@ def test_loader_source_compiles_with_nvrtc(filename: str, arch: str) -> None:
     """The exact text the loader hands CuPy (header pasted in) compiles with NVRTC, silently."""
     nvrtc: Any = _nvrtc()
     if nvrtc is None:
-        pytest.skip("NVRTC is not loadable (CuPy or libnvrtc missing)")
+        pytest.skip("NVRTC is not loadable (neither CuPy's nor the nvidia-cuda-nvrtc wheel's)")
     names = shipped_kernels()[filename]
     prog = nvrtc.createProgram(kernel_source(filename), filename, (), ())
     try:
