@@ -286,6 +286,14 @@ __device__ __forceinline__ unsigned int tf32_rna_for_mma(float x) {
     return fabsf(x) < __uint_as_float(0x7f800000u) ? bits + 0x1000u : bits;
 }
 
+// 3xTF32's big part of x: x rounded to TF32 (ties away) with the low 13 bits cleared, as
+// cvt.rna, but without its test for infinity and NaN, one instruction less per element. An
+// infinity comes out as itself; a NaN may come out as any value, which is harmless here:
+// its small part, x - big, is NaN whatever big is, and carries the NaN into the sum.
+__device__ __forceinline__ unsigned int tf32_big(float x) {
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
+
 // v as a copy for TF32 operands stores it: rounded to TF32 if TF32 (float only), else as is.
 template <bool TF32, typename V>
 __device__ __forceinline__ V tf32_stored(V v) {

@@ -388,7 +388,9 @@ __global__ void __launch_bounds__(
                         for (int v = 0; v < 4; ++v) {
                             // a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
                             const float val = As[st][row + 8 * (v & 1)][kk + t + 4 * (v >> 1)];
-                            a_big[i][v] = ROUND_IN_PLACE ? __float_as_uint(val) : tf32_rna(val);
+                            a_big[i][v] = PASSES == 3      ? tf32_big(val)
+                                          : ROUND_IN_PLACE ? __float_as_uint(val)
+                                                           : tf32_rna(val);
                             a_small[i][v] =
                                 PASSES == 3 ? tf32_rna(val - __uint_as_float(a_big[i][v])) : 0u;
                         }
@@ -405,7 +407,9 @@ __global__ void __launch_bounds__(
                             } else {
                                 val = Bs[st][kk + t + 4 * v][col];
                             }
-                            b_big[v] = ROUND_IN_PLACE ? __float_as_uint(val) : tf32_rna(val);
+                            b_big[v] = PASSES == 3      ? tf32_big(val)
+                                     : ROUND_IN_PLACE ? __float_as_uint(val)
+                                                      : tf32_rna(val);
                             b_small[v] =
                                 PASSES == 3 ? tf32_rna(val - __uint_as_float(b_big[v])) : 0u;
                         }

@@ -116,6 +116,11 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #:                                                     (> 2e-4); tc_pw_vec-float32-tf32 on
 #:                                                     random inputs passes, as it may
 #:   a 1x1 column's b_off without its corner h0*W + w0 -> tc_pw_strided-float32-fp32: 1.47
+#: NaN through the TF32 roundings (nan_x cases: one x element 0x7fffffff, CUDA's own NaN):
+#:   tf32_rna_for_mma without its NaN test, and 3xTF32's small part rounded by it
+#:                                                   -> the 6 tc nan_x cases: NaN not where
+#:                                                     the reference's is (wgmma's 2 pass:
+#:                                                     its copies round with cvt.rna)
 #: Filter rows' offsets in w itself, with the group's rows (both kernels; unsigned offsets):
 #:   a_row without grp * kg, in tc and wgmma at once   -> every groups case of both (17 of
 #:                                                     17): error 0.99-1.31
@@ -477,6 +482,16 @@ def _cases() -> list[dict[str, Any]]:
                     {**_TC_EXTRA_SHAPES[shape], "dtype": "float32", "math": "tf32"},
                     inputs="tf32_near_up")
               for shape in ("tc_pw_vec", "tc_pw_strided", "tc_nhwc_geom")]
+    # NaN passes through the TF32 roundings (issue 10: in place for 1xTF32, 3xTF32's big part
+    # without cvt.rna's test) to exactly the outputs the reference has NaN at.
+    cases += [_case(f"{algorithm}-{shape}-float32-{math}-nan_x", algorithm,
+                    {**_TC_EXTRA_SHAPES[shape], "dtype": "float32", "math": math},
+                    inputs="nan_x")
+              for algorithm, shape in (("implicit_gemm_tc", "tc_pw_vec"),
+                                       ("implicit_gemm_tc", "tc_nhwc_geom"),
+                                       ("implicit_gemm_tc", "tc_deep"),
+                                       ("implicit_gemm_wgmma", "tc_deep"))
+              for math in ("fp32", "tf32")]
     cases += [_case(f"implicit_gemm_wgmma-{direction}-wg_bwd-{dtype}", "implicit_gemm_wgmma",
                     {**_WG_BWD, "dtype": dtype, "direction": direction})
               for direction in _BWD_DIRECTIONS for dtype in _WG_BWD_DTYPES]

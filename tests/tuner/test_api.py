@@ -36,8 +36,17 @@ def test_find_algorithms_lists_all_four_fastest_first(db_url: str) -> None:
     assert {r.algorithm for r in found if not r.usable} == refused
     usable = [r for r in found if r.usable]
     assert len(usable) == len(names) - len(refused)
-    times = [r.time_ms or 0.0 for r in usable]
+    # The order is cudnnFind's, with one documented exception (results.rank): a candidate
+    # within noise of the fastest that needs less workspace goes first, saying so. This
+    # test asserted plain time order and failed on a loaded machine (CI, 2026-11-26: 0.1369
+    # ms first, 0.1323 second; winograd and im2col_gemm within 5%).
+    first, rest = usable[0], usable[1:]
+    times = [r.time_ms or 0.0 for r in rest]
     assert times == sorted(times)
+    fastest = min(usable, key=lambda r: r.time_ms or 0.0)
+    assert first is fastest or (results.within_noise(fastest, first) and
+                                first.workspace_bytes < fastest.workspace_bytes and
+                                "less workspace" in (first.note or ""))
     assert all(r.rel_error is not None and r.rel_error < 1e-4 for r in usable)
     assert stored_rows(db_url) >= len(usable)  # every candidate stored, not only the winner
 
