@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(
     // 1xTF32 with a vector A: each thread rounds its own copies to TF32 in shared memory once
     // they land, so fragments are read as they are. Rounding (cvt.rna: FSETP and a predicated
     // add in SASS) at every fragment read cost two instructions per element per warp that
-    // reads it, 96 of the 270 a K-step of the 128x64 1x1 instance; in place it is a load, 4
+    // reads it, 96 of the 317 a K-step of the 128x64 1x1 instance; in place it is a load, 4
     // roundings and a store per 16-byte vector, once. Element-wise A gains nothing (a load and
     // a store per element against two roundings), so keeps rounding its fragments.
     constexpr bool ROUND_IN_PLACE = F32 && PASSES == 1 && VA > 1;
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(
 
     // Each copy's source before its K-step, worked out once, so that a copy costs an add, its
     // bounds and the copy (as in implicit_gemm_wgmma.cu; recomputing them every K-step was
-    // about half of the 1xTF32 1x1 instances' 320 SASS instructions a K-step, per
+    // about half of the 1xTF32 128x64 1x1 instance's 317 SASS instructions a K-step, per
     // benchmarks/kernel_loop_sass.py). A: this thread's K offset in a step and its rows'
     // offsets in w (a thread's vectors share the K offset: THREADS is a multiple of A_VPR).
     constexpr int A_VPR = BK / VA;                 // vectors per A row
