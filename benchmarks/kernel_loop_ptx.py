@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from algorithms.cuda import implicit_gemm_wgmma
 from algorithms.cuda._loader import KERNELS_DIR
+from benchmarks.kernel_resources import instantiation_source
 
 #: PTX lines that are not instructions: labels, braces, directives, comments, blank.
 _NOT_INSTRUCTION = re.compile(r"^\s*($|//|\$L__|[{}]|\.)")
@@ -57,8 +58,7 @@ def compile_ptx(expression: str, kernels: Path, nvcc: str) -> str:
     """The PTX of one instance of kernels/implicit_gemm_wgmma.cu."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "one.cu"
-        src.write_text(f'#include "{implicit_gemm_wgmma.KERNEL_FILE}"\n'
-                       f"void* keep[] = {{ (void*)&{expression} }};\n")
+        src.write_text(instantiation_source(implicit_gemm_wgmma.KERNEL_FILE, (expression,)))
         out = Path(tmp) / "one.ptx"
         subprocess.run([nvcc, "-arch=sm_90a", "-ptx", "-O3", "-std=c++17", f"-I{kernels}",
                         "-o", str(out), str(src)], check=True, capture_output=True, text=True)

@@ -31,6 +31,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from algorithms.cuda import shipped_kernels
 from algorithms.cuda._loader import KERNELS_DIR
+from benchmarks.kernel_resources import instantiation_source
 
 #: A disassembled instruction: `/*0a10*/  @!P0 IMAD.IADD.U32 R1, R1, 0x1, R0 ;`
 _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
@@ -79,25 +80,24 @@ def main_loop(found: list[tuple[int, str]], largest: bool = False) -> list[str]:
     return best[2]
 
 
-def cuobjdump() -> str:
-    """The cuobjdump to run: $CUOBJDUMP, else the PATH's, else a pip-installed one."""
+def find_cuobjdump() -> str | None:
+    """The cuobjdump to run: $CUOBJDUMP, else the PATH's, else a pip-installed one; None."""
     candidates = [os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump")]
     for site in sys.path:
         candidates.append(str(Path(site) / "nvidia" / "cu13" / "bin" / "cuobjdump"))
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            return candidate
-    sys.exit("kernel_loop_sass: no cuobjdump (pip install nvidia-cuda-cuobjdump "
-             "nvidia-cuda-nvdisasm, or set CUOBJDUMP)")
+    return next((c for c in candidates if c and Path(c).is_file()), None)
 
 
 def compile_sass(kernel_file: str, expression: str, kernels: Path, nvcc: str,
                  arch: str) -> str:
     """cuobjdump -sass of one instance of kernels/`kernel_file`, compiled for `arch`."""
-    tool = cuobjdump()
+    tool = find_cuobjdump()
+    if tool is None:
+        sys.exit("kernel_loop_sass: no cuobjdump (pip install nvidia-cuda-cuobjdump "
+                 "nvidia-cuda-nvdisasm, or set CUOBJDUMP)")
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "one.cu"
-        src.write_text(f'#include "{kernel_file}"\nvoid* keep[] = {{ (void*)&{expression} }};\n')
+        src.write_text(instantiation_source(kernel_file, (expression,)))
         cubin = Path(tmp) / "one.cubin"
         subprocess.run([nvcc, f"-arch={arch}", "-cubin", "-O3", "-std=c++17", f"-I{kernels}",
                         "-o", str(cubin), str(src)], check=True, capture_output=True, text=True)

@@ -146,11 +146,6 @@ struct ConvShape {
                                dil_h = shape.dil_h, dil_w = shape.dil_w,                  \
                                groups = shape.groups
 
-// --- NHWC gathers of an implicit GEMM's pixel operand (implicit_gemm_tc.cu's NHWC instances,
-// implicit_gemm_wgmma.cu): x is NHWC and the K index is k = (r*S + s)*cg + c. ---
-
-// The filter tap (dh, dw: input offsets of the receptive field) and channel c of K index kk;
-// (cg_mul, cg_shr) and (s_mul, s_shr) divide by C/groups and by S.
 // The offset of a copy's source element where `ok`, else 0 (a valid address never read: see
 // cp_async), as unsigned: tensors are under 2^31 elements, and an unsigned offset makes
 // `base + element(...)` one wide multiply-add (IMAD.WIDE.U32), where a signed one took a sign
@@ -167,23 +162,15 @@ struct Flag {
     static constexpr bool value = B;
 };
 
-struct NhwcTap {
-    int dh, dw, c;
-};
-__device__ __forceinline__ NhwcTap nhwc_tap(int kk, int cg, int S, int dil_h, int dil_w,
-                                            unsigned int cg_mul, unsigned int cg_shr,
-                                            unsigned int s_mul, unsigned int s_shr) {
-    const int rs = fast_div(kk, cg_mul, cg_shr);
-    const int r = fast_div(rs, s_mul, s_shr);
-    return {r * dil_h, (rs - r * S) * dil_w, kk - rs * cg};
-}
+// --- NHWC gathers of an implicit GEMM's pixel operand (implicit_gemm_tc.cu's NHWC instances,
+// implicit_gemm_wgmma.cu): x is NHWC and the K index is k = (r*S + s)*cg + c. ---
 
 // A thread's K index kk walked forward by a fixed step per K-step, its tap kept without
 // divisions (two at `init`, none after): channel c and filter column s, dh = r * dil_h and
 // dw = s * dil_w, and `offset` = (dh * W + dw) * C + c, what a pixel's NHWC offset at its
-// receptive field's corner needs added. Why: recomputing the tap (nhwc_tap) and each copy's
-// address from it every K-step made the wgmma kernel's K-step about 250 instructions a warp
-// to issue against 4 wgmma, and that issue, not the tensor cores, set its pace (H200, VGG-16
+// receptive field's corner needs added. Why: recomputing the tap (two divisions) and each
+// copy's address from it every K-step made the wgmma kernel's K-step about 250 instructions a
+// warp to issue against 4 wgmma, and that issue, not the tensor cores, set its pace (H200, VGG-16
 // conv4_2 float16: 6.45 cycles per issued instruction, no warp waiting on wgmma).
 struct NhwcTapWalk {
     int kk, c, s, dh, dw, offset;
@@ -222,17 +209,19 @@ struct NhwcTapWalk {
 };
 
 // The LOADS output pixels first, first + step, ... of a thread's B-tile copies, decomposed
-// once (`init`) into their receptive fields' corners and the NHWC offset of their image's
-// channels of group grp; `source` then gives each one's copy source for a tap, every K-step.
+// once (`init`) into their receptive fields' corners (h0, w0) and the NHWC offset of the
+// corner's channels of group grp (negative at top or left padding, then never read);
+// `source` then gives each one's copy source at a walk's tap, every K-step.
 template <int LOADS>
 struct NhwcPixels {
-    int off[LOADS], h0[LOADS], w0[LOADS];
+    int corner[LOADS], h0[LOADS], w0[LOADS];
     bool valid[LOADS];  // false past N*P*Q
 
     __device__ __forceinline__ void init(int first, int step, int NPQ, int PQ, int Q, int HWC,
-                                         int group_channels, int str_h, int str_w, int pad_h,
-                                         int pad_w, unsigned int pq_mul, unsigned int pq_shr,
-                                         unsigned int q_mul, unsigned int q_shr) {
+                                         int W, int C, int group_channels, int str_h, int str_w,
+                                         int pad_h, int pad_w, unsigned int pq_mul,
+                                         unsigned int pq_shr, unsigned int q_mul,
+                                         unsigned int q_shr) {
 #pragma unroll
         for (int i = 0; i < LOADS; ++i) {
             const int n = first + i * step;
@@ -243,19 +232,20 @@ struct NhwcPixels {
             const int p = fast_div(pq, q_mul, q_shr);
             h0[i] = p * str_h - pad_h;
             w0[i] = (pq - p * Q) * str_w - pad_w;
-            off[i] = img * HWC + group_channels;
+            corner[i] = img * HWC + group_channels + (h0[i] * W + w0[i]) * C;
         }
     }
 
-    // Pixel i's run of channels at `tap` in x, with `ok` whether to copy it (a valid pixel,
-    // k_ok, inside the image); x itself, a valid address never read, where not.
+    // Pixel i's run of channels at `walk`'s tap in x, with `ok` whether to copy it (a valid
+    // pixel, k_ok, inside the image); x itself, a valid address never read, where not. Bounds
+    // are bitwise &, not &&: every term is cheap, and a branch per copy is not.
     template <typename T>
-    __device__ __forceinline__ const T* source(const T* x, int i, NhwcTap tap, bool k_ok, int H,
-                                               int W, int C, bool& ok) const {
-        const int ih = h0[i] + tap.dh, iw = w0[i] + tap.dw;
-        ok = valid[i] && k_ok && static_cast<unsigned int>(ih) < static_cast<unsigned int>(H) &&
-             static_cast<unsigned int>(iw) < static_cast<unsigned int>(W);
-        return ok ? x + off[i] + (ih * W + iw) * C + tap.c : x;
+    __device__ __forceinline__ const T* source(const T* x, int i, const NhwcTapWalk& walk,
+                                               bool k_ok, int H, int W, bool& ok) const {
+        const int ih = h0[i] + walk.dh, iw = w0[i] + walk.dw;
+        ok = valid[i] & k_ok & (static_cast<unsigned int>(ih) < static_cast<unsigned int>(H)) &
+             (static_cast<unsigned int>(iw) < static_cast<unsigned int>(W));
+        return x + element(ok, corner[i] + walk.offset);
     }
 };
 

@@ -179,21 +179,15 @@ __global__ void __launch_bounds__(
     const int b_row = tid / B_VPR;
     int col_off = 0, h0 = 0, w0 = 0, b_off = 0;
     bool col_ok = n0 + b_col < NPQ;  // for a vector: all VB columns (VB | P*Q)
-    // NHWC: this thread's pixels, tile rows nb_row + i * NB_STRIDE (common.cuh NhwcPixels),
-    // at their receptive fields' corners (negative at top or left padding, then never read);
+    // NHWC: this thread's pixels, tile rows nb_row + i * NB_STRIDE (common.cuh NhwcPixels);
     // `walk` carries this thread's K index from K-step to K-step with its tap.
     const int nb_k = VB * (tid % (BK / VB));
     const int nb_row = tid / (BK / VB);
     NhwcPixels<NHWC ? NB_LOADS : 1> pixels;
-    int corner[NHWC ? NB_LOADS : 1];
     NhwcTapWalk walk{};  // NHWC only: set before the first copy (below)
     if constexpr (NHWC) {
-        pixels.init(n0 + nb_row, NB_STRIDE, NPQ, PQ, Q, HW * C, grp * cg, str_h, str_w, pad_h,
-                    pad_w, pq_mul, pq_shr, q_mul, q_shr);
-#pragma unroll
-        for (int i = 0; i < NB_LOADS; ++i) {
-            corner[i] = pixels.off[i] + (pixels.h0[i] * W + pixels.w0[i]) * C;
-        }
+        pixels.init(n0 + nb_row, NB_STRIDE, NPQ, PQ, Q, HW * C, W, C, grp * cg, str_h, str_w,
+                    pad_h, pad_w, pq_mul, pq_shr, q_mul, q_shr);
     } else if (col_ok) {
         const int img = fast_div(n0 + b_col, pq_mul, pq_shr);
         const int pq = n0 + b_col - img * PQ;
@@ -243,13 +237,11 @@ __global__ void __launch_bounds__(
             const bool k_ok = walk.kk < CRS;
 #pragma unroll
             for (int i = 0; i < NB_LOADS; ++i) {
-                const int ih = pixels.h0[i] + walk.dh, iw = pixels.w0[i] + walk.dw;
-                const bool ok = pixels.valid[i] & k_ok &
-                                (static_cast<unsigned int>(ih) < static_cast<unsigned int>(H)) &
-                                (static_cast<unsigned int>(iw) < static_cast<unsigned int>(W));
+                bool ok;
+                const T* src = pixels.source(x, i, walk, k_ok, H, W, ok);
                 cp_async<16>(b_dst0 + st * B_STAGE_BYTES +
                                  i * NB_STRIDE * (BK + APAD) * sizeof(T),
-                             x + element(ok, corner[i] + walk.offset), ok);
+                             src, ok);
             }
             walk.advance(BK, cg, S, W, C, dil_h, dil_w);
         } else {
@@ -302,39 +294,32 @@ __global__ void __launch_bounds__(
     };
 
     // ROUND_IN_PLACE: round this thread's landed copies of stage st (its own, so no barrier
-    // is needed before; the loop's barrier publishes them).
+    // is needed before; the loop's barrier publishes them). Nothing otherwise.
     auto round_stage = [&](int st) {
         if constexpr (ROUND_IN_PLACE) {
-            auto round = [](float* v, int n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    if (e < n) v[e] = __uint_as_float(tf32_rna_for_mma(v[e]));
-                }
+            auto round = [](float& v) { v = __uint_as_float(tf32_rna_for_mma(v)); };
+            auto round_vector = [&](float* p) {  // 16 bytes: one load and one store
+                float4 v = *reinterpret_cast<float4*>(p);
+                round(v.x);
+                round(v.y);
+                round(v.z);
+                round(v.w);
+                *reinterpret_cast<float4*>(p) = v;
             };
 #pragma unroll
             for (int i = 0; i < A_LOADS; ++i) {
                 if (A_VECS % THREADS != 0 && tid + i * THREADS >= A_VECS) break;
-                float4 v = *reinterpret_cast<float4*>(&As[st][a_m + i * A_ROW_STEP][a_k]);
-                round(&v.x, 4);
-                *reinterpret_cast<float4*>(&As[st][a_m + i * A_ROW_STEP][a_k]) = v;
+                round_vector(&As[st][a_m + i * A_ROW_STEP][a_k]);
             }
-            if constexpr (NHWC) {
 #pragma unroll
-                for (int i = 0; i < NB_LOADS; ++i) {
-                    float4 v = *reinterpret_cast<float4*>(&Bs[st][nb_row + i * NB_STRIDE][nb_k]);
-                    round(&v.x, 4);
-                    *reinterpret_cast<float4*>(&Bs[st][nb_row + i * NB_STRIDE][nb_k]) = v;
+            for (int i = 0; i < (NHWC ? NB_LOADS : B_LOADS); ++i) {
+                if constexpr (NHWC) {
+                    round_vector(&Bs[st][nb_row + i * NB_STRIDE][nb_k]);
+                } else if constexpr (VB > 1) {
+                    round_vector(&Bs[st][b_row + i * B_ROWS][b_col]);
+                } else {
+                    round(Bs[st][b_row + i * B_ROWS][b_col]);
                 }
-            } else if constexpr (VB > 1) {
-#pragma unroll
-                for (int i = 0; i < B_LOADS; ++i) {
-                    float4 v = *reinterpret_cast<float4*>(&Bs[st][b_row + i * B_ROWS][b_col]);
-                    round(&v.x, 4);
-                    *reinterpret_cast<float4*>(&Bs[st][b_row + i * B_ROWS][b_col]) = v;
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < B_LOADS; ++i) round(&Bs[st][b_row + i * B_ROWS][b_col], 1);
             }
         }
     };
@@ -369,7 +354,7 @@ __global__ void __launch_bounds__(
         int st = 0, write = STAGES - 1;
         for (int kt = 0; kt < ktiles; ++kt) {
             cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
-            if constexpr (ROUND_IN_PLACE) round_stage(st);
+            round_stage(st);  // 1xTF32 with a vector A only (ROUND_IN_PLACE)
             __syncthreads();              // ... and everyone's; stage `write` (kt - 1's) is free
             const int next = kt + STAGES - 1;
             const bool fetch = next < ktiles;

@@ -186,18 +186,14 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     const int row0 = tid / 8;
     const int swizzled = row0 * ROW_BYTES + ((tid % 8) ^ (row0 % 8)) * 16;
     NhwcPixels<B_LOADS> pixels;
-    pixels.init(n0 + row0, ROW_STEP, NPQ, PQ, Q, HW * C, grp * cg, str_h, str_w, pad_h, pad_w,
-                pq_mul, pq_shr, q_mul, q_shr);
+    pixels.init(n0 + row0, ROW_STEP, NPQ, PQ, Q, HW * C, W, C, grp * cg, str_h, str_w, pad_h,
+                pad_w, pq_mul, pq_shr, q_mul, q_shr);
     // Each vector's source before its tap, worked out once: a pixel's NHWC offset at its
-    // receptive field's corner (negative at top or left padding, then never read), a filter
-    // row's offset in w; `walk` then carries this thread's K index (kv past the step's
-    // first) from K-step to K-step, so that a copy costs an add, its bounds and the copy.
-    int corner[B_LOADS], a_row[A_LOADS];
+    // receptive field's corner (NhwcPixels), a filter row's offset in w; `walk` then carries
+    // this thread's K index (kv past the step's first) from K-step to K-step, so that a copy
+    // costs an add, its bounds and the copy.
+    int a_row[A_LOADS];
     bool a_ok[A_LOADS];
-#pragma unroll
-    for (int i = 0; i < B_LOADS; ++i) {
-        corner[i] = pixels.off[i] + (pixels.h0[i] * W + pixels.w0[i]) * C;
-    }
 #pragma unroll
     for (int i = 0; i < A_LOADS; ++i) {
         const int m = m0 + row0 + i * ROW_STEP;
@@ -231,11 +227,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
             const unsigned long long b_dst = a_dst + A_BYTES;
 #pragma unroll
             for (int i = 0; i < B_LOADS; ++i) {
-                const int ih = pixels.h0[i] + walk.dh, iw = pixels.w0[i] + walk.dw;
-                const bool ok = pixels.valid[i] & k_ok &
-                                (static_cast<unsigned int>(ih) < static_cast<unsigned int>(H)) &
-                                (static_cast<unsigned int>(iw) < static_cast<unsigned int>(W));
-                const T* src = x_copy + element(ok, corner[i] + walk.offset);
+                bool ok;
+                const T* src = pixels.source(x_copy, i, walk, k_ok, H, W, ok);
                 cp_async<16>(b_dst + i * THREADS * 16ull, src, ok);
             }
         }

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from algorithms.cuda._loader import KERNELS_DIR
-from benchmarks.kernel_loop_sass import compile_sass, instructions, main_loop, opcode
+from benchmarks.kernel_loop_sass import (
+    compile_sass,
+    find_cuobjdump,
+    instructions,
+    main_loop,
+    opcode,
+)
 
 SASS = """
         code for sm_90a
@@ -41,15 +45,8 @@ def test_opcodes_drop_predicates_and_modifiers() -> None:
     assert opcode("HMMA.1688.F32.TF32 R8, R4, R6, R8") == "HMMA"
 
 
-def _have_tools() -> bool:
-    if shutil.which("nvcc") is None:
-        return False
-    sites = [Path(p) / "nvidia" / "cu13" / "bin" for p in sys.path]
-    return shutil.which("cuobjdump") is not None or any((s / "cuobjdump").is_file()
-                                                        for s in sites)
-
-
-@pytest.mark.skipif(not _have_tools(), reason="needs nvcc and cuobjdump (the test extra)")
+@pytest.mark.skipif(shutil.which("nvcc") is None or find_cuobjdump() is None,
+                    reason="needs nvcc and cuobjdump (the test extra)")
 def test_1xtf32_fragments_are_read_as_rounded_in_place() -> None:
     # 1xTF32 with vector copies rounds each thread's landed copies to TF32 once (implicit_gemm_
     # tc.cu ROUND_IN_PLACE): 128x64, 4 warps, 1x1 at stride 1: 4 A and 2 B vectors a thread,
