@@ -29,7 +29,8 @@ COLUMNS = {
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
 #: Microseconds per unit of a duration.
-TIME_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+TIME_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,
+              "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}  # older and newer ncu
 
 
 def number(text: str) -> float | None:
@@ -52,9 +53,11 @@ def kernels(lines: Iterable[str]) -> list[dict[str, object]]:
         if record[:1] == ["ID"]:
             header = record
             continue
-        if header is None or len(record) != len(header):
+        # Newer ncu (2025.3 on the H100 of 2026-11-27) ends a metric's line after its value
+        # when the rule columns are empty: pad such lines instead of dropping them.
+        if header is None or len(record) > len(header):
             continue
-        row = dict(zip(header, record, strict=True))
+        row = dict(zip(header, record + [""] * (len(header) - len(record)), strict=True))
         kernel = found.setdefault(row["ID"], {"name": row.get("Kernel Name", "?"),
                                               "metrics": {}})
         value = number(row.get("Metric Value", ""))
@@ -65,7 +68,9 @@ def kernels(lines: Iterable[str]) -> list[dict[str, object]]:
             value *= TIME_UNITS.get(unit, 1.0)
         metrics = kernel["metrics"]
         assert isinstance(metrics, dict)
-        metrics[name] = value
+        # First one wins: "Memory Throughput" is a % of peak in SpeedOfLight and comes again
+        # in bytes/s from MemoryWorkloadAnalysis.
+        metrics.setdefault(name, value)
     return [found[k] for k in sorted(found, key=lambda k: int(number(k) or 0))]
 
 

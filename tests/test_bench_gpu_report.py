@@ -39,6 +39,21 @@ def test_geometric_means_and_counts() -> None:
     assert summary["layers counted, all"] == 3 and summary["layers, all"] == 4
     assert summary["layers counted, vgg16"] == 1 and summary["layers, vgg16"] == 2
     assert summary["implicit_gemm/cupy.matmul, 3x3"] == pytest.approx(math.sqrt(0.4))
+    assert summary["slowest layer, ours/cuDNN, resnet50"] == 0.5
+    assert summary["slowest layer, ours/cuDNN, all"] == 0.5
+
+
+def test_tensor_core_rates_over_matmul() -> None:
+    rows = [_row("resnet50", "a", 1.0, 0.5), _row("resnet50", "b", 1.0, 0.5),
+            _row("vgg16", "c", 1.0)]
+    rows[0]["algorithms"] = {"implicit_gemm_tc": {"tflops": 80.0},
+                             "implicit_gemm_wgmma": {"tflops": 20.0}}
+    rows[1]["algorithms"] = {"implicit_gemm_tc": {"tflops": 20.0}}
+    rows[2]["algorithms"] = {"implicit_gemm_tc": {"tflops": 999.0}}  # no GEMM row: left out
+    summary = summarize(rows)
+    assert summary["implicit_gemm_tc/cupy.matmul FP32, 3x3"] == pytest.approx(1.0)  # 2, 0.5
+    assert summary["layers counted, 3x3 GEMM, implicit_gemm_tc"] == 2
+    assert summary["implicit_gemm_wgmma/cupy.matmul FP32, 3x3"] == pytest.approx(0.5)
 
 
 def test_markdown_lists_every_layer_and_the_summary() -> None:

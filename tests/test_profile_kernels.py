@@ -69,3 +69,28 @@ def test_summary_reads_each_kernel_with_units_separators_and_stalls(tmp_path: Pa
     assert "| 71.25 |" in lines[2] and "| 38 |" in lines[2]
     assert lines[4].startswith("| empty | (no ncu results in ncu_empty.log) |")
     assert all(line.count("|") == lines[0].count("|") for line in lines)
+
+
+def test_summary_reads_lines_that_end_after_the_metric_value(tmp_path: Path) -> None:
+    # Bug: ncu on the H100 of 2026-11-27 (and the H200 of 2026-11-26) ends each metric's
+    # line after its value when the rule columns are empty; every such line was dropped as
+    # malformed and the profile table came out empty.
+    header = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+              '"Block Size","Grid Size","Device","CC","Section Name","Metric Name",'
+              '"Metric Unit","Metric Value","Rule Name","Rule Type","Rule Description",'
+              '"Estimated Speedup Type","Estimated Speedup"')
+    line = ('"0","2250","python3.12","127.0.0.1","void k<float, 64>(const T1 *)","1","7",'
+            '"(128, 1, 1)","(98, 4, 1)","0","9.0","GPU Speed Of Light Throughput",{}')
+    log = tmp_path / "ncu_short.log"
+    log.write_text("\n".join([
+        "case 0: short", header,
+        line.format('"Duration","ns","60,288",'),
+        line.format('"Memory Throughput","%","79.98"'),
+        line.format('"Registers Per Thread","register/thread","78"'),
+        line.format('"Memory Throughput","byte/s","486,462,845,010.62"'),
+    ]))
+    found = ncu_summary.kernels(log.read_text().splitlines())
+    assert [k["name"] for k in found] == ["void k<float, 64>(const T1 *)"]
+    assert found[0]["metrics"] == {"Duration": pytest.approx(60.288),  # ns, not nsecond
+                                   "Memory Throughput": 79.98,  # the %, not the bytes/s
+                                   "Registers Per Thread": 78.0}
