@@ -21,6 +21,8 @@
 #   launch_cost  benchmarks/bench_launch_cost.py (issue 9: host us per kernel launch by its
 #              argument count, packed in a structure and prepared (_launch), per cuBLAS
 #              call and per cuBLASLt call (_cublaslt), per workspace view)
+#   gemm_algos benchmarks/bench_gemm_algos.py (issue 10: each cuBLASLt heuristic algorithm
+#              for ResNet-50's TF32 stride-1 1x1 GEMMs, against cuBLAS's choice and cuDNN)
 #   profile    Nsight Compute over benchmarks/profile_kernels.py, one ncu process per case
 #              (PROFILE_CASES=a,b to choose; NCU_METRICS="" to drop the stall metrics),
 #              then benchmarks/ncu_summary.py's table of every kernel: run `warm` first
@@ -148,6 +150,10 @@ for step in "${steps[@]}"; do
         run launch_cost launch_cost python3 benchmarks/bench_launch_cost.py \
             --out "$LOG/launch_cost.json"
         tail -n 12 "$LOG/launch_cost.log" ;;
+    gemm_algos)
+        run gemm_algos gemm_algos python3 benchmarks/bench_gemm_algos.py \
+            --out "$LOG/gemm_algos.json"
+        tail -n 70 "$LOG/gemm_algos.log" ;;
     profile)
         sections=(--section SpeedOfLight --section LaunchStats --section Occupancy
                   --section WarpStateStats --section ComputeWorkloadAnalysis

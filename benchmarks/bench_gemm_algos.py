@@ -1,0 +1,252 @@
+"""Every cuBLASLt algorithm its heuristic offers for a pointwise layer's GEMM, against cuBLAS's
+own choice and cuDNN, on a GPU machine (issue 10: the TF32 1x1 layers).
+
+    python benchmarks/bench_gemm_algos.py [--layers res4.1x1a.rest,...] [--algos 8]
+                                          [--dtype float32] [--math tf32] [--out gemm.json]
+
+Why: on the H100 of 2026-11-27 ResNet-50's stride-1 1x1 layers in TF32 ran at 0.52-0.83 of
+cuDNN. On res4.1x1a.rest every kernel of ours took 52-62 us, `im2col_gemm` (one
+cublasGemmStridedBatchedEx over the images) 52, and cuDNN 27, with a plain CUTLASS GEMM
+batched per image (`s1688gemm_128x128_32x3`). The same GEMM is within cuBLAS's reach; the
+question is whether its heuristic's first choice is the fast one. If another of the
+algorithms cublasLtMatmulAlgoGetHeuristic lists is, exposing them as im2col_gemm
+configurations for the tuner to measure is the fix (PyTorch's TunableOp does this for GEMMs).
+
+Per layer (batch 32, NCHW), the GEMM y_n (K x P*Q) = w (K x C) @ x_n (C x P*Q) for each image
+n, column-major as cuBLAS sees it: m = P*Q, n = K, k = C, A = x_n, B = w (batch stride 0),
+C = y_n. Each candidate's device time is the median of CUDA-event timings of 30 runs, after
+3 warm-up runs; its result is checked against float64 (relative error printed). cuDNN runs
+F.conv2d in the same mode (allow_tf32 for "tf32").
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import functools
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from algorithms.problem import ConvProblem  # noqa: E402
+from benchmarks.bench_gpu import layer_problems  # noqa: E402
+
+#: ResNet-50's stride-1 1x1 layers below 0.9 of cuDNN in TF32 on the H100 (2026-11-27).
+DEFAULT_LAYERS = ("res2.1x1b", "res3.1x1b", "res3.1x1a.rest", "res4.1x1b", "res4.1x1a.rest",
+                  "res5.1x1b", "res5.1x1a.rest")
+RESULT_BYTES = 96  # sizeof(cublasLtMatmulHeuristicResult_t), as in algorithms.cuda._cublaslt
+_MAX_WORKSPACE = 1  # CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """The column-major strided-batched GEMM of a stride-1 1x1 NCHW layer (elements)."""
+
+    m: int
+    n: int
+    k: int
+    lda: int
+    stride_a: int
+    ldb: int
+    stride_b: int
+    ldc: int
+    stride_c: int
+    batch: int
+
+
+def pointwise_gemm(problem: ConvProblem) -> GemmShape:
+    """The per-image GEMM of a stride-1, unpadded 1x1 layer; ValueError for another."""
+    if not problem.pointwise or problem.groups != 1:
+        raise ValueError(f"not a dense stride-1 1x1 layer: {problem.describe()}")
+    pixels = problem.h * problem.w
+    return GemmShape(m=pixels, n=problem.k, k=problem.c, lda=pixels,
+                     stride_a=problem.c * pixels, ldb=problem.c, stride_b=0, ldc=pixels,
+                     stride_c=problem.k * pixels, batch=problem.n)
+
+
+def column_major_gemm(shape: GemmShape, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """What cuBLAS computes for `shape` on flat arrays a, b (the layout, on the host)."""
+    c = np.zeros(shape.batch * shape.stride_c, a.dtype)
+    for i in range(shape.batch):
+        a_i = np.lib.stride_tricks.as_strided(
+            a[i * shape.stride_a:], (shape.m, shape.k), (a.itemsize, shape.lda * a.itemsize))
+        b_i = np.lib.stride_tricks.as_strided(
+            b[i * shape.stride_b:], (shape.k, shape.n), (b.itemsize, shape.ldb * b.itemsize))
+        c_i = a_i @ b_i  # m x n
+        c[i * shape.stride_c:i * shape.stride_c + shape.ldc * shape.n] = c_i.T.reshape(-1)
+    return c
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--layers", default=",".join(DEFAULT_LAYERS),
+                   help="comma-separated ResNet-50 layer names (stride-1 1x1 ones)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--algos", type=int, default=8, help="heuristic results asked for")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16"])
+    p.add_argument("--math", default="tf32", choices=["fp32", "tf32"])
+    p.add_argument("--out", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the survey; 2 when no GPU is usable."""
+    args = parse_args(argv)
+    from algorithms.cuda.runtime import cuda_available
+
+    ok, why = cuda_available()
+    if not ok:
+        print(f"no usable GPU: {why}", file=sys.stderr)
+        return 2
+    import cupy
+    import torch
+
+    from algorithms.cuda import _cublas, _cublaslt
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = args.math == "tf32"
+    wanted = args.layers.split(",")
+    layers = dict(layer_problems("resnet50", args.batch, args.dtype, args.math, "forward"))
+    unknown = [name for name in wanted if name not in layers]
+    if unknown:
+        print(f"unknown layers: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    lt = _cublaslt.Lt(_cublas.load_library(cupy, "libcublasLt"), _cublas.WORKSPACE_BYTES)
+    report: dict[str, Any] = {"settings": {k: str(v) for k, v in vars(args).items()},
+                              "device": cupy.cuda.runtime.getDeviceProperties(
+                                  cupy.cuda.runtime.getDevice())["name"].decode(), "rows": []}
+    print("| layer | GEMM m x n x k, batch | candidate | us | rel. error |")
+    print("|---|---|---|---|---|")
+    for name in wanted:
+        survey(report, name, layers[name], lt, args)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def survey(report: dict[str, Any], name: str, problem: ConvProblem, lt: Any,
+           args: argparse.Namespace) -> None:
+    """Time cuBLAS's choice, each cuBLASLt heuristic result and cuDNN on one layer's GEMM."""
+    import cupy
+    import torch
+
+    from algorithms.cuda import _cublas
+
+    shape = pointwise_gemm(problem)
+    device = cupy.cuda.runtime.getDevice()
+    compute = _cublas._COMPUTE_FAST_TF32 if args.math == "tf32" else _cublas._COMPUTE[args.dtype]
+    tf32 = args.math == "tf32" and args.dtype == "float32"
+    workspace = cupy.empty(_cublas.WORKSPACE_BYTES, cupy.uint8)
+    rng = np.random.default_rng(0)
+    x = cupy.asarray(rng.standard_normal(problem.input_shape).astype(args.dtype))
+    w = cupy.asarray(rng.standard_normal(problem.filter_shape).astype(args.dtype))
+    y = cupy.zeros(problem.output_shape, args.dtype)
+    want = (cupy.asnumpy(w).reshape(problem.k, problem.c).astype(np.float64)
+            @ cupy.asnumpy(x).reshape(problem.n, problem.c, -1).astype(np.float64))
+
+    def error() -> float:
+        got = cupy.asnumpy(y).reshape(want.shape).astype(np.float64)
+        return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+    fields = (_cublas._DATA_TYPE[args.dtype], _cublas._DATA_TYPE[args.dtype], compute,
+              _cublas._SCALE[args.dtype], 0, 0, shape.m, shape.n, shape.k, shape.lda,
+              shape.stride_a, shape.ldb, shape.stride_b, shape.ldc, shape.stride_c, shape.batch)
+    matmul = lt.matmul(device, *fields)
+    results = (_heuristic(lt, device, matmul, args.algos, _cublas.WORKSPACE_BYTES)
+               if matmul.found else [])
+    candidates: list[tuple[str, Callable[[], Any]]] = [(
+        "cublasGemmStridedBatchedEx", lambda: _cublas.gemm_strided_batched(
+            args.dtype, 0, 0, shape.m, shape.n, shape.k, x.data.ptr, shape.lda,
+            shape.stride_a, w.data.ptr, shape.ldb, shape.stride_b, y.data.ptr, shape.ldc,
+            shape.stride_c, shape.batch, tf32=tf32))]
+    stream = cupy.cuda.get_current_stream().ptr
+    for i, result in enumerate(results):
+        candidates.append((f"cuBLASLt heuristic #{i}", functools.partial(
+            lt.run, device, _Chosen(matmul.desc, matmul.layouts, result),
+            _cublas._ONE[args.dtype], x.data.ptr, w.data.ptr, _cublas._ZERO[args.dtype],
+            y.data.ptr, workspace.data.ptr, stream)))
+    for label, run in candidates:
+        y.fill(0)
+        try:
+            us: float | None = _device_us(cupy, run)
+            err: float | None = error()
+        except RuntimeError as exc:  # a cuBLAS status: the candidate is data
+            us, err = None, None
+            label += f" ({exc})"
+        _row(report, name, shape, label, us, err)
+    xt, wt = torch.from_dlpack(x), torch.from_dlpack(w)
+    us = _device_us(cupy, lambda: torch.nn.functional.conv2d(xt, wt))
+    y[...] = cupy.from_dlpack(torch.nn.functional.conv2d(xt, wt))
+    _row(report, name, shape, "cuDNN (F.conv2d)", us, error())
+
+
+@dataclass
+class _Chosen:
+    """What _cublaslt.Lt.run reads of a Matmul, with another heuristic result."""
+
+    desc: Any
+    layouts: Any
+    result: Any
+
+
+def _heuristic(lt: Any, device: int, matmul: Any, count: int,
+               workspace_bytes: int) -> list[ctypes.Array[ctypes.c_char]]:
+    """Up to `count` heuristic results for `matmul`'s descriptors, best first."""
+    from algorithms.cuda._cublaslt import check_status
+
+    lib = lt._lib
+    preference = ctypes.c_void_p()
+    check_status(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)),
+                 "cublasLtMatmulPreferenceCreate")
+    found = ctypes.create_string_buffer(RESULT_BYTES * count)
+    returned = ctypes.c_int(0)
+    try:
+        limit = ctypes.c_uint64(workspace_bytes)
+        check_status(lib.cublasLtMatmulPreferenceSetAttribute(
+            preference, _MAX_WORKSPACE, ctypes.byref(limit), ctypes.c_size_t(8)),
+            "cublasLtMatmulPreferenceSetAttribute")
+        check_status(lib.cublasLtMatmulAlgoGetHeuristic(
+            lt._handles[device], matmul.desc, *matmul.layouts, matmul.layouts[2], preference,
+            count, found, ctypes.byref(returned)), "cublasLtMatmulAlgoGetHeuristic")
+    finally:
+        lib.cublasLtMatmulPreferenceDestroy(preference)
+    return [ctypes.create_string_buffer(found.raw[i * RESULT_BYTES:(i + 1) * RESULT_BYTES],
+                                        RESULT_BYTES) for i in range(returned.value)]
+
+
+def _device_us(cupy: Any, run: Callable[[], Any], warmup: int = 3, reps: int = 30) -> float:
+    """Median device time of `run` in microseconds, CUDA events around each run."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(reps):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        run()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e3)
+    return float(np.median(times))
+
+
+def _row(report: dict[str, Any], name: str, shape: GemmShape, label: str, us: float | None,
+         err: float | None) -> None:
+    report["rows"].append({"layer": name, "shape": asdict(shape), "candidate": label,
+                           "us": us, "rel_error": err})
+    size = f"{shape.m} x {shape.n} x {shape.k}, {shape.batch}"
+    print(f"| {name} | {size} | {label} | {'-' if us is None else f'{us:.1f}'} | "
+          f"{'-' if err is None else f'{err:.1e}'} |", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
