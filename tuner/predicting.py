@@ -102,11 +102,23 @@ Key = tuple[str, str]  # (algorithm, config)
 #: Words of a config name that give its operands another layout: NHWC tiles, and
 #: im2col_gemm's "merged" (every image's columns side by side in one GEMM).
 LAYOUTS = ("nhwc", "merged")
+#: Algorithms each of whose configurations is a family of its own: winograd's "f2x2" and
+#: "f4x4" are two Winograd algorithms, with their own transforms, numerics and arithmetic
+#: (at math "tf32" F(2x2)'s GEMM reads TF32 and F(4x4)'s stays FP32).
+EACH_CONFIG_APART = ("winograd",)
 
 
 def family(key: Key) -> tuple[str, str]:
     """A configuration's family: its algorithm in one operand layout (LAYOUTS: an NHWC
-    or merged configuration is a family apart from the rest of its algorithm's).
+    or merged configuration is a family apart from the rest of its algorithm's), or the
+    configuration itself for the algorithms of EACH_CONFIG_APART.
+
+    Why Winograd's configurations stand apart: on three GPU runs' measurements (H100
+    2026-11-27, H200 2026-11-26 twice) the model put F(4x4) first within the family on
+    VGG-16's TF32 3x3 layers, where F(2x2) won by 15-77%; fast mode measured F(4x4) as the
+    family's best, it lost, and F(2x2) was never measured. Apart, played out on those
+    times over three seeds, those misses are gone at the same 8-9 measurements a layer
+    (BENCHMARKS.md, "Cost model").
 
     Why merged counts apart: on the H200's 2026-11-26 measurements (seventeenth session)
     fast mode measured im2col_gemm's unmerged "chunk=all" as that family's best on
@@ -114,6 +126,8 @@ def family(key: Key) -> tuple[str, str]:
     out on those times its worst regret fell from 120% to 67% at the same count of
     measurements (BENCHMARKS.md, "Cost model").
     """
+    if key[0] in EACH_CONFIG_APART:
+        return key
     return key[0], next((word for word in LAYOUTS if word in key[1]), "")
 
 

@@ -333,3 +333,15 @@ def test_config_numbers_are_read_by_field() -> None:
                                                                              8.0, no)
     assert config_numbers("chunk=all")[7] > config_numbers("chunk=16")[7]
     assert config_numbers("default") == (no,) * 6 + (0.0, no, no)
+
+
+def test_winograd_tiles_are_families_of_their_own() -> None:
+    # Regression: with F(2x2) and F(4x4) in one family, fast mode measured the F(4x4) the
+    # model put first and never F(2x2), 15-77% faster on VGG-16's TF32 3x3 layers (H100
+    # 2026-11-27, H200 2026-11-26).
+    assert family(("winograd", "f2x2")) != family(("winograd", "f4x4"))
+    ranked = [("wgmma", "128x128"), ("wgmma", "256x128"), ("winograd", "f4x4"),
+              ("winograd", "f2x2"), ("tc", "64x64"), ("im2col_gemm", "chunk=all")]
+    assert ("winograd", "f2x2") in fast_picks(ranked, 3)  # one family each, not one for both
+    predicted = {("winograd", "f4x4"): 1.0, ("winograd", "f2x2"): 1.05}
+    assert band_picks(predicted, ("winograd", "f4x4")) == [("winograd", "f4x4")]
