@@ -16,7 +16,12 @@ of boosted trees, bootstrap of problems and features (VariantModel):
   operands once plus the workspace written and read once;
 - workspace: "absolute" with an input more, log(1 + workspace bytes) - log(FLOPs);
 - balance16, balance64, balance256: log(time / (FLOPs + B x bytes moved)) as the target
-  (a roofline-like baseline instead of FLOPs alone, so that trees learn the residual).
+  (a roofline-like baseline instead of FLOPs alone, so that trees learn the residual);
+- relative_cap4: "relative" capped at log(4);
+- relative_weighted: "relative" with the rows within 1.5x of their problem's fastest
+  weighted 5 times (the top of a ranking is what a find reads);
+- near: a classifier of "within 10% of the fastest" (NEAR), ranking by its probability;
+- relative_near: "relative" less log(1.5) x that probability (both in each member).
 Prints one line per variant: top-1 within 10% and top-3 hit per seed and their means.
 """
 
@@ -29,8 +34,10 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier
 from threadpoolctl import threadpool_limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +66,11 @@ class Variant:
     target: Callable[[Sequence[Sample]], np.ndarray] | None = None
     #: extra input columns per sample
     extra: tuple[Callable[[Sample], float], ...] = ()
+    #: training weight per row, from the target
+    weight: Callable[[np.ndarray], np.ndarray] | None = None
+    #: with a classifier of "within NEAR of the fastest": its probability's weight in the
+    #: log-time (0: the classifier alone ranks), None: no classifier
+    near: float | None = None
 
 
 def relative(cap: float | None) -> Callable[[Sequence[Sample]], np.ndarray]:
@@ -85,11 +97,36 @@ VARIANTS: dict[str, Variant] = {
     "absolute": Variant(),  # log(time) - log(FLOPs): tuner.features.log_ms_per_flop
     "relative": Variant(baseline=lambda s: 0.0, target=relative(None)),
     "relative_cap3": Variant(baseline=lambda s: 0.0, target=relative(3.0)),
+    "relative_cap4": Variant(baseline=lambda s: 0.0, target=relative(4.0)),
+    "relative_weighted": Variant(baseline=lambda s: 0.0, target=relative(None),
+                                 weight=lambda y: 1.0 + 4.0 * (y < math.log(1.5))),
+    "near": Variant(baseline=lambda s: 0.0, target=relative(None), near=0.0),
+    "relative_near": Variant(baseline=lambda s: 0.0, target=relative(None),
+                             near=math.log(1.5)),
     "traffic": Variant(extra=(lambda s: math.log(traffic(s) / s.problem.flops),)),
     "workspace": Variant(extra=(lambda s: math.log1p(s.workspace_bytes)
                                 - math.log(s.problem.flops),)),
     **{f"balance{b}": Variant(baseline=balance(b)) for b in (16, 64, 256)},
 }
+
+
+@dataclass(frozen=True)
+class NearMember:
+    """A member of a "near" variant: a ranking regressor (None: the classifier alone) and a
+    classifier of "within NEAR of the fastest", whose probability lowers the log-time."""
+
+    regressor: Any
+    classifier: Any
+    weight: float
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The regressor's log-time less `weight` x the probability (or minus it alone)."""
+        classes = list(self.classifier.classes_)
+        p = (self.classifier.predict_proba(x)[:, classes.index(1)] if 1 in classes
+             else np.zeros(len(x)))
+        if self.regressor is None:
+            return -p
+        return self.regressor.predict(x) - self.weight * p
 
 
 @dataclass(frozen=True)
@@ -130,11 +167,24 @@ def fit(samples: Sequence[Sample], variant: Variant, seed: int) -> M.CostModel:
          np.array([math.log(s.time_ms or math.inf) - variant.baseline(s) for s in samples]))
     of_row = np.array([index[s.problem] for s in samples])
     rng = np.random.default_rng(seed)
+    weight = variant.weight(y) if variant.weight is not None else None
+    near = (y <= math.log(M.NEAR)).astype(int)
+    members: list[Any] = []
     with threadpool_limits(1):
-        members = tuple(M._regressor(len(rows), seed + m).fit(x[rows], y[rows])
-                        for m in range(M.MEMBERS)
-                        for rows in [M._bootstrap(of_row, len(problems), rng)])
-    return VariantModel(shell.encoder, members, len(samples), len(problems),
+        for m in range(M.MEMBERS):
+            rows = M._bootstrap(of_row, len(problems), rng)
+            regressor = None if variant.near == 0.0 else M._regressor(len(rows), seed + m).fit(
+                x[rows], y[rows], sample_weight=None if weight is None else weight[rows])
+            if variant.near is None:
+                members.append(regressor)
+                continue
+            classifier = HistGradientBoostingClassifier(
+                max_iter=min(M.MAX_TREES, max(M.MIN_TREES, len(rows) // 10)),
+                learning_rate=0.1, max_leaf_nodes=31,
+                min_samples_leaf=max(2, min(20, len(rows) // 30)), l2_regularization=1e-3,
+                early_stopping=False, random_state=seed + m).fit(x[rows], near[rows])
+            members.append(NearMember(regressor, classifier, variant.near))
+    return VariantModel(shell.encoder, tuple(members), len(samples), len(problems),
                         variant=variant)
 
 

@@ -89,3 +89,22 @@ def test_the_relative_variant_ranks_as_the_shipped_model() -> None:
     # A variant that changes the target predicts otherwise.
     other = fit(samples, VARIANTS["absolute"], seed)
     assert [p.time_ms for p in other.predict(samples)] != pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize("name", ["near", "relative_near", "relative_weighted"])
+def test_the_near_and_weighted_variants_rank_the_fast_algorithm_first(name: str) -> None:
+    # "a" is 3x faster than "b" on every problem: a classifier of "within 10% of the
+    # fastest" (alone, or lowering the regressor's log-time) and a weighted regressor must
+    # all put it first on a problem they were not fitted on.
+    rng = np.random.default_rng()
+    problems = [ConvProblem(n=n, c=c, h=hw, w=hw, k=2 * c, r=3, s=3, pad=1)
+                for n in (1, 2) for c in (4, 8) for hw in (8, 10, 12, 14)]
+    samples = [Sample(p, 132, a, cfg, 0, p.flops * 1e-9 * speed * rng.uniform(0.95, 1.05),
+                      "cuda")
+               for p in problems for a, speed in (("a", 1.0), ("b", 3.0))
+               for cfg in ("64x64", "128x128")]
+    held = problems[-1]
+    model = fit([s for s in samples if s.problem != held], VARIANTS[name], 0)
+    ranked = sorted(model.predict([s for s in samples if s.problem == held]),
+                    key=lambda p: p.time_ms)
+    assert {p.algorithm for p in ranked[:2]} == {"a"}
