@@ -48,7 +48,7 @@
 // once up to its K-step (a filter row's offset, a column's or pixel's corner), so a copy
 // costs an add, its bounds (a select, not a branch) and the copy; an element-wise B of a
 // 1x1 filter (RS == 1) takes its own compiled loop, with no tap to work out per copy.
-// 1xTF32 with a vector A rounds each thread's landed copies in shared memory (ROUND_IN_PLACE).
+// TF32 fragments are rounded as they are read from shared memory (see F32's loop below).
 // Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM), z = K splits. All tensors < 2^31
 // elements.
 //
@@ -102,13 +102,14 @@ __global__ void __launch_bounds__(
     constexpr int NB_LOADS = BN * BK / VB / THREADS;  // NHWC: B vectors per thread
     constexpr int NB_STRIDE = THREADS / (BK / VB);     // NHWC: tile rows between them
     constexpr int B_D0 = NHWC ? BN : BK, B_D1 = NHWC ? BK + APAD : BN + BPAD;  // Bs rows, cols
-    // 1xTF32 with a vector A: each thread rounds its own copies to TF32 in shared memory once
-    // they land, so fragments are read as they are. Rounding (cvt.rna: FSETP and a predicated
-    // add in SASS) at every fragment read cost two instructions per element per warp that
-    // reads it, 96 of the 317 a K-step of the 128x64 1x1 instance; in place it is a load, 4
-    // roundings and a store per 16-byte vector, once. Element-wise A gains nothing (a load and
-    // a store per element against two roundings), so keeps rounding its fragments.
-    constexpr bool ROUND_IN_PLACE = F32 && PASSES == 1 && VA > 1;
+    // 1xTF32 rounds its fragments as it reads them (cvt.rna: FSETP and a predicated add in
+    // SASS, two instructions per element read). Rounding each landed copy in shared memory
+    // once instead (2026-11-26) cut a K-step of the 128x64 1x1 instance from 317 to 213 SASS,
+    // but it reads and writes every tile once more: with 32x32 warp tiles, 640 bytes of shared
+    // memory per mma m16n8k8 against 384 (fragments 256, copies 128). On an H100 (2026-11-27)
+    // the 64x64 tile was bound by shared memory there (L1 86% of peak; short_scoreboard and
+    // mio_throttle its top stalls), and the 1x1 layers at 1xTF32 gained nothing from that
+    // session's K-step changes while 3xTF32, which never rounded in place, gained 22%.
     static_assert(WTM % 16 == 0 && WTN % 8 == 0, "warp tiles are whole mma tiles");
     static_assert((VA == 1 || VA * sizeof(T) == 16) && (VB == 1 || VB * sizeof(T) == 16),
                   "vector copies are 16 bytes");
@@ -293,37 +294,6 @@ __global__ void __launch_bounds__(
         }
     };
 
-    // ROUND_IN_PLACE: round this thread's landed copies of stage st (its own, so no barrier
-    // is needed before; the loop's barrier publishes them). Nothing otherwise.
-    auto round_stage = [&](int st) {
-        if constexpr (ROUND_IN_PLACE) {
-            auto round = [](float& v) { v = __uint_as_float(tf32_rna_for_mma(v)); };
-            auto round_vector = [&](float* p) {  // 16 bytes: one load and one store
-                float4 v = *reinterpret_cast<float4*>(p);
-                round(v.x);
-                round(v.y);
-                round(v.z);
-                round(v.w);
-                *reinterpret_cast<float4*>(p) = v;
-            };
-#pragma unroll
-            for (int i = 0; i < A_LOADS; ++i) {
-                if (A_VECS % THREADS != 0 && tid + i * THREADS >= A_VECS) break;
-                round_vector(&As[st][a_m + i * A_ROW_STEP][a_k]);
-            }
-#pragma unroll
-            for (int i = 0; i < (NHWC ? NB_LOADS : B_LOADS); ++i) {
-                if constexpr (NHWC) {
-                    round_vector(&Bs[st][nb_row + i * NB_STRIDE][nb_k]);
-                } else if constexpr (VB > 1) {
-                    round_vector(&Bs[st][b_row + i * B_ROWS][b_col]);
-                } else {
-                    round(Bs[st][b_row + i * B_ROWS][b_col]);
-                }
-            }
-        }
-    };
-
     float acc[MI][NI][4];
 #pragma unroll
     for (int i = 0; i < MI; ++i) {
@@ -354,7 +324,6 @@ __global__ void __launch_bounds__(
         int st = 0, write = STAGES - 1;
         for (int kt = 0; kt < ktiles; ++kt) {
             cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
-            round_stage(st);  // 1xTF32 with a vector A only (ROUND_IN_PLACE)
             __syncthreads();              // ... and everyone's; stage `write` (kt - 1's) is free
             const int next = kt + STAGES - 1;
             const bool fetch = next < ktiles;
@@ -373,9 +342,7 @@ __global__ void __launch_bounds__(
                         for (int v = 0; v < 4; ++v) {
                             // a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
                             const float val = As[st][row + 8 * (v & 1)][kk + t + 4 * (v >> 1)];
-                            a_big[i][v] = PASSES == 3      ? tf32_big(val)
-                                          : ROUND_IN_PLACE ? __float_as_uint(val)
-                                                           : tf32_rna(val);
+                            a_big[i][v] = PASSES == 3 ? tf32_big(val) : tf32_rna(val);
                             a_small[i][v] =
                                 PASSES == 3 ? tf32_rna(val - __uint_as_float(a_big[i][v])) : 0u;
                         }
@@ -392,9 +359,7 @@ __global__ void __launch_bounds__(
                             } else {
                                 val = Bs[st][kk + t + 4 * v][col];
                             }
-                            b_big[v] = PASSES == 3      ? tf32_big(val)
-                                     : ROUND_IN_PLACE ? __float_as_uint(val)
-                                                      : tf32_rna(val);
+                            b_big[v] = PASSES == 3 ? tf32_big(val) : tf32_rna(val);
                             b_small[v] =
                                 PASSES == 3 ? tf32_rna(val - __uint_as_float(b_big[v])) : 0u;
                         }

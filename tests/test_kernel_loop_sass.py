@@ -47,10 +47,11 @@ def test_opcodes_drop_predicates_and_modifiers() -> None:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None or find_cuobjdump() is None,
                     reason="needs nvcc and cuobjdump (the test extra)")
-def test_1xtf32_fragments_are_read_as_rounded_in_place() -> None:
-    # 1xTF32 with vector copies rounds each thread's landed copies to TF32 once (implicit_gemm_
-    # tc.cu ROUND_IN_PLACE): 128x64, 4 warps, 1x1 at stride 1: 4 A and 2 B vectors a thread,
-    # so 24 roundings (FSETP each) a K-step, where rounding at every fragment read took 48.
+def test_1xtf32_fragments_are_rounded_as_they_are_read() -> None:
+    # 1xTF32 rounds each fragment element it reads (cvt.rna: an FSETP each), not its copies
+    # in shared memory, which cost a shared-memory pass the H100 had no room for (implicit_
+    # gemm_tc.cu): 128x64, 4 warps of 64x32, two k8 steps a K-step, each reading 4 x 4 A and
+    # 4 x 2 B registers a thread, 48 roundings; 24 rounded in place, one per copied element.
     nvcc = shutil.which("nvcc")
     assert nvcc is not None
     sass = compile_sass("implicit_gemm_tc.cu",
@@ -59,4 +60,4 @@ def test_1xtf32_fragments_are_read_as_rounded_in_place() -> None:
     kinds = Counter(opcode(t) for t in main_loop(instructions(sass)))
     assert kinds["HMMA"] == 2 * 4 * 4  # two k8 steps of 4 x 4 mma tiles
     assert kinds["LDGSTS"] == 4 + 2
-    assert kinds["FSETP"] == 4 * (4 + 2)
+    assert kinds["FSETP"] == 2 * (4 * 4 + 4 * 2)

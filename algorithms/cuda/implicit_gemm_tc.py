@@ -150,7 +150,7 @@ DEEP_TILES: dict[str, tuple[TcTile, int]] = {
     "128x256": (TcTile(128, 256, 2, 4), 3),
 }
 #: The float32 "-sS" tiles per TF32 passes: those ptxas (sm_90) fits in 255 registers
-#: without spilling. 1xTF32 (math "tf32"): all three (240, 210 and 218 registers). 3xTF32
+#: without spilling. 1xTF32 (math "tf32"): all three (217, 209 and 213 registers). 3xTF32
 #: none: with its big and small fragments 128x128, 256x128 and 128x256 spilled 164, 8 and
 #: 100 bytes.
 _FLOAT_DEEP: dict[int, tuple[str, ...]] = {1: tuple(DEEP_TILES), 3: ()}
