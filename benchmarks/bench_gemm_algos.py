@@ -27,7 +27,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from algorithms.cuda import _cublas  # noqa: E402  (no CuPy needed to import)
+from algorithms.cuda._cublaslt import OP_N, Shape  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from benchmarks.bench_gpu import layer_problems  # noqa: E402
 
@@ -47,33 +49,22 @@ RESULT_BYTES = 96  # sizeof(cublasLtMatmulHeuristicResult_t), as in algorithms.c
 _MAX_WORKSPACE = 1  # CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
 
 
-@dataclass(frozen=True)
-class GemmShape:
-    """The column-major strided-batched GEMM of a stride-1 1x1 NCHW layer (elements)."""
-
-    m: int
-    n: int
-    k: int
-    lda: int
-    stride_a: int
-    ldb: int
-    stride_b: int
-    ldc: int
-    stride_c: int
-    batch: int
-
-
-def pointwise_gemm(problem: ConvProblem) -> GemmShape:
-    """The per-image GEMM of a stride-1, unpadded 1x1 layer; ValueError for another."""
+def pointwise_gemm(problem: ConvProblem) -> Shape:
+    """The per-image GEMM of a stride-1, unpadded 1x1 layer, in the problem's dtype and math
+    (TF32 compute at math "tf32"); ValueError for another layer."""
     if not problem.pointwise or problem.groups != 1:
         raise ValueError(f"not a dense stride-1 1x1 layer: {problem.describe()}")
     pixels = problem.h * problem.w
-    return GemmShape(m=pixels, n=problem.k, k=problem.c, lda=pixels,
-                     stride_a=problem.c * pixels, ldb=problem.c, stride_b=0, ldc=pixels,
-                     stride_c=problem.k * pixels, batch=problem.n)
+    data = _cublas._DATA_TYPE[problem.dtype]
+    compute = (_cublas._COMPUTE_FAST_TF32 if problem.math == "tf32"
+               else _cublas._COMPUTE[problem.dtype])
+    return Shape(a_type=data, c_type=data, compute=compute, scale=_cublas._SCALE[problem.dtype],
+                 transa=OP_N, transb=OP_N, m=pixels, n=problem.k, k=problem.c, lda=pixels,
+                 stride_a=problem.c * pixels, ldb=problem.c, stride_b=0, ldc=pixels,
+                 stride_c=problem.k * pixels, batch=problem.n)
 
 
-def column_major_gemm(shape: GemmShape, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def column_major_gemm(shape: Shape, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """What cuBLAS computes for `shape` on flat arrays a, b (the layout, on the host)."""
     c = np.zeros(shape.batch * shape.stride_c, a.dtype)
     for i in range(shape.batch):
@@ -94,9 +85,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--algos", type=int, default=8, help="heuristic results asked for")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"])
-    p.add_argument("--math", default="tf32", choices=["fp32", "tf32"])
+    p.add_argument("--math", default="tf32", choices=["fp32", "tf32"],
+                   help="float32 only: a 16-bit GEMM has no TF32 to allow")
     p.add_argument("--out", type=Path, default=None)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.dtype != "float32":
+        args.math = "fp32"  # what a 16-bit problem's math is (algorithms.problem.MATHS)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     import cupy
     import torch
 
-    from algorithms.cuda import _cublas, _cublaslt
+    from algorithms.cuda import _cublaslt
 
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = args.math == "tf32"
@@ -140,11 +135,8 @@ def survey(report: dict[str, Any], name: str, problem: ConvProblem, lt: Any,
     import cupy
     import torch
 
-    from algorithms.cuda import _cublas
-
     shape = pointwise_gemm(problem)
     device = cupy.cuda.runtime.getDevice()
-    compute = _cublas._COMPUTE_FAST_TF32 if args.math == "tf32" else _cublas._COMPUTE[args.dtype]
     tf32 = args.math == "tf32" and args.dtype == "float32"
     workspace = cupy.empty(_cublas.WORKSPACE_BYTES, cupy.uint8)
     rng = np.random.default_rng(0)
@@ -158,10 +150,7 @@ def survey(report: dict[str, Any], name: str, problem: ConvProblem, lt: Any,
         got = cupy.asnumpy(y).reshape(want.shape).astype(np.float64)
         return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
-    fields = (_cublas._DATA_TYPE[args.dtype], _cublas._DATA_TYPE[args.dtype], compute,
-              _cublas._SCALE[args.dtype], 0, 0, shape.m, shape.n, shape.k, shape.lda,
-              shape.stride_a, shape.ldb, shape.stride_b, shape.ldc, shape.stride_c, shape.batch)
-    matmul = lt.matmul(device, *fields)
+    matmul = lt.matmul(device, *astuple(shape))
     results = (_heuristic(lt, device, matmul, args.algos, _cublas.WORKSPACE_BYTES)
                if matmul.found else [])
     candidates: list[tuple[str, Callable[[], Any]]] = [(
@@ -239,7 +228,7 @@ def _device_us(cupy: Any, run: Callable[[], Any], warmup: int = 3, reps: int = 3
     return float(np.median(times))
 
 
-def _row(report: dict[str, Any], name: str, shape: GemmShape, label: str, us: float | None,
+def _row(report: dict[str, Any], name: str, shape: Shape, label: str, us: float | None,
          err: float | None) -> None:
     report["rows"].append({"layer": name, "shape": asdict(shape), "candidate": label,
                            "us": us, "rel_error": err})

@@ -34,4 +34,5 @@ def test_other_layers_are_refused(geometry: dict[str, int]) -> None:
 def test_options() -> None:
     args = parse_args(["--layers", "res4.1x1a.rest", "--algos", "4", "--dtype", "float16"])
     assert (args.layers, args.algos, args.dtype, args.math) == ("res4.1x1a.rest", 4,
-                                                               "float16", "tf32")
+                                                               "float16", "fp32")
+    assert parse_args([]).math == "tf32"
