@@ -28,6 +28,8 @@
 #              then benchmarks/ncu_summary.py's table of every kernel: run `warm` first
 #   tuner      benchmarks/bench_tuner.py (issue 11: tuning time and regret, ResNet-50 b32)
 #   tuner_unbatched  the same with CONVTUNE_BATCH_BELOW_MS=0.05 on both sides
+#   tuner_more the same for VGG-16 b16 and MobileNet-v2 b32 (issue 11's regret target covers
+#              the three networks), each under its own T_TUNER
 #   tuner_fast  ResNet-50 in fast mode, the store first filled with the other three networks
 #              and the cost model fitted by a separate process first (--saved-model: the
 #              timed tuning loads it; the report gives that fit's time too)
@@ -180,6 +182,14 @@ for step in "${steps[@]}"; do
         CONVTUNE_BATCH_BELOW_MS=$batch_below run tuner "$step" python3 benchmarks/bench_tuner.py \
             --device cuda:0 --model resnet50 --batch 32 --iso-budget-s 0.1 --out "$LOG/$step.json"
         tail -n 26 "$LOG/$step.log" ;;
+    tuner_more)
+        for spec in vgg16:16 mobilenet_v2:32; do
+            model=${spec%%:*}
+            run tuner "tuner_$model" python3 benchmarks/bench_tuner.py --device cuda:0 \
+                --model "$model" --batch "${spec#*:}" --iso-budget-s 0.1 \
+                --out "$LOG/tuner_$model.json"
+            tail -n 8 "$LOG/tuner_$model.log"
+        done ;;
     tuner_fast)
         run tuner tuner_fast python3 benchmarks/bench_tuner.py --device cuda:0 --model resnet50 \
             --batch 32 --iso-budget-s 0.1 --mode fast --saved-model \
