@@ -48,7 +48,8 @@
 // once up to its K-step (a filter row's offset, a column's or pixel's corner), so a copy
 // costs an add, its bounds (a select, not a branch) and the copy; an element-wise B of a
 // 1x1 filter (RS == 1) takes its own compiled loop, with no tap to work out per copy.
-// TF32 fragments are rounded as they are read from shared memory (see F32's loop below).
+// 1xTF32 rounds its fragments as it reads them, but for NCHW tiles of vector A and element-wise
+// B, where each thread rounds its landed copies in shared memory once (ROUND_IN_PLACE).
 // Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM), z = K splits. All tensors < 2^31
 // elements.
 //
@@ -102,14 +103,20 @@ __global__ void __launch_bounds__(
     constexpr int NB_LOADS = BN * BK / VB / THREADS;  // NHWC: B vectors per thread
     constexpr int NB_STRIDE = THREADS / (BK / VB);     // NHWC: tile rows between them
     constexpr int B_D0 = NHWC ? BN : BK, B_D1 = NHWC ? BK + APAD : BN + BPAD;  // Bs rows, cols
-    // 1xTF32 rounds its fragments as it reads them (cvt.rna: FSETP and a predicated add in
-    // SASS, two instructions per element read). Rounding each landed copy in shared memory
-    // once instead (2026-11-26) cut a K-step of the 128x64 1x1 instance from 317 to 213 SASS,
-    // but it reads and writes every tile once more: with 32x32 warp tiles, 640 bytes of shared
-    // memory per mma m16n8k8 against 384 (fragments 256, copies 128). On an H100 (2026-11-27)
-    // the 64x64 tile was bound by shared memory there (L1 86% of peak; short_scoreboard and
-    // mio_throttle its top stalls), and the 1x1 layers at 1xTF32 gained nothing from that
-    // session's K-step changes while 3xTF32, which never rounded in place, gained 22%.
+    // 1xTF32: where to round to TF32 (cvt.rna: FSETP and a predicated add in SASS). Rounding at
+    // every fragment read costs two instructions per element per warp that reads it (96 of 317
+    // a K-step of the 128x64 1x1 instance once took). In shared memory, each thread rounding
+    // its own landed copies once, costs a read and a write of every tile more: with 32x32
+    // warp tiles 640 bytes of shared memory per mma m16n8k8 against 384, with 64x64 ones 320
+    // against 192. In place for every vector A (2026-11-26) against every fragment before,
+    // on an H100 (2026-11-27) against an H200 (2026-11-26), with fewer copy instructions in
+    // both: NCHW tiles of vector A and element-wise B (3x3 layers, strided 1x1) 10-21% faster
+    // in geomean; vector B (1x1 at stride 1) no faster, its 64x64 tile bound by shared memory
+    // (L1 86% of peak, stalls on short_scoreboard and mio_throttle); NHWC's "-sS" tiles
+    // slower on the large layers. So in place for the first kind only, whose K-step spends
+    // the most instructions copying. Element-wise A gains nothing (a load and a store per
+    // element against two roundings).
+    constexpr bool ROUND_IN_PLACE = F32 && PASSES == 1 && VA > 1 && VB == 1 && !NHWC;
     static_assert(WTM % 16 == 0 && WTN % 8 == 0, "warp tiles are whole mma tiles");
     static_assert((VA == 1 || VA * sizeof(T) == 16) && (VB == 1 || VB * sizeof(T) == 16),
                   "vector copies are 16 bytes");
@@ -294,6 +301,29 @@ __global__ void __launch_bounds__(
         }
     };
 
+    // ROUND_IN_PLACE: round this thread's landed copies of stage st (its own, so no barrier
+    // is needed before; the loop's barrier publishes them). Nothing otherwise.
+    auto round_stage = [&](int st) {
+        if constexpr (ROUND_IN_PLACE) {
+            auto round = [](float& v) { v = __uint_as_float(tf32_rna_for_mma(v)); };
+            auto round_vector = [&](float* p) {  // 16 bytes: one load and one store
+                float4 v = *reinterpret_cast<float4*>(p);
+                round(v.x);
+                round(v.y);
+                round(v.z);
+                round(v.w);
+                *reinterpret_cast<float4*>(p) = v;
+            };
+#pragma unroll
+            for (int i = 0; i < A_LOADS; ++i) {
+                if (A_VECS % THREADS != 0 && tid + i * THREADS >= A_VECS) break;
+                round_vector(&As[st][a_m + i * A_ROW_STEP][a_k]);
+            }
+#pragma unroll
+            for (int i = 0; i < B_LOADS; ++i) round(Bs[st][b_row + i * B_ROWS][b_col]);
+        }
+    };
+
     float acc[MI][NI][4];
 #pragma unroll
     for (int i = 0; i < MI; ++i) {
@@ -324,6 +354,7 @@ __global__ void __launch_bounds__(
         int st = 0, write = STAGES - 1;
         for (int kt = 0; kt < ktiles; ++kt) {
             cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
+            round_stage(st);  // 1xTF32, NCHW, vector A and element-wise B only (ROUND_IN_PLACE)
             __syncthreads();              // ... and everyone's; stage `write` (kt - 1's) is free
             const int next = kt + STAGES - 1;
             const bool fetch = next < ktiles;
@@ -342,7 +373,9 @@ __global__ void __launch_bounds__(
                         for (int v = 0; v < 4; ++v) {
                             // a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
                             const float val = As[st][row + 8 * (v & 1)][kk + t + 4 * (v >> 1)];
-                            a_big[i][v] = PASSES == 3 ? tf32_big(val) : tf32_rna(val);
+                            a_big[i][v] = PASSES == 3      ? tf32_big(val)
+                                          : ROUND_IN_PLACE ? __float_as_uint(val)
+                                                           : tf32_rna(val);
                             a_small[i][v] =
                                 PASSES == 3 ? tf32_rna(val - __uint_as_float(a_big[i][v])) : 0u;
                         }
@@ -359,7 +392,9 @@ __global__ void __launch_bounds__(
                             } else {
                                 val = Bs[st][kk + t + 4 * v][col];
                             }
-                            b_big[v] = PASSES == 3 ? tf32_big(val) : tf32_rna(val);
+                            b_big[v] = PASSES == 3      ? tf32_big(val)
+                                     : ROUND_IN_PLACE ? __float_as_uint(val)
+                                                      : tf32_rna(val);
                             b_small[v] =
                                 PASSES == 3 ? tf32_rna(val - __uint_as_float(b_big[v])) : 0u;
                         }

@@ -115,12 +115,14 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #:   round_stage left out (fragments read unrounded)  -> the 3 tc near_up cases: error 1.9e-3
 #:                                                     (> 2e-4); tc_pw_vec-float32-tf32 on
 #:                                                     random inputs passes, as it may
-#: 1xTF32 rounding back at the fragment reads (2026-11-27, round_stage gone):
-#:   B fragments read unrounded                        -> the 3 tc near_up cases: 9.3e-4
 #:   a 1x1 column's b_off without its corner h0*W + w0 -> tc_pw_strided-float32-fp32: 1.47
+#: 1xTF32 rounding in place for NCHW vector A with element-wise B only (2026-11-27):
+#:   B fragments read unrounded                        -> the 3 tc near_up cases
+#:   round_stage left out                              -> near_up tc_pw_strided and
+#:                                                     tc_nhwc_geom (their NCHW element-wise
+#:                                                     B configs); tc_pw_vec passes
 #: NaN through the TF32 roundings (nan_x cases: one x element 0x7fffffff, CUDA's own NaN):
-#:   tf32_rna_for_mma (round_stage's rounding, since removed) without its NaN test, and
-#:   3xTF32's small part rounded by it
+#:   tf32_rna_for_mma without its NaN test, and 3xTF32's small part rounded by it
 #:                                                   -> the 6 tc nan_x cases: NaN not where
 #:                                                     the reference's is (wgmma's 2 pass:
 #:                                                     its copies round with cvt.rna)
@@ -478,9 +480,10 @@ def _cases() -> list[dict[str, Any]]:
     cases.append(_case("implicit_gemm_wgmma-tc_deep-float32-tf32-round_up",
                        "implicit_gemm_wgmma", {**_TC_EXTRA_SHAPES["tc_deep"], "dtype": "float32",
                                                "math": "tf32"}, inputs="tf32_round_up"))
-    # implicit_gemm_tc at 1xTF32 rounds every fragment element it reads from its tiles: every
-    # tile path (NCHW vector B, element-wise B from one tap, NHWC B) on operands where one
-    # left unrounded shows.
+    # implicit_gemm_tc at 1xTF32 rounds its fragments as it reads them, or (NCHW vector A with
+    # element-wise B) its landed copies in shared memory (ROUND_IN_PLACE): every tile path
+    # (NCHW vector B, element-wise B from one tap, NHWC B) on operands where one left
+    # unrounded shows.
     cases += [_case(f"implicit_gemm_tc-{shape}-float32-tf32-near_up", "implicit_gemm_tc",
                     {**_TC_EXTRA_SHAPES[shape], "dtype": "float32", "math": "tf32"},
                     inputs="tf32_near_up")

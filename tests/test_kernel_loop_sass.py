@@ -45,19 +45,28 @@ def test_opcodes_drop_predicates_and_modifiers() -> None:
     assert opcode("HMMA.1688.F32.TF32 R8, R4, R6, R8") == "HMMA"
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None or find_cuobjdump() is None,
-                    reason="needs nvcc and cuobjdump (the test extra)")
-def test_1xtf32_fragments_are_rounded_as_they_are_read() -> None:
-    # 1xTF32 rounds each fragment element it reads (cvt.rna: an FSETP each), not its copies
-    # in shared memory, which cost a shared-memory pass the H100 had no room for (implicit_
-    # gemm_tc.cu): 128x64, 4 warps of 64x32, two k8 steps a K-step, each reading 4 x 4 A and
-    # 4 x 2 B registers a thread, 48 roundings; 24 rounded in place, one per copied element.
+@pytest.mark.parametrize("widths, copies, roundings", [
+    # vector B (1x1 at stride 1): every fragment element read is rounded, two k8 steps a
+    # K-step each reading 4 x 4 A and 4 x 2 B registers a thread
+    ((4, 4), 4 + 2, 2 * (4 * 4 + 4 * 2)),
+    # element-wise B: each thread rounds its landed copies in shared memory once, 4 A vectors
+    # of 4 and 8 B elements, and reads its fragments as they are (ROUND_IN_PLACE)
+    ((4, 1), 4 + 8, 4 * 4 + 8),
+])
+def test_1xtf32_rounds_where_the_tile_path_says(widths: tuple[int, int], copies: int,
+                                                roundings: int) -> None:
+    # implicit_gemm_tc.cu ROUND_IN_PLACE: shared memory bound the vector-B tiles on an H100
+    # (2026-11-27), so they round in registers; the element-wise-B ones, heavier in copy
+    # instructions, round their copies once in shared memory. One FSETP per rounding.
+    if shutil.which("nvcc") is None or find_cuobjdump() is None:
+        pytest.skip("needs nvcc and cuobjdump (the test extra)")
     nvcc = shutil.which("nvcc")
     assert nvcc is not None
-    sass = compile_sass("implicit_gemm_tc.cu",
-                        "implicit_gemm_tc_conv<float, 128, 64, 2, 2, 3, 1, 4, 4, false, 16>",
-                        KERNELS_DIR, nvcc, "sm_90a")
+    sass = compile_sass(
+        "implicit_gemm_tc.cu",
+        f"implicit_gemm_tc_conv<float, 128, 64, 2, 2, 3, 1, {widths[0]}, {widths[1]}, false, 16>",
+        KERNELS_DIR, nvcc, "sm_90a")
     kinds = Counter(opcode(t) for t in main_loop(instructions(sass)))
     assert kinds["HMMA"] == 2 * 4 * 4  # two k8 steps of 4 x 4 mma tiles
-    assert kinds["LDGSTS"] == 4 + 2
-    assert kinds["FSETP"] == 2 * (4 * 4 + 4 * 2)
+    assert kinds["LDGSTS"] == copies
+    assert kinds["FSETP"] == roundings
