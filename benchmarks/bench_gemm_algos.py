@@ -22,12 +22,11 @@ F.conv2d in the same mode (allow_tf32 for "tf32").
 from __future__ import annotations
 
 import argparse
-import ctypes
 import functools
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, astuple, dataclass
+from dataclasses import asdict, astuple
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +36,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from algorithms.cuda import _cublas  # noqa: E402  (no CuPy needed to import)
+from algorithms.cuda import _cublas, _cublaslt  # noqa: E402  (no CuPy needed to import)
 from algorithms.cuda._cublaslt import OP_N, Shape  # noqa: E402
+from algorithms.cuda.runtime import cuda_available  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from benchmarks.bench_gpu import layer_problems  # noqa: E402
 
 #: ResNet-50's stride-1 1x1 layers below 0.9 of cuDNN in TF32 on the H100 (2026-11-27).
 DEFAULT_LAYERS = ("res2.1x1b", "res3.1x1b", "res3.1x1a.rest", "res4.1x1b", "res4.1x1a.rest",
                   "res5.1x1b", "res5.1x1a.rest")
-RESULT_BYTES = 96  # sizeof(cublasLtMatmulHeuristicResult_t), as in algorithms.cuda._cublaslt
-_MAX_WORKSPACE = 1  # CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
 
 
 def pointwise_gemm(problem: ConvProblem) -> Shape:
@@ -97,16 +95,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the survey; 2 when no GPU is usable."""
     args = parse_args(argv)
-    from algorithms.cuda.runtime import cuda_available
-
     ok, why = cuda_available()
     if not ok:
         print(f"no usable GPU: {why}", file=sys.stderr)
         return 2
     import cupy
     import torch
-
-    from algorithms.cuda import _cublaslt
 
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = args.math == "tf32"
@@ -151,8 +145,7 @@ def survey(report: dict[str, Any], name: str, problem: ConvProblem, lt: Any,
         return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
     matmul = lt.matmul(device, *astuple(shape))
-    results = (_heuristic(lt, device, matmul, args.algos, _cublas.WORKSPACE_BYTES)
-               if matmul.found else [])
+    results = lt.algorithms(device, matmul, args.algos) if matmul.found else []
     candidates: list[tuple[str, Callable[[], Any]]] = [(
         "cublasGemmStridedBatchedEx", lambda: _cublas.gemm_strided_batched(
             args.dtype, 0, 0, shape.m, shape.n, shape.k, x.data.ptr, shape.lda,
@@ -161,9 +154,9 @@ def survey(report: dict[str, Any], name: str, problem: ConvProblem, lt: Any,
     stream = cupy.cuda.get_current_stream().ptr
     for i, result in enumerate(results):
         candidates.append((f"cuBLASLt heuristic #{i}", functools.partial(
-            lt.run, device, _Chosen(matmul.desc, matmul.layouts, result),
-            _cublas._ONE[args.dtype], x.data.ptr, w.data.ptr, _cublas._ZERO[args.dtype],
-            y.data.ptr, workspace.data.ptr, stream)))
+            lt.run, device, matmul, _cublas._ONE[args.dtype], x.data.ptr, w.data.ptr,
+            _cublas._ZERO[args.dtype], y.data.ptr, workspace.data.ptr, stream,
+            algorithm=result)))
     for label, run in candidates:
         y.fill(0)
         try:
@@ -177,40 +170,6 @@ def survey(report: dict[str, Any], name: str, problem: ConvProblem, lt: Any,
     us = _device_us(cupy, lambda: torch.nn.functional.conv2d(xt, wt))
     y[...] = cupy.from_dlpack(torch.nn.functional.conv2d(xt, wt))
     _row(report, name, shape, "cuDNN (F.conv2d)", us, error())
-
-
-@dataclass
-class _Chosen:
-    """What _cublaslt.Lt.run reads of a Matmul, with another heuristic result."""
-
-    desc: Any
-    layouts: Any
-    result: Any
-
-
-def _heuristic(lt: Any, device: int, matmul: Any, count: int,
-               workspace_bytes: int) -> list[ctypes.Array[ctypes.c_char]]:
-    """Up to `count` heuristic results for `matmul`'s descriptors, best first."""
-    from algorithms.cuda._cublaslt import check_status
-
-    lib = lt._lib
-    preference = ctypes.c_void_p()
-    check_status(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)),
-                 "cublasLtMatmulPreferenceCreate")
-    found = ctypes.create_string_buffer(RESULT_BYTES * count)
-    returned = ctypes.c_int(0)
-    try:
-        limit = ctypes.c_uint64(workspace_bytes)
-        check_status(lib.cublasLtMatmulPreferenceSetAttribute(
-            preference, _MAX_WORKSPACE, ctypes.byref(limit), ctypes.c_size_t(8)),
-            "cublasLtMatmulPreferenceSetAttribute")
-        check_status(lib.cublasLtMatmulAlgoGetHeuristic(
-            lt._handles[device], matmul.desc, *matmul.layouts, matmul.layouts[2], preference,
-            count, found, ctypes.byref(returned)), "cublasLtMatmulAlgoGetHeuristic")
-    finally:
-        lib.cublasLtMatmulPreferenceDestroy(preference)
-    return [ctypes.create_string_buffer(found.raw[i * RESULT_BYTES:(i + 1) * RESULT_BYTES],
-                                        RESULT_BYTES) for i in range(returned.value)]
 
 
 def _device_us(cupy: Any, run: Callable[[], Any], warmup: int = 3, reps: int = 30) -> float:

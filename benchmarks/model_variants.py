@@ -110,6 +110,13 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
+def _classifier(rows: int, seed: int) -> HistGradientBoostingClassifier:
+    """Trees shaped as tuner.model's regressors for as many rows, classifying."""
+    shape = M._regressor(rows, seed).get_params()
+    del shape["loss"], shape["quantile"]  # a regression's; the classifier has its own
+    return HistGradientBoostingClassifier(**shape)
+
+
 @dataclass(frozen=True)
 class NearMember:
     """A member of a "near" variant: a ranking regressor (None: the classifier alone) and a
@@ -178,11 +185,7 @@ def fit(samples: Sequence[Sample], variant: Variant, seed: int) -> M.CostModel:
             if variant.near is None:
                 members.append(regressor)
                 continue
-            classifier = HistGradientBoostingClassifier(
-                max_iter=min(M.MAX_TREES, max(M.MIN_TREES, len(rows) // 10)),
-                learning_rate=0.1, max_leaf_nodes=31,
-                min_samples_leaf=max(2, min(20, len(rows) // 30)), l2_regularization=1e-3,
-                early_stopping=False, random_state=seed + m).fit(x[rows], near[rows])
+            classifier = _classifier(len(rows), seed + m).fit(x[rows], near[rows])
             members.append(NearMember(regressor, classifier, variant.near))
     return VariantModel(shell.encoder, tuple(members), len(samples), len(problems),
                         variant=variant)

@@ -536,3 +536,24 @@ def test_cublaslt_matmul_is_worked_out_once_per_shape(tmp_path: Any,
                                  b, 8, 64, c, 8, 64, 3)
     assert recorder.last_values()[2] == 8 and recorder.last_values()[14] == 3
     assert lt.lt_last()[32] == 1  # the Lt matmul was not called again
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a stand-in")
+def test_cublaslt_lists_algorithms_and_runs_the_one_given(tmp_path: Any) -> None:
+    """Lt.algorithms asks the heuristic for several algorithms of a matmul (the stand-in
+    offers one), and Lt.run passes the one it is given, else the matmul's own."""
+    library = ctypes.CDLL(str(cublas_call_cost.build_standin(
+        tmp_path, cublas_call_cost.LT_STANDIN_SOURCE, "cublaslt_standin")))
+    library.lt_last.restype = ctypes.POINTER(ctypes.c_longlong)
+    lt = _cublaslt.Lt(library, 1024)
+    matmul = lt.matmul(0, 0, 0, 68, 0, 0, 0, 8, 8, 8, 8, 64, 8, 64, 8, 64, 2)
+    found = lt.algorithms(0, matmul, 4)
+    assert matmul.found and len(found) == 1
+    assert int.from_bytes(found[0].raw[:8], "little") == cublas_call_cost.ALGO_MARK
+    other = ctypes.create_string_buffer(_cublaslt.RESULT_BYTES)
+    other.raw = (0x5EED).to_bytes(8, "little") + bytes(_cublaslt.RESULT_BYTES - 8)
+    for algorithm, word in ((None, cublas_call_cost.ALGO_MARK), (other, 0x5EED),
+                            (found[0], cublas_call_cost.ALGO_MARK)):
+        lt.run(0, matmul, _cublas._ONE["float32"], 1 << 40, 2 << 40, _cublas._ZERO["float32"],
+               3 << 40, 4 << 40, 5, algorithm=algorithm)
+        assert library.lt_last()[24] == word

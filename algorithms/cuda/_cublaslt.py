@@ -7,8 +7,9 @@ that choice (cublasLtMatmulAlgoGetHeuristic) from the call (cublasLtMatmul), so 
 made once per shape and kept, with the descriptors it needs. This is what PyTorch does for
 its Lt GEMMs.
 
-Off by default: no GPU has run it yet. `gpu_session.sh launch_cost` times both paths, and
-the GPU tests run the algorithms with it on (tests/gpu/test_cublaslt.py).
+Off by default. On an H100 (2026-11-27) the GPU tests pass with it on
+(tests/gpu/test_cublaslt.py) and `gpu_session.sh launch_cost` put a call at 9.4 us of host
+time against 9.9 through cublasGemmStridedBatchedEx; no model has been timed with it yet.
 
 Operands are column-major, as _cublas.gemm_strided_batched's: A is m x k (k x m when
 transposed), B k x n, C m x n, each with its leading dimension, a batch count and a batch
@@ -80,7 +81,6 @@ class Matmul:
         self._lib = lib
         self.desc = ctypes.c_void_p()
         self.layouts = (ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p())  # A, B, C
-        self.result = ctypes.create_string_buffer(RESULT_BYTES)
         check_status(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), shape.compute,
                                             shape.scale), "cublasLtMatmulDescCreate")
         for attribute, value in ((_TRANSA, shape.transa), (_TRANSB, shape.transb)):
@@ -104,21 +104,9 @@ class Matmul:
                 check_status(lib.cublasLtMatrixLayoutSetAttribute(
                     layout, attribute, ctypes.byref(setting),
                     ctypes.c_size_t(ctypes.sizeof(setting))), "cublasLtMatrixLayoutSetAttribute")
-        preference = ctypes.c_void_p()
-        check_status(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)),
-               "cublasLtMatmulPreferenceCreate")
-        try:
-            limit = ctypes.c_uint64(workspace_bytes)
-            check_status(lib.cublasLtMatmulPreferenceSetAttribute(
-                preference, _MAX_WORKSPACE, ctypes.byref(limit), ctypes.c_size_t(8)),
-                "cublasLtMatmulPreferenceSetAttribute")
-            returned = ctypes.c_int(0)
-            status = lib.cublasLtMatmulAlgoGetHeuristic(
-                handle, self.desc, *self.layouts, self.layouts[2], preference, 1,
-                self.result, ctypes.byref(returned))
-        finally:
-            lib.cublasLtMatmulPreferenceDestroy(preference)
-        self.found = status == 0 and returned.value > 0
+        found = heuristic(lib, handle, self, workspace_bytes)
+        self.found = bool(found)
+        self.result = found[0] if found else ctypes.create_string_buffer(RESULT_BYTES)
 
     def __del__(self) -> None:
         lib = getattr(self, "_lib", None)
@@ -129,6 +117,32 @@ class Matmul:
                 lib.cublasLtMatrixLayoutDestroy(layout)
         if getattr(self, "desc", None) is not None and self.desc.value:
             lib.cublasLtMatmulDescDestroy(self.desc)
+
+
+def heuristic(lib: Any, handle: ctypes.c_void_p, matmul: Matmul, workspace_bytes: int,
+              count: int = 1) -> list[ctypes.Array[ctypes.c_char]]:
+    """Up to `count` cublasLtMatmulHeuristicResult_t buffers (the algorithm first) that
+    cublasLtMatmulAlgoGetHeuristic offers for `matmul`'s descriptors within
+    `workspace_bytes`, best first; none where it has none."""
+    preference = ctypes.c_void_p()
+    check_status(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)),
+                 "cublasLtMatmulPreferenceCreate")
+    results = ctypes.create_string_buffer(RESULT_BYTES * count)
+    returned = ctypes.c_int(0)
+    try:
+        limit = ctypes.c_uint64(workspace_bytes)
+        check_status(lib.cublasLtMatmulPreferenceSetAttribute(
+            preference, _MAX_WORKSPACE, ctypes.byref(limit), ctypes.c_size_t(8)),
+            "cublasLtMatmulPreferenceSetAttribute")
+        status = lib.cublasLtMatmulAlgoGetHeuristic(
+            handle, matmul.desc, *matmul.layouts, matmul.layouts[2], preference, count,
+            results, ctypes.byref(returned))
+    finally:
+        lib.cublasLtMatmulPreferenceDestroy(preference)
+    if status != 0:
+        return []
+    return [ctypes.create_string_buffer(results.raw[i * RESULT_BYTES:(i + 1) * RESULT_BYTES],
+                                        RESULT_BYTES) for i in range(returned.value)]
 
 
 class Lt:
@@ -156,16 +170,23 @@ class Lt:
                 self._lib, handle, Shape(*shape), self._workspace_bytes)
         return found
 
+    def algorithms(self, device: int, matmul: Matmul, count: int) -> list[Any]:
+        """Up to `count` algorithms the heuristic offers for `matmul` on `device` (its first
+        is `matmul.result`), for `run`'s `algorithm`."""
+        return heuristic(self._lib, self._handles[device], matmul, self._workspace_bytes, count)
+
     def run(self, device: int, matmul: Matmul, alpha: ctypes.c_void_p, a: int, b: int,
-            beta: ctypes.c_void_p, c: int, workspace: int, stream: int) -> None:
+            beta: ctypes.c_void_p, c: int, workspace: int, stream: int,
+            algorithm: Any = None) -> None:
         """D = C = alpha op(A) op(B) + beta C on `stream` (addresses: device; alpha, beta:
-        host)."""
+        host), with the heuristic's first algorithm or `algorithm` (one of `algorithms`)."""
         layout_a, layout_b, layout_c = matmul.layouts
         c_pointer = ctypes.c_void_p(c)
         status = self._lib.cublasLtMatmul(
             self._handles[device], matmul.desc, alpha, ctypes.c_void_p(a), layout_a,
             ctypes.c_void_p(b), layout_b, beta, c_pointer, layout_c, c_pointer, layout_c,
-            matmul.result, ctypes.c_void_p(workspace), ctypes.c_size_t(self._workspace_bytes),
+            matmul.result if algorithm is None else algorithm, ctypes.c_void_p(workspace),
+            ctypes.c_size_t(self._workspace_bytes),
             ctypes.c_void_p(stream))
         if status:
             check_status(status, "cublasLtMatmul")
