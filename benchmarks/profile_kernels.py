@@ -75,6 +75,13 @@ CASES: dict[str, Case] = {
     "tf32_res4_1x1a_rest_tc": Case(RES4_1X1A_REST, "implicit_gemm_tc", "64x64",
                                    {"math": "tf32"}),
     "tf32_res4_1x1a_rest_torch": Case(RES4_1X1A_REST, "torch", options={"math": "tf32"}),
+    # NCHW 64x64-warp tiles for vector-B 1x1 layers (2026-11-27, not yet on a GPU): half the
+    # shared-memory bytes per mma of the 32x32-warp 64x64; with and without the split that
+    # fills the H100's 132 SMs (98 blocks unsplit; cuDNN ran 128).
+    "tf32_res4_1x1a_rest_deep": Case(RES4_1X1A_REST, "implicit_gemm_tc", "128x128-s4",
+                                     {"math": "tf32"}),
+    "tf32_res4_1x1a_rest_deep_k2": Case(RES4_1X1A_REST, "implicit_gemm_tc", "128x128-s4-k2",
+                                        {"math": "tf32"}),
     # On the H100 (2026-11-27) that 64x64 was shared-memory bound (L1 86%), and the 64x64-warp
     # "-sS" tile, offered on res5's 7x7 layers, no faster than the 64x32-warp 128x128: is it
     # bound the same way, or by latency at one block per SM? cuDNN there: CUTLASS 128x128_32x3.

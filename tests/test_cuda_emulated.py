@@ -17,7 +17,13 @@ from typing import Any
 
 import pytest
 
-from algorithms.cuda import depthwise, implicit_gemm_wgmma, shipped_kernels, winograd
+from algorithms.cuda import (
+    depthwise,
+    implicit_gemm_tc,
+    implicit_gemm_wgmma,
+    shipped_kernels,
+    winograd,
+)
 from algorithms.cuda._launch import ENV
 from algorithms.cuda._loader import CTYPES
 from algorithms.problem import DTYPES
@@ -186,9 +192,10 @@ _TC_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float32", "fp32"): ("odd", "stride_pair", "dilation_stride", "groups_strided",
                           "k_over_tile", "pad_gt_filter", "single_pixel", "tc_deep",
                           "tc_long_k", *_TC_POINTWISE, *_TC_NHWC),
-    ("float32", "tf32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE, *_TC_NHWC),
+    ("float32", "tf32"): ("odd", "groups_strided", "tc_deep", "tc_pw_multi_block",
+                          *_TC_POINTWISE, *_TC_NHWC),
     ("float16", "fp32"): ("odd", "dilation_stride", "k_over_tile", "tc_deep", "tc_long_k",
-                          "tc_multi_block", *_TC_POINTWISE, *_TC_NHWC),
+                          "tc_multi_block", "tc_pw_multi_block", *_TC_POINTWISE, *_TC_NHWC),
     ("bfloat16", "fp32"): ("odd", "groups_strided", "tc_deep", *_TC_POINTWISE, *_TC_NHWC),
 }
 #: 14 K-steps (the cp.async ring wraps at every stage count) and 40 output channels (every
@@ -210,6 +217,10 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
     # "-sS" ones included (600 pixels, 264 output channels; NHWC).
     "tc_multi_block": dict(n=2, c=16, h=15, w=20, k=264, r=3, s=3, pad=1),
     "tc_nhwc_groups": dict(n=3, c=24, h=5, w=6, k=18, r=3, s=2, pad=2, dilation=2, groups=3),
+    # A pointwise layer with vector B in every dtype (P*Q = 320) over several blocks both
+    # ways for the NCHW "-sS" tiles too (320 pixels, 264 output channels; kept this small
+    # because the emulator takes a minute a config at twice the size).
+    "tc_pw_multi_block": dict(n=1, c=40, h=16, w=20, k=264, r=1, s=1),
 }
 
 
@@ -556,7 +567,10 @@ def test_tensor_core_vector_fills_exactly_where_allowed(
     """Forward tc cases run the NCHW instance whose (A, B) copy widths the problem and the
     operands' alignment allow: A vectors when C/groups*R*S is a whole number of 16-byte
     vectors, B vectors also on 1x1 stride-1 unpadded layers with P*Q a whole number; and
-    NHWC instances (both in vectors) exactly when C/groups is whole vectors and B is not."""
+    NHWC instances (both in vectors) exactly when C/groups is whole vectors and B is not.
+    Every instance launched is a shipped one (compiled spill-free by test_kernels_compile):
+    an NCHW "-sS" tile with a misaligned operand runs 128x128 instead."""
+    shipped = set(shipped_kernels()[implicit_gemm_tc.KERNEL_FILE])
     for case_id, case in CASES.items():
         if case["algorithm"] != "implicit_gemm_tc" or "direction" in case["problem"]:
             continue
@@ -575,6 +589,7 @@ def test_tensor_core_vector_fills_exactly_where_allowed(
         for name, _args in verdict["launches"]:
             if not name.startswith("implicit_gemm_tc_conv<"):
                 continue  # the NHWC configurations' transposes
+            assert name in shipped, (case_id, name)
             *_, va, vb, nhwc, _bk = (f.strip()
                                      for f in name.rstrip(">").split("<")[1].split(","))
             layouts.add(nhwc)

@@ -105,11 +105,11 @@ def test_math_picks_the_number_of_tf32_passes() -> None:
 def test_shipped_instances_are_every_dtype_config_math_and_copy_width() -> None:
     names = shipped_kernels()[tc.KERNEL_FILE]
     # (f32 x 2 maths, f16, bf16; 3xTF32 without 128x64) x (NCHW element, vector A, vector A
-    # and B; NHWC), the 16-bit NHWC tiles with K-steps of 32, the "-sS" ones (three in
-    # 1xTF32, none in 3xTF32, three per 16-bit dtype), and the split-K sum per dtype
+    # and B; NHWC), the 16-bit NHWC tiles with K-steps of 32, the "-sS" ones in each layout
+    # (three in 1xTF32, none in 3xTF32, three per 16-bit dtype), and the split-K sum per dtype
     assert len(names) == len(set(names)) == (
-        (len(tc.CONFIGS) * 4 - 1) * 4 + 2 * len(tc.BK32_TILES) + 3 + 2 * 3 + 3)
-    assert tc.deep_configs("float32", "fp32") == ()
+        (len(tc.CONFIGS) * 4 - 1) * 4 + 2 * len(tc.BK32_TILES) + 2 * (3 + 2 * 3) + 3)
+    assert tc.deep_configs("float32", "fp32") == tc.deep_configs("float32", "fp32", False) == ()
     for dtype in tc.DTYPES:
         vec = tc.vector_elements(dtype)
         for math in tc.MATHS:
@@ -136,6 +136,14 @@ def test_shipped_instances_are_every_dtype_config_math_and_copy_width() -> None:
                             f"{tc.passes(dtype, math)}, {vec}, {vec}, true, {bk}>")
                 deep = tc.name_expression(dtype, config, math)
                 assert deep in names and deep.endswith(expected)
+            # NCHW: K-step 16, with vector A and B only (run_config falls back without them).
+            for config in tc.deep_configs(dtype, math, nhwc=False):
+                tile, depth = tc.DEEP_TILES[config.split("-")[0]]
+                expected = (f"{tile.bm}, {tile.bn}, {tile.bm // 64}, {tile.bn // 64}, {depth}, "
+                            f"{tc.passes(dtype, math)}, {vec}, {vec}, false, 16>")
+                deep = tc.name_expression(dtype, config, math, (vec, vec))
+                assert deep in names and deep.endswith(expected)
+                assert tc.name_expression(dtype, config, math, (vec, 1)) not in names
 
 
 def test_config_names_parse_and_unknown_ones_are_refused() -> None:
@@ -150,12 +158,15 @@ def test_config_names_parse_and_unknown_ones_are_refused() -> None:
         tc.TcTile(128, 128, 2, 2), True, 1, 32, 4)
     assert tc.parse_config("128x256-nhwc-s3-k4") == tc.TcConfig(  # float32, math "tf32"
         tc.TcTile(128, 256, 2, 4), True, 4, 16, 3)
+    assert tc.parse_config("128x128-s4-k2") == tc.TcConfig(  # NCHW
+        tc.TcTile(128, 128, 2, 2), False, 2, 16, 4)
     for bad in ("16x16", "64x128-k", "64x128-k2-nhwc", "64x128-nchw", "default",
                 "128x128x32", "64x64x32-nhwc", "128x128x16-nhwc", "128x128-nhwcx32",
                 # "-sS" only with the stage count DEEP_TILES gives, K-step 32 and NHWC
                 "128x128x32-nhwc-s3", "256x128x32-nhwc-s4", "128x128-nhwc-s3",
                 "128x128x32-s4", "256x128x32-nhwc", "256x128", "128x128x32-nhwc-k2-s4",
-                "128x128-s4", "64x64-nhwc-s4"):
+                "128x128-s3", "256x128-s4", "64x64-s4", "128x128x32-s4-k2",
+                "64x64-nhwc-s4"):
         with pytest.raises(ValueError, match="unknown config"):
             tc.parse_config(bad)
     problem = ConvProblem(**BASIC)
@@ -240,11 +251,15 @@ def test_vector_widths_follow_the_filter_row_and_the_pointwise_geometry() -> Non
 def test_stages_fit_48_kib_unless_the_config_opts_in(config: str, dtype: str) -> None:
     if tc.BK32 in config and dtype == "float32":
         pytest.skip("K-steps of 32 are 16-bit only")
-    if config in tc.DEEP_CONFIGS and config not in (*tc.deep_configs(dtype, "fp32"),
-                                                     *tc.deep_configs(dtype, "tf32")):
+    if config in tc.DEEP_CONFIGS and config not in (
+            c for m in tc.MATHS for nhwc in (True, False) for c in tc.deep_configs(dtype, m, nhwc)):
         pytest.skip("a '-sS' configuration of the other width")
     assert 2 <= tc.stages(dtype, config) <= tc.MAX_STAGES
-    if config in tc.DEEP_CONFIGS:  # and one more stage would pass the opt-in cap
+    if config in tc.DEEP_CONFIGS and tc.NHWC not in config:
+        # NCHW: the NHWC tile's stages, which fit (16-bit ones within 48 KiB).
+        assert tc.stages(dtype, config) == tc.DEEP_TILES[config.split("-")[0]][1]
+        assert tc.smem_bytes(dtype, config) <= tc.DEEP_SMEM_LIMIT
+    elif config in tc.DEEP_CONFIGS:  # and one more stage would pass the opt-in cap
         stage = tc.smem_bytes(dtype, config) // tc.stages(dtype, config)
         assert DEFAULT_SMEM_LIMIT < tc.smem_bytes(dtype, config) <= tc.DEEP_SMEM_LIMIT
         assert tc.smem_bytes(dtype, config) + stage > tc.DEEP_SMEM_LIMIT
@@ -287,3 +302,38 @@ def test_kernel_source_uses_the_documented_instructions() -> None:
                         "cp.async.ca.shared.global", "cvt.rna.tf32.f32"):
         assert instruction in text
     assert re.search(r"NCHW", tc.__doc__ or "")
+
+
+@pytest.mark.parametrize(("dtype", "math"), [
+    ("float32", "tf32"), ("float32", "fp32"), ("float16", "fp32"), ("bfloat16", "fp32"),
+])
+def test_nchw_deep_tiles_are_offered_where_b_is_vector_filled(dtype: str, math: str) -> None:
+    # A 1x1 stride-1 layer with P*Q a whole number of vectors in every dtype (16 x 16):
+    # vector B, so no NHWC; the NCHW "-sS" tiles instead (not at 3xTF32: they spill).
+    vec = tc.vector_elements(dtype)
+    problem = make_problem(n=32, c=256, h=16, w=16, k=256, r=1, s=1, dtype=dtype, math=math)
+    assert tc.vector_widths(problem) == (vec, vec) and not tc.nhwc_allowed(problem)
+    configs = ALG.configs(problem)
+    deep = tc.deep_configs(dtype, math, nhwc=False)
+    assert len(deep) == (0 if tc.passes(dtype, math) == 3 else 3)
+    assert set(deep) <= set(configs) and not any(tc.NHWC in c for c in configs)
+    for config in deep:
+        assert tc.smem_bytes(dtype, config) <= tc.DEEP_SMEM_LIMIT
+        assert ALG.workspace_bytes(problem, config) == 0
+    # Strided, or 3x3: B is gathered element-wise and these tiles are not offered.
+    for other in (dict(r=1, s=1, stride=2), dict(r=3, s=3, pad=1)):
+        configs = ALG.configs(make_problem(n=32, c=256, h=16, w=16, k=256, dtype=dtype,
+                                           math=math, **other))
+        assert not any(re.fullmatch(r"\d+x\d+-s\d(-k\d)?", c) for c in configs)
+
+
+def test_nchw_deep_tiles_fall_back_to_128x128_for_a_misaligned_operand() -> None:
+    # Shipped with vector A and B only: a caller's misaligned x (B element-wise) or w (both)
+    # runs 128x128 with the same split, whose workspace is the same.
+    problem = make_problem(n=8, c=256, h=8, w=8, k=256, r=1, s=1, math="tf32")
+    assert tc.run_config(problem, "256x128-s3", (4, 4)) == "256x128-s3"
+    assert tc.run_config(problem, "256x128-s3", (4, 1)) == "128x128"
+    assert tc.run_config(problem, "128x256-s3-k4", (1, 1)) == "128x128-k4"
+    assert (ALG.workspace_bytes(problem, "128x256-s3-k4")
+            == tc.workspace_layout(problem, "128x128-k4").nbytes > 0)
+    assert tc.run_config(problem, "64x64", (1, 1)) == "64x64"

@@ -52,14 +52,20 @@ dense FP16 rate. Four 64x64 warp tiles read 32 KiB for the same products (192 by
 mma). TF32 fragments are read by 4-byte loads, 192 bytes per mma m16n8k8 with 64x32 warp
 tiles and 128 with 64x64, at half the FP16 FLOPs per mma: the same limit. The extra stages
 hide the global loads' latency at the two blocks (or one) per SM that these tiles leave
-room for.
+room for. "BMxBN-sS" (no "-nhwc") are the same tiles gathering from NCHW, offered where B
+tiles are vector-filled (1x1, stride 1, P*Q whole vectors: ResNet-50's 1x1 layers of 14x14
+and more in float32, 28x28 and more in 16 bits), where NHWC is not. There the H100
+measured the 1xTF32 64x64 tile bound by shared memory (L1 86% of peak) at 0.52 of cuDNN's
+speed, cuDNN running 64x64-warp tiles. They ship with vector A and B only: a misaligned
+call runs 128x128 (`run_config`).
 
 Resources (ptxas, CUDA 13, every shipped instance at sm_80 and sm_90): no spills, no stack
 frame; 96-255 registers per thread for the element-wise instances (128x64 reaches the 255
 cap, and is not shipped for 3xTF32); fewer for the vector ones of the same tile (no
 per-element index math; float16 128x128: 118 with both tiles in vectors, 127 with vector
 A, 170 element-wise; NHWC 115); 20-48 KiB of shared memory (NHWC stores B n-major, which
-takes more), and 210-243 registers with 80-90 KiB for the "-sS" tiles. The stages are the
+takes more), and 210-243 registers with 80-90 KiB for the "-sS" tiles (NCHW: 198-212 in
+1xTF32 with 74-86 KiB, 191-194 in 16 bits with 41-49 KiB). The stages are the
 kernel's dynamic shared memory (`smem_bytes`, passed at launch; ptxas reports none static).
 """
 
@@ -142,8 +148,10 @@ CONFIGS: dict[str, TcTile] = {
     "32x128": TcTile(32, 128, 1, 4),
 }
 
-#: "-sS" tiles (NHWC; K-step 32 in 16 bits, 16 in float32): 64x64 warp tiles, S stages (the
-#: most within DEEP_SMEM_LIMIT, 80-90 KiB in either width) in dynamic shared memory.
+#: "-sS" tiles: 64x64 warp tiles, S stages in dynamic shared memory. NHWC ("BMxBN[x32]-nhwc-sS":
+#: K-step 32 in 16 bits, 16 in float32; the most stages within DEEP_SMEM_LIMIT, 80-90 KiB in
+#: either width), and NCHW ("BMxBN-sS", K-step 16: 74-86 KiB in float32, 41-49 in 16 bits)
+#: for the layers whose B tiles are vector-filled (1x1 at stride 1), where NHWC is not offered.
 DEEP_TILES: dict[str, tuple[TcTile, int]] = {
     "128x128": (TcTile(128, 128, 2, 2), 4),
     "256x128": (TcTile(256, 128, 4, 2), 3),
@@ -154,6 +162,9 @@ DEEP_TILES: dict[str, tuple[TcTile, int]] = {
 #: none: with its big and small fragments 128x128, 256x128 and 128x256 spilled 164, 8 and
 #: 100 bytes.
 _FLOAT_DEEP: dict[int, tuple[str, ...]] = {1: tuple(DEEP_TILES), 3: ()}
+#: The same for the NCHW "-sS" tiles, which ptxas (sm_90) fits with vector A and B only:
+#: 1xTF32 in 198-212 registers, 3xTF32 none (each spilled 8 bytes).
+_FLOAT_DEEP_NCHW: dict[int, tuple[str, ...]] = {1: tuple(DEEP_TILES), 3: ()}
 
 
 #: Storage dtype -> C++ type (bfloat16 is kernels/common.cuh's bf16_t).
@@ -178,16 +189,21 @@ def tiles(dtype: str, math: str) -> dict[str, TcTile]:
     return CONFIGS
 
 
-def deep_configs(dtype: str, math: str) -> tuple[str, ...]:
-    """The "-sS" configuration names (without a split) shipped for a dtype and math mode."""
+def deep_configs(dtype: str, math: str, nhwc: bool = True) -> tuple[str, ...]:
+    """The "-sS" configuration names (without a split) shipped for a dtype and math mode,
+    NHWC or (nhwc False) NCHW."""
+    if not nhwc:
+        names = _FLOAT_DEEP_NCHW[passes(dtype, math)] if dtype == "float32" else DEEP_TILES
+        return tuple(f"{t}-s{DEEP_TILES[t][1]}" for t in names)
     if dtype == "float32":
         return tuple(f"{t}{NHWC}-s{DEEP_TILES[t][1]}" for t in _FLOAT_DEEP[passes(dtype, math)])
     return tuple(f"{t}{BK32}{NHWC}-s{depth}" for t, (_, depth) in DEEP_TILES.items())
 
 
-#: Every "-sS" name of any dtype and math mode.
+#: Every "-sS" name of any dtype, math mode and layout.
 DEEP_CONFIGS: tuple[str, ...] = tuple(dict.fromkeys(
-    c for d in DTYPES for m in MATHS for c in deep_configs(d, m)))
+    c for d in DTYPES for m in MATHS for nhwc in (True, False)
+    for c in deep_configs(d, m, nhwc)))
 
 
 @dataclass(frozen=True)
@@ -212,7 +228,7 @@ def parse_config(config: str) -> TcConfig:
     tile, x32, nhwc, depth, splits = found.groups()
     whole = tile + (x32 or "") + (nhwc or "") + (f"-s{depth}" if depth else "")
     if depth is not None and whole in DEEP_CONFIGS:
-        return TcConfig(DEEP_TILES[tile][0], True, int(splits or 1),
+        return TcConfig(DEEP_TILES[tile][0], nhwc is not None, int(splits or 1),
                         BK32_STEP if x32 else BK, int(depth))
     if depth is not None or tile not in CONFIGS or (
             x32 and (not nhwc or tile not in BK32_TILES)):
@@ -268,7 +284,8 @@ def name_expression(dtype: str, config: str, math: str = "fp32",
 
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for (float32 in both math modes; NCHW
-    with element copies, vector A, vector A and B; NHWC)."""
+    with element copies, vector A, vector A and B; NHWC; the NCHW "-sS" tiles with vector
+    A and B only, see `run_config`)."""
     names = []
     for d in DTYPES:
         v = vector_elements(d)
@@ -278,6 +295,8 @@ def shipped_kernels() -> tuple[str, ...]:
         if d != "float32":
             names += [name_expression(d, c + BK32 + NHWC) for c in BK32_TILES]
         names += [name_expression(d, c, m) for m in MATHS for c in deep_configs(d, m)]
+        names += [name_expression(d, c, m, (v, v)) for m in MATHS
+                  for c in deep_configs(d, m, nhwc=False)]
         names.append(sum_name_expression(d))
     return tuple(dict.fromkeys(names))
 
@@ -371,17 +390,19 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
         """The tiles whose grid fits this problem, NCHW, NHWC, then with NHWC the 16-bit
-        K-step-32 tiles and the "-sS" ones; then their K splits."""
+        K-step-32 tiles and the NHWC "-sS" ones, or with vector-filled B tiles the NCHW
+        "-sS" ones; then their K splits."""
         fitting = fitting_tiles(problem, tiles(problem.dtype, problem.math))
         nhwc = nhwc_allowed(problem)
         layouts = ("", NHWC) if nhwc else ("",)
         whole = [t + layout for layout in layouts for t in fitting]
         deep: list[str] = []
-        if nhwc:
-            if problem.dtype != "float32":
-                deep = [t + BK32 + NHWC for t in fitting if t in BK32_TILES]
-            deep += fitting_tiles(problem, {c: parse_config(c).tile
-                                            for c in deep_configs(problem.dtype, problem.math)})
+        if nhwc and problem.dtype != "float32":
+            deep = [t + BK32 + NHWC for t in fitting if t in BK32_TILES]
+        if nhwc or vector_widths(problem)[1] > 1:
+            deep += fitting_tiles(problem, {
+                c: parse_config(c).tile
+                for c in deep_configs(problem.dtype, problem.math, nhwc)})
         split = [f"{t}{layout}-k{s}" for layout in layouts for t in fitting
                  if (s := k_splits(problem, CONFIGS[t])) > 1]
         split += [f"{c}-k{s}" for c in deep
@@ -414,7 +435,23 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
                 widths = (1, 1)
             elif widths[1] > 1 and x.data.ptr % 16:
                 widths = (widths[0], 1)
+            config = run_config(problem, config, widths)
         _launch(problem, config, widths).enqueue(get_kernel, x, w, y, workspace)
+
+
+@functools.lru_cache(maxsize=4096)
+def run_config(problem: ConvProblem, config: str, widths: tuple[int, int]) -> str:
+    """The configuration an NCHW run takes with these copy widths: `config` itself, but for
+    an NCHW "-sS" tile with a misaligned operand, 128x128 with the same K split.
+
+    Those tiles ship with vector A and B only (element-wise B fills with 64x64 warp tiles
+    are untried for registers, and a misaligned caller buffer is rare); the fallback needs
+    the same workspace (the split's partial sums) and gives the same result.
+    """
+    cfg = parse_config(config)
+    if not cfg.depth or widths[1] > 1:
+        return config
+    return "128x128" + (f"-k{cfg.splits}" if cfg.splits > 1 else "")
 
 
 @functools.lru_cache(maxsize=4096)
