@@ -144,6 +144,14 @@ def fast_picks(ranked: Sequence[Key], k: int) -> list[Key]:
     2026-11-25 measurements: there the model put implicit_gemm_tc's NHWC tiles first on
     1x1 layers whose winner was an NCHW tile (worst regret 54-77% over the seeds; with
     layout families 38-56%, at the same count of measurements).
+
+    Then the first of every other family of the algorithms chosen so far: an algorithm's
+    other operand layouts, Winograd's other tile. On the H200 measurements of the
+    seventeenth session the model ranked im2col_gemm's merged family below four others on
+    ResNet-50's c2048 7x7 1x1 layers, where it won by 30-67% over the unmerged
+    configuration fast mode measured; with the siblings, played out on three GPU runs over
+    three seeds, the worst regret is 11-27% (from 13-77%), at 0.2-0.9 more measurements a
+    layer (BENCHMARKS.md, "Cost model").
     """
     chosen = list(ranked[:k])
     families: list[tuple[str, str]] = []
@@ -154,6 +162,11 @@ def fast_picks(ranked: Sequence[Key], k: int) -> list[Key]:
                 chosen.append(key)
             if len(families) == k:
                 break
+    algorithms = {key[0] for key in chosen}
+    for key in ranked:
+        if key[0] in algorithms and family(key) not in families:
+            families.append(family(key))
+            chosen.append(key)
     return chosen
 
 

@@ -253,6 +253,21 @@ def test_fast_picks_hedge_across_layouts_of_one_algorithm() -> None:
     assert fast_picks(ranked, 4) == ranked
 
 
+def test_fast_picks_measure_every_layout_of_the_algorithms_they_chose() -> None:
+    # Regression (H200 data of 2026-11-26, seventeenth session): on ResNet-50's c2048 7x7
+    # 1x1 layers the model ranked im2col_gemm's merged family fifth, so fast mode measured
+    # only the unmerged chunk=all of im2col_gemm and missed the merged one by up to 67%.
+    ranked = [("tc", "64x64"), ("tc", "128x64"), ("im2col_gemm", "chunk=all"),
+              ("wgmma", "128x128"), ("tc", "64x64-nhwc"), ("direct", "8x8k16"),
+              ("im2col_gemm", "chunk=all-merged"), ("winograd", "f4x4"),
+              ("im2col_gemm", "chunk=4-merged")]
+    assert fast_picks(ranked, 3) == [*ranked[:4], ("tc", "64x64-nhwc"),
+                                     ("im2col_gemm", "chunk=all-merged")]
+    # Winograd's tiles are families, so its other tile comes along too once it is chosen.
+    assert fast_picks([("winograd", "f4x4"), ("tc", "64x64"), ("winograd", "f2x2")], 1) == [
+        ("winograd", "f4x4"), ("winograd", "f2x2")]
+
+
 def test_fast_mode_measures_the_best_of_an_algorithm_outside_the_top_k(db_url: str) -> None:
     # Three configurations of "fast" (predicted alike) fill the top 2; fast mode also
     # measures the best of the second algorithm, "mid", and nothing slower.
