@@ -95,6 +95,13 @@ def scaled_nearest(
 #: Fast mode's second round: the configurations of the measured winner's family that the
 #: prediction puts within this factor of the family's fastest (see `band_picks`).
 FAMILY_BAND = 1.3
+#: ... and the same for every family whose first-round best came within this factor of the
+#: winner's time (see `contenders`). 1.0: the winner's family only. 1.1 and 1.2 were played
+#: out on three GPU runs' times over three seeds (bench_model.py --runner-up): 0.6-1.3 more
+#: measurements a layer for worst regrets of 10-20% against 11-27%, the misses left being
+#: wgmma tiles that lost to tc's by more than that in the first round. Not worth a fast
+#: find's time (BENCHMARKS.md, "Cost model").
+RUNNER_UP = 1.0
 
 Key = tuple[str, str]  # (algorithm, config)
 
@@ -192,6 +199,29 @@ def band_picks(predicted_ms: Mapping[Key, float], winner: Key,
     return [key for key in members if predicted_ms[key] <= limit]
 
 
+def contenders(measured_ms: Mapping[Key, float], runner_up: float = RUNNER_UP) -> list[Key]:
+    """The fastest measured configuration of each family whose fastest is within
+    `runner_up` of the overall fastest, fastest first (the winner first)."""
+    best: dict[tuple[str, str], Key] = {}
+    for key in sorted(measured_ms, key=measured_ms.__getitem__):
+        best.setdefault(family(key), key)
+    if not best:
+        return []
+    fastest = min(measured_ms.values())
+    return [key for key in best.values() if measured_ms[key] <= fastest * runner_up]
+
+
+def round_two(predicted_ms: Mapping[Key, float], measured_ms: Mapping[Key, float],
+              band: float = FAMILY_BAND, runner_up: float = RUNNER_UP) -> list[Key]:
+    """The configurations a fast find's second round adds (`band_picks` of each of the
+    `contenders`) that its first round left unmeasured, each once."""
+    todo: list[Key] = []
+    for key in contenders(measured_ms, runner_up):
+        todo += [k for k in band_picks(predicted_ms, key, band)
+                 if k not in measured_ms and k not in todo]
+    return todo
+
+
 def top_candidates(
     predicted: list[AlgorithmResult], allowed: list[Candidate], k: int
 ) -> list[Candidate]:
@@ -208,18 +238,18 @@ def second_round(
     predicted: list[AlgorithmResult], measured: Mapping[Key, AlgorithmResult],
     allowed: list[Candidate],
 ) -> list[Candidate]:
-    """What a fast find measures after its first round (`band_picks`): the configurations
-    of the winner's family that the round left unmeasured, with the winner again so that
-    they are timed side by side; nothing when there are none."""
-    ranked = rank(list(measured.values()))
-    if not ranked or not ranked[0].usable:
-        return []
-    winner = (ranked[0].algorithm, ranked[0].config)
+    """What a fast find measures after its first round (`round_two`): the configurations
+    of the contending families that the round left unmeasured, with the contenders again
+    so that they are timed side by side; nothing when there are none."""
+    measured_ms = {key: r.time_ms for key, r in measured.items()
+                   if r.usable and r.time_ms is not None}
     predicted_ms = {(r.algorithm, r.config): r.time_ms for r in predicted
                     if r.usable and r.time_ms is not None}
-    todo = [key for key in band_picks(predicted_ms, winner) if key not in measured]
+    todo = round_two(predicted_ms, measured_ms)
+    if not todo:
+        return []
     by_key = {c.key: c for c in allowed}
-    return [by_key[key] for key in (winner, *todo) if key in by_key] if todo else []
+    return [by_key[key] for key in (*contenders(measured_ms), *todo) if key in by_key]
 
 
 def not_measured(prediction: AlgorithmResult) -> AlgorithmResult:

@@ -22,7 +22,7 @@ from tuner import results as R
 from tuner.devices import identify
 from tuner.errors import NotInDatabase
 from tuner.features import CONFIG_COLUMNS, config_numbers
-from tuner.predicting import band_picks, family, fast_picks
+from tuner.predicting import band_picks, contenders, family, fast_picks, round_two
 from tuner.service import Service
 from tuner.tuning import Tuner
 
@@ -331,6 +331,23 @@ def test_fast_mode_measures_the_winners_close_configurations_in_a_second_round(
     measured = {r.config for r in got if r.algorithm == "fast" and r.source == R.FRESH}
     assert measured == {"default", "b", "c"}
     assert rows_of(store, UNSEEN) == 3
+
+
+def test_second_round_covers_every_family_close_to_the_winner() -> None:
+    measured = {("tc", "64x64"): 1.0, ("tc", "128x64"): 1.3, ("wgmma", "128x128"): 1.08,
+                ("im2col_gemm", "chunk=all"): 1.5, ("tc", "64x64-nhwc"): 1.12}
+    assert contenders(measured, 1.0) == [("tc", "64x64")]
+    assert contenders(measured, 1.1) == [("tc", "64x64"), ("wgmma", "128x128")]
+    assert contenders(measured, 1.2) == [("tc", "64x64"), ("wgmma", "128x128"),
+                                         ("tc", "64x64-nhwc")]
+    assert contenders({}, 1.2) == []
+    predicted = {("tc", "64x64"): 1.0, ("tc", "32x128"): 1.1, ("tc", "128x64"): 1.2,
+                 ("wgmma", "128x128"): 1.0, ("wgmma", "64x128"): 1.2,
+                 ("wgmma", "256x128"): 2.0, ("im2col_gemm", "chunk=4"): 1.0}
+    # Each contender's family within FAMILY_BAND of its predicted best, unmeasured, once.
+    assert round_two(predicted, measured, runner_up=1.0) == [("tc", "32x128")]
+    assert round_two(predicted, measured, runner_up=1.1) == [("tc", "32x128"),
+                                                             ("wgmma", "64x128")]
 
 
 def test_config_numbers_are_read_by_field() -> None:
