@@ -39,9 +39,10 @@ from tuner.results import AlgorithmResult, best_of, per_algorithm, rank
 #: auto: the store, then measure every missing candidate; exhaustive: the same (cuDNN's and
 #: MIOpen's name for it); tune: measure every candidate again; cached: never measure, borrow
 #: from other devices or predict; fast: the store, then measure only what
-#: tuner.predicting.fast_picks takes of the prediction (the top `fast_k`, and the best of
-#: each of the `fast_k` best algorithms), then the winner's family's configurations
-#: predicted close to its best (predicting.band_picks); heuristic: never measure, predict.
+#: tuner.predicting.fast_picks takes of the prediction (the top `fast_k`, the best of each
+#: of the `fast_k` best families, and of every other family of the algorithms so chosen),
+#: then the winner's family's configurations predicted close to its best
+#: (predicting.round_two); heuristic: never measure, predict.
 MODES = ("cached", "tune", "auto", "exhaustive", "fast", "heuristic")
 #: Default number of candidates a fast find measures ($CONVTUNE_FAST_K).
 FAST_K = 4
@@ -214,9 +215,10 @@ class Tuner:
         mode="fast" answers from the store when it covers every candidate, else measures
         the `fast_k` candidates the prediction (tuner.predicting: the cost model, else the
         nearest measured problem) ranks fastest, the fastest-ranked of each of its
-        `fast_k` fastest algorithms, and any it cannot rank; then, in a second round with
-        the first round's winner, the configurations of the winner's family predicted within
-        FAMILY_BAND of that family's fastest (tuner.predicting.band_picks); the others come
+        `fast_k` fastest families (an algorithm in one operand layout) and of every other
+        family of the algorithms so chosen, and any it cannot rank; then, in a second round
+        with the first round's winner, the configurations of the winner's family predicted
+        within FAMILY_BAND of that family's fastest (tuner.predicting.round_two); the others come
         back unmeasured (source "not measured", time null, the prediction in the note).
         With nothing to predict from it measures every candidate.
         mode="heuristic" never measures: this device's stored results, the rest predicted
