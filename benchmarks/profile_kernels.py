@@ -97,6 +97,9 @@ CASES: dict[str, Case] = {
     "fp16_res3_1x1b_merged": Case(RES3_1X1B, "im2col_gemm", "chunk=all-merged",
                                   {"dtype": "float16"}),
     "fp16_res3_1x1b_tc": Case(RES3_1X1B, "implicit_gemm_tc", "64x64", {"dtype": "float16"}),
+    # The NCHW 64x64-warp tile on the same layer (2026-11-27, not yet on a GPU).
+    "fp16_res3_1x1b_deep": Case(RES3_1X1B, "implicit_gemm_tc", "128x128-s4",
+                                {"dtype": "float16"}),
     "fp16_res3_1x1b_wgmma": Case(RES3_1X1B, "implicit_gemm_wgmma", "128x128x64-s5-f1",
                                  {"dtype": "float16"}),
     "fp16_res3_1x1b_torch": Case(RES3_1X1B, "torch", options={"dtype": "float16"}),
