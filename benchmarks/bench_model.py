@@ -231,11 +231,14 @@ def main() -> None:
         assert model is not None, f"too few rows to fit without {name}"
         truth = [per_problem[p] for p in sorted(held, key=repr) if per_problem[p]]
         trained = frozenset(s.algorithm for s in train)
-        times = [predicted_ms(model, t) for t in truth]
+        predict_started = time.perf_counter()
+        times = [predicted_ms(model, t) for t in truth]  # one call per layer, as a find makes
+        predict_ms = (time.perf_counter() - predict_started) * 1e3 / len(truth)
         # Fast mode's second round ranks only what the tuner could: trained algorithms.
         known = [{key: ms for key, ms in t.items() if model.knows(key[0])} for t in times]
         rows.append({
             "held_out": name, "train_rows": len(train), "fit_s": round(fit_s, 2),
+            "predict_ms": round(predict_ms, 2),
             "candidates": round(sum(map(len, truth)) / len(truth), 1),
             "model": score([by_times(ti, t) for ti, t in zip(times, truth, strict=True)],
                            truth, trained, args.fast_k, known, args.runner_up).__dict__,
@@ -261,14 +264,15 @@ def print_table(report: dict[str, Any]) -> None:
              f"batch {report['batch']}, spatial sizes / {report['scale']}, "
              f"{report['budget_s']} s per candidate; tuning took {report['tuning_s']} s")
     print(f"\n{report['device'].get('name', '?')}: {where}; commit {report['commit']}\n")
-    print("| held out | layers | candidates/layer | train rows | fit s | model top-1 within 10% "
-          "| model top-3 hit | best unseen in training | baseline top-1 | baseline top-3 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| held out | layers | candidates/layer | train rows | fit s | predict ms/layer "
+          "| model top-1 within 10% | model top-3 hit | best unseen in training "
+          "| baseline top-1 | baseline top-3 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     rows = report["rows"]
     for r in rows:
         m, b, n = r["model"], r["baseline"], r["model"]["layers"]
         print(f"| {r['held_out']} | {n} | {r['candidates']} | {r['train_rows']} | "
-              f"{r['fit_s']} | {m['top1']}/{n} | {m['top3']}/{n} | "
+              f"{r['fit_s']} | {r.get('predict_ms', '-')} | {m['top1']}/{n} | {m['top3']}/{n} | "
               f"{m.get('unseen_best', 0)}/{n} | {b['top1']}/{n} | {b['top3']}/{n} |")
     n = sum(r["model"]["layers"] for r in rows)
     for who in ("model", "baseline"):

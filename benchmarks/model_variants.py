@@ -38,7 +38,6 @@ from typing import Any
 
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
-from threadpoolctl import threadpool_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -152,7 +151,7 @@ class VariantModel(M.CostModel):
         """Predicted times (the members' geometric mean; no spread or confidence)."""
         base = np.array([self.variant.baseline(s) for s in samples])
         x = self.matrix(samples)
-        with threadpool_limits(1):
+        with M.one_thread():
             logs = np.stack([m.predict(x) for m in self.members]) + base
         return [M.Prediction(s.algorithm, s.config, float(math.exp(t)), 0.0, 0.0)
                 for s, t in zip(samples, logs.mean(axis=0), strict=True)]
@@ -177,7 +176,7 @@ def fit(samples: Sequence[Sample], variant: Variant, seed: int) -> M.CostModel:
     weight = variant.weight(y) if variant.weight is not None else None
     near = (y <= math.log(M.NEAR)).astype(int)
     members: list[Any] = []
-    with threadpool_limits(1):
+    with M.one_thread():
         for m in range(M.MEMBERS):
             rows = M._bootstrap(of_row, len(problems), rng)
             regressor = None if variant.near == 0.0 else M._regressor(len(rows), seed + m).fit(

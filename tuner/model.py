@@ -40,6 +40,7 @@ loads it instead.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -51,7 +52,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingRegressor
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from db import find as store_find
 from db.engine import Store
@@ -118,7 +119,7 @@ class CostModel:
             return []
         x = self.encoder.matrix(samples)
         flops = np.log([s.problem.flops for s in samples])
-        with threadpool_limits(1):  # see ONE_THREAD
+        with one_thread():
             logs = np.stack([m.predict(x) + f.predict(x[:, :_SCALE_COLUMNS])
                              for m, f in zip(self.members, self.fastest, strict=True)]
                             ) + flops  # members x samples
@@ -155,7 +156,7 @@ def fit(samples: Sequence[Sample], *, seed: int = 0, members: int = MEMBERS) -> 
     fastest_row = relative == 0.0
     rng = np.random.default_rng(seed)
     rankers, scales = [], []
-    with threadpool_limits(1):  # see ONE_THREAD
+    with one_thread():
         for m in range(members):
             repeat = _bootstrap(of_row, len(problems), rng)
             rankers.append(_regressor(len(repeat), seed + m).fit(x[repeat], relative[repeat]))
@@ -163,6 +164,21 @@ def fit(samples: Sequence[Sample], *, seed: int = 0, members: int = MEMBERS) -> 
             scales.append(_regressor(len(best_rows), seed + m, SCALE_TREES).fit(
                 x[best_rows, :_SCALE_COLUMNS], per_flop[best_rows]))
     return CostModel(encoder, tuple(rankers), len(samples), len(problems), tuple(scales))
+
+
+def one_thread() -> Any:
+    """A context in which fits and predictions run on one thread (see ONE_THREAD)."""
+    return _controller().limit(limits=1)
+
+
+@functools.cache
+def _controller() -> ThreadpoolController:
+    # Made once: threadpoolctl.threadpool_limits inspects every loaded library on each
+    # entry, 3.6 ms of a 12 ms prediction for one layer's candidates on this project's CPU
+    # machine, paid per layer by a fast find; a kept controller limits in 0.04 ms. The
+    # OpenMP runtime that sklearn's trees use is loaded with sklearn, above, so the
+    # controller made at the first fit or prediction knows it.
+    return ThreadpoolController()
 
 
 #: The leading matrix columns the fastest-time regressor reads: the problem and the device.
