@@ -97,6 +97,10 @@ _TC_POINTWISE = ("tc_pw_vec", "tc_pw_vec_groups", "tc_pw_pq_odd", "tc_pw_strided
 #:   host: filter transposed with rows and columns swapped -> 14: error 1.3-1.4
 #:   host: NHWC offered without C/groups % VEC == 0        -> 17 of all 51 forward tc cases:
 #:                                                            misaligned cp.async source
+#: NCHW "-sS" tiles (vector B only; 2026-11-27), each injected once:
+#:   host: run_config keeping the "-sS" tile for a        -> the tc_pw_vec offset cases
+#:     misaligned operand (an unshipped element-wise        launch an unshipped instance
+#:     instance, compiled at run time, spills unchecked)    (test_tensor_core_vector_fills)
 #: Split K runs on every tc case whose grid is small and K long enough (tc_deep, tc_long_k,
 #: tc_nhwc_geom and three backward cases: 13 cases). Mutations it catches (`n` of 13):
 #:   the pipeline's prologue without the split's K base      -> 13: error 0.5-1.6
