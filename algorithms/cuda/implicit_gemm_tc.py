@@ -64,7 +64,7 @@ frame; 96-255 registers per thread for the element-wise instances (128x64 reache
 cap, and is not shipped for 3xTF32); fewer for the vector ones of the same tile (no
 per-element index math; float16 128x128: 118 with both tiles in vectors, 127 with vector
 A, 170 element-wise; NHWC 115); 20-48 KiB of shared memory (NHWC stores B n-major, which
-takes more), and 210-243 registers with 80-90 KiB for the "-sS" tiles (NCHW: 198-212 in
+takes more), and 210-243 registers with 80-90 KiB for the "-sS" tiles (NCHW: 198-202 in
 1xTF32 with 74-86 KiB, 191-194 in 16 bits with 41-49 KiB). The stages are the
 kernel's dynamic shared memory (`smem_bytes`, passed at launch; ptxas reports none static).
 """
@@ -163,7 +163,7 @@ DEEP_TILES: dict[str, tuple[TcTile, int]] = {
 #: 100 bytes.
 _FLOAT_DEEP: dict[int, tuple[str, ...]] = {1: tuple(DEEP_TILES), 3: ()}
 #: The same for the NCHW "-sS" tiles, which ptxas (sm_90) fits with vector A and B only:
-#: 1xTF32 in 198-212 registers, 3xTF32 none (each spilled 8 bytes).
+#: 1xTF32 in 198-202 registers, 3xTF32 none (each spilled 8 bytes).
 _FLOAT_DEEP_NCHW: dict[int, tuple[str, ...]] = {1: tuple(DEEP_TILES), 3: ()}
 
 
@@ -426,7 +426,8 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         """Enqueue the NHWC copies, the GEMM kernel and the split-K sum, as the config
         asks, on the current stream; no synchronisation."""
         widths = None
-        if parse_config(config).nhwc:
+        cfg = parse_config(config)
+        if cfg.nhwc:
             x, w = _rearrange.nhwc_copies(problem).enqueue(x, w, workspace)
         else:
             widths = vector_widths(problem)
@@ -435,7 +436,8 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
                 widths = (1, 1)
             elif widths[1] > 1 and x.data.ptr % 16:
                 widths = (widths[0], 1)
-            config = run_config(problem, config, widths)
+            if cfg.depth:
+                config = run_config(problem, config, widths)
         _launch(problem, config, widths).enqueue(get_kernel, x, w, y, workspace)
 
 
