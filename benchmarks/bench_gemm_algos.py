@@ -14,9 +14,10 @@ configurations for the tuner to measure is the fix (PyTorch's TunableOp does thi
 
 Per layer (batch 32, NCHW), the GEMM y_n (K x P*Q) = w (K x C) @ x_n (C x P*Q) for each image
 n, column-major as cuBLAS sees it: m = P*Q, n = K, k = C, A = x_n, B = w (batch stride 0),
-C = y_n. Each candidate's device time is the median of CUDA-event timings of 30 runs, after
-3 warm-up runs; its result is checked against float64 (relative error printed). cuDNN runs
-F.conv2d in the same mode (allow_tf32 for "tf32").
+C = y_n. Each candidate's device time is taken as bench_gpu.py takes its device column
+(CudaRuntime.device_ms: runs queued behind a spin, the L2 flushed), after a warm-up run; its
+result is checked against float64 (relative error printed). cuDNN runs F.conv2d in the same
+mode (allow_tf32 for "tf32").
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ if str(ROOT) not in sys.path:
 
 from algorithms.cuda import _cublas, _cublaslt  # noqa: E402  (no CuPy needed to import)
 from algorithms.cuda._cublaslt import OP_N, Shape  # noqa: E402
-from algorithms.cuda.runtime import cuda_available  # noqa: E402
+from algorithms.cuda.runtime import CudaRuntime, cuda_available  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from benchmarks.bench_gpu import layer_problems  # noqa: E402
 
@@ -111,19 +112,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown layers: {', '.join(unknown)}", file=sys.stderr)
         return 2
     lt = _cublaslt.Lt(_cublas.load_library(cupy, "libcublasLt"), _cublas.WORKSPACE_BYTES)
+    rt = CudaRuntime(0)
     report: dict[str, Any] = {"settings": {k: str(v) for k, v in vars(args).items()},
                               "device": cupy.cuda.runtime.getDeviceProperties(
                                   cupy.cuda.runtime.getDevice())["name"].decode(), "rows": []}
     print("| layer | GEMM m x n x k, batch | candidate | us | rel. error |")
     print("|---|---|---|---|---|")
     for name in wanted:
-        survey(report, name, layers[name], lt, args)
+        survey(report, name, layers[name], lt, rt, args)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return 0
 
 
-def survey(report: dict[str, Any], name: str, problem: ConvProblem, lt: Any,
+def survey(report: dict[str, Any], name: str, problem: ConvProblem, lt: Any, rt: CudaRuntime,
            args: argparse.Namespace) -> None:
     """Time cuBLAS's choice, each cuBLASLt heuristic result and cuDNN on one layer's GEMM."""
     import cupy
@@ -160,31 +162,23 @@ def survey(report: dict[str, Any], name: str, problem: ConvProblem, lt: Any,
     for label, run in candidates:
         y.fill(0)
         try:
-            us: float | None = _device_us(cupy, run)
+            us: float | None = _device_us(rt, run)
             err: float | None = error()
         except RuntimeError as exc:  # a cuBLAS status: the candidate is data
             us, err = None, None
             label += f" ({exc})"
         _row(report, name, shape, label, us, err)
     xt, wt = torch.from_dlpack(x), torch.from_dlpack(w)
-    us = _device_us(cupy, lambda: torch.nn.functional.conv2d(xt, wt))
+    us = _device_us(rt, lambda: torch.nn.functional.conv2d(xt, wt))
     y[...] = cupy.from_dlpack(torch.nn.functional.conv2d(xt, wt))
     _row(report, name, shape, "cuDNN (F.conv2d)", us, error())
 
 
-def _device_us(cupy: Any, run: Callable[[], Any], warmup: int = 3, reps: int = 30) -> float:
-    """Median device time of `run` in microseconds, CUDA events around each run."""
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(reps):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        run()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e3)
-    return float(np.median(times))
+def _device_us(rt: CudaRuntime, run: Callable[[], Any], runs: int = 10) -> float:
+    """`run`'s device time in microseconds, as bench_gpu.py's device column (the runtime's
+    device_ms), after one warm-up run."""
+    run()
+    return rt.device_ms(run, runs) * 1e3
 
 
 def _row(report: dict[str, Any], name: str, shape: Shape, label: str, us: float | None,
