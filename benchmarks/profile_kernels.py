@@ -35,6 +35,7 @@ RES3_1X1B = dict(n=32, c=128, h=28, w=28, k=512, r=1, s=1)
 RES4_1X1B = dict(n=32, c=256, h=14, w=14, k=1024, r=1, s=1)
 RES4_1X1A_REST = dict(n=32, c=1024, h=14, w=14, k=256, r=1, s=1)
 RES5_1X1B = dict(n=32, c=512, h=7, w=7, k=2048, r=1, s=1)
+INCEPTION3B_5X5 = dict(n=32, c=32, h=28, w=28, k=96, r=5, s=5, pad=2)
 MBV2_DW_S2 = dict(n=32, c=96, h=112, w=112, k=96, r=3, s=3, pad=1, stride=2, groups=96)
 MBV2_DW_7X7 = dict(n=32, c=960, h=7, w=7, k=960, r=3, s=3, pad=1, groups=960)
 
@@ -108,6 +109,13 @@ CASES: dict[str, Case] = {
     "fp32_res4_1x1b_simt": Case(RES4_1X1B, "implicit_gemm", "128x128x8"),
     "fp32_res4_1x1b_wgmma_3x": Case(RES4_1X1B, "implicit_gemm_wgmma", "128x128x32-s3"),
     "fp32_res4_1x1b_torch": Case(RES4_1X1B, "torch"),
+    # FP32's last layer under 0.7x cuDNN (H100, 2026-11-27): GoogLeNet's inception3b.5x5, where
+    # cuDNN runs an FFT in 0.052 ms and our best was wgmma 3xTF32 at 0.088 (fft "default":
+    # 0.149 ms of device time). fft "fused" (2026-11-27, not yet on a GPU): its own 32x32
+    # transforms, frequency-major, three launches and the GEMM.
+    "fp32_inception3b_5x5_fft": Case(INCEPTION3B_5X5, "fft", "default"),
+    "fp32_inception3b_5x5_fused": Case(INCEPTION3B_5X5, "fft", "fused"),
+    "fp32_inception3b_5x5_torch": Case(INCEPTION3B_5X5, "torch"),
     # Depthwise: stride 2, and 7x7 planes, where the tile kernel ran at 0.33-0.73x PyTorch.
     "dw_s2_tile": Case(MBV2_DW_S2, "depthwise", "32x16p2_3x3"),
     "dw_s2_flat": Case(MBV2_DW_S2, "depthwise", "flat_q1_3x3"),

@@ -1,4 +1,4 @@
-// Data movement around cuFFT for the FFT convolution (algorithms/cuda/fft.py):
+// The FFT convolution's kernels (algorithms/cuda/fft.py). Data movement around cuFFT:
 //   fft_pad:       planes of (h, w) -> zero-filled (fh, fw) planes, element (a, b) placed at
 //                  (off_h + a*dil_h, off_w + b*dil_w): the padded input (dil = 1, off = pad)
 //                  and the dilated filter (off = 0) in one kernel; converts the storage type.
@@ -7,6 +7,11 @@
 //   fft_crop:      y[plane][p][q] = scale * z[plane][p*str_h][q*str_w] (scale undoes cuFFT's
 //                  unnormalised inverse), converting back to the storage type.
 // Every element of each destination is written. Sizes must be < 2^31 elements.
+// And the "fused" configuration's own transforms, for planes that fit N x N with N <= 32:
+//   fft_fused_forward: planes placed as fft_pad places them, their 2-D DFTs in shared memory,
+//                      written frequency-major (what pad + R2C + transpose produce);
+//   fft_fused_inverse: frequency-major spectra to planes, inverse 2-D DFTs, crop, stride and
+//                      scale (what transpose + C2R + crop do).
 #include "common.cuh"
 
 template <typename Tsrc, typename Tdst>
@@ -76,4 +81,209 @@ __global__ void __launch_bounds__(256)
         const Tsrc v = z[(static_cast<long long>(plane) * fh + p * str_h) * fw + q * str_w];
         store_acc(y + i, v * scale);
     }
+}
+
+// ---- The fused transforms ------------------------------------------------------------------
+// A block of FUSED_THREADS threads takes P = FUSED_THREADS / N planes: one thread per plane
+// row for the row transforms, one per plane column for the column transforms, each an N-point
+// radix-2 FFT in registers (every index a constant once the loops unroll). Only the N/2 + 1
+// columns a real plane's spectrum needs are kept: H2 per row.
+constexpr int FUSED_THREADS = 128;
+
+__host__ __device__ constexpr int fft_log2(int n) { return n <= 1 ? 0 : 1 + fft_log2(n / 2); }
+
+// i's low `bits` bits reversed (bits <= 5). Shifts and masks only: with a loop here nvcc left
+// some instances' indices unfolded, and their arrays in local memory.
+__host__ __device__ constexpr int fft_bit_reverse(int i, int bits) {
+    return (((i & 1) << 4) | ((i & 2) << 2) | (i & 4) | ((i & 8) >> 2) | ((i & 16) >> 4)) >>
+           (5 - bits);
+}
+
+// tw[j] = exp(-2 pi i j / N) for j < N / 2, computed by the block's first N / 2 threads
+// (sincospif: within an ulp, where exp of a float angle would lose the FP32 accuracy).
+template <int N>
+__device__ __forceinline__ void fft_twiddles(float2* tw, int tid) {
+    if (tid < N / 2) {
+        float s, c;
+        sincospif(2.0f * static_cast<float>(tid) / static_cast<float>(N), &s, &c);
+        tw[tid] = float2{c, -s};
+    }
+}
+
+// In-place DFT of a[0..N): sum_t a[t] exp(-+2 pi i f t / N) (INVERSE: +, unscaled). Each
+// stage's butterflies indexed by one flat loop (lo, hi from i): with a loop per butterfly
+// group and a swap per bit-reversed pair, nvcc kept the arrays in local memory (512 bytes of
+// stack at N = 32).
+template <int N, bool INVERSE>
+__device__ __forceinline__ void fft_registers(float2 (&a)[N], const float2* tw) {
+    static_assert(N >= 2 && N <= 32 && (N & (N - 1)) == 0, "N: a power of two up to 32");
+    constexpr int BITS = fft_log2(N);
+    float2 b[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) b[i] = a[fft_bit_reverse(i, BITS)];
+#pragma unroll
+    for (int stage = 0; stage < BITS; ++stage) {
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) {
+            const int half = 1 << stage;
+            const int j = i & (half - 1);  // the butterfly's twiddle exp(-2 pi i j / (2 half))
+            const int lo = ((i >> stage) << (stage + 1)) + j;
+            const int hi = lo + half;
+            const float2 w = tw[j * (N >> (stage + 1))];
+            const float wy = INVERSE ? -w.y : w.y;
+            const float2 u = b[lo];
+            const float2 v = b[hi];
+            const float2 t = float2{w.x * v.x - wy * v.y, w.x * v.y + wy * v.x};
+            b[lo] = float2{u.x + t.x, u.y + t.y};
+            b[hi] = float2{u.x - t.x, u.y - t.y};
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) a[i] = b[i];
+}
+
+// A block's spectra in shared memory: plane p's frequency (u, v) at sp[p * SPAN + u * H2 + v].
+// SPAN = N * H2 + 1, odd: the frequency-major loops read the P planes of one frequency at
+// once, and a span that is a multiple of the 32 banks' 16 complex values made that a P-way
+// conflict.
+template <int N>
+struct FusedShape {
+    static constexpr int P = FUSED_THREADS / N;  // planes per block
+    static constexpr int H2 = N / 2 + 1;         // columns a real plane's spectrum keeps
+    static constexpr int SPAN = N * H2 + 1;      // shared-memory stride between planes
+};
+
+// The column transforms: thread (p, v) transforms column v of plane p along u.
+template <int N, bool INVERSE>
+__device__ __forceinline__ void fft_columns(float2* sp, const float2* tw, int tid) {
+    using S = FusedShape<N>;
+    if (tid < S::P * S::H2) {
+        const int p = tid / S::H2;
+        const int v = tid - p * S::H2;
+        float2* column = sp + p * S::SPAN + v;
+        float2 a[N];
+#pragma unroll
+        for (int u = 0; u < N; ++u) a[u] = column[u * S::H2];
+        fft_registers<N, INVERSE>(a, tw);
+#pragma unroll
+        for (int u = 0; u < N; ++u) column[u * S::H2] = a[u];
+    }
+}
+
+// spec[f * planes + plane] = DFT of the N x N plane at frequency f = u * H2 + v (v <= N / 2),
+// the plane holding src's (h, w) plane with element (a, b) at (off_h + a * dil_h,
+// off_w + b * dil_w) and zeros elsewhere (h, w, and those positions within N x N: the host
+// checks). Grid: ceil(planes / P) blocks of FUSED_THREADS.
+template <typename T, int N>
+__global__ void __launch_bounds__(FUSED_THREADS)
+    fft_fused_forward(const T* __restrict__ src, float2* __restrict__ spec, int planes, int h,
+                      int w, int off_h, int off_w, int dil_h, int dil_w) {
+    using S = FusedShape<N>;
+    __shared__ float stage[S::P * N * N];  // the block's source planes as they are (h*w <= N*N)
+    __shared__ float2 sp[S::P * S::SPAN];
+    __shared__ float2 tw[N / 2];
+    const int tid = threadIdx.x;
+    const int plane0 = blockIdx.x * S::P;
+    const int count = min(S::P, planes - plane0);
+    const int hw = h * w;
+    fft_twiddles<N>(tw, tid);
+    const T* block_src = src + static_cast<long long>(plane0) * hw;
+    for (int i = tid; i < count * hw; i += FUSED_THREADS) stage[i] = load_acc(block_src + i);
+    __syncthreads();
+    {  // row u of plane p: real values, so the first H2 frequencies are all it keeps
+        const int p = tid / N;
+        const int u = tid - p * N;
+        const int da = u - off_h;
+        // Divisions only where there is a dilation: each costs tens of instructions, and
+        // the row reads N values.
+        const int sa = dil_h == 1 ? da : da / dil_h;
+        const bool row = p < count && da >= 0 && (dil_h == 1 || da % dil_h == 0) && sa < h;
+        const float* values = stage + (p * h + (row ? sa : 0)) * w;
+        float2 a[N];
+        if (dil_w == 1) {
+#pragma unroll
+            for (int v = 0; v < N; ++v) {
+                const int b = v - off_w;
+                const bool in = row && b >= 0 && b < w;
+                a[v] = float2{in ? values[in ? b : 0] : 0.0f, 0.0f};
+            }
+        } else {
+#pragma unroll
+            for (int v = 0; v < N; ++v) {
+                const int db = v - off_w;
+                const bool in = row && db >= 0 && db % dil_w == 0 && db / dil_w < w;
+                a[v] = float2{in ? values[in ? db / dil_w : 0] : 0.0f, 0.0f};
+            }
+        }
+        fft_registers<N, false>(a, tw);
+#pragma unroll
+        for (int v = 0; v < S::H2; ++v) sp[p * S::SPAN + u * S::H2 + v] = a[v];
+    }
+    __syncthreads();
+    fft_columns<N, false>(sp, tw, tid);
+    __syncthreads();
+    // Frequency-major: P consecutive planes per frequency, consecutive threads.
+    for (int i = tid; i < N * S::H2 * S::P; i += FUSED_THREADS) {
+        const int f = i / S::P;
+        const int p = i - f * S::P;
+        if (p < count) spec[static_cast<long long>(f) * planes + plane0 + p] = sp[p * S::SPAN + f];
+    }
+}
+
+// y[plane][p][q] = scale * (inverse DFT of the plane's spectrum)[p * str_h][q * str_w], the
+// spectrum read frequency-major, spec[f * planes + plane], f = u * H2 + v: the half a real
+// plane's spectrum needs (the rest by conjugate symmetry, as C2R takes it; the imaginary parts
+// of columns 0 and N / 2 drop out of the real part). (p_out - 1) * str_h < N and likewise for q
+// (the host checks). Grid: ceil(planes / P) blocks of FUSED_THREADS.
+template <typename T, int N>
+__global__ void __launch_bounds__(FUSED_THREADS)
+    fft_fused_inverse(const float2* __restrict__ spec, T* __restrict__ y, int planes, int p_out,
+                      int q_out, int str_h, int str_w, float scale) {
+    using S = FusedShape<N>;
+    __shared__ float2 sp[S::P * S::SPAN];
+    __shared__ float out[S::P * N * N];  // the block's output planes (p_out * q_out <= N * N)
+    __shared__ float2 tw[N / 2];
+    const int tid = threadIdx.x;
+    const int plane0 = blockIdx.x * S::P;
+    const int count = min(S::P, planes - plane0);
+    fft_twiddles<N>(tw, tid);
+    for (int i = tid; i < N * S::H2 * S::P; i += FUSED_THREADS) {
+        const int f = i / S::P;
+        const int p = i - f * S::P;
+        sp[p * S::SPAN + f] = p < count ? spec[static_cast<long long>(f) * planes + plane0 + p]
+                                        : float2{0.0f, 0.0f};
+    }
+    __syncthreads();
+    fft_columns<N, true>(sp, tw, tid);
+    __syncthreads();
+    {  // output row r of plane p: row r * str_h of the inverse, every str_w-th value
+        const int p = tid / N;
+        const int r = tid - p * N;
+        if (p < count && r < p_out) {
+            const float2* row = sp + p * S::SPAN + r * str_h * S::H2;
+            float2 a[N];
+#pragma unroll
+            for (int v = 0; v < N; ++v) {
+                const float2 z = row[v < S::H2 ? v : N - v];
+                a[v] = v < S::H2 ? z : float2{z.x, -z.y};
+            }
+            fft_registers<N, true>(a, tw);
+            float* dst = out + (p * p_out + r) * q_out;
+            if (str_w == 1) {  // no division per value
+#pragma unroll
+                for (int v = 0; v < N; ++v) {
+                    if (v < q_out) dst[v] = a[v].x * scale;
+                }
+            } else {
+#pragma unroll
+                for (int v = 0; v < N; ++v) {
+                    if (v % str_w == 0 && v / str_w < q_out) dst[v / str_w] = a[v].x * scale;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    const int pq = p_out * q_out;
+    T* block_y = y + static_cast<long long>(plane0) * pq;
+    for (int i = tid; i < count * pq; i += FUSED_THREADS) store_acc(block_y + i, out[i]);
 }

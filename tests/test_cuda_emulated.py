@@ -415,6 +415,34 @@ _WG_BWD = dict(n=8, c=16, h=5, w=6, k=8, r=3, s=3, pad=1, stride=2)
 _WG_BWD_DTYPES = ("float16", "float32")
 
 
+#: fft's "fused" configuration (its own N x N transforms, kernels/fft_helpers.cu) runs on every
+#: fft case whose planes fit 32 x 32, and on these: N = 32 over several blocks with a partial
+#: last one (28x28 at 5x5: GoogLeNet's inception 5x5 geometry), N = 4 (32 planes a block),
+#: and the two terms of `_fft_fused.size` that no other case needs: padding on one axis that
+#: takes N past a power of two (16 + 1 rows), and output rows reaching past the data and its
+#: leading padding (4 + 3 rows, 9 outputs).
+#: Mutations these cases catch (each injected once; `n` of the 63 fft cases with a fused
+#: configuration failed):
+#:   inverse twiddles not conjugated                       -> 58: relative error >= 1.0
+#:   frequency-major stores without the block's first plane -> 50: unwritten outputs (NaN)
+#:   rows placed without their padding offset              -> 29: relative error >= 1.4
+#:   the inverse's upper half not conjugated               -> 56: relative error 0.5-0.7
+#:   the barrier before the frequency-major stores removed -> 63: a race between schedules
+#:   dilated filter columns read undilated                 -> 13
+#:   strided outputs taken at q, not q * str_w             -> 8
+#: and of the host's transform size, each caught by the case named (and no other):
+#:   N from H, not H + pad                                 -> fft_pad_rows
+#:   N without the last output row's reach                 -> fft_output_reach
+_FFT_SHAPES: dict[str, dict[str, Any]] = {
+    "fft_inception_5x5": dict(n=2, c=5, h=28, w=28, k=7, r=5, s=5, pad=2),
+    "fft_n4": dict(n=3, c=2, h=2, w=3, k=2, r=2, s=2, pad=1),
+    "fft_pad_rows": dict(n=1, c=2, h=16, w=6, k=3, r=3, s=3, pad=1),
+    "fft_output_reach": dict(n=1, c=2, h=4, w=4, k=3, r=2, s=2, pad=(3, 0)),
+}
+#: Of those, also run in float16.
+_FFT_FLOAT16 = ("fft_inception_5x5", "fft_n4")
+
+
 def _case(case_id: str, name: str, problem: dict[str, Any],
           offsets: list[int] | None = None, inputs: str | None = None) -> dict[str, Any] | None:
     if not ALGORITHMS[name].supports(make_problem(**problem)):
@@ -454,6 +482,9 @@ def _cases() -> list[dict[str, Any]]:
         cases.append(_case(f"implicit_gemm_tc-tc_pw_vec-{dtype}-{math}-x_offset",
                            "implicit_gemm_tc", {**_TC_EXTRA_SHAPES["tc_pw_vec"], "dtype": dtype,
                                                 "math": math}, [item, 0, 0]))
+    cases += [_case(f"fft-{shape}-{dtype}", "fft", {**kw, "dtype": dtype})
+              for shape, kw in _FFT_SHAPES.items()
+              for dtype in ("float32", *(("float16",) if shape in _FFT_FLOAT16 else ()))]
     cases += [_case(f"winograd-{shape}-{dtype}", "winograd", {**kw, "dtype": dtype})
               for shape, kw in _WINOGRAD_SHAPES.items() for dtype in CTYPES]
     for shape, dw_dtypes in _DW_DTYPES.items():

@@ -24,6 +24,7 @@ from algorithms.cuda import (
     KERNEL_MODULES,
     _cublas,
     _cublaslt,
+    _fft_fused,
     _loader,
     _rearrange,
     fft,
@@ -124,6 +125,34 @@ def test_fft_workspace_regions_are_aligned_for_every_dtype() -> None:
             assert spans[-1][0] + spans[-1][1] <= total
             for (o1, n1), (o2, _n2) in itertools.pairwise(spans):
                 assert o1 + n1 <= o2
+
+
+def test_fused_fft_is_offered_where_its_kernels_fit() -> None:
+    """fft's "fused" configuration: 16- and 32-bit planes within 32 x 32, filters of more than
+    one tap, at most FUSED_MAX_GEMMS GEMM calls; the smallest power of two N covering
+    H + pad, the last output row's start and the filter's reach."""
+    def offered(**kw: Any) -> bool:
+        return "fused" in fft.FftCuda().configs(ConvProblem(**kw))
+
+    inception = dict(n=32, c=32, h=28, w=28, k=96, r=5, s=5, pad=(2, 2))
+    assert offered(**inception)
+    assert _fft_fused.size(ConvProblem(**inception)) == 32  # 28 + 2, not 28 + 4
+    assert _fft_fused.size(ConvProblem(**{**inception, "h": 14, "w": 14})) == 16  # 14 + 2
+    assert not offered(**{**inception, "dtype": "float64"})  # cuFFT keeps float64
+    assert not offered(**{**inception, "r": 1, "s": 1, "pad": (0, 0)})  # one tap
+    assert not offered(**{**inception, "h": 31, "w": 31})  # 31 + 2 > 32
+    # A depthwise layer: 96 groups are 96 GEMM calls at n = 32, one call at n = 1.
+    depthwise = dict(c=96, h=14, w=14, k=96, r=3, s=3, pad=(1, 1), groups=96)
+    assert not offered(n=32, **depthwise)
+    assert offered(n=1, **depthwise)
+
+
+def test_fused_fft_workspace_holds_the_three_spectra() -> None:
+    problem = ConvProblem(n=2, c=6, h=14, w=14, k=4, r=3, s=3, pad=(1, 1), groups=2)
+    f = 16 * 9  # N = 16 (14 + 1 -> 16): 16 x 9 frequencies
+    sizes = [f * 2 * 6 * 8, f * 4 * 3 * 8, f * 2 * 4 * 8]  # xt, wt (k x c/groups), yt
+    assert fft.FftCuda().workspace_bytes(problem, "fused") == sum(-(-s // 256) * 256
+                                                                  for s in sizes)
 
 
 # --- launch limits on problems too big to emulate -------------------------------------------------

@@ -31,6 +31,11 @@ allocates from its memory pool when the plan is created (on the first run of a p
 inside the tuner's warm-up) and keeps while the plan stays in this module's small plan
 cache; cuBLAS uses its per-handle workspace. Neither is allocated per call.
 
+Configurations: "default" is the above. "fused" (algorithms/cuda/_fft_fused.py: float16 and
+float32 planes that fit 32 x 32) runs the transforms as our own kernels, straight from x and
+w into the frequency-major spectra and from the GEMMs' product into y: three launches besides
+the GEMMs instead of nine, and no padded planes, cuFFT passes or transposes in memory.
+
 backward_data and backward_filter run these steps on a rearranged forward problem
 (algorithms/by_forward.py), the rearranged operands in the workspace before the regions
 above; for backward_filter the forward problem's filter is dy (P x Q taps), which the
@@ -45,10 +50,20 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.base import SUPPORTED, Support, align, unsupported, workspace_view
+from algorithms.base import (
+    DEFAULT_CONFIG,
+    SUPPORTED,
+    Support,
+    Work,
+    align,
+    unsupported,
+    workspace_view,
+)
+from algorithms.cuda import _fft_fused
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._cublas import OP_C, OP_N, gemm_strided_batched
+from algorithms.cuda._fft_fused import FUSED, KERNEL_FILE
 from algorithms.cuda._loader import (
     CTYPES,
     ceil_div,
@@ -60,14 +75,14 @@ from algorithms.cuda._loader import (
 )
 from algorithms.problem import ConvProblem
 
-KERNEL_FILE = "fft_helpers.cu"
-
 # cuFFT's transform types and directions (cufft.h), fixed by its API.
 CUFFT_R2C, CUFFT_C2R, CUFFT_D2Z, CUFFT_Z2D = 0x2A, 0x2C, 0x6A, 0x6C
 CUFFT_FORWARD, CUFFT_INVERSE = -1, 1
 _THREADS = 256
 _GRID_Y_LIMIT = 65535
 _PLAN_CACHE_SIZE = 24
+#: Most cuBLAS calls of a run FUSED is offered for (see FftCuda.configs).
+FUSED_MAX_GEMMS = 8
 
 
 def next_fast_len(n: int) -> int:
@@ -114,7 +129,7 @@ def shipped_kernels() -> tuple[str, ...]:
         for name in name_expressions(dtype).values():
             if name not in names:
                 names.append(name)
-    return tuple(names)
+    return (*names, *_fft_fused.shipped_kernels())
 
 
 def _counts(problem: ConvProblem) -> dict[str, int]:
@@ -132,7 +147,7 @@ def _counts(problem: ConvProblem) -> dict[str, int]:
 
 
 def workspace_layout(problem: ConvProblem) -> dict[str, tuple[int, int]]:
-    """Region name -> (byte offset, bytes) inside the workspace."""
+    """Region name -> (byte offset, bytes) inside the workspace of "default"."""
     rs = np.dtype(_real_dtype(problem)).itemsize
     offset = 0
     layout: dict[str, tuple[int, int]] = {}
@@ -188,17 +203,40 @@ class _FftCudaForward(CudaAlgorithm):
             return unsupported("too many planes or frequencies for the transpose grid")
         return SUPPORTED
 
+    def configs(self, problem: ConvProblem) -> tuple[str, ...]:
+        """cuFFT's transforms; and FUSED, our own, where `_fft_fused.fits` and the GEMMs take
+        at most FUSED_MAX_GEMMS calls (a depthwise layer's 960 groups are 960 cuBLAS calls:
+        10 ms for "default" on MobileNet-v2's block6.2 on an H100, a candidate that only
+        costs tuning time)."""
+        if gemm_calls(problem) <= FUSED_MAX_GEMMS and _fft_fused.fits(problem):
+            return (DEFAULT_CONFIG, FUSED)
+        return (DEFAULT_CONFIG,)
+
     def _workspace(self, problem: ConvProblem, config: str) -> int:
-        """Padded planes and spectra (see the module docstring for the layout)."""
+        """Padded planes and spectra (see the module docstring for the layout); FUSED's
+        frequency-major spectra."""
+        if config == FUSED:
+            return _fft_fused.layout(problem).nbytes
         offset, nbytes = list(workspace_layout(problem).values())[-1]
         return align(offset + nbytes)
+
+    def work(self, problem: ConvProblem, config: str) -> Work:
+        """FUSED: its inverse kernel's blocks, and 3 launches with the GEMM calls; cuFFT's
+        path: 9 launches with them (pad, transform and transpose per operand, then
+        transpose, transform and crop), blocks unknown."""
+        if config == FUSED:
+            return Work(_fft_fused.blocks(problem), 1.0, 3 + gemm_calls(problem))
+        return Work(0, 1.0, 9 + gemm_calls(problem))
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
         """Enqueue the transforms, GEMMs and data movement."""
+        if config == FUSED:
+            _fft_fused.run(x, w, y, workspace, problem, get_kernel, frequency_gemms)
+            return
         n, c, k = problem.n, problem.c, problem.k
-        g, cg, kg = problem.groups, c // problem.groups, k // problem.groups
+        cg = c // problem.groups
         fh, fw = fft_size(problem)
         f = fh * (fw // 2 + 1)
         out_h, out_w = problem.out_hw
@@ -245,24 +283,9 @@ class _FftCudaForward(CudaAlgorithm):
         wt = region("wt", (f, k * cg), cplx)
         transpose_into(spec2, wt, k * cg, f)
 
-        # 4: per frequency, column-major (kg x n) = (cg x kg)^H @ (cg x n) for each group.
+        # 4: per frequency, the channel reduction.
         yt = region("spectra2", (f, n * k), cplx)
-        if n == 1:
-            # One image: each frequency's groups follow each other in xt, wt and yt (x at
-            # f*c + gi*cg = (f*g + gi)*cg, likewise w and y), so one call batches over
-            # (frequency, group): 1 launch instead of g (depthwise backward_filter's
-            # rearranged problem has n = c/g = 1).
-            gemm_strided_batched(cplx, OP_C, OP_N, kg, 1, cg, wt.data.ptr, cg, kg * cg,
-                                 xt.data.ptr, cg, cg, yt.data.ptr, kg, kg, f * g)
-        else:
-            for gi in range(g):
-                gemm_strided_batched(
-                    cplx, OP_C, OP_N, kg, n, cg,
-                    wt.data.ptr + gi * kg * cg * cs, cg, k * cg,
-                    xt.data.ptr + gi * cg * cs, c, n * c,
-                    yt.data.ptr + gi * kg * cs, k, n * k,
-                    f,
-                )
+        frequency_gemms(problem, cplx, f, xt.data.ptr, wt.data.ptr, yt.data.ptr)
 
         # 5: back to planes, inverse transform, crop + stride + scale into y.
         spec_y = region("spectra1", (n * k, fh, fw // 2 + 1), cplx)
@@ -274,6 +297,31 @@ class _FftCudaForward(CudaAlgorithm):
              (z, y, np.int32(n * k), np.int32(out_h), np.int32(out_w), np.int32(fh),
               np.int32(fw), np.int32(problem.stride[0]), np.int32(problem.stride[1]),
               rnp(1.0 / (fh * fw))))
+
+
+def gemm_calls(problem: ConvProblem) -> int:
+    """cuBLAS calls of the frequency GEMMs: one per group, one in all for one image."""
+    return 1 if problem.n == 1 else problem.groups
+
+
+def frequency_gemms(problem: ConvProblem, cplx: str, f: int, xt: int, wt: int,
+                     yt: int) -> None:
+    """Per frequency and group, column-major (kg x n) = (cg x kg)^H @ (cg x n), from the
+    frequency-major spectra at addresses xt (f, n*c) and wt (f, k*cg) into yt (f, n*k)."""
+    n, c, k = problem.n, problem.c, problem.k
+    g, cg, kg = problem.groups, c // problem.groups, k // problem.groups
+    if n == 1:
+        # One image: each frequency's groups follow each other in xt, wt and yt (x at
+        # f*c + gi*cg = (f*g + gi)*cg, likewise w and y), so one call batches over
+        # (frequency, group): 1 launch instead of g (depthwise backward_filter's
+        # rearranged problem has n = c/g = 1).
+        gemm_strided_batched(cplx, OP_C, OP_N, kg, 1, cg, wt, cg, kg * cg, xt, cg, cg, yt,
+                             kg, kg, f * g)
+        return
+    cs = np.dtype(cplx).itemsize
+    for gi in range(g):
+        gemm_strided_batched(cplx, OP_C, OP_N, kg, n, cg, wt + gi * kg * cg * cs, cg, k * cg,
+                             xt + gi * cg * cs, c, n * c, yt + gi * kg * cs, k, n * k, f)
 
 
 class FftCuda(CudaByForward, _FftCudaForward):

@@ -73,6 +73,13 @@ inline dim3 blockDim, gridDim;
 using std::max;
 using std::min;
 
+// sin(pi x) and cos(pi x), CUDA's sincospif (within an ulp there), here from double.
+inline void sincospif(float x, float* s, float* c) {
+    const double angle = 3.141592653589793238 * static_cast<double>(x);
+    *s = static_cast<float>(std::sin(angle));
+    *c = static_cast<float>(std::cos(angle));
+}
+
 inline unsigned int __umulhi(unsigned int a, unsigned int b) {
     return static_cast<unsigned int>((static_cast<unsigned long long>(a) * b) >> 32);
 }
