@@ -17,18 +17,26 @@ Usage: python benchmarks/bench_tuner.py --device cpu --model resnet50 --batch 8 
    racing or confirmation.
 3. Reports per layer the regret of the tuner's pick: its isolated time over the isolated
    best, minus one.
+4. With --profile PATH, tunes the network once more under cProfile, into a copy of the
+   store as it was before the timed tuning (so it finds what that one found), and writes
+   the functions that took the most time to PATH: where a fast find's seconds go. The
+   timed tuning itself runs without the profiler, whose overhead inflates Python's share.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -69,6 +77,21 @@ def tune(url: str, device: str, model: str, batch: int,
                                       for r in stored if r.usable}})
     cache = model_cache(tuner.store)
     return rows, {"fit_s": cache.fit_s, "model_fits": cache.fits, "model_loads": cache.loads}
+
+
+def write_profile(path: Path, work: Callable[[], object], top: int = 40) -> None:
+    """Run `work` under cProfile; write its `top` functions by cumulative time, then by
+    own time, to `path`."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        work()
+    finally:
+        profiler.disable()
+    with path.open("w") as out:
+        stats = pstats.Stats(profiler, stream=out).strip_dirs()
+        stats.sort_stats("cumulative").print_stats(top)
+        stats.sort_stats("tottime").print_stats(top)
 
 
 def fit_model(url: str, device: str) -> dict[str, float]:
@@ -231,6 +254,9 @@ def main() -> None:
                         help="isolated measurements of each configuration (their spread is "
                              "the noise)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="tune again under cProfile (a copy of the store from before the "
+                             "timed tuning) and write where the time went here")
     parser.add_argument("--remeasure", default=None, help=argparse.SUPPRESS)  # child: store URL
     parser.add_argument("--fit-model", default=None, help=argparse.SUPPRESS)  # child: store URL
     args = parser.parse_args()
@@ -265,6 +291,8 @@ def main() -> None:
             prefit = json.loads(subprocess.run(
                 [sys.executable, __file__, "--fit-model", url, "--device", args.device],
                 capture_output=True, text=True, check=True).stdout)
+        if args.profile and Path(f"{tmp}/bench_tuner.db").exists():  # none: an empty store
+            shutil.copyfile(f"{tmp}/bench_tuner.db", f"{tmp}/profiled.db")
         began = time.perf_counter()
         tuned, model_share = tune(url, args.device, args.model, args.batch, args.mode)
         tune_s = time.perf_counter() - began
@@ -277,6 +305,9 @@ def main() -> None:
             check=True,
         )
         remeasure_s = time.perf_counter() - began
+        if args.profile:
+            write_profile(args.profile, lambda: tune(
+                f"sqlite:///{tmp}/profiled.db", args.device, args.model, args.batch, args.mode))
     rows = regret_rows(tuned, json.loads(child.stdout))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()

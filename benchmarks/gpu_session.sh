@@ -32,7 +32,8 @@
 #              the three networks), each under its own T_TUNER
 #   tuner_fast  ResNet-50 in fast mode, the store first filled with the other three networks
 #              and the cost model fitted by a separate process first (--saved-model: the
-#              timed tuning loads it; the report gives that fit's time too)
+#              timed tuning loads it; the report gives that fit's time too); then once more
+#              under cProfile (tuner_fast_profile.txt: where a fast find's seconds go)
 #   train      benchmarks/bench_train.py (issue 13: a ResNet-50 training step vs PyTorch,
 #              phase by phase, then every distinct convolution in each direction timed
 #              alone on both sides: about 30 s more than the 78 s of 2026-11-23)
@@ -193,7 +194,8 @@ for step in "${steps[@]}"; do
     tuner_fast)
         run tuner tuner_fast python3 benchmarks/bench_tuner.py --device cuda:0 --model resnet50 \
             --batch 32 --iso-budget-s 0.1 --mode fast --saved-model \
-            --train-on vgg16:16,googlenet:32,mobilenet_v2:32 --out "$LOG/tuner_fast.json"
+            --train-on vgg16:16,googlenet:32,mobilenet_v2:32 --out "$LOG/tuner_fast.json" \
+            --profile "$LOG/tuner_fast_profile.txt"
         tail -n 27 "$LOG/tuner_fast.log" ;;
     train)
         run train train python3 benchmarks/bench_train.py --device cuda --seconds 5

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from algorithms.cpu.runtime import CpuRuntime
 from algorithms.runtime import TimingPolicy
-from benchmarks.bench_tuner import isolated_ms, regret_rows, report
+from benchmarks.bench_tuner import isolated_ms, regret_rows, report, write_profile
 from tests.tuner.fakes import Fake, small_problem
 from tuner.candidates import Candidate
 
@@ -88,3 +91,17 @@ def test_report_says_whether_the_timed_tuning_fitted_or_loaded_the_model() -> No
     loaded = report(rows, {**meta, "model_fits": 0, "model_loads": 1, "prefit_s": 2.4})
     assert ("fitting the cost model: 0.0 s in 0 fits as the store grew, after loading the fit "
             "of an earlier process (which took 2.4 s))") in loaded
+
+
+def test_a_profile_names_where_the_time_went(tmp_path: Path) -> None:
+    def slow_part() -> None:
+        time.sleep(0.05)
+
+    def work() -> None:
+        for _ in range(3):
+            slow_part()
+
+    path = tmp_path / "profile.txt"
+    write_profile(path, work)
+    text = path.read_text()
+    assert "slow_part" in text and "cumulative" in text and "tottime" in text
