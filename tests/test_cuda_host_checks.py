@@ -134,7 +134,7 @@ def test_fused_fft_is_offered_where_its_kernels_fit() -> None:
     def offered(**kw: Any) -> bool:
         return "fused" in fft.FftCuda().configs(ConvProblem(**kw))
 
-    inception = dict(n=32, c=32, h=28, w=28, k=96, r=5, s=5, pad=(2, 2))
+    inception: dict[str, Any] = dict(n=32, c=32, h=28, w=28, k=96, r=5, s=5, pad=(2, 2))
     assert offered(**inception)
     assert _fft_fused.size(ConvProblem(**inception)) == 32  # 28 + 2, not 28 + 4
     assert _fft_fused.size(ConvProblem(**{**inception, "h": 14, "w": 14})) == 16  # 14 + 2
@@ -142,7 +142,7 @@ def test_fused_fft_is_offered_where_its_kernels_fit() -> None:
     assert not offered(**{**inception, "r": 1, "s": 1, "pad": (0, 0)})  # one tap
     assert not offered(**{**inception, "h": 31, "w": 31})  # 31 + 2 > 32
     # A depthwise layer: 96 groups are 96 GEMM calls at n = 32, one call at n = 1.
-    depthwise = dict(c=96, h=14, w=14, k=96, r=3, s=3, pad=(1, 1), groups=96)
+    depthwise: dict[str, Any] = dict(c=96, h=14, w=14, k=96, r=3, s=3, pad=(1, 1), groups=96)
     assert not offered(n=32, **depthwise)
     assert offered(n=1, **depthwise)
 
