@@ -9,13 +9,17 @@ machine's slow spells hit every path alike. Each path's time is the median over 
 its mean time per call in a burst (the device synchronised after each burst: on a GPU
 the work is queued within the burst, and this much work is tiny). Paths: the algorithm
 alone, a plan, `convolve`, the backward calls, the PyTorch module (inference and a
-training step) and `F.conv2d`, with NumPy/CuPy arrays and with torch tensors.
+training step) and `F.conv2d`, with NumPy/CuPy arrays and with torch tensors; `convolve`
+and the module also without `db`, as most callers use them: the default database, here a
+throwaway one ($CONVTUNE_DB_URL unset and the data and cache directories pointed at a
+temporary one for this process, so that the user's own database is never touched).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -73,6 +77,9 @@ def main() -> None:
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     where = f"cuda:{device.index or 0}" if gpu else "cpu"
     db = f"sqlite:///{tempfile.mkdtemp()}/bench_call_path.db"
+    homes = tempfile.mkdtemp()  # the default database's directories, for this process only
+    os.environ.pop("CONVTUNE_DB_URL", None)
+    os.environ["XDG_DATA_HOME"], os.environ["XDG_CACHE_HOME"] = f"{homes}/data", f"{homes}/cache"
     p = TINY
     x, w, y = (torch.randn(shape, device=device) for shape in p.operand_shapes)
     dy = torch.randn(p.output_shape, device=device)
@@ -81,11 +88,12 @@ def main() -> None:
     xa, wa, ya = (runtime.adopt(untracked(a)) for a in (x, w, y))
     workspace = chosen.workspace()
     module = Conv2d(p.c, p.k, 1, bias=False, db=db).to(device)
+    default_module = Conv2d(p.c, p.k, 1, bias=False).to(device)  # the default database
     xg = x.clone().requires_grad_()
 
-    def inference() -> None:
+    def inference(conv: Conv2d = module) -> None:
         with torch.no_grad():
-            module(x)
+            conv(x)
 
     paths: dict[str, Callable[[], Any]] = {
         "algorithm alone": lambda: chosen.implementation.run(xa, wa, ya, workspace, p,
@@ -94,11 +102,13 @@ def main() -> None:
         "plan(x, w, out=y), torch tensors": lambda: chosen(x, w, out=y),
         "convolve(x, w), backend arrays": lambda: convolve(xa, wa, db=db),
         "convolve(x, w), torch tensors": lambda: convolve(x, w, db=db),
+        "convolve(x, w), torch tensors, default database": lambda: convolve(x, w),
         "convolve_backward_data, torch": lambda: convolve_backward_data(
             dy, w, p.input_shape, db=db),
         "convolve_backward_filter, torch": lambda: convolve_backward_filter(
             x, dy, p.filter_shape, db=db),
         "Conv2d forward, no graph": inference,
+        "Conv2d forward, no graph, default database": lambda: inference(default_module),
         "Conv2d training step (forward, dx, dw)": lambda: module(xg).backward(dy),
         "F.conv2d": lambda: F.conv2d(x, module.weight.detach()),
         "F.conv2d training step": lambda: F.conv2d(xg, module.weight).backward(dy),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,16 +38,33 @@ SQLITE_BUSY_TIMEOUT_MS = 60_000
 DB_FILE = "convtune.db"
 
 
+#: The environment variables that place platformdirs' data and cache directories on this
+#: platform (the profile folders on Windows, the home directory on macOS, XDG elsewhere).
+_HOME_VARIABLES = {"win32": ("APPDATA", "LOCALAPPDATA", "USERPROFILE"),
+                   "darwin": ("HOME",)}.get(sys.platform,
+                                            ("XDG_DATA_HOME", "XDG_CACHE_HOME", "HOME"))
+
+
 def default_url() -> str:
     """$CONVTUNE_DB_URL, else an SQLite file under the user's data directory.
 
     Measurements are worth keeping (they take minutes to hours to redo), and cache
     directories are what cleaners empty, so the default lives in the data directory;
     a database left in the cache directory by convtune 0.1 is copied over once.
+
+    Every `convolve()` and module call without `db` asks: the directories are worked out
+    (and the old database adopted) once per process and environment, not per call.
     """
     url = os.environ.get(ENV_URL)
     if url:
         return url
+    return _file_url(tuple(os.environ.get(name) for name in _HOME_VARIABLES))
+
+
+@functools.lru_cache(maxsize=8)
+def _file_url(homes: tuple[str | None, ...]) -> str:
+    # platformdirs, pathlib and two stat calls: 40-55 us on a CPU (bench_call_path.py's
+    # default-database rows), more than a whole cached convolve() call otherwise takes.
     from platformdirs import user_cache_dir, user_data_dir
 
     path = Path(user_data_dir("convtune")) / DB_FILE

@@ -55,3 +55,30 @@ def test_adopting_never_replaces_an_existing_database(tmp_path: Path) -> None:
     old.write_bytes(b"not a database at all, just some text " * 4)
     assert adopt_database(old, tmp_path / "other.db") is False
     assert not (tmp_path / "other.db").exists()
+
+
+def test_the_directories_are_worked_out_once_per_environment(
+    homes: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    # Bug (issue 9): every convolve() and module call without `db` asked platformdirs for
+    # the data directory and stat'ed two files, 40-55 us a call on a CPU, more than the
+    # rest of a cached convolve() call.
+    import platformdirs
+
+    asked: list[str] = []
+    real = platformdirs.user_data_dir
+
+    def counting(*args: object, **kwargs: object) -> str:
+        asked.append("data")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(platformdirs, "user_data_dir", counting)
+    _cache, data = homes
+    assert [default_url() for _ in range(4)] == [f"sqlite:///{data / 'convtune.db'}"] * 4
+    assert asked == ["data"]
+    # Another data directory (a test's, a new $XDG_DATA_HOME): worked out anew.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "elsewhere"))
+    assert default_url() == f"sqlite:///{tmp_path / 'elsewhere' / 'convtune' / 'convtune.db'}"
+    # $CONVTUNE_DB_URL still wins at once.
+    monkeypatch.setenv("CONVTUNE_DB_URL", "sqlite:///somewhere.db")
+    assert default_url() == "sqlite:///somewhere.db"
