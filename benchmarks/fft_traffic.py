@@ -11,6 +11,7 @@ confirms or not. Needs neither a GPU nor nvcc:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from algorithms.base import DEFAULT_CONFIG
 from algorithms.cuda import _fft_fused, fft
 from algorithms.problem import ConvProblem
 from tuner.networks import network_problems
@@ -50,21 +52,19 @@ def default_traffic(problem: ConvProblem) -> Traffic:
     total += 2 * n * k * f * COMPLEX  # transpose back
     total += n * k * (f * COMPLEX + fh * fw * REAL)  # C2R
     total += n * k * (out_h * out_w * (REAL + item))  # crop (reads what it keeps)
-    return Traffic(9 + fft.gemm_calls(problem), total)
+    return Traffic(_launches(problem, DEFAULT_CONFIG), total)
 
 
 def fused_traffic(problem: ConvProblem) -> Traffic:
-    """Our own transforms: operands in, spectra out; GEMMs; spectra in, y out."""
-    size = _fft_fused.size(problem)
-    f = size * (size // 2 + 1)
-    n, c, k, cg = problem.n, problem.c, problem.k, problem.c // problem.groups
-    out_h, out_w = problem.out_hw
-    item = problem.itemsize
-    total = n * c * (problem.h * problem.w * item + f * COMPLEX)
-    total += k * cg * (problem.r * problem.s * item + f * COMPLEX)
-    total += gemm_bytes(problem, f)
-    total += n * k * (f * COMPLEX + out_h * out_w * item)
-    return Traffic(3 + fft.gemm_calls(problem), total)
+    """Our own transforms: operands in, spectra out; GEMMs; spectra in, y out. Each spectrum
+    (`_fft_fused.counts`) is written once and read once."""
+    spectra = sum(_fft_fused.counts(problem).values()) * COMPLEX
+    operands = sum(math.prod(shape) for shape in problem.operand_shapes) * problem.itemsize
+    return Traffic(_launches(problem, _fft_fused.FUSED), operands + 2 * spectra)
+
+
+def _launches(problem: ConvProblem, config: str) -> int:
+    return fft.FftCuda().work(problem, config).launches
 
 
 def gemm_bytes(problem: ConvProblem, f: int) -> int:
