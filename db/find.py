@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from sqlalchemy import BigInteger, Text, and_, bindparam, cast, or_, select, update
+from sqlalchemy import BigInteger, Text, and_, bindparam, cast, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from db.keys import (
@@ -155,7 +155,7 @@ def load_timed_measurements(
         select(Problem, Device.id, Device.units, *(Measurement.__table__.c[f] for f in ROW_FIELDS))
         .join(Measurement, Measurement.problem_id == Problem.id)
         .join(Device, Measurement.device_id == Device.id)
-        .where(Device.kind == kind, Measurement.status == "ok", Measurement.time_ms > 0)
+        .where(*_timed_on(kind))
         .order_by(Measurement.measured_at, Measurement.id)
     )
     newest: dict[tuple[int, int, str, str], tuple[dict[str, Any], int, MeasurementRow]] = {}
@@ -165,6 +165,24 @@ def load_timed_measurements(
         key = keys.setdefault(problem.id, {f: getattr(problem, f) for f in PROBLEM_FIELDS})
         newest[(device_id, problem.id, row.algorithm, row.config)] = (key, units, row)
     return list(newest.values())
+
+
+def count_timed_measurements(*, session: Session, kind: str) -> int:
+    """How many rows load_timed_measurements would return, counted in the database."""
+    kept = (
+        select(Measurement.device_id, Measurement.problem_id, Measurement.algorithm,
+               Measurement.config)
+        .join(Device, Measurement.device_id == Device.id)
+        .where(*_timed_on(kind))
+        .distinct()
+        .subquery()
+    )
+    return int(session.execute(select(func.count()).select_from(kept)).scalar_one())
+
+
+def _timed_on(kind: str) -> tuple[Any, ...]:
+    """The conditions of a usable timed measurement on a device of kind `kind`."""
+    return Device.kind == kind, Measurement.status == "ok", Measurement.time_ms > 0
 
 
 _BUMP_GENERATION = (

@@ -16,6 +16,7 @@ from db import find as store_find
 from db.engine import Store, open_store
 from db.models import Measurement
 from db.rows import MeasurementRow, utcnow
+from tests.fleet.conftest import pg_url, store_url
 from tests.tuner.fakes import Fake, small_problem
 from tuner import model as M
 from tuner import results as R
@@ -73,6 +74,7 @@ def tuner(store: Store, algos: dict[str, Fake], **kw: object) -> Tuner:
 
 
 UNSEEN = small_problem(n=3, c=6, k=12, h=10, w=10)
+__all__ = ["pg_url", "store_url"]  # the store fixtures: SQLite, then PostgreSQL
 
 
 def test_the_model_ranks_the_truly_faster_algorithm_first(db_url: str) -> None:
@@ -189,6 +191,63 @@ def test_the_model_is_refit_as_the_store_grows_and_not_on_cached_reads(db_url: s
     assert seeded + 2 * len(SPEED) >= seeded * (1 + M.REFIT_GROWTH)
     assert facade.best(UNSEEN, "cpu", mode="heuristic").source == R.PREDICTED
     assert len(fits) == 2
+
+
+def _row(algorithm: str, status: str = R.OK, time_ms: float | None = 1.5,
+         impl_hash: str = Fake.impl_hash) -> MeasurementRow:
+    return MeasurementRow(
+        algorithm=algorithm, config="default", impl_hash=impl_hash, status=status,
+        time_ms=time_ms, spread_ms=0.0, min_ms=None, reps=3, workspace_bytes=0,
+        max_error=0.0, rel_error=0.0, error=None, measured_at=utcnow(), tuner_version="test")
+
+
+def test_the_sample_count_is_the_number_of_samples(store_url: str) -> None:
+    store = open_store(store_url)
+    seed(store, SPEED, training_problems()[:3])
+    cpu = identify("cpu")
+    twin = {**cpu.info, "name": "another cpu"}  # a second device of the same kind
+    gpu = {**cpu.info, "kind": "cuda"}
+    problem = training_problems()[0]
+    for fingerprint, info, rows in (
+        (cpu.fingerprint, cpu.info, [
+            _row("fast", impl_hash="older"),  # one configuration, two implementations
+            _row("failed", status=R.FAILED, time_ms=None),
+            _row("wrong", status=R.WRONG_RESULT),
+            _row("untimed", time_ms=0.0),
+        ]),
+        ("twin", twin, [_row("fast"), _row("mid")]),
+        ("gpu", gpu, [_row("fast")]),
+    ):
+        store.write(functools.partial(_save, fingerprint=fingerprint, info=info,
+                                      problem=problem, rows=rows))
+    for kind, expected in (("cpu", 3 * len(SPEED) + 2), ("cuda", 1), ("none", 0)):
+        _, samples = M.samples_from_store(store, kind)
+        assert len(samples) == expected
+        assert M.sample_count(store, kind)[1] == expected
+
+
+def test_a_write_that_keeps_the_model_fresh_reads_no_samples(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug pinned: after every write the model cache re-read every stored sample only to
+    # count them (0.1 s a layer of a fast ResNet-50 tuning on the H200, 2026-11-27).
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    cache, fits = counting(store)
+    assert cache.model("cpu") is not None
+    reads: list[str] = []
+    original = M.samples_from_store
+
+    def read(store: Store, kind: str) -> tuple[int, list[M.Sample]]:
+        reads.append(kind)
+        return original(store, kind)
+
+    monkeypatch.setattr(M, "samples_from_store", read)
+    seed(store, {"fast": 1.0}, [small_problem(n=3, c=8, k=8)])  # one more: still fresh
+    assert cache.model("cpu") is not None
+    assert (reads, len(fits)) == ([], 1)
+    seed(store, SPEED, [small_problem(n=5, c=8, k=8), small_problem(n=6, c=8, k=8)])
+    assert cache.model("cpu") is not None  # 10% more samples: read and refit
+    assert (reads, len(fits)) == (["cpu"], 2)
 
 
 def test_a_prediction_cached_in_the_service_is_dropped_by_any_write(db_url: str) -> None:
