@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 
 from algorithms.cpu.runtime import CpuRuntime
+from algorithms.problem import ConvProblem
 from algorithms.runtime import TimingPolicy
+from benchmarks import bench_tuner
 from benchmarks.bench_tuner import isolated_ms, regret_rows, report, write_profile
 from tests.tuner.fakes import Fake, small_problem
 from tuner.candidates import Candidate
+from tuner.results import AlgorithmResult
+from tuner.tuning import Tuner
 
 
 def test_regret_is_the_pick_alone_over_the_best_alone() -> None:
@@ -105,3 +111,27 @@ def test_a_profile_names_where_the_time_went(tmp_path: Path) -> None:
     write_profile(path, work)
     text = path.read_text()
     assert "slow_part" in text and "cumulative" in text and "tottime" in text
+
+
+def test_the_tuning_time_leaves_out_the_read_that_explains_misses(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug pinned: the wall time of a fast tuning counted bench_tuner's own read of every
+    # layer's stored times (in fast mode a prediction of the unmeasured ones): 2.2 of the
+    # 6.4 s reported for ResNet-50 on the H200 (2026-11-27).
+    layers = [(SimpleNamespace(name="a"), small_problem()),
+              (SimpleNamespace(name="b"), small_problem(k=8))]
+    monkeypatch.setattr(bench_tuner, "network_problems", lambda model, batch: layers)
+    real = Tuner.find_candidates
+
+    def slow_read(self: Tuner, problem: ConvProblem, device: str, *args: Any,
+                  mode: str = "auto", **kw: Any) -> list[AlgorithmResult]:
+        if mode == "cached":
+            time.sleep(0.5)
+        return real(self, problem, device, *args, mode=mode, **kw)
+
+    monkeypatch.setattr(Tuner, "find_candidates", slow_read)
+    began = time.perf_counter()
+    rows, cost = bench_tuner.tune(db_url, "cpu", "any", 1)
+    assert time.perf_counter() - began - cost["tune_s"] >= 1.0  # both reads, untimed
+    assert cost["tune_s"] >= sum(row["tune_s"] for row in rows)
+    assert all(row["tuned_all_ms"] for row in rows)
