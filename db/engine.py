@@ -52,17 +52,40 @@ def default_url() -> str:
     directories are what cleaners empty, so the default lives in the data directory;
     a database left in the cache directory by convtune 0.1 is copied over once.
 
-    Every `convolve()` and module call without `db` asks: the directories are worked out
-    (and the old database adopted) once per process and environment, not per call.
+    Every `convolve()` and module call without `db` asks: the answer is worked out (and the
+    old database adopted) once per process and value of the variables it depends on.
     """
-    url = os.environ.get(ENV_URL)
-    if url:
-        return url
-    return _file_url(tuple(os.environ.get(name) for name in _HOME_VARIABLES))
+    return _url_from(_read_environment())
+
+
+def _environment_reader(names: tuple[str, ...]) -> Callable[[], tuple[Any, ...]]:
+    """A function giving the values of `names` in os.environ, raw where that is cheaper."""
+    # os.environ.get costs about half a microsecond a variable, more when it is unset (a
+    # KeyError raised and caught inside), and default_url reads four on every call. CPython
+    # keeps os.environ's values in its dict `_data` under encoded keys: read them there when
+    # it does, and decode only what _url_from has not seen.
+    data = getattr(os.environ, "_data", None)
+    encode = getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and callable(encode):
+        keys = tuple(encode(name) for name in names)
+        return lambda: tuple(map(data.get, keys))
+    return lambda: tuple(map(os.environ.get, names))
+
+
+_read_environment = _environment_reader((ENV_URL, *_HOME_VARIABLES))
+
+
+def _decoded(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return str(os.environ.decodevalue(value))  # type: ignore[attr-defined]
 
 
 @functools.lru_cache(maxsize=8)
-def _file_url(homes: tuple[str | None, ...]) -> str:
+def _url_from(raw: tuple[Any, ...]) -> str:
+    url = _decoded(raw[0])
+    if url:
+        return url
     # platformdirs, pathlib and two stat calls: 40-55 us on a CPU (bench_call_path.py's
     # default-database rows), more than a whole cached convolve() call otherwise takes.
     from platformdirs import user_cache_dir, user_data_dir

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from db import engine
 from db.engine import adopt_database, default_url, open_store
 from tests.fleet.helpers import gpu, row, seed, stored
 from tests.tuner.fakes import small_problem
@@ -82,3 +84,16 @@ def test_the_directories_are_worked_out_once_per_environment(
     # $CONVTUNE_DB_URL still wins at once.
     monkeypatch.setenv("CONVTUNE_DB_URL", "sqlite:///somewhere.db")
     assert default_url() == "sqlite:///somewhere.db"
+
+
+def test_the_fast_environment_reader_agrees_with_os_environ(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    names = ("CONVTUNE_TEST_SET", "CONVTUNE_TEST_UNSET", "CONVTUNE_TEST_WIDE")
+    monkeypatch.setenv("CONVTUNE_TEST_SET", "sqlite:////tmp/a b.db")
+    monkeypatch.delenv("CONVTUNE_TEST_UNSET", raising=False)
+    monkeypatch.setenv("CONVTUNE_TEST_WIDE", "/tmp/d\u00e9j\u00e0/\u6570\u636e")
+    read = engine._environment_reader(names)
+    assert [engine._decoded(v) for v in read()] == [os.environ.get(n) for n in names]
+    monkeypatch.setenv("CONVTUNE_TEST_UNSET", "now set")  # read at each call, not once
+    assert engine._decoded(read()[1]) == "now set"
