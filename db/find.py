@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from sqlalchemy import BigInteger, Text, and_, bindparam, cast, func, or_, select, update
+from sqlalchemy import BigInteger, Text, and_, bindparam, cast, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from db.keys import (
@@ -226,22 +226,27 @@ def save_measurements(
     lock_for_write(session=session)
     device_id = ensure_device(session=session, fingerprint=fingerprint, info=device_info)
     problem_id = ensure_problem(session=session, key=key)
-    for row in rows:
-        existing = session.execute(
-            select(Measurement).where(
-                Measurement.device_id == device_id,
-                Measurement.problem_id == problem_id,
-                Measurement.algorithm == row.algorithm,
-                Measurement.config == row.config,
-                Measurement.impl_hash == row.impl_hash,
-            )
-        ).scalar()
-        values = asdict(row)
-        values["measured_at"] = as_utc(row.measured_at)
-        values["recorded_at"] = utcnow()
-        if existing is None:
-            session.add(Measurement(device_id=device_id, problem_id=problem_id, **values))
-        else:
-            for name, value in values.items():
-                setattr(existing, name, value)
-    session.flush()
+    # One read of what this device stored for the problem, then one executemany for the
+    # inserts and one for the updates: a read per row (each flushing the insert before it)
+    # made a layer's write 11 ms on a CPU and 19 ms on the H200's host, 0.5 s of a fast
+    # ResNet-50 tuning (2026-11-27).
+    ids = {
+        (algorithm, config, impl_hash): id_
+        for algorithm, config, impl_hash, id_ in session.execute(
+            select(Measurement.algorithm, Measurement.config, Measurement.impl_hash,
+                   Measurement.id)
+            .where(Measurement.device_id == device_id, Measurement.problem_id == problem_id))
+    }
+    recorded_at = utcnow()
+    latest = {  # a configuration given twice keeps the last
+        (row.algorithm, row.config, row.impl_hash): {
+            **asdict(row), "measured_at": as_utc(row.measured_at), "recorded_at": recorded_at}
+        for row in rows
+    }
+    inserts = [{"device_id": device_id, "problem_id": problem_id, **values}
+               for key, values in latest.items() if key not in ids]
+    updates = [{"id": ids[key], **values} for key, values in latest.items() if key in ids]
+    if inserts:
+        session.execute(insert(Measurement), inserts)
+    if updates:
+        session.execute(update(Measurement), updates)
