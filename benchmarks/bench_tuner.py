@@ -24,6 +24,9 @@ Usage: python benchmarks/bench_tuner.py --device cpu --model resnet50 --batch 8 
    tuning itself runs without the profiler, whose overhead inflates Python's share. The
    wall time covers the tuner's finds only: the read of every layer's stored times that
    tells a miss's cause comes after it.
+5. With --iso-here, re-measures every configuration once more in this process, after the
+   child: if those times agree with the tuner's where the child's do not, the two differ
+   by process (its host's speed), not by the order or the company of the timing.
 """
 
 from __future__ import annotations
@@ -241,7 +244,27 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         q = statistics.quantiles(ratios, n=4)
         lines.append(f"tuner's time over the isolated time ({len(ratios)} configurations): "
                      f"median {q[1]:.2f}, quartiles {q[0]:.2f}-{q[2]:.2f}")
+    lines += _here_lines(rows)
     return "\n".join(lines)
+
+
+def _here_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """With --iso-here: the in-process isolated times against the child's and the tuner's,
+    over every configuration and over those the tuner timed 10% faster than the child."""
+    pairs = [(r["tuned_all_ms"].get(name), r["isolated_ms"][name], here)
+             for r in rows for name, here in r.get("isolated_here_ms", {}).items()
+             if here and r["isolated_ms"].get(name)]
+    lines = []
+    for label, chosen in (("all", pairs),
+                          ("the tuner 10% faster", [p for p in pairs
+                                                    if p[0] and p[0] < 0.9 * p[1]])):
+        if len(chosen) < 4:
+            continue
+        child = statistics.quantiles([here / iso for _, iso, here in chosen], n=4)
+        lines.append(f"in-process isolated time over the child's, {label} "
+                     f"({len(chosen)} configurations): median {child[1]:.2f}, quartiles "
+                     f"{child[0]:.2f}-{child[2]:.2f}")
+    return lines
 
 
 def main() -> None:
@@ -264,6 +287,9 @@ def main() -> None:
     parser.add_argument("--iso-passes", type=int, default=2,
                         help="isolated measurements of each configuration (their spread is "
                              "the noise)")
+    parser.add_argument("--iso-here", action="store_true",
+                        help="also re-measure once in this process after the child: whether "
+                             "the tuner's and the child's times differ by process or by order")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--profile", type=Path, default=None,
                         help="tune again under cProfile (a copy of the store from before the "
@@ -314,6 +340,8 @@ def main() -> None:
             check=True,
         )
         remeasure_s = time.perf_counter() - began
+        here = (remeasure(url, args.device, [row["key"] for row in tuned], policy, passes=1)
+                if args.iso_here else None)
         if args.profile:
             profiled = f"sqlite:///{tmp}/profiled.db"
             if args.mode != "exhaustive" and args.saved_model:
@@ -323,6 +351,8 @@ def main() -> None:
             write_profile(args.profile, lambda: tune(
                 profiled, args.device, args.model, args.batch, args.mode))
     rows = regret_rows(tuned, json.loads(child.stdout))
+    for row, times in zip(rows, here or (), strict=False):
+        row["isolated_here_ms"] = {name: v[0] for name, v in times.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
     info = identify(args.device).info

@@ -135,3 +135,16 @@ def test_the_tuning_time_leaves_out_the_read_that_explains_misses(
     assert time.perf_counter() - began - cost["tune_s"] >= 1.0  # both reads, untimed
     assert cost["tune_s"] >= sum(row["tune_s"] for row in rows)
     assert all(row["tuned_all_ms"] for row in rows)
+
+
+def test_the_report_compares_in_process_isolated_times_with_the_childs() -> None:
+    tuned = [{"layer": "l1", "problem": "p1", "pick": "a/x", "tuned_ms": 1.0,
+              "tuned_all_ms": {"a/x": 1.0, "b/y": 2.0, "c/z": 0.7, "d/w": 0.8}}]
+    rows = regret_rows(tuned, [{"a/x": 1.0, "b/y": 2.0, "c/z": 1.0, "d/w": 1.0}])
+    meta = {"model": "m", "batch": 1, "device": "cpu", "device_name": "n", "date": "d",
+            "commit": "c", "tune_s": 3.0, "remeasure_s": 2.0, "mode": "exhaustive"}
+    assert "in-process" not in report(rows, meta)  # without --iso-here
+    rows[0]["isolated_here_ms"] = {"a/x": 1.0, "b/y": 2.0, "c/z": 0.7, "d/w": 0.8}
+    text = report(rows, meta)
+    assert "over the child's, all (4 configurations): median 0.90" in text
+    assert "the tuner 10% faster" not in text  # two configurations: too few to say
