@@ -9,7 +9,8 @@
 // Every element of each destination is written. Sizes must be < 2^31 elements.
 // And the "fused" configuration's own transforms, for planes that fit N x N with N <= 32:
 //   fft_fused_forward: planes placed as fft_pad places them, their 2-D DFTs in shared memory,
-//                      written frequency-major (what pad + R2C + transpose produce);
+//                      written frequency-major (what pad + R2C + transpose produce), x's and
+//                      the filter's in one launch;
 //   fft_fused_inverse: frequency-major spectra to planes, inverse 2-D DFTs, crop, stride and
 //                      scale (what transpose + C2R + crop do).
 #include "common.cuh"
@@ -170,20 +171,34 @@ __device__ __forceinline__ void fft_columns(float2* sp, const float2* tw, int ti
     }
 }
 
+// Two transforms in one launch, x's (job 0) and the filter's (job 1): for each,
 // spec[f * planes + plane] = DFT of the N x N plane at frequency f = u * H2 + v (v <= N / 2),
 // the plane holding src's (h, w) plane with element (a, b) at (off_h + a * dil_h,
 // off_w + b * dil_w) and zeros elsewhere (h, w, and those positions within N x N: the host
-// checks). Grid: ceil(planes / P) blocks of FUSED_THREADS.
+// checks). Grid: ceil(planes0 / P) + ceil(planes1 / P) blocks of FUSED_THREADS, job 0's
+// first. One launch rather than two: each alone filled a fraction of the GPU (x's 256
+// blocks of GoogLeNet's inception3b.5x5 ran at 12% occupancy, 7.6 us, then the filter's 768
+// at 26%, 13.1 us, on an H200), and on a slow host a launch costs 10 us more.
 template <typename T, int N>
 __global__ void __launch_bounds__(FUSED_THREADS)
-    fft_fused_forward(const T* __restrict__ src, float2* __restrict__ spec, int planes, int h,
-                      int w, int off_h, int off_w, int dil_h, int dil_w) {
+    fft_fused_forward(const T* __restrict__ src0, float2* __restrict__ spec0, int planes0,
+                      int h0, int w0, int off_h0, int off_w0, int dil_h0, int dil_w0,
+                      const T* __restrict__ src1, float2* __restrict__ spec1, int planes1,
+                      int h1, int w1, int off_h1, int off_w1, int dil_h1, int dil_w1) {
     using S = FusedShape<N>;
     __shared__ float stage[S::P * N * N];  // the block's source planes as they are (h*w <= N*N)
     __shared__ float2 sp[S::P * S::SPAN];
     __shared__ float2 tw[N / 2];
+    const int blocks0 = (planes0 + S::P - 1) / S::P;
+    const bool first = static_cast<int>(blockIdx.x) < blocks0;  // the same for the whole block
+    const T* const src = first ? src0 : src1;
+    float2* const spec = first ? spec0 : spec1;
+    const int planes = first ? planes0 : planes1;
+    const int h = first ? h0 : h1, w = first ? w0 : w1;
+    const int off_h = first ? off_h0 : off_h1, off_w = first ? off_w0 : off_w1;
+    const int dil_h = first ? dil_h0 : dil_h1, dil_w = first ? dil_w0 : dil_w1;
     const int tid = threadIdx.x;
-    const int plane0 = blockIdx.x * S::P;
+    const int plane0 = (first ? static_cast<int>(blockIdx.x) : blockIdx.x - blocks0) * S::P;
     const int count = min(S::P, planes - plane0);
     const int hw = h * w;
     fft_twiddles<N>(tw, tid);

@@ -430,6 +430,13 @@ _WG_BWD_DTYPES = ("float16", "float32")
 #:   the barrier before the frequency-major stores removed -> 63: a race between schedules
 #:   dilated filter columns read undilated                 -> 13
 #:   strided outputs taken at q, not q * str_w             -> 8
+#: and of the one forward launch for x's and the filter's planes (twenty-fourth session;
+#: checked on the named cases only):
+#:   the filter's blocks numbered from 0, not from x's last -> fft_inception_5x5, fft_n4:
+#:                                                            all four fail
+#:   the filter's height and width swapped                 -> non_square_filter,
+#:                                                            dilation_stride, groups_strided:
+#:                                                            all three fail
 #: and of the host's transform size, each caught by the case named (and no other):
 #:   N from H, not H + pad                                 -> fft_pad_rows
 #:   N without the last output row's reach                 -> fft_output_reach

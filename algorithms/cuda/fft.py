@@ -33,7 +33,7 @@ cache; cuBLAS uses its per-handle workspace. Neither is allocated per call.
 
 Configurations: "default" is the above. "fused" (algorithms/cuda/_fft_fused.py: float16 and
 float32 planes that fit 32 x 32) runs the transforms as our own kernels, straight from x and
-w into the frequency-major spectra and from the GEMMs' product into y: three launches besides
+w into the frequency-major spectra and from the GEMMs' product into y: two launches besides
 the GEMMs instead of nine, and no padded planes, cuFFT passes or transposes in memory.
 
 backward_data and backward_filter run these steps on a rearranged forward problem
@@ -221,11 +221,11 @@ class _FftCudaForward(CudaAlgorithm):
         return align(offset + nbytes)
 
     def work(self, problem: ConvProblem, config: str) -> Work:
-        """FUSED: its inverse kernel's blocks, and 3 launches with the GEMM calls; cuFFT's
+        """FUSED: its inverse kernel's blocks, and 2 launches with the GEMM calls; cuFFT's
         path: 9 launches with them (pad, transform and transpose per operand, then
         transpose, transform and crop), blocks unknown."""
         if config == FUSED:
-            return Work(_fft_fused.blocks(problem), 1.0, 3 + gemm_calls(problem))
+            return Work(_fft_fused.blocks(problem), 1.0, 2 + gemm_calls(problem))
         return Work(0, 1.0, 9 + gemm_calls(problem))
 
     def _run(
