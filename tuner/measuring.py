@@ -11,8 +11,8 @@ hits them alike. Timed one after the other, a burst that lasted one candidate's 
 (ResNet-50 res5.1x1a.s2 on the CPU: 52% regret in one run of bench_tuner, right in 30
 re-tunings). Candidates race: one whose fastest run is clearly slower than the leader's
 median stops after min_reps. A confirmation round then re-times the top few, interleaved
-again, up to the policy's samples within one budget shared by the round, and their rows
-carry those times. Since the round decides, the first pass only screens: it takes at most
+again, up to `confirm_reps` samples each within one budget shared by the round, and their
+rows carry those times. Since the round decides, the first pass only screens: it takes at most
 `screen_reps` samples of a candidate (the policy's max_reps where no round follows). Every
 timed region holds the tuner.quiet gate, so none of our background threads runs inside one.
 """
@@ -41,14 +41,22 @@ from tuner.version import TUNER_VERSION
 
 log = logging.getLogger("convtune.measuring")
 
-#: Default race factor ($CONVTUNE_RACE_FACTOR), confirmation size ($CONVTUNE_CONFIRM_TOP)
-#: and most samples of the screening pass ($CONVTUNE_SCREEN_REPS).
+#: Default race factor ($CONVTUNE_RACE_FACTOR), confirmation size ($CONVTUNE_CONFIRM_TOP),
+#: and most samples of the screening pass ($CONVTUNE_SCREEN_REPS) and of the confirmation
+#: round ($CONVTUNE_CONFIRM_REPS).
 RACE_FACTOR = 1.5
 CONFIRM_TOP = 3
 # On an H100 (2026-11-23) tuning a ResNet-50 layer took about 30 ms per candidate (17-19 of
 # them), for kernels of 0.06-0.3 ms: by the policy's arithmetic mostly the max_reps samples
 # of the candidates near the leader, whose best the confirmation round re-times anyway.
 SCREEN_REPS = 10
+# The round's samples per candidate. A launch-bound candidate's sample is about 0.5 ms of
+# GPU time (TimingPolicy.batch_below_ms), so the round's shared budget let each of the three
+# take max_reps (50): in the H200 profile of a fast ResNet-50 tuning (2026-11-27) about half
+# of the 5,470 samples and 2.7 s of sampling were the round's. The median of 20 interleaved
+# samples is steady enough for what the round decides: one configuration's pass-to-pass
+# spread there was 0.2% (median), and its ties are judged against 2%.
+CONFIRM_REPS = 20
 
 
 @dataclass(frozen=True)
@@ -59,18 +67,21 @@ class RacePolicy:
     # bounds who enters the confirmation round.
     factor: float = RACE_FACTOR
     confirm_top: int = CONFIRM_TOP  # fewer than 2: no confirmation round
-    # Most samples per candidate in a first pass that a confirmation round follows (never
-    # fewer than the timing policy's min_reps).
+    # Most samples per candidate in a first pass that a confirmation round follows, and in
+    # that round (never fewer than the timing policy's min_reps).
     screen_reps: int = SCREEN_REPS
+    confirm_reps: int = CONFIRM_REPS
 
     @classmethod
     def from_env(cls) -> RacePolicy:
-        """Defaults, overridden by $CONVTUNE_RACE_FACTOR, $CONVTUNE_CONFIRM_TOP and
-        $CONVTUNE_SCREEN_REPS."""
+        """Defaults, overridden by $CONVTUNE_RACE_FACTOR, $CONVTUNE_CONFIRM_TOP,
+        $CONVTUNE_SCREEN_REPS and $CONVTUNE_CONFIRM_REPS."""
         return cls(factor=env_number("CONVTUNE_RACE_FACTOR", RACE_FACTOR, float, positive=True),
                    confirm_top=env_number("CONVTUNE_CONFIRM_TOP", CONFIRM_TOP, int),
                    screen_reps=env_number("CONVTUNE_SCREEN_REPS", SCREEN_REPS, int,
-                                          positive=True))
+                                          positive=True),
+                   confirm_reps=env_number("CONVTUNE_CONFIRM_REPS", CONFIRM_REPS, int,
+                                           positive=True))
 
     def __post_init__(self) -> None:
         if not self.factor >= 1:
@@ -79,14 +90,26 @@ class RacePolicy:
             raise ValueError(f"confirm_top must be non-negative, got {self.confirm_top}")
         if self.screen_reps < 1:
             raise ValueError(f"screen_reps must be at least 1, got {self.screen_reps}")
+        if self.confirm_reps < 1:
+            raise ValueError(f"confirm_reps must be at least 1, got {self.confirm_reps}")
 
     def first_pass(self, policy: TimingPolicy, candidates: int) -> TimingPolicy:
         """`policy` for the first pass over `candidates`: capped at screen_reps samples
         when a confirmation round will follow, unchanged when the pass is final."""
         if self.confirm_top < 2 or candidates < 2:
             return policy
-        reps = max(policy.min_reps, min(policy.max_reps, self.screen_reps))
-        return replace(policy, max_reps=reps)
+        return _capped(policy, self.screen_reps)
+
+    def confirm_round(self, policy: TimingPolicy, candidates: int) -> TimingPolicy:
+        """`policy` for a confirmation round of `candidates`: one budget shared by the
+        round, as one candidate's timing would spend it, and at most confirm_reps samples."""
+        return _capped(replace(policy, budget_s=policy.budget_s / candidates),
+                       self.confirm_reps)
+
+
+def _capped(policy: TimingPolicy, reps: int) -> TimingPolicy:
+    """`policy` with at most `reps` samples, never fewer than its min_reps."""
+    return replace(policy, max_reps=max(policy.min_reps, min(policy.max_reps, reps)))
 
 
 @dataclass(frozen=True)
@@ -183,9 +206,8 @@ class Measurer:
             if len(top) < 2:
                 return Measured(rows)
             runs = [self._run(problem, candidates[i], operands, workspace) for i in top]
-            # The round shares one budget, as one candidate's timing would spend it.
-            shared = replace(self.policy, budget_s=self.policy.budget_s / len(top))
-            return self._confirm(problem, rows, top, self._interleaved(runs, shared))
+            confirm = self.race.confirm_round(self.policy, len(top))
+            return self._confirm(problem, rows, top, self._interleaved(runs, confirm))
 
     def _run(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
              workspace: Any) -> Callable[[], None]:

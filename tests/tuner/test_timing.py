@@ -207,6 +207,28 @@ def test_first_pass_screens_and_the_round_decides(
         assert rt.samples[name] == (1 + 5) + (1 + 20)  # each pass: a warm-up, then samples
 
 
+def test_the_confirmation_round_takes_at_most_confirm_reps(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 11 (a fast ResNet-50 tuning took 4.2 s of finds on an H200, 2026-11-27): the
+    # round's three candidates each took max_reps samples of 0.5 ms, about half of all.
+    monkeypatch.setenv("CONVTUNE_SCREEN_REPS", "5")
+    monkeypatch.setenv("CONVTUNE_CONFIRM_REPS", "8")
+    speeds = {"lead": 1.0, "close": 1.1, "third": 1.2, "fourth": 1.3}
+    rt = Scripted({name: steady(ms) for name, ms in speeds.items()})
+    policy = TimingPolicy(warmup=1, budget_s=60.0, min_reps=3, max_reps=20, batch_below_ms=0)
+    algos = [Clocked(name, rt) for name in speeds]
+    results = by_name(tuner_for(db_url, rt, policy, *algos).find(small_problem(), "cpu"))
+    assert [r.algorithm for r in rank(list(results.values()))] == list(speeds)
+    assert results["fourth"].reps == 5  # screened out: the first pass's samples
+    for name in ("lead", "close", "third"):
+        assert results[name].reps == 8
+        assert rt.samples[name] == (1 + 5) + (1 + 8)
+    monkeypatch.setenv("CONVTUNE_CONFIRM_REPS", "1")  # never below min_reps
+    assert RacePolicy.from_env().confirm_round(policy, 3).max_reps == 3
+    assert RacePolicy.from_env().confirm_round(policy, 3).budget_s == 20.0
+
+
 def test_tie_within_noise_prefers_less_workspace_and_says_so(db_url: str) -> None:
     rt = Scripted({"big_ws": steady(1.00), "no_ws": steady(1.01), "slow": steady(1.3)})
     policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=4, max_reps=4, batch_below_ms=0)
@@ -309,3 +331,9 @@ def test_bad_race_settings_are_one_line_errors(monkeypatch: pytest.MonkeyPatch) 
         RacePolicy.from_env()
     with pytest.raises(ValueError, match="screen_reps"):
         RacePolicy(screen_reps=0)
+    monkeypatch.delenv("CONVTUNE_SCREEN_REPS")
+    monkeypatch.setenv("CONVTUNE_CONFIRM_REPS", "-2")
+    with pytest.raises(ValueError, match="CONVTUNE_CONFIRM_REPS must be positive"):
+        RacePolicy.from_env()
+    with pytest.raises(ValueError, match="confirm_reps"):
+        RacePolicy(confirm_reps=0)
