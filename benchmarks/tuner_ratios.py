@@ -1,12 +1,15 @@
 """The tuner's time over the isolated time per kind of configuration (issue 11).
 
-Usage: python benchmarks/tuner_ratios.py tuner.json [tuner_vgg16.json ...]
+Usage: python benchmarks/tuner_ratios.py [--ties] tuner.json [tuner_vgg16.json ...]
 
 Reads bench_tuner.py results (each configuration's time as the tuner measured it and as
 the isolated child re-measured it) and groups the ratios by algorithm and by what makes a
 configuration launch several kernels (a K split "-kN", an NHWC transpose, a merged
 im2col), and by size: under 50 us a run is near its launch cost. A group far below 1 is
 timed faster during tuning than alone, so the tuner favours it where it is not faster.
+
+With --ties: every pick the tuner made for less workspace within noise of a faster
+candidate (its note says so), with the gap it called a tie and the pick's regret.
 """
 
 from __future__ import annotations
@@ -62,11 +65,32 @@ def table(groups: dict[tuple[str, str], list[float]], least: int = 5) -> str:
     return "\n".join(lines)
 
 
+#: A workspace tie-break's note: "within noise of A/B (0.171 vs 0.1677 ms): chosen ...".
+_TIE = re.compile(r"within noise of \S+ \(([\d.e+-]+) vs ([\d.e+-]+) ms\)")
+
+
+def ties(reports: list[tuple[str, dict[str, Any]]]) -> str:
+    """Markdown: each pick chosen within noise for less workspace, its gap and its regret."""
+    lines = ["| run | layer | pick | gap called a tie | regret |", "|---|---|---|---|---|"]
+    for name, report in reports:
+        for row in report["rows"]:
+            found = _TIE.search(row.get("note") or "")
+            if found:
+                pick, fastest = float(found.group(1)), float(found.group(2))
+                lines.append(f"| {name} | {row['layer']} | {row['pick']} | "
+                             f"{100 * (pick / fastest - 1):.2f}% | {100 * row['regret']:.1f}% |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     """Print the table for the files named."""
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: tuner_ratios.py TUNER_JSON [...]")
-    print(table(ratios([json.loads(Path(p).read_text()) for p in sys.argv[1:]])))
+    args = sys.argv[1:]
+    tie_table = bool(args) and args[0] == "--ties"
+    paths = args[1:] if tie_table else args
+    if not paths:
+        raise SystemExit("usage: tuner_ratios.py [--ties] TUNER_JSON [...]")
+    reports = [(p, json.loads(Path(p).read_text())) for p in paths]
+    print(ties(reports) if tie_table else table(ratios([r for _, r in reports])))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ SCREEN_REPS = 10
 # take max_reps (50): in the H200 profile of a fast ResNet-50 tuning (2026-11-27) about half
 # of the 5,470 samples and 2.7 s of sampling were the round's. The median of 20 interleaved
 # samples is steady enough for what the round decides: one configuration's pass-to-pass
-# spread there was 0.2% (median), and its ties are judged against 2%.
+# spread there was 0.2% (median), and its ties are judged against 1%.
 CONFIRM_REPS = 20
 
 
