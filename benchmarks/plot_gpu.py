@@ -3,10 +3,12 @@
 Usage: python benchmarks/plot_gpu.py RESULTS_DIR
 
 RESULTS_DIR holds what benchmarks/gpu_session.sh wrote: bench_<mode>.json files from
-bench_gpu.py, tuner.json and tuner_unbatched.json from bench_tuner.py (any may be missing). Writes
-speed_vs_cudnn.png (ours/cuDNN per ResNet-50 layer, one panel per mode, log scale) and
-regret.png (the tuner's pick against the best configuration re-measured alone) into the
-same folder. Needs matplotlib (not a project dependency: `pip install matplotlib`).
+bench_gpu.py, tuner.json, tuner_unbatched.json and tuner_fast.json from bench_tuner.py (any
+may be missing). Writes speed_vs_cudnn.png (ours/cuDNN per ResNet-50 layer, one panel per
+mode, log scale), speed_vs_cudnn_small.png (the same for GoogLeNet and MobileNet-v2 from
+bench_small*.json, one panel per network and mode) and regret.png (the tuner's pick against
+the best configuration re-measured alone) into the same folder. Needs matplotlib (not a
+project dependency: `pip install matplotlib`).
 """
 
 from __future__ import annotations
@@ -34,16 +36,64 @@ def _load(path: Path) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+#: The small networks' bench_gpu modes (GoogLeNet b32 and MobileNet-v2 b32).
+SMALL_MODES = {"small": "strict FP32", "small_tf32": "TF32 allowed", "small_fp16": "float16"}
+SMALL_NETWORKS = {"googlenet": "GoogLeNet b32", "mobilenet_v2": "MobileNet-v2 b32"}
+
+
 def speed_panels(folder: Path, network: str = "resnet50") -> dict[str, list[tuple[str, float]]]:
     """Per mode, (layer, ours/cuDNN) for each layer of `network` that has both times."""
     panels: dict[str, list[tuple[str, float]]] = {}
-    for mode in MODES:
-        data = _load(folder / f"bench_{mode}.json")
-        if data is None:
-            continue
-        panels[mode] = [(row["layer"], row["speed_vs_cudnn"]) for row in data["rows"]
-                        if row["network"] == network and row.get("speed_vs_cudnn")]
+    for mode, title in MODES.items():
+        rows = _speeds(folder, mode, network)
+        if rows is not None:
+            panels[title] = rows
     return panels
+
+
+def small_panels(folder: Path) -> dict[str, list[tuple[str, float]]]:
+    """Per small network and mode, (layer, ours/cuDNN) as `speed_panels` gives them."""
+    panels: dict[str, list[tuple[str, float]]] = {}
+    for network, name in SMALL_NETWORKS.items():
+        for mode, title in SMALL_MODES.items():
+            rows = _speeds(folder, mode, network)
+            if rows:
+                panels[f"{name}, {title}"] = rows
+    return panels
+
+
+def _speeds(folder: Path, mode: str, network: str) -> list[tuple[str, float]] | None:
+    data = _load(folder / f"bench_{mode}.json")
+    if data is None:
+        return None
+    return [(row["layer"], row["speed_vs_cudnn"]) for row in data["rows"]
+            if row["network"] == network and row.get("speed_vs_cudnn")]
+
+
+def draw_speeds(panels: dict[str, list[tuple[str, float]]], title: str, path: Path) -> None:
+    """One horizontal bar panel per entry of `panels`, ours/cuDNN on a log axis."""
+    import matplotlib.pyplot as plt
+
+    tallest = max(len(rows) for rows in panels.values())
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 1.5 + 0.23 * tallest),
+                             sharex=True)
+    axes = [axes] if len(panels) == 1 else list(axes)
+    for ax, (name, rows) in zip(axes, panels.items(), strict=True):
+        ratios = [ratio for _, ratio in rows]
+        ax.barh(range(len(rows)), ratios,
+                color=["tab:green" if r >= 1 else "tab:red" for r in ratios])
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_xlim(0.05, 5)
+        ax.set_xticks(TICKS, [f"{t:g}" for t in TICKS])
+        ax.minorticks_off()
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("ours / cuDNN speed")
+        ax.set_yticks(range(len(rows)), [layer for layer, _ in rows], fontsize=6)
+        ax.invert_yaxis()
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
@@ -56,27 +106,13 @@ def main() -> None:
     folder = Path(sys.argv[1])
     panels = speed_panels(folder)
     if panels:
-        fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 6), sharey=True,
-                                 sharex=True)
-        axes = [axes] if len(panels) == 1 else list(axes)
-        for ax, (mode, rows) in zip(axes, panels.items(), strict=True):
-            layers = [layer for layer, _ in rows]
-            ratios = [ratio for _, ratio in rows]
-            colors = ["tab:green" if r >= 1 else "tab:red" for r in ratios]
-            ax.barh(range(len(rows)), ratios, color=colors)
-            ax.axvline(1.0, color="black", linewidth=0.8)
-            ax.set_xscale("log")
-            ax.set_xlim(0.05, 5)
-            ax.set_xticks(TICKS, [f"{t:g}" for t in TICKS])
-            ax.minorticks_off()
-            ax.set_title(MODES[mode], fontsize=9)
-            ax.set_xlabel("ours / cuDNN speed")
-            ax.set_yticks(range(len(rows)), layers, fontsize=7)
-        axes[0].invert_yaxis()
-        fig.suptitle(f"ResNet-50 b32 per layer, {folder.name}", fontsize=10)
-        fig.tight_layout()
-        fig.savefig(folder / "speed_vs_cudnn.png", dpi=110)
-    runs = {name: data for name in ("tuner", "tuner_unbatched")
+        draw_speeds(panels, f"ResNet-50 b32 per layer, {folder.name}",
+                    folder / "speed_vs_cudnn.png")
+    small = small_panels(folder)
+    if small:
+        draw_speeds(small, f"GoogLeNet and MobileNet-v2 per layer, {folder.name}",
+                    folder / "speed_vs_cudnn_small.png")
+    runs = {name: data for name in ("tuner", "tuner_unbatched", "tuner_fast")
             if (data := _load(folder / f"{name}.json")) is not None}
     if runs:
         first = next(iter(runs.values()))
