@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -90,8 +91,7 @@ def main() -> None:
     # run the same algorithm and differ only in how the database is found. Tuned apart (as
     # on the H200 of 2026-11-27), their picks among the tiny problem's near-equal
     # candidates could differ, and so could their host costs.
-    adopt_database(Path(db.removeprefix("sqlite:///")), Path(default_url().removeprefix(
-        "sqlite:///")))
+    adopt_database(*(Path(str(make_url(url).database)) for url in (db, default_url())))
     by_default = plan(p, where)
     picks = {"explicit db": f"{chosen.algorithm}/{chosen.config}",
              "default database": f"{by_default.algorithm}/{by_default.config}"}

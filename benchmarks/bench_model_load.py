@@ -80,6 +80,7 @@ def fill(url: str, paths: list[Path]) -> None:
             time_ms=s.time_ms, spread_ms=0.0, min_ms=None, reps=1,
             workspace_bytes=s.workspace_bytes, max_error=None, rel_error=None, error=None,
             measured_at=utcnow(), tuner_version="bench_gpu"))
+
     def save(session: Any, key: dict[str, Any], rows: list[MeasurementRow]) -> None:
         find.save_measurements(session=session, fingerprint=f"bench_gpu:{info.get('name')}",
                                device_info=info, key=key, rows=rows)

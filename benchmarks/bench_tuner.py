@@ -249,8 +249,8 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def _here_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """With --iso-here: the in-process isolated times against the child's and the tuner's,
-    over every configuration and over those the tuner timed 10% faster than the child."""
+    """With --iso-here: the in-process isolated times over the child's, for every
+    configuration and for those the tuner timed 10% faster than the child."""
     pairs = [(r["tuned_all_ms"].get(name), r["isolated_ms"][name], here)
              for r in rows for name, here in r.get("isolated_here_ms", {}).items()
              if here and r["isolated_ms"].get(name)]

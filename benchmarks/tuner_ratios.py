@@ -14,10 +14,10 @@ candidate (its note says so), with the gap it called a tie and the pick's regret
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -84,14 +84,13 @@ def ties(reports: list[tuple[str, dict[str, Any]]]) -> str:
 
 def main() -> None:
     """Print the table for the files named."""
-    args = sys.argv[1:]
-    tie_table = bool(args) and args[0] == "--ties"
-    paths = args[1:] if tie_table else args
-    if not paths:
-        raise SystemExit("usage: tuner_ratios.py [--ties] TUNER_JSON [...]")
-    reports = [(p, json.loads(Path(p).read_text())) for p in paths]
-    print(ties(reports) if tie_table else table(ratios([r for _, r in reports])))
-
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ties", action="store_true",
+                        help="list the workspace tie-breaks instead of the ratios")
+    parser.add_argument("results", nargs="+", type=Path, help="bench_tuner.py JSON files")
+    args = parser.parse_args()
+    reports = [(str(p), json.loads(p.read_text())) for p in args.results]
+    print(ties(reports) if args.ties else table(ratios([r for _, r in reports])))
 
 if __name__ == "__main__":
     main()

@@ -112,7 +112,7 @@ LAYOUTS = ("nhwc", "merged")
 #: Algorithms each of whose configurations is a family of its own: winograd's "f2x2" and
 #: "f4x4" are two Winograd algorithms, with their own transforms, numerics and arithmetic
 #: (at math "tf32" F(2x2)'s GEMM reads TF32 and F(4x4)'s stays FP32); fft's "default"
-#: (cuFFT, nine launches) and "fused" (its own transforms, three) share only the GEMMs.
+#: (cuFFT, nine launches) and "fused" (its own transforms, two) share only the GEMMs.
 EACH_CONFIG_APART = ("winograd", "fft")
 
 
