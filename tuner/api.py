@@ -12,7 +12,7 @@ from algorithms.problem import DTYPES, ConvProblem, as_int, pair
 from tuner.devices import parse_device
 from tuner.plans import Plan, dtype_name, is_torch
 from tuner.results import AlgorithmResult
-from tuner.service import service
+from tuner.service import Service, service
 
 
 def find_algorithms(
@@ -187,16 +187,81 @@ def _all_finite(array: Any) -> bool:
     return bool(cupy.isfinite(cupy.asarray(array)).all().item())
 
 
+def _place(array: Any) -> Any:
+    """Where an array lives, cheaply and hashably (for `_call_key`): None for NumPy, a
+    torch tensor's device object, else `_where`'s string."""
+    if isinstance(array, np.ndarray):
+        return None
+    if is_torch(array):
+        return array.device
+    return _where(array)
+
+
+def _call_key(a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
+              geometry: tuple[Any, ...], device: str | None, workspace_limit: int | None,
+              algorithm: str | None, math: str) -> tuple[Any, ...] | None:
+    """What a call's plan is kept under: every argument, and each operand's kind, shape,
+    dtype and place. Whether a call is valid depends on nothing else, so a call whose key
+    found a plan skips the checks; None where something is unhashable or not an array
+    (the checks then name what is wrong)."""
+    try:
+        key = (direction, type(a), a.shape, a.dtype, _place(a), type(b), b.shape, b.dtype,
+               _place(b), given_shape, _typed(geometry), device, math, workspace_limit,
+               type(workspace_limit), algorithm)
+        hash(key)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return key
+
+
 def _execute(
     a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
     geometry: tuple[Any, ...], device: str | None, workspace_limit: int | None,
     algorithm: str | None, db: str | None, math: str, out: Any, timed: bool,
     check_finite: bool = False,
-) -> Convolution:
-    """Run `direction` on (a, b); `given_shape` is the x (backward_data) or w
-    (backward_filter) shape the operands do not show."""
-    names = {"backward_data": ("dy", "w"), "backward_filter": ("x", "dy")}.get(
+) -> tuple[Plan, Any, float | None]:
+    """Run `direction` on (a, b): (the plan, the result, its milliseconds when `timed`);
+    `given_shape` is the x (backward_data) or w (backward_filter) shape the operands do
+    not show."""
+    found = service(db)
+    key = _call_key(a, b, given_shape, direction, geometry, device, workspace_limit,
+                    algorithm, math)
+    chosen = None if key is None else found.call_plan(key)
+    if chosen is None:
+        token = found.answers.token()
+        chosen = _checked_plan(found, a, b, given_shape, direction, geometry, device,
+                               workspace_limit, algorithm, math, check_finite)
+        if key is not None:
+            found.remember_call(key, token, chosen)
+    elif check_finite:
+        _refuse_nonfinite(a, b, direction)
+    out = chosen.torch_output(a, out)
+    if timed:
+        result, elapsed = chosen.timed(a, b, out)
+    else:
+        result, elapsed = chosen.enqueue(a, b, out), None
+    return chosen, result if out is None else out, elapsed
+
+
+def _names(direction: str) -> tuple[str, str]:
+    return {"backward_data": ("dy", "w"), "backward_filter": ("x", "dy")}.get(
         direction, ("x", "w"))
+
+
+def _refuse_nonfinite(a: Any, b: Any, direction: str) -> None:
+    for name, array in zip(_names(direction), (a, b), strict=True):
+        if not _all_finite(array):
+            raise ValueError(f"{name} contains NaN or infinity (check_finite=True)")
+
+
+def _checked_plan(
+    found: Service, a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
+    geometry: tuple[Any, ...], device: str | None, workspace_limit: int | None,
+    algorithm: str | None, math: str, check_finite: bool,
+) -> Plan:
+    """The plan for a call seen first: its operands checked (place, dtype, finiteness when
+    asked), then its problem planned (tuned first if new)."""
+    names = _names(direction)
     lives_on = _where(a)
     if _where(b) != lives_on:
         raise ValueError(f"{names[0]} is on {lives_on} but {names[1]} is on {_where(b)}")
@@ -208,50 +273,19 @@ def _execute(
         raise ValueError(f"{names[0]} is {dtype} but {names[1]} is "
                          f"{_dtype_name(b, names[1])}: pass the same dtype")
     if check_finite:
-        for name, array in zip(names, (a, b), strict=True):
-            if not _all_finite(array):
-                raise ValueError(f"{name} contains NaN or infinity (check_finite=True)")
+        _refuse_nonfinite(a, b, direction)
     if direction == "backward_data":
         shapes = (tuple(given_shape or ()), tuple(b.shape))
     elif direction == "backward_filter":
         shapes = (tuple(a.shape), tuple(given_shape or ()))
     else:
         shapes = (tuple(a.shape), tuple(b.shape))
-    chosen = _call_plan(shapes, geometry, device, workspace_limit, algorithm, db, dtype,
-                        math, direction)
-    out = chosen.torch_output(a, out)
-    if timed:
-        result, elapsed = chosen.timed(a, b, out)
-    else:
-        result, elapsed = chosen.enqueue(a, b, out), None
-    return Convolution(
-        result if out is None else out, chosen.algorithm, chosen.config, device, elapsed,
-        chosen.problem,
-    )
-
-
-def _call_plan(shapes: tuple[tuple[int, ...], ...], geometry: tuple[Any, ...], device: str,
-               workspace_limit: int | None, algorithm: str | None, db: str | None,
-               dtype: str, math: str, direction: str) -> Plan:
-    """The plan for a call: kept per call arguments while no answer changes (any write
-    seen by the service's answer cache), else built through the problem and its answer."""
-    found = service(db)
-    typed = _typed(geometry)
-    key: tuple[Any, ...] | None = (direction, device, shapes, typed, dtype, math,
-                                   workspace_limit, type(workspace_limit), algorithm)
     try:
-        chosen = found.call_plan(key)
-    except TypeError:  # a list stride or padding: nothing to key on or remember
-        key, chosen = None, None
-    if chosen is None:
-        token = found.answers.token()
-        problem = (_problem(shapes, typed, dtype, math, direction) if key is not None else
-                   problem_for(*shapes, **dict(zip(GEOMETRY, geometry, strict=True)),
-                               dtype=dtype, math=math, direction=direction))
-        chosen = found.plan(problem, device, workspace_limit, algorithm=algorithm)
-        if key is not None:
-            found.remember_call(key, token, chosen)
-    return chosen
+        problem = _problem(shapes, _typed(geometry), dtype, math, direction)
+    except TypeError:  # a list stride or padding: nothing to remember it by
+        problem = problem_for(*shapes, **dict(zip(GEOMETRY, geometry, strict=True)),
+                              dtype=dtype, math=math, direction=direction)
+    return found.plan(problem, device, workspace_limit, algorithm=algorithm)
 
 
 def run_convolution(
@@ -276,9 +310,11 @@ def run_convolution(
     Timing waits for this convolution's own work (CUDA events on the caller's stream),
     never for the whole device; `timed=False` returns as soon as the work is enqueued.
     """
-    geometry = (stride, padding, dilation, groups)
-    return _execute(x, w, None, "forward", geometry, device, workspace_limit, algorithm, db,
-                    math, out, timed, check_finite)
+    chosen, y, elapsed = _execute(x, w, None, "forward", (stride, padding, dilation, groups),
+                                  device, workspace_limit, algorithm, db, math, out, timed,
+                                  check_finite)
+    return Convolution(y, chosen.algorithm, chosen.config, chosen.device, elapsed,
+                       chosen.problem)
 
 
 def convolve(
@@ -307,11 +343,9 @@ def convolve(
     (an FFT spreads one NaN over the whole output). `check_finite=True` refuses them with a
     ValueError naming the input instead (one pass over each input; waits on a GPU).
     """
-    return run_convolution(
-        x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
-        device=device, workspace_limit=workspace_limit, algorithm=algorithm, db=db,
-        math=math, out=out, timed=False, check_finite=check_finite,
-    ).y
+    # run_convolution's work without its Convolution record: a call per layer of a model.
+    return _execute(x, w, None, "forward", (stride, padding, dilation, groups), device,
+                    workspace_limit, algorithm, db, math, out, False, check_finite)[1]
 
 
 def convolve_backward_data(
@@ -336,7 +370,7 @@ def convolve_backward_data(
     """
     geometry = (stride, padding, dilation, groups)
     return _execute(dy, w, tuple(x_shape), "backward_data", geometry, device,
-                    workspace_limit, algorithm, db, math, out, False).y
+                    workspace_limit, algorithm, db, math, out, False)[1]
 
 
 def convolve_backward_filter(
@@ -360,4 +394,4 @@ def convolve_backward_filter(
     """
     geometry = (stride, padding, dilation, groups)
     return _execute(x, dy, tuple(w_shape), "backward_filter", geometry, device,
-                    workspace_limit, algorithm, db, math, out, False).y
+                    workspace_limit, algorithm, db, math, out, False)[1]

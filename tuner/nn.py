@@ -28,7 +28,7 @@ import torch.nn.grad
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from tuner.api import convolve_backward_data, convolve_backward_filter, run_convolution
+from tuner.api import convolve, convolve_backward_data, convolve_backward_filter
 from tuner.errors import NoUsableAlgorithm
 
 
@@ -42,11 +42,11 @@ def _convolve(
     groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """The forward convolution itself (the body of `conv2d`)."""
-    return run_convolution(  # type: ignore[no-any-return]
-        x, w, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
-        groups=groups, workspace_limit=_limit(workspace_limit), db=db, math=math,
-        timed=False,
-    ).y
+    # Tuples: lists would leave the call nothing to keep its plan under (tuner.api).
+    return convolve(  # type: ignore[no-any-return]
+        x, w, tuple(stride), tuple(padding), tuple(dilation), groups, None,
+        _limit(workspace_limit), None, db, math,
+    )
 
 
 def _backward_data(

@@ -82,6 +82,31 @@ def test_calls_reuse_their_plan_until_a_write_changes_the_answers(
         check(y, x, w, PROBLEM, after.algorithm)
 
 
+def test_a_kept_call_skips_no_check_for_another_operand(
+    db_url: str, rng: np.random.Generator
+) -> None:
+    # A kept call skips the operand checks: its key must tell apart every call those checks
+    # would judge differently (another dtype, kind or place of either operand), or a
+    # wrong call would run the kept plan (the messages below are the checks', not the
+    # plan's own).
+    torch = pytest.importorskip("torch")
+    x, w = random_inputs(PROBLEM, rng)
+    xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+    algorithm = run_convolution(x, w, padding=1, db=db_url).algorithm
+    for _ in range(2):  # the second call is served from the kept plan
+        check(convolve(xt, wt, padding=1, db=db_url).numpy(), x, w, PROBLEM, algorithm)
+    with pytest.raises(ValueError, match="x is float32 but w is float64"):
+        convolve(xt, wt.double(), padding=1, db=db_url)
+    with pytest.raises(ValueError, match="x has dtype 'int32'"):
+        convolve(xt.int(), wt, padding=1, db=db_url)
+    with pytest.raises(ValueError, match="meta"):
+        convolve(xt, wt.to("meta"), padding=1, db=db_url)
+    with pytest.raises(ValueError, match="device='cuda:0' but the inputs live on cpu"):
+        convolve(xt, wt, padding=1, db=db_url, device="cuda:0")
+    mixed = convolve(x, wt, padding=1, db=db_url)  # NumPy and torch, both on the CPU
+    check(np.asarray(mixed), x, w, PROBLEM, algorithm)
+
+
 def test_a_call_with_list_geometry_still_runs(db_url: str, rng: np.random.Generator) -> None:
     # Lists are unhashable: such calls cannot be keyed, and must take the full path.
     x, w = random_inputs(PROBLEM, rng)
