@@ -19,7 +19,7 @@ or "fp32"; on the CPU every algorithm is FP32-accurate, so it is "fp32".
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import torch
@@ -38,7 +38,7 @@ def _limit(workspace_limit: int) -> int | None:
 
 
 def _convolve(
-    x: Tensor, w: Tensor, stride: list[int], padding: list[int], dilation: list[int],
+    x: Tensor, w: Tensor, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
     groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """The forward convolution itself (the body of `conv2d`)."""
@@ -50,8 +50,8 @@ def _convolve(
 
 
 def _backward_data(
-    dy: Tensor, w: Tensor, x_shape: list[int], stride: list[int], padding: list[int],
-    dilation: list[int], groups: int, math: str, workspace_limit: int, db: str | None,
+    dy: Tensor, w: Tensor, x_shape: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+    dilation: Sequence[int], groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """dx from dy (the body of `conv2d_backward_data`)."""
     return convolve_backward_data(  # type: ignore[no-any-return]
@@ -61,8 +61,8 @@ def _backward_data(
 
 
 def _backward_filter(
-    x: Tensor, dy: Tensor, w_shape: list[int], stride: list[int], padding: list[int],
-    dilation: list[int], groups: int, math: str, workspace_limit: int, db: str | None,
+    x: Tensor, dy: Tensor, w_shape: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+    dilation: Sequence[int], groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """dw from dy (the body of `conv2d_backward_filter`)."""
     return convolve_backward_filter(  # type: ignore[no-any-return]
@@ -229,31 +229,32 @@ class Conv2d(nn.Conv2d):
         self.workspace_limit = workspace_limit
         self.db = db
 
-    def _padded(self, x: Tensor) -> tuple[Tensor, list[int]]:
+    def _padded(self, x: Tensor) -> tuple[Tensor, tuple[int, ...]]:
         """The input padded as nn.Conv2d would, and the symmetric padding left to apply."""
         if self.padding_mode != "zeros":
-            return F.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode), [0, 0]
+            return F.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode), (0, 0)
         if self.padding == "valid":
-            return x, [0, 0]
+            return x, (0, 0)
         if self.padding == "same":
             # Total padding d*(k-1) per side pair; an odd total puts the extra row or column
             # after, as PyTorch does. convtune pads symmetrically, so that extra is explicit.
             totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size, strict=True)]
-            before = [t // 2 for t in totals]
+            before = tuple(t // 2 for t in totals)
             if any(t % 2 for t in totals):
                 x = F.pad(x, [0, totals[1] - 2 * before[1], 0, totals[0] - 2 * before[0]])
             return x, before
-        return x, [int(p) for p in self.padding]  # type: ignore[union-attr]
+        return x, self.padding  # type: ignore[return-value]  # nn.Conv2d's pair of ints
 
     def forward(self, input: Tensor) -> Tensor:
         """Convolution (and bias) through convtune, and so are the gradients."""
         x, padding = self._padded(input)
         limit = -1 if self.workspace_limit is None else self.workspace_limit
         w = self.weight
-        geometry = (list(self.stride), padding, list(self.dilation), self.groups, _math(x),
-                    limit, self.db)
+        # The eager paths take the module's tuples as they are: the operator's schema wants
+        # lists, and converting them on every call cost a few microseconds (issue 9).
+        geometry = (self.stride, padding, self.dilation, self.groups, _math(x), limit, self.db)
         if _traced(x, w):
-            y = conv2d(x, w, *geometry)
+            y = conv2d(x, w, *[list(g) for g in geometry[:3]], *geometry[3:])
         elif torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
             y = _EagerConv2d.apply(x, w, geometry)
         else:  # inference: no graph to record
