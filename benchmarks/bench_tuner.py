@@ -12,9 +12,13 @@ Usage: python benchmarks/bench_tuner.py --device cpu --model resnet50 --batch 8 
    (timed on its own) and the timed tuning loads that fit (tuner.model_files), as a process
    does once any earlier one has fitted the same store. Models are kept in a temporary
    directory either way.
-2. In a separate process, re-measures every usable stored configuration in isolation: each
+2. In separate processes, re-measures every usable stored configuration in isolation: each
    alone, on fresh inputs, after a device warm-up, with a longer timing budget and no
-   racing or confirmation.
+   racing or confirmation; each pass in a process of its own, because a host-bound
+   configuration's time (a run that takes longer to enqueue than to execute) differs
+   between processes on one machine by up to 2x, where a device-bound one's agrees within
+   about 1% (BENCHMARKS.md, "Three measurements of the same configurations"): the spread
+   between passes, the `noise`, then includes that.
 3. Reports per layer the regret of the tuner's pick: its isolated time over the isolated
    best, minus one.
 4. With --profile PATH, tunes the network once more under cProfile, into a copy of the
@@ -155,6 +159,24 @@ def remeasure(url: str, device: str, keys: list[dict[str, Any]], policy: TimingP
     return out
 
 
+def remeasure_apart(url: str, args: argparse.Namespace, keys: list[dict[str, Any]]
+                    ) -> list[dict[str, list[float]]]:
+    """`args.iso_passes` passes of `remeasure`, each in a child process of its own; per
+    problem key, every configuration's medians, one per pass."""
+    merged: list[dict[str, list[float]]] = [{} for _ in keys]
+    for _ in range(args.iso_passes):
+        child = subprocess.run(
+            [sys.executable, __file__, "--remeasure", url, "--device", args.device,
+             "--iso-budget-s", str(args.iso_budget_s), "--iso-min-reps", str(args.iso_min_reps),
+             "--iso-passes", "1"],
+            input=json.dumps(keys), capture_output=True, text=True, check=True,
+        )
+        for layer, times in zip(merged, json.loads(child.stdout), strict=True):
+            for name, passes in times.items():
+                layer.setdefault(name, []).extend(passes)
+    return merged
+
+
 def spread(times: list[float]) -> float:
     """How far apart one configuration's passes are: slowest over fastest, minus one."""
     return max(times) / min(times) - 1
@@ -285,8 +307,8 @@ def main() -> None:
                              "tuning, which then loads it")
     parser.add_argument("--iso-min-reps", type=int, default=5)
     parser.add_argument("--iso-passes", type=int, default=2,
-                        help="isolated measurements of each configuration (their spread is "
-                             "the noise)")
+                        help="isolated measurements of each configuration, each pass in a "
+                             "process of its own (their spread is the noise)")
     parser.add_argument("--iso-here", action="store_true",
                         help="also re-measure once in this process after the child: whether "
                              "the tuner's and the child's times differ by process or by order")
@@ -332,13 +354,7 @@ def main() -> None:
             shutil.copyfile(f"{tmp}/bench_tuner.db", f"{tmp}/profiled.db")
         tuned, cost = tune(url, args.device, args.model, args.batch, args.mode)
         began = time.perf_counter()
-        child = subprocess.run(
-            [sys.executable, __file__, "--remeasure", url, "--device", args.device,
-             "--iso-budget-s", str(args.iso_budget_s), "--iso-min-reps", str(args.iso_min_reps),
-             "--iso-passes", str(args.iso_passes)],
-            input=json.dumps([row["key"] for row in tuned]), capture_output=True, text=True,
-            check=True,
-        )
+        isolated = remeasure_apart(url, args, [row["key"] for row in tuned])
         remeasure_s = time.perf_counter() - began
         here = (remeasure(url, args.device, [row["key"] for row in tuned], policy, passes=1)
                 if args.iso_here else None)
@@ -350,7 +366,7 @@ def main() -> None:
                 fit_model(profiled, args.device)
             write_profile(args.profile, lambda: tune(
                 profiled, args.device, args.model, args.batch, args.mode))
-    rows = regret_rows(tuned, json.loads(child.stdout))
+    rows = regret_rows(tuned, isolated)
     for row, times in zip(rows, here or (), strict=False):
         row["isolated_here_ms"] = {name: v[0] for name, v in times.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from benchmarks.tuner_ratios import family, ratios, table, ties
+from typing import Any
+
+from benchmarks.tuner_ratios import (
+    against_bench,
+    bench_regrets,
+    bench_table,
+    bench_times,
+    family,
+    ratios,
+    table,
+    ties,
+)
 
 
 def test_families_name_what_adds_launches() -> None:
@@ -28,3 +39,28 @@ def test_ties_list_the_workspace_tie_breaks_with_their_gap_and_regret() -> None:
     text = ties([("run", {"rows": rows})])
     assert "| run | l1 | a/x | 1.97% | 18.6% |" in text
     assert "l2" not in text
+
+
+def _bench_report(times: dict[str, float | None]) -> dict[str, Any]:
+    configs: dict[str, dict[str, dict[str, object]]] = {}
+    for name, ms in times.items():
+        algorithm, _, config = name.partition("/")
+        configs.setdefault(algorithm, {})[config] = {"status": "ok", "ms": ms}
+    return {"rows": [{"problem": {"n": 1, "k": 2},
+                      "algorithms": {a: {"configs": c} for a, c in configs.items()}}]}
+
+
+def test_bench_gpu_is_a_third_measurement_of_the_same_configurations() -> None:
+    bench = bench_times([_bench_report({"a/x": 0.020, "b/y": 0.021, "b/z": None})])
+    assert bench == {(("k", 2), ("n", 1)): {"a/x": 0.020, "b/y": 0.021}}
+    row = {"key": {"k": 2, "n": 1}, "layer": "l1", "pick": "a/x", "best": "b/y",
+           "regret": 0.3, "tuned_all_ms": {"a/x": 0.019, "b/y": 0.020},
+           "isolated_ms": {"a/x": 0.026, "b/y": 0.020}}
+    groups = against_bench([{"rows": [row]}], bench)
+    assert groups[("a", "small")] == ([0.019 / 0.020], [0.026 / 0.020])
+    assert "| a | small | 5 |" in bench_table({k: (v[0] * 5, v[1] * 5) for k, v in groups.items()})
+    text = bench_regrets([("run", {"rows": [row]})], bench)
+    # Against bench_gpu the pick is the fastest; against the child it lost 30%.
+    assert "| run | 1 | 0.0% | 0.0% | 30.0% | 30.0% |" in text
+    assert ("| run | l1 | a/x | 0.0% | 30.0% | a/x: 19.0, 26.0, 20.0 / b/y: 20.0, 20.0, 21.0 |"
+            in text)
