@@ -146,6 +146,58 @@ def bench_regrets(reports: list[tuple[str, dict[str, Any]]], bench: dict[Key, di
     return "\n".join(lines)
 
 
+#: Algorithms whose every run is several launches or library calls (cuBLAS, cuFFT).
+SEVERAL_CALLS = ("im2col_gemm", "fft", "winograd")
+
+
+def several_calls(name: str) -> bool:
+    """Whether a configuration's run is more than one kernel launch."""
+    return family(name) != name.partition("/")[0] or name.partition("/")[0] in SEVERAL_CALLS
+
+
+def draw_three(groups_of: dict[str, list[tuple[float, float]]], title: str, path: Path) -> None:
+    """Scatter: each configuration's tuner / bench_gpu time (x) and child / bench_gpu (y),
+    one colour per kind (`groups_of`: kind -> points)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for label, points in groups_of.items():
+        if points:
+            ax.scatter([p[0] for p in points], [p[1] for p in points], s=8, alpha=0.6,
+                       label=f"{label} ({len(points)})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.axvline(1, color="black", linewidth=0.6)
+    ax.axhline(1, color="black", linewidth=0.6)
+    ax.set_xlabel("tuner's time / bench_gpu's")
+    ax.set_ylabel("isolated child's time / bench_gpu's")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def three_points(reports: list[dict[str, Any]], bench: dict[Key, dict[str, float]]
+                 ) -> dict[str, list[tuple[float, float]]]:
+    """`draw_three`'s points: small configurations (under SMALL_MS alone) by whether they
+    launch once, and the large ones."""
+    out: dict[str, list[tuple[float, float]]] = {
+        "small, one launch": [], "small, several": [], "large": []}
+    for report in reports:
+        for row in report["rows"]:
+            third = bench.get(tuple(sorted(row["key"].items())), {})
+            for name, tuned in row.get("tuned_all_ms", {}).items():
+                alone, other = row["isolated_ms"].get(name), third.get(name)
+                if tuned and alone and other:
+                    kind = ("large" if alone >= SMALL_MS else
+                            "small, several" if several_calls(name) else "small, one launch")
+                    out[kind].append((tuned / other, alone / other))
+    return out
+
+
 def _quartiles(values: list[float]) -> str:
     q = statistics.quantiles(values, n=4)
     return f"{q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f})"
@@ -188,8 +240,12 @@ def main() -> None:
                         help="list the workspace tie-breaks instead of the ratios")
     parser.add_argument("--bench", nargs="+", type=Path, default=None,
                         help="bench_gpu.py JSON files of the same run: compare with them")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="with --bench: draw the three measurements' scatter here")
     parser.add_argument("results", nargs="+", type=Path, help="bench_tuner.py JSON files")
     args = parser.parse_args()
+    if args.plot and not args.bench:
+        parser.error("--plot needs --bench")
     reports = [(str(p), json.loads(p.read_text())) for p in args.results]
     if args.ties:
         print(ties(reports))
@@ -198,6 +254,10 @@ def main() -> None:
         print(bench_table(against_bench([r for _, r in reports], bench)))
         print()
         print(bench_regrets(reports, bench))
+        if args.plot:
+            draw_three(three_points([r for _, r in reports], bench),
+                       f"three measurements of each configuration, {args.results[0].parent.name}",
+                       args.plot)
     else:
         print(table(ratios([r for _, r in reports])))
 

@@ -11,7 +11,9 @@ from benchmarks.tuner_ratios import (
     bench_times,
     family,
     ratios,
+    several_calls,
     table,
+    three_points,
     ties,
 )
 
@@ -64,3 +66,15 @@ def test_bench_gpu_is_a_third_measurement_of_the_same_configurations() -> None:
     assert "| run | 1 | 0.0% | 0.0% | 30.0% | 30.0% |" in text
     assert ("| run | l1 | a/x | 0.0% | 30.0% | a/x: 19.0, 26.0, 20.0 / b/y: 20.0, 20.0, 21.0 |"
             in text)
+
+
+def test_three_points_sort_configurations_by_size_and_launches() -> None:
+    assert several_calls("implicit_gemm_tc/64x128-k2") and several_calls("im2col_gemm/chunk=all")
+    assert not several_calls("implicit_gemm_tc/64x64")
+    bench = bench_times([_bench_report({"a/x": 0.020, "a/x-k2": 0.040, "im2col_gemm/c": 0.1})])
+    row = {"key": {"k": 2, "n": 1},
+           "tuned_all_ms": {"a/x": 0.019, "a/x-k2": 0.030, "im2col_gemm/c": 0.1},
+           "isolated_ms": {"a/x": 0.020, "a/x-k2": 0.040, "im2col_gemm/c": 0.12}}
+    assert three_points([{"rows": [row]}], bench) == {
+        "small, one launch": [(0.019 / 0.020, 1.0)], "small, several": [(0.75, 1.0)],
+        "large": [(1.0, 0.12 / 0.1)]}
