@@ -31,6 +31,10 @@ Usage: python benchmarks/bench_tuner.py --device cpu --model resnet50 --batch 8 
 5. With --iso-here, re-measures every configuration once more in this process, after the
    child: if those times agree with the tuner's where the child's do not, the two differ
    by process (its host's speed), not by the order or the company of the timing.
+6. With --iso-device, the children also time each configuration on the device alone (the
+   runs queued behind a spin, as bench_gpu.py's device column): a configuration whose
+   wall time alone exceeds that is host-bound, and the report names the layers whose pick
+   or best is.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import math
 import os
 import pstats
 import shutil
@@ -122,8 +127,11 @@ def fit_model(url: str, device: str) -> dict[str, float]:
 
 
 def isolated_ms(runtime: Runtime, cand: Candidate, problem: ConvProblem,
-                policy: TimingPolicy, rng: np.random.Generator) -> float:
-    """The median time of one configuration measured alone, on fresh random inputs."""
+                policy: TimingPolicy, rng: np.random.Generator, device_time: bool = False
+                ) -> tuple[float, float | None]:
+    """The median time of one configuration measured alone, on fresh random inputs; with
+    `device_time`, also its time on the device alone (the host's enqueueing left out, as
+    bench_gpu.py's device column), where the runtime can tell (a GPU's), else None."""
     x, w, y = random_operands(runtime, problem, rng)
     workspace = runtime.workspace(cand.workspace_bytes)
 
@@ -132,48 +140,65 @@ def isolated_ms(runtime: Runtime, cand: Candidate, problem: ConvProblem,
 
     with runtime.activate():
         runtime.warm_up()
-        return runtime.time(run, policy).median_ms
+        wall = runtime.time(run, policy).median_ms
+        device_ms = getattr(runtime, "device_ms", None)
+        if not device_time or device_ms is None:
+            return wall, None
+        return wall, float(device_ms(run, max(1, min(16, math.ceil(1.0 / wall)))))
+
+
+#: Per problem key, each configuration's medians, one per pass.
+Passes = list[dict[str, list[float]]]
 
 
 def remeasure(url: str, device: str, keys: list[dict[str, Any]], policy: TimingPolicy,
-              passes: int = 2) -> list[dict[str, list[float]]]:
-    """Per problem key, every usable stored configuration's isolated medians, one per pass
-    (child process). Each pass measures all of a layer's configurations once, so the spread
-    between passes is the noise of the re-measurement itself."""
+              passes: int = 2, device_time: bool = False) -> tuple[Passes, Passes]:
+    """(wall, device): per problem key, every usable stored configuration's isolated
+    medians, one per pass (child process); device times only with `device_time` on a
+    runtime that tells them (else empty lists). Each pass measures all of a layer's
+    configurations once, so the spread between passes is the noise of the re-measurement
+    itself."""
     tuner = Tuner(open_store(url))
     runtime = get_runtime(device)
     rng = np.random.default_rng(20261123)
-    out = []
+    wall: Passes = []
+    on_device: Passes = []
     for key in keys:
         problem = ConvProblem.from_key(key)
         stored = tuner.find_candidates(problem, device, mode="cached")
         usable = {(r.algorithm, r.config) for r in stored if r.usable}
         candidates, _ = tuner.candidates(problem, backend_of(device))
         chosen = [c for c in candidates if c.key in usable]
-        times: dict[str, list[float]] = {f"{c.algorithm.name}/{c.config}": [] for c in chosen}
+        names = [f"{c.algorithm.name}/{c.config}" for c in chosen]
+        times: dict[str, list[float]] = {name: [] for name in names}
+        device_times: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(passes):
-            for c in chosen:
-                times[f"{c.algorithm.name}/{c.config}"].append(
-                    isolated_ms(runtime, c, problem, policy, rng))
-        out.append(times)
-    return out
+            for name, c in zip(names, chosen, strict=True):
+                ms, device_ms = isolated_ms(runtime, c, problem, policy, rng, device_time)
+                times[name].append(ms)
+                if device_ms is not None:
+                    device_times[name].append(device_ms)
+        wall.append(times)
+        on_device.append(device_times)
+    return wall, on_device
 
 
 def remeasure_apart(url: str, args: argparse.Namespace, keys: list[dict[str, Any]]
-                    ) -> list[dict[str, list[float]]]:
-    """`args.iso_passes` passes of `remeasure`, each in a child process of its own; per
-    problem key, every configuration's medians, one per pass."""
-    merged: list[dict[str, list[float]]] = [{} for _ in keys]
+                    ) -> tuple[Passes, Passes]:
+    """`args.iso_passes` passes of `remeasure` (wall and device times), each in a child
+    process of its own."""
+    merged: tuple[Passes, Passes] = ([{} for _ in keys], [{} for _ in keys])
     for _ in range(args.iso_passes):
         child = subprocess.run(
             [sys.executable, __file__, "--remeasure", url, "--device", args.device,
              "--iso-budget-s", str(args.iso_budget_s), "--iso-min-reps", str(args.iso_min_reps),
-             "--iso-passes", "1"],
+             "--iso-passes", "1", *(["--iso-device"] if args.iso_device else [])],
             input=json.dumps(keys), capture_output=True, text=True, check=True,
         )
-        for layer, times in zip(merged, json.loads(child.stdout), strict=True):
-            for name, passes in times.items():
-                layer.setdefault(name, []).extend(passes)
+        for into, found in zip(merged, json.loads(child.stdout), strict=True):
+            for layer, times in zip(into, found, strict=True):
+                for name, passes in times.items():
+                    layer.setdefault(name, []).extend(passes)
     return merged
 
 
@@ -182,15 +207,16 @@ def spread(times: list[float]) -> float:
     return max(times) / min(times) - 1
 
 
-def regret_rows(tuned: list[dict[str, Any]],
-                isolated: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def regret_rows(tuned: list[dict[str, Any]], isolated: list[dict[str, Any]],
+                on_device: Passes | None = None) -> list[dict[str, Any]]:
     """Each tuned layer with its pick's isolated time, the isolated best and the regret.
 
     An isolated time is one number or a list of passes (their median counts); `noise` is
-    the larger pass-to-pass spread of the pick and the best (0 with one pass).
+    the larger pass-to-pass spread of the pick and the best (0 with one pass). With
+    `on_device`, each configuration's median device time too (`isolated_device_ms`).
     """
     rows = []
-    for row, given in zip(tuned, isolated, strict=True):
+    for layer, (row, given) in enumerate(zip(tuned, isolated, strict=True)):
         passes = {name: v if isinstance(v, list) else [v] for name, v in given.items()}
         times = {name: statistics.median(v) for name, v in passes.items()}
         best = min(times, key=lambda name: times[name])
@@ -199,6 +225,9 @@ def regret_rows(tuned: list[dict[str, Any]],
                      "regret": pick_ms / times[best] - 1, "isolated_ms": times,
                      "isolated_passes_ms": passes,
                      "noise": max(spread(passes[row["pick"]]), spread(passes[best]))})
+        if on_device and on_device[layer]:
+            rows[-1]["isolated_device_ms"] = {
+                name: statistics.median(v) for name, v in on_device[layer].items() if v}
     return rows
 
 
@@ -247,8 +276,13 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             tuned = r.get("tuned_all_ms", {})
             seen = (f"the tuner measured it at {tuned[r['best']]:.3f} ms"
                     if tuned.get(r["best"]) is not None else "the tuner did not measure it")
+            device = r.get("isolated_device_ms", {})
+            on_device = (f"; on the device alone the pick takes {device[r['pick']]:.3f} ms, "
+                         f"the best {device[r['best']]:.3f}"
+                         if r["pick"] in device and r["best"] in device else "")
             lines.append(f"miss {r['layer']}: best alone {r['best']}; {seen}, its pick at "
-                         f"{r['tuned_ms']:.3f} ms")
+                         f"{r['tuned_ms']:.3f} ms{on_device}")
+    lines += _host_bound_lines(rows)
     if meta.get("train_on"):
         lines.append(f"store first filled with {meta['train_on']} (exhaustive, untimed: "
                      f"{meta['train_s']:.1f} s)")
@@ -268,6 +302,26 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                      f"median {q[1]:.2f}, quartiles {q[0]:.2f}-{q[2]:.2f}")
     lines += _here_lines(rows)
     return "\n".join(lines)
+
+
+#: Alone, a configuration whose wall time is at least this times its device time is
+#: host-bound: the device waits for the host to enqueue its runs.
+HOST_BOUND = 1.1
+
+
+def _host_bound_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """With --iso-device: how many configurations were host-bound alone, and the layers
+    whose pick or best was (where the wall times of two processes can disagree)."""
+    timed = [(r, name, r["isolated_ms"][name] / device)
+             for r in rows for name, device in r.get("isolated_device_ms", {}).items()
+             if device and r["isolated_ms"].get(name)]
+    if not timed:
+        return []
+    bound = [(r, name) for r, name, ratio in timed if ratio >= HOST_BOUND]
+    layers = sorted({r["layer"] for r, name in bound if name in (r["pick"], r["best"])})
+    return [f"host-bound alone (wall >= {HOST_BOUND}x device time): {len(bound)} of "
+            f"{len(timed)} configurations; the pick or the best of "
+            f"{', '.join(layers) or 'no layer'}"]
 
 
 def _here_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -312,6 +366,9 @@ def main() -> None:
     parser.add_argument("--iso-here", action="store_true",
                         help="also re-measure once in this process after the child: whether "
                              "the tuner's and the child's times differ by process or by order")
+    parser.add_argument("--iso-device", action="store_true",
+                        help="the re-measurement also times each configuration on the device "
+                             "alone (a GPU's): which configurations are host-bound there")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     parser.add_argument("--profile", type=Path, default=None,
                         help="tune again under cProfile (a copy of the store from before the "
@@ -328,7 +385,7 @@ def main() -> None:
     if args.remeasure:
         keys = json.loads(sys.stdin.read())
         print(json.dumps(remeasure(args.remeasure, args.device, keys, policy,
-                                   args.iso_passes)))
+                                   args.iso_passes, args.iso_device)))
         return
     if args.fit_model:
         print(json.dumps(fit_model(args.fit_model, args.device)))
@@ -356,7 +413,7 @@ def main() -> None:
         began = time.perf_counter()
         isolated = remeasure_apart(url, args, [row["key"] for row in tuned])
         remeasure_s = time.perf_counter() - began
-        here = (remeasure(url, args.device, [row["key"] for row in tuned], policy, passes=1)
+        here = (remeasure(url, args.device, [row["key"] for row in tuned], policy, passes=1)[0]
                 if args.iso_here else None)
         if args.profile:
             profiled = f"sqlite:///{tmp}/profiled.db"
@@ -366,7 +423,7 @@ def main() -> None:
                 fit_model(profiled, args.device)
             write_profile(args.profile, lambda: tune(
                 profiled, args.device, args.model, args.batch, args.mode))
-    rows = regret_rows(tuned, isolated)
+    rows = regret_rows(tuned, *isolated)
     for row, times in zip(rows, here or (), strict=False):
         row["isolated_here_ms"] = {name: v[0] for name, v in times.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

@@ -31,7 +31,9 @@
 #   tuner_more the same for VGG-16 b16 and MobileNet-v2 b32 (issue 11's regret target covers
 #              the three networks), each under its own T_TUNER
 #              (ISO_HERE=1: every tuner step also re-measures in its own process, to tell
-#              whether its times and the isolated child's differ by process or by order)
+#              whether its times and the isolated child's differ by process or by order;
+#              ISO_DEVICE=1: the re-measurement also times each configuration on the device
+#              alone, to tell which ones are host-bound)
 #   tuner_fast  ResNet-50 in fast mode, the store first filled with the other three networks
 #              and the cost model fitted by a separate process first (--saved-model: the
 #              timed tuning loads it; the report gives that fit's time too); then once more
@@ -184,21 +186,21 @@ for step in "${steps[@]}"; do
         batch_below=$([[ $step == tuner ]] && echo "${CONVTUNE_BATCH_BELOW_MS:-0.5}" || echo 0.05)
         CONVTUNE_BATCH_BELOW_MS=$batch_below run tuner "$step" python3 benchmarks/bench_tuner.py \
             --device cuda:0 --model resnet50 --batch 32 --iso-budget-s 0.1 --out "$LOG/$step.json" \
-            ${ISO_HERE:+--iso-here}
+            ${ISO_HERE:+--iso-here} ${ISO_DEVICE:+--iso-device}
         tail -n 28 "$LOG/$step.log" ;;
     tuner_more)
         for spec in vgg16:16 mobilenet_v2:32; do
             model=${spec%%:*}
             run tuner "tuner_$model" python3 benchmarks/bench_tuner.py --device cuda:0 \
                 --model "$model" --batch "${spec#*:}" --iso-budget-s 0.1 \
-                --out "$LOG/tuner_$model.json" ${ISO_HERE:+--iso-here}
+                --out "$LOG/tuner_$model.json" ${ISO_HERE:+--iso-here} ${ISO_DEVICE:+--iso-device}
             tail -n 10 "$LOG/tuner_$model.log"
         done ;;
     tuner_fast)
         run tuner tuner_fast python3 benchmarks/bench_tuner.py --device cuda:0 --model resnet50 \
             --batch 32 --iso-budget-s 0.1 --mode fast --saved-model \
             --train-on vgg16:16,googlenet:32,mobilenet_v2:32 --out "$LOG/tuner_fast.json" \
-            --profile "$LOG/tuner_fast_profile.txt" ${ISO_HERE:+--iso-here}
+            --profile "$LOG/tuner_fast_profile.txt" ${ISO_HERE:+--iso-here} ${ISO_DEVICE:+--iso-device}
         tail -n 29 "$LOG/tuner_fast.log" ;;
     train)
         run train train python3 benchmarks/bench_train.py --device cuda --seconds 5

@@ -25,6 +25,7 @@ import math
 import re
 import statistics
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,21 +88,29 @@ def bench_times(reports: list[dict[str, Any]]) -> dict[Key, dict[str, float]]:
     return dict(out)
 
 
-def against_bench(reports: list[dict[str, Any]], bench: dict[Key, dict[str, float]]
-                  ) -> dict[tuple[str, str], tuple[list[float], list[float]]]:
-    """Per (family, size): the tuner's and the isolated child's times over bench_gpu.py's,
-    for the configurations all three measured."""
-    out: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(
-        lambda: ([], []))
+def _triples(reports: list[dict[str, Any]], bench: dict[Key, dict[str, float]]
+             ) -> Iterator[tuple[str, float, float, float]]:
+    """(configuration, as tuned, alone in the child, in bench_gpu.py) wherever all three
+    measured it (ms)."""
     for report in reports:
         for row in report["rows"]:
             third = bench.get(tuple(sorted(row["key"].items())), {})
             for name, tuned in row.get("tuned_all_ms", {}).items():
                 alone, other = row["isolated_ms"].get(name), third.get(name)
                 if tuned and alone and other:
-                    group = out[(family(name), "small" if alone < SMALL_MS else "large")]
-                    group[0].append(tuned / other)
-                    group[1].append(alone / other)
+                    yield name, tuned, alone, other
+
+
+def against_bench(reports: list[dict[str, Any]], bench: dict[Key, dict[str, float]]
+                  ) -> dict[tuple[str, str], tuple[list[float], list[float]]]:
+    """Per (family, size): the tuner's and the isolated child's times over bench_gpu.py's,
+    for the configurations all three measured."""
+    out: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(
+        lambda: ([], []))
+    for name, tuned, alone, other in _triples(reports, bench):
+        group = out[(family(name), "small" if alone < SMALL_MS else "large")]
+        group[0].append(tuned / other)
+        group[1].append(alone / other)
     return dict(out)
 
 
@@ -186,15 +195,10 @@ def three_points(reports: list[dict[str, Any]], bench: dict[Key, dict[str, float
     launch once, and the large ones."""
     out: dict[str, list[tuple[float, float]]] = {
         "small, one launch": [], "small, several": [], "large": []}
-    for report in reports:
-        for row in report["rows"]:
-            third = bench.get(tuple(sorted(row["key"].items())), {})
-            for name, tuned in row.get("tuned_all_ms", {}).items():
-                alone, other = row["isolated_ms"].get(name), third.get(name)
-                if tuned and alone and other:
-                    kind = ("large" if alone >= SMALL_MS else
-                            "small, several" if several_calls(name) else "small, one launch")
-                    out[kind].append((tuned / other, alone / other))
+    for name, tuned, alone, other in _triples(reports, bench):
+        kind = ("large" if alone >= SMALL_MS else
+                "small, several" if several_calls(name) else "small, one launch")
+        out[kind].append((tuned / other, alone / other))
     return out
 
 

@@ -48,8 +48,34 @@ def test_isolated_measurement_runs_the_configuration_alone() -> None:
     fake = Fake("only")
     cand = Candidate(fake, "default", 0, fake.impl_hash)  # type: ignore[arg-type]
     policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
-    ms = isolated_ms(CpuRuntime(), cand, small_problem(), policy, np.random.default_rng())
+    ms, device = isolated_ms(CpuRuntime(), cand, small_problem(), policy,
+                             np.random.default_rng(), device_time=True)
     assert ms > 0 and fake.runs == 1 + 3  # one warm-up, three timed samples
+    assert device is None  # the host has no device time apart from its wall time
+
+
+def test_device_times_name_the_host_bound_picks_and_bests() -> None:
+    class Timed(CpuRuntime):
+        def device_ms(self, fn: Any, runs: int) -> float:
+            fn()
+            return 0.5  # whatever the wall time, half a millisecond on the device
+
+    fake = Fake("only")
+    cand = Candidate(fake, "default", 0, fake.impl_hash)  # type: ignore[arg-type]
+    policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
+    assert isolated_ms(Timed(), cand, small_problem(), policy, np.random.default_rng(),
+                       device_time=True)[1] == 0.5
+    tuned = [{"layer": "l1", "problem": "p1", "pick": "a/x", "tuned_ms": 1.0,
+              "tuned_all_ms": {"a/x": 1.0, "b/y": 1.1}}]
+    isolated = [{"a/x": [1.3, 1.5], "b/y": [1.2, 1.2]}]
+    rows = regret_rows(tuned, isolated, [{"a/x": [1.0, 1.0], "b/y": [1.19, 1.21]}])
+    assert rows[0]["isolated_device_ms"] == {"a/x": 1.0, "b/y": 1.2}
+    text = report(rows, {"model": "m", "batch": 1, "device": "cpu", "device_name": "n",
+                         "date": "d", "commit": "c", "tune_s": 1.0, "remeasure_s": 2.0})
+    # The pick (1.4 ms alone) waits for its host: on the device it is the faster one.
+    assert "on the device alone the pick takes 1.000 ms, the best 1.200" in text
+    assert "host-bound alone (wall >= 1.1x device time): 1 of 2 configurations; " \
+        "the pick or the best of l1" in text
 
 
 def test_regret_within_the_re_measurement_noise_is_not_counted_beyond_it() -> None:
