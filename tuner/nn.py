@@ -42,7 +42,7 @@ def _convolve(
     groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """The forward convolution itself (the body of `conv2d`)."""
-    # Tuples: lists would leave the call nothing to keep its plan under (tuner.api).
+    # Tuples: lists would leave the call nothing to keep its plan under (tuner.calls).
     return convolve(  # type: ignore[no-any-return]
         x, w, tuple(stride), tuple(padding), tuple(dilation), groups, None,
         _limit(workspace_limit), None, db, math,

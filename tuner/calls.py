@@ -1,0 +1,228 @@
+"""How a call with arrays finds its plan: the operands checked, the problem read off their
+shapes, and the plan kept per call (issue 9: a cached convolve() must cost microseconds).
+
+`execute` serves convolve, run_convolution and the backward calls of tuner.api (and through
+them the PyTorch module). A call's plan is kept under every argument and each operand's
+kind, shape, dtype and place, which is all its checks depend on: a kept call skips them.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from algorithms.problem import DTYPES, ConvProblem, as_int, pair
+from tuner.devices import parse_device
+from tuner.plans import Plan, dtype_name, is_torch
+from tuner.service import Service, service
+
+
+def _where(x: Any) -> str:
+    """The canonical device an array lives on: "cpu" or "cuda:N"."""
+    if isinstance(x, np.ndarray):
+        return "cpu"
+    if is_torch(x):  # torch's __dlpack_device__ is Python code: a few microseconds a call
+        place = x.device
+        if place.type in ("cpu", "cuda"):
+            return "cpu" if place.type == "cpu" else f"cuda:{place.index or 0}"
+    dlpack_device = getattr(x, "__dlpack_device__", None)
+    if dlpack_device is not None:  # CuPy, PyTorch, JAX...: (device type, index)
+        kind, index = (int(v) for v in dlpack_device())
+        if kind == _DLPACK_CPU:
+            return "cpu"
+        if kind == _DLPACK_CUDA:
+            return f"cuda:{index}"
+        raise ValueError(f"arrays on DLPack device type {kind} are not supported")
+    # hasattr is not enough: a property may raise (torch does when requires_grad is set).
+    try:
+        getattr(x, "__cuda_array_interface__")  # noqa: B009
+    except AttributeError:
+        return "cpu"
+    except Exception:  # it is a GPU array, whatever it refuses
+        pass
+    device = getattr(x, "device", None)
+    return f"cuda:{int(getattr(device, 'id', None) or getattr(device, 'index', None) or 0)}"
+
+
+_DLPACK_CPU, _DLPACK_CUDA = 1, 2  # kDLCPU, kDLCUDA in DLPack's device-type enum
+
+
+def _dtype_name(array: Any, what: str) -> str:
+    name = dtype_name(array)
+    if name not in DTYPES:
+        raise ValueError(f"{what} has dtype {name or type(array).__name__!r}; "
+                         f"expected one of {sorted(DTYPES)}")
+    return name
+
+
+def problem_for(
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    dtype: str = "float32",
+    math: str = "fp32",
+    direction: str = "forward",
+) -> ConvProblem:
+    """The ConvProblem of x (n, c, h, w) and w (k, c/groups, r, s); ValueError if they clash."""
+    if len(x_shape) != 4:
+        raise ValueError(f"x must be 4-D (n, c, h, w), got shape {tuple(x_shape)}")
+    if len(w_shape) != 4:
+        raise ValueError(f"w must be 4-D (k, c/groups, r, s), got shape {tuple(w_shape)}")
+    n, c, h, w = (int(v) for v in x_shape)
+    k, cg, r, s = (int(v) for v in w_shape)
+    count = as_int(groups)
+    if count is None or count < 1:
+        raise ValueError(f"groups must be a positive int, got {groups!r}")
+    groups = count
+    if cg * groups != c:
+        raise ValueError(
+            f"shape mismatch: x has c={c} channels but w has {cg} input channels per group "
+            f"x groups={groups} = {cg * groups}"
+        )
+    return ConvProblem(
+        n=n, c=c, h=h, w=w, k=k, r=r, s=s,
+        pad=pair(padding, "padding"), stride=pair(stride, "stride"),
+        dilation=pair(dilation, "dilation"), groups=groups, dtype=dtype, math=math,
+        direction=direction,
+    )
+
+
+#: The geometry arguments of a call, in the order `_execute` receives them.
+GEOMETRY = ("stride", "padding", "dilation", "groups")
+
+
+def _typed(geometry: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The geometry with each value's type: True == 1 and 1.0 == 1 (equal keys), but only
+    1 is a valid stride."""
+    stride, padding, dilation, groups = geometry
+    return (stride, type(stride), padding, type(padding), dilation, type(dilation), groups,
+            type(groups))
+
+
+# Remembered: building and validating a ConvProblem was the largest share of a cached
+# convolve() call in a CPU profile.
+@functools.lru_cache(maxsize=1024)
+def _problem(shapes: tuple[tuple[int, ...], ...], typed: tuple[Any, ...],
+             dtype: str, math: str, direction: str) -> ConvProblem:
+    return problem_for(*shapes, **dict(zip(GEOMETRY, typed[::2], strict=True)), dtype=dtype,
+                       math=math, direction=direction)
+
+
+def _all_finite(array: Any) -> bool:
+    """Whether every element is finite (NumPy, CuPy or torch; waits for a GPU's answer)."""
+    if isinstance(array, np.ndarray):
+        return bool(np.isfinite(array).all())
+    if is_torch(array):
+        import torch
+
+        return bool(torch.isfinite(array).all().item())
+    import cupy
+
+    return bool(cupy.isfinite(cupy.asarray(array)).all().item())
+
+
+def _place(array: Any) -> Any:
+    """Where an array lives, cheaply and hashably (for `_call_key`): None for NumPy, a
+    torch tensor's device object, else `_where`'s string."""
+    if isinstance(array, np.ndarray):
+        return None
+    if is_torch(array):
+        return array.device
+    return _where(array)
+
+
+def _call_key(a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
+              geometry: tuple[Any, ...], device: str | None, workspace_limit: int | None,
+              algorithm: str | None, math: str) -> tuple[Any, ...] | None:
+    """What a call's plan is kept under: every argument, and each operand's kind, shape,
+    dtype and place. Whether a call is valid depends on nothing else, so a call whose key
+    found a plan skips the checks; None where something is unhashable or not an array
+    (the checks then name what is wrong)."""
+    try:
+        key = (direction, type(a), a.shape, a.dtype, _place(a), type(b), b.shape, b.dtype,
+               _place(b), given_shape, _typed(geometry), device, math, workspace_limit,
+               type(workspace_limit), algorithm)
+        hash(key)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return key
+
+
+def execute(
+    a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
+    geometry: tuple[Any, ...], device: str | None, workspace_limit: int | None,
+    algorithm: str | None, db: str | None, math: str, out: Any, timed: bool,
+    check_finite: bool = False,
+) -> tuple[Plan, Any, float | None]:
+    """Run `direction` on (a, b): (the plan, the result, its milliseconds when `timed`);
+    `given_shape` is the x (backward_data) or w (backward_filter) shape the operands do
+    not show."""
+    found = service(db)
+    key = _call_key(a, b, given_shape, direction, geometry, device, workspace_limit,
+                    algorithm, math)
+    chosen = None if key is None else found.call_plan(key)
+    if chosen is None:
+        token = found.answers.token()
+        chosen = _checked_plan(found, a, b, given_shape, direction, geometry, device,
+                               workspace_limit, algorithm, math, check_finite)
+        if key is not None:
+            found.remember_call(key, token, chosen)
+    elif check_finite:
+        _refuse_nonfinite(a, b, direction)
+    out = chosen.torch_output(a, out)
+    if timed:
+        result, elapsed = chosen.timed(a, b, out)
+    else:
+        result, elapsed = chosen.enqueue(a, b, out), None
+    return chosen, result if out is None else out, elapsed
+
+
+def _names(direction: str) -> tuple[str, str]:
+    return {"backward_data": ("dy", "w"), "backward_filter": ("x", "dy")}.get(
+        direction, ("x", "w"))
+
+
+def _refuse_nonfinite(a: Any, b: Any, direction: str) -> None:
+    for name, array in zip(_names(direction), (a, b), strict=True):
+        if not _all_finite(array):
+            raise ValueError(f"{name} contains NaN or infinity (check_finite=True)")
+
+
+def _checked_plan(
+    found: Service, a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
+    geometry: tuple[Any, ...], device: str | None, workspace_limit: int | None,
+    algorithm: str | None, math: str, check_finite: bool,
+) -> Plan:
+    """The plan for a call seen first: its operands checked (place, dtype, finiteness when
+    asked), then its problem planned (tuned first if new)."""
+    names = _names(direction)
+    lives_on = _where(a)
+    if _where(b) != lives_on:
+        raise ValueError(f"{names[0]} is on {lives_on} but {names[1]} is on {_where(b)}")
+    device = parse_device(device) if device is not None else lives_on
+    if device != lives_on:
+        raise ValueError(f"device={device!r} but the inputs live on {lives_on}")
+    dtype = _dtype_name(a, names[0])
+    if _dtype_name(b, names[1]) != dtype:
+        raise ValueError(f"{names[0]} is {dtype} but {names[1]} is "
+                         f"{_dtype_name(b, names[1])}: pass the same dtype")
+    if check_finite:
+        _refuse_nonfinite(a, b, direction)
+    if direction == "backward_data":
+        shapes = (tuple(given_shape or ()), tuple(b.shape))
+    elif direction == "backward_filter":
+        shapes = (tuple(a.shape), tuple(given_shape or ()))
+    else:
+        shapes = (tuple(a.shape), tuple(b.shape))
+    try:
+        problem = _problem(shapes, _typed(geometry), dtype, math, direction)
+    except TypeError:  # a list stride or padding: nothing to remember it by
+        problem = problem_for(*shapes, **dict(zip(GEOMETRY, geometry, strict=True)),
+                              dtype=dtype, math=math, direction=direction)
+    return found.plan(problem, device, workspace_limit, algorithm=algorithm)
