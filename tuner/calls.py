@@ -74,8 +74,8 @@ def problem_for(
         raise ValueError(f"x must be 4-D (n, c, h, w), got shape {tuple(x_shape)}")
     if len(w_shape) != 4:
         raise ValueError(f"w must be 4-D (k, c/groups, r, s), got shape {tuple(w_shape)}")
-    n, c, h, w = (int(v) for v in x_shape)
-    k, cg, r, s = (int(v) for v in w_shape)
+    n, c, h, w = _sizes(x_shape, "x")
+    k, cg, r, s = _sizes(w_shape, "w")
     count = as_int(groups)
     if count is None or count < 1:
         raise ValueError(f"groups must be a positive int, got {groups!r}")
@@ -91,6 +91,15 @@ def problem_for(
         dilation=pair(dilation, "dilation"), groups=groups, dtype=dtype, math=math,
         direction=direction,
     )
+
+
+def _sizes(shape: tuple[int, ...], what: str) -> list[int]:
+    """A shape's sizes as ints; ValueError for one that is not a whole number (int() would
+    truncate 1.5 to 1 and run another problem than the caller's)."""
+    sizes = [as_int(v) for v in shape]
+    if any(v is None for v in sizes):
+        raise ValueError(f"{what}'s shape must hold ints, got {tuple(shape)}")
+    return sizes  # type: ignore[return-value]
 
 
 #: The geometry arguments of a call, in the order `_execute` receives them.

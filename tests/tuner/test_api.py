@@ -14,6 +14,8 @@ from tests.tuner.fakes import random_inputs, small_problem
 from tuner import (
     ConvProblem,
     convolve,
+    convolve_backward_data,
+    convolve_backward_filter,
     find_algorithms,
     find_best_algorithm,
     results,
@@ -148,6 +150,21 @@ def test_bad_dtypes_are_value_errors(db_url: str, rng: np.random.Generator) -> N
         convolve(rng.standard_normal((1, 4, 6, 6)), w, device="cpu")
     with pytest.raises(ValueError, match="ConvProblem"):
         find_algorithms((1, 2, 3), device="cpu")  # type: ignore[arg-type]
+    assert stored_rows(db_url) == 0
+
+
+def test_a_given_shape_that_is_not_whole_numbers_is_refused(
+    db_url: str, rng: np.random.Generator
+) -> None:
+    # Bug pinned: the backward calls' x_shape / w_shape went through int(), which truncated
+    # 1.5 to 1, so a caller's typo ran (and tuned and stored) another problem than asked.
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    dy = rng.standard_normal((1, 3, 3, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match=r"x's shape must hold ints, got \(1.5, 2, 5, 5\)"):
+        convolve_backward_data(dy, w, (1.5, 2, 5, 5), device="cpu")  # type: ignore[arg-type]
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    with pytest.raises(ValueError, match="w's shape must hold ints"):
+        convolve_backward_filter(x, dy, (3, 2, 3.0, 3), device="cpu")  # type: ignore[arg-type]
     assert stored_rows(db_url) == 0
 
 
