@@ -247,6 +247,8 @@ class Conv2d(nn.Conv2d):
 
     def forward(self, input: Tensor) -> Tensor:
         """Convolution (and bias) through convtune, and so are the gradients."""
+        if input.dim() == 3:  # unbatched (c, h, w), which nn.Conv2d takes too
+            return self.forward(input.unsqueeze(0)).squeeze(0)
         x, padding = self._padded(input)
         limit = -1 if self.workspace_limit is None else self.workspace_limit
         w = self.weight

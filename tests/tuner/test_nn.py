@@ -50,6 +50,24 @@ def test_forward_and_gradients_match_nn_conv2d(case: str, db_url: str) -> None:
         torch.testing.assert_close(ours.bias.grad, reference.bias.grad)
 
 
+def test_an_unbatched_input_runs_as_nn_conv2d_runs_it(db_url: str) -> None:
+    # Bug pinned: nn.Conv2d takes an unbatched (c, h, w) input, and ours refused it
+    # ("x must be 4-D"), so convert() broke models that feed single images.
+    reference, model = _pair("same_even_kernel")
+    convert(model, db=db_url)
+    x = torch.randn(4, 9, 8, dtype=torch.float64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    y, y_ref = model(x), reference(x_ref)
+    assert y.shape == y_ref.shape == (6, 9, 8)
+    torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-9)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    y_ref.backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(model[0].weight.grad, reference.weight.grad, rtol=1e-9,
+                               atol=1e-9)
+
+
 def test_convert_keeps_parameters_and_state_dict(db_url: str) -> None:
     inner = nn.Sequential(nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4))
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), inner)
