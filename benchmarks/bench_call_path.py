@@ -47,6 +47,7 @@ from tuner.plans import untracked  # noqa: E402
 
 TINY = ConvProblem(n=1, c=4, h=4, w=4, k=4, r=1, s=1)
 CALLS = 50  # per burst
+PLAN_TORCH = "plan(x, w, out=y), torch tensors"
 
 
 def interleaved_us(paths: dict[str, Callable[[], Any]], sync: Callable[[], None],
@@ -110,7 +111,7 @@ def main() -> None:
         "algorithm alone": lambda: chosen.implementation.run(xa, wa, ya, workspace, p,
                                                              chosen.config),
         "plan(x, w, out=y), backend arrays": lambda: chosen(xa, wa, out=ya),
-        "plan(x, w, out=y), torch tensors": lambda: chosen(x, w, out=y),
+        PLAN_TORCH: lambda: chosen(x, w, out=y),
         "convolve(x, w), backend arrays": lambda: convolve(xa, wa, db=db),
         "convolve(x, w), torch tensors": lambda: convolve(x, w, db=db),
         "convolve(x, w), torch tensors, default database": lambda: convolve(x, w),
@@ -132,9 +133,13 @@ def main() -> None:
           f"{p.describe()} by {picks['explicit db']} (default database: "
           f"{picks['default database']}); median of {args.rounds} interleaved rounds of "
           f"{CALLS} calls\n")
-    print("| call path | us per call |\n|---|---|")
+    # Over the plan call in the same run: a machine that changes speed between runs moves
+    # both alike, so before/after comparisons of two trees read this column (BENCHMARKS.md,
+    # "A kept call skips its checks").
+    base = results[PLAN_TORCH]
+    print(f"| call path | us per call | over `{PLAN_TORCH}` |\n|---|---|---|")
     for path, us in results.items():
-        print(f"| {path} | {us:.1f} |")
+        print(f"| {path} | {us:.1f} | {us - base:+.1f} |")
     if args.out:
         args.out.write_text(json.dumps({
             "date": date.today().isoformat(), "device": name, "commit": commit,
