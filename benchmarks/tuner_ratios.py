@@ -1,6 +1,7 @@
 """The tuner's time over the isolated time per kind of configuration (issue 11).
 
-Usage: python benchmarks/tuner_ratios.py [--ties] [--bench bench_*.json ...] tuner.json [...]
+Usage: python benchmarks/tuner_ratios.py [--ties] tuner.json [...]
+       python benchmarks/tuner_ratios.py --bench bench_*.json [--plot p.png] -- tuner.json [...]
 
 Reads bench_tuner.py results (each configuration's time as the tuner measured it and as
 the isolated child re-measured it) and groups the ratios by algorithm and by what makes a
