@@ -18,7 +18,8 @@ Usage: python benchmarks/bench_tuner.py --device cpu --model resnet50 --batch 8 
    configuration's time (a run that takes longer to enqueue than to execute) differs
    between processes on one machine by up to 2x, where a device-bound one's agrees within
    about 1% (BENCHMARKS.md, "Three measurements of the same configurations"): the spread
-   between passes, the `noise`, then includes that.
+   between passes, the `noise`, then includes that. The processes take each layer in turn,
+   so that a layer's passes run close together in time.
 3. Reports per layer the regret of the tuner's pick: its isolated time over the isolated
    best, minus one.
 4. With --profile PATH, tunes the network once more under cProfile, into a copy of the
@@ -151,55 +152,108 @@ def isolated_ms(runtime: Runtime, cand: Candidate, problem: ConvProblem,
 Passes = list[dict[str, list[float]]]
 
 
-def remeasure(url: str, device: str, keys: list[dict[str, Any]], policy: TimingPolicy,
-              passes: int = 2, device_time: bool = False) -> tuple[Passes, Passes]:
-    """(wall, device): per problem key, every usable stored configuration's isolated
-    medians, one per pass (child process); device times only with `device_time` on a
-    runtime that tells them (else empty lists). Each pass measures all of a layer's
-    configurations once, so the spread between passes is the noise of the re-measurement
-    itself."""
-    tuner = Tuner(open_store(url))
-    runtime = get_runtime(device)
-    rng = np.random.default_rng(20261123)
-    wall: Passes = []
-    on_device: Passes = []
-    for key in keys:
+class Remeasurer:
+    """One process's isolated re-measurement: the store's tuner, the runtime, the random
+    inputs' generator, kept from layer to layer."""
+
+    def __init__(self, url: str, device: str, policy: TimingPolicy,
+                 device_time: bool = False) -> None:
+        self.tuner = Tuner(open_store(url))
+        self.device = device
+        self.runtime = get_runtime(device)
+        self.policy = policy
+        self.device_time = device_time
+        self.rng = np.random.default_rng(20261123)
+
+    def layer(self, key: dict[str, Any], passes: int = 1
+              ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """(wall, device): every usable stored configuration of the problem `key`, its
+        isolated medians, one per pass (device times only with `device_time` on a runtime
+        that tells them, else empty lists)."""
         problem = ConvProblem.from_key(key)
-        stored = tuner.find_candidates(problem, device, mode="cached")
+        stored = self.tuner.find_candidates(problem, self.device, mode="cached")
         usable = {(r.algorithm, r.config) for r in stored if r.usable}
-        candidates, _ = tuner.candidates(problem, backend_of(device))
+        candidates, _ = self.tuner.candidates(problem, backend_of(self.device))
         chosen = [c for c in candidates if c.key in usable]
         names = [f"{c.algorithm.name}/{c.config}" for c in chosen]
         times: dict[str, list[float]] = {name: [] for name in names}
         device_times: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(passes):
             for name, c in zip(names, chosen, strict=True):
-                ms, device_ms = isolated_ms(runtime, c, problem, policy, rng, device_time)
+                ms, device_ms = isolated_ms(self.runtime, c, problem, self.policy, self.rng,
+                                            self.device_time)
                 times[name].append(ms)
                 if device_ms is not None:
                     device_times[name].append(device_ms)
-        wall.append(times)
-        on_device.append(device_times)
-    return wall, on_device
+        return times, device_times
+
+
+def remeasure(url: str, device: str, keys: list[dict[str, Any]], policy: TimingPolicy,
+              passes: int = 2, device_time: bool = False) -> tuple[Passes, Passes]:
+    """(wall, device) per problem key: `Remeasurer.layer` in this process, `passes` each.
+    Each pass measures all of a layer's configurations once, so the spread between passes
+    is the noise of the re-measurement itself."""
+    remeasurer = Remeasurer(url, device, policy, device_time)
+    found = [remeasurer.layer(key, passes) for key in keys]
+    return [wall for wall, _ in found], [on_device for _, on_device in found]
+
+
+def serve_remeasure(url: str, device: str, policy: TimingPolicy, device_time: bool) -> None:
+    """A re-measuring child: says "ready" once set up, then answers each problem key read
+    as a JSON line on stdin with one JSON line [wall, device] (one pass), until stdin ends."""
+    remeasurer = Remeasurer(url, device, policy, device_time)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(json.dumps(remeasurer.layer(json.loads(line))), flush=True)
 
 
 def remeasure_apart(url: str, args: argparse.Namespace, keys: list[dict[str, Any]]
                     ) -> tuple[Passes, Passes]:
-    """`args.iso_passes` passes of `remeasure` (wall and device times), each in a child
-    process of its own."""
+    """`args.iso_passes` passes (wall and device times), each in a child process of its
+    own, the children taking each layer in turn (A B A B ...).
+
+    Why in turn: a layer's passes then run seconds apart, not minutes, so that a machine
+    whose speed drifts (this project's CPU machine does) moves them alike, while the
+    processes still differ (which on a GPU host decides host-bound configurations' times).
+    Passes run one after the other (sequential child processes) showed the drift as noise:
+    a median pass-to-pass spread of 29% on this CPU against 2% within one process.
+    """
     merged: tuple[Passes, Passes] = ([{} for _ in keys], [{} for _ in keys])
-    for _ in range(args.iso_passes):
-        child = subprocess.run(
-            [sys.executable, __file__, "--remeasure", url, "--device", args.device,
-             "--iso-budget-s", str(args.iso_budget_s), "--iso-min-reps", str(args.iso_min_reps),
-             "--iso-passes", "1", *(["--iso-device"] if args.iso_device else [])],
-            input=json.dumps(keys), capture_output=True, text=True, check=True,
-        )
-        for into, found in zip(merged, json.loads(child.stdout), strict=True):
-            for layer, times in zip(into, found, strict=True):
-                for name, passes in times.items():
-                    layer.setdefault(name, []).extend(passes)
+    children: list[subprocess.Popen[str]] = []
+    try:
+        for _ in range(args.iso_passes):  # one at a time: no child starts while one times
+            child = subprocess.Popen(
+                [sys.executable, __file__, "--remeasure", url, "--device", args.device,
+                 "--iso-budget-s", str(args.iso_budget_s),
+                 "--iso-min-reps", str(args.iso_min_reps),
+                 *(["--iso-device"] if args.iso_device else [])],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            children.append(child)
+            if _line(child) != "ready":
+                raise RuntimeError("a re-measuring child did not start")
+        for layer, key in enumerate(keys):
+            for child in children:
+                assert child.stdin is not None
+                child.stdin.write(json.dumps(key) + "\n")
+                child.stdin.flush()
+                for into, found in zip(merged, json.loads(_line(child)), strict=True):
+                    for name, values in found.items():
+                        into[layer].setdefault(name, []).extend(values)
+    finally:
+        for child in children:
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait()
     return merged
+
+
+def _line(child: subprocess.Popen[str]) -> str:
+    """The child's next line of output; RuntimeError where it ended instead."""
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line:
+        raise RuntimeError(f"a re-measuring child ended early (exit {child.wait()})")
+    return line.strip()
 
 
 def spread(times: list[float]) -> float:
@@ -383,9 +437,7 @@ def main() -> None:
     policy = replace(TimingPolicy.from_env(), warmup=2, budget_s=args.iso_budget_s,
                      min_reps=args.iso_min_reps, max_reps=max(100, args.iso_min_reps))
     if args.remeasure:
-        keys = json.loads(sys.stdin.read())
-        print(json.dumps(remeasure(args.remeasure, args.device, keys, policy,
-                                   args.iso_passes, args.iso_device)))
+        serve_remeasure(args.remeasure, args.device, policy, args.iso_device)
         return
     if args.fit_model:
         print(json.dumps(fit_model(args.fit_model, args.device)))
