@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -51,7 +50,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.cuda._loader import kernel_sources_hash  # noqa: E402
-from algorithms.cuda.runtime import CudaRuntime, cuda_available  # noqa: E402
+from algorithms.cuda.runtime import CudaRuntime, cuda_available, runs_spanning  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from algorithms.reference import tolerance  # noqa: E402
 from algorithms.registry import algorithms_for, get_algorithm  # noqa: E402
@@ -161,7 +160,7 @@ class Bench:
         the runs wait queued behind a spin), in enough runs to span about a millisecond of
         the time measured with the host (`ms`); None if it cannot be had."""
         try:
-            return self.rt.device_ms(fn, max(1, min(16, math.ceil(1.0 / ms))))
+            return self.rt.device_ms(fn, runs_spanning(ms))
         except Exception as exc:  # the report keeps the other numbers
             print(f"  device time failed ({type(exc).__name__}: {exc})", file=sys.stderr)
             return None

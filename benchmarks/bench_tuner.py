@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import math
 import os
 import pstats
 import shutil
@@ -60,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.cuda.runtime import runs_spanning
 from algorithms.problem import ConvProblem
 from algorithms.runtime import Runtime, TimingPolicy, random_operands
 from db.engine import open_store
@@ -145,7 +145,7 @@ def isolated_ms(runtime: Runtime, cand: Candidate, problem: ConvProblem,
         device_ms = getattr(runtime, "device_ms", None)
         if not device_time or device_ms is None:
             return wall, None
-        return wall, float(device_ms(run, max(1, min(16, math.ceil(1.0 / wall)))))
+        return wall, float(device_ms(run, runs_spanning(wall)))
 
 
 #: Per problem key, each configuration's medians, one per pass.
@@ -165,37 +165,25 @@ class Remeasurer:
         self.device_time = device_time
         self.rng = np.random.default_rng(20261123)
 
-    def layer(self, key: dict[str, Any], passes: int = 1
+    def layer(self, key: dict[str, Any]
               ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
         """(wall, device): every usable stored configuration of the problem `key`, its
-        isolated medians, one per pass (device times only with `device_time` on a runtime
-        that tells them, else empty lists)."""
+        isolated median in a list of one (a pass), and its device time likewise where
+        `device_time` and the runtime tell it (else an empty list)."""
         problem = ConvProblem.from_key(key)
         stored = self.tuner.find_candidates(problem, self.device, mode="cached")
         usable = {(r.algorithm, r.config) for r in stored if r.usable}
         candidates, _ = self.tuner.candidates(problem, backend_of(self.device))
         chosen = [c for c in candidates if c.key in usable]
-        names = [f"{c.algorithm.name}/{c.config}" for c in chosen]
-        times: dict[str, list[float]] = {name: [] for name in names}
-        device_times: dict[str, list[float]] = {name: [] for name in names}
-        for _ in range(passes):
-            for name, c in zip(names, chosen, strict=True):
-                ms, device_ms = isolated_ms(self.runtime, c, problem, self.policy, self.rng,
-                                            self.device_time)
-                times[name].append(ms)
-                if device_ms is not None:
-                    device_times[name].append(device_ms)
+        times: dict[str, list[float]] = {}
+        device_times: dict[str, list[float]] = {}
+        for c in chosen:
+            name = f"{c.algorithm.name}/{c.config}"
+            ms, device_ms = isolated_ms(self.runtime, c, problem, self.policy, self.rng,
+                                        self.device_time)
+            times[name] = [ms]
+            device_times[name] = [] if device_ms is None else [device_ms]
         return times, device_times
-
-
-def remeasure(url: str, device: str, keys: list[dict[str, Any]], policy: TimingPolicy,
-              passes: int = 2, device_time: bool = False) -> tuple[Passes, Passes]:
-    """(wall, device) per problem key: `Remeasurer.layer` in this process, `passes` each.
-    Each pass measures all of a layer's configurations once, so the spread between passes
-    is the noise of the re-measurement itself."""
-    remeasurer = Remeasurer(url, device, policy, device_time)
-    found = [remeasurer.layer(key, passes) for key in keys]
-    return [wall for wall, _ in found], [on_device for _, on_device in found]
 
 
 def serve_remeasure(url: str, device: str, policy: TimingPolicy, device_time: bool) -> None:
@@ -465,8 +453,10 @@ def main() -> None:
         began = time.perf_counter()
         isolated = remeasure_apart(url, args, [row["key"] for row in tuned])
         remeasure_s = time.perf_counter() - began
-        here = (remeasure(url, args.device, [row["key"] for row in tuned], policy, passes=1)[0]
-                if args.iso_here else None)
+        here = None
+        if args.iso_here:  # the same re-measurement once more, in this process
+            remeasurer = Remeasurer(url, args.device, policy)
+            here = [remeasurer.layer(row["key"])[0] for row in tuned]
         if args.profile:
             profiled = f"sqlite:///{tmp}/profiled.db"
             if args.mode != "exhaustive" and args.saved_model:

@@ -151,16 +151,15 @@ def _call_key(a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: st
               algorithm: str | None, math: str) -> tuple[Any, ...] | None:
     """What a call's plan is kept under: every argument, and each operand's kind, shape,
     dtype and place. Whether a call is valid depends on nothing else, so a call whose key
-    found a plan skips the checks; None where something is unhashable or not an array
-    (the checks then name what is wrong)."""
+    found a plan skips the checks; None where an operand is not an array (the checks then
+    name what is wrong). The key may still be unhashable (a list stride): `execute` finds
+    that out by looking it up, which hashes it once."""
     try:
-        key = (direction, type(a), a.shape, a.dtype, _place(a), type(b), b.shape, b.dtype,
-               _place(b), given_shape, _typed(geometry), device, math, workspace_limit,
-               type(workspace_limit), algorithm)
-        hash(key)
-    except (AttributeError, TypeError, ValueError):
+        return (direction, type(a), a.shape, a.dtype, _place(a), type(b), b.shape, b.dtype,
+                _place(b), given_shape, _typed(geometry), device, math, workspace_limit,
+                type(workspace_limit), algorithm)
+    except (AttributeError, ValueError):
         return None
-    return key
 
 
 def execute(
@@ -175,7 +174,10 @@ def execute(
     found = service(db)
     key = _call_key(a, b, given_shape, direction, geometry, device, workspace_limit,
                     algorithm, math)
-    chosen = None if key is None else found.call_plan(key)
+    try:
+        chosen = None if key is None else found.call_plan(key)
+    except TypeError:  # unhashable: nothing to keep the plan under
+        key, chosen = None, None
     if chosen is None:
         token = found.answers.token()
         chosen = _checked_plan(found, a, b, given_shape, direction, geometry, device,

@@ -88,10 +88,10 @@ def median_error_ms(result: AlgorithmResult) -> float:
 def within_noise(fast: AlgorithmResult, slow: AlgorithmResult) -> bool:
     """Whether `slow`'s median is indistinguishable from `fast`'s.
 
-    Within two standard errors of the difference of the two medians, or 2%, whichever is
-    more, but never beyond 5%. The spread of single samples (the IQR) is not the noise of a
-    median: with n samples the median is about sqrt(n) times steadier, so the IQR itself
-    (the rule before) called medians 10% apart a tie.
+    Within two standard errors of the difference of the two medians, or TIE_REL (1%),
+    whichever is more, but never beyond TIE_MAX_REL (5%). The spread of single samples (the
+    IQR) is not the noise of a median: with n samples the median is about sqrt(n) times
+    steadier, so the IQR itself (the rule before) called medians 10% apart a tie.
     """
     if fast.time_ms is None or slow.time_ms is None:
         return False

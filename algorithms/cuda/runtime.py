@@ -7,6 +7,7 @@ works on a machine without CuPy or a GPU.
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 import time
 from collections.abc import Callable, Hashable, Iterator
@@ -33,6 +34,12 @@ _STORAGE = {"bfloat16": "uint16"}
 @functools.cache
 def _numpy_dtype(name: str) -> np.dtype[Any]:
     return np.dtype(name)
+
+
+def runs_spanning(ms: float) -> int:
+    """Runs for `CudaRuntime.device_ms` to span about a millisecond of a run timed at `ms`
+    with the host, at most 16 (their enqueueing must stay within the spin's head start)."""
+    return max(1, min(16, math.ceil(1.0 / ms)))
 
 
 def cuda_available() -> tuple[bool, str]:

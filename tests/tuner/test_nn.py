@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,22 +30,30 @@ def _pair(case: str) -> tuple[Any, Any]:
     return reference, model
 
 
+def _run_both(run: Callable[[Any], Any], reference: Any, conv: Any,
+              shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """`run` and `reference` forward and backward on one fresh float64 input of `shape`:
+    asserts that the input's and the weight's gradients match; (y, y_ref)."""
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    y, y_ref = run(x), reference(x_ref)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    y_ref.backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(conv.weight.grad, reference.weight.grad, rtol=1e-9, atol=1e-9)
+    return y, y_ref
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_forward_and_gradients_match_nn_conv2d(case: str, db_url: str) -> None:
     reference, model = _pair(case)
     convert(model, db=db_url)
     assert isinstance(model[0], Conv2d)
-    x = torch.randn(2, 4, 9, 8, dtype=torch.float64, requires_grad=True)
-    x_ref = x.detach().clone().requires_grad_()
-    y, y_ref = model(x), reference(x_ref)
+    ours = model[0]
+    y, y_ref = _run_both(model, reference, ours, (2, 4, 9, 8))
     assert y.shape == y_ref.shape
     torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-9)
-    grad = torch.randn_like(y)
-    y.backward(grad)
-    y_ref.backward(grad)
-    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-9, atol=1e-9)
-    ours = model[0]
-    torch.testing.assert_close(ours.weight.grad, reference.weight.grad, rtol=1e-9, atol=1e-9)
     if reference.bias is not None:
         assert ours.bias is not None
         torch.testing.assert_close(ours.bias.grad, reference.bias.grad)
@@ -55,17 +64,9 @@ def test_an_unbatched_input_runs_as_nn_conv2d_runs_it(db_url: str) -> None:
     # ("x must be 4-D"), so convert() broke models that feed single images.
     reference, model = _pair("same_even_kernel")
     convert(model, db=db_url)
-    x = torch.randn(4, 9, 8, dtype=torch.float64, requires_grad=True)
-    x_ref = x.detach().clone().requires_grad_()
-    y, y_ref = model(x), reference(x_ref)
+    y, y_ref = _run_both(model, reference, model[0], (4, 9, 8))
     assert y.shape == y_ref.shape == (6, 9, 8)
     torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-9)
-    grad = torch.randn_like(y)
-    y.backward(grad)
-    y_ref.backward(grad)
-    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-9, atol=1e-9)
-    torch.testing.assert_close(model[0].weight.grad, reference.weight.grad, rtol=1e-9,
-                               atol=1e-9)
 
 
 def test_convert_keeps_parameters_and_state_dict(db_url: str) -> None:
@@ -136,15 +137,7 @@ def test_compiled_gradients_match_nn_conv2d(db_url: str) -> None:
     reference, model = _pair("valid_strided")
     convert(model, db=db_url)
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    x = torch.randn(2, 4, 9, 8, dtype=torch.float64, requires_grad=True)
-    x_ref = x.detach().clone().requires_grad_()
-    y, y_ref = compiled(x), reference(x_ref)
-    grad = torch.randn_like(y)
-    y.backward(grad)
-    y_ref.backward(grad)
-    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-9, atol=1e-9)
-    torch.testing.assert_close(model[0].weight.grad, reference.weight.grad, rtol=1e-9,
-                               atol=1e-9)
+    _run_both(compiled, reference, model[0], (2, 4, 9, 8))
 
 
 def test_tensors_without_data_go_through_the_operator_s_shape_function(db_url: str) -> None:
