@@ -191,6 +191,11 @@ class Runtime(Protocol):
         """One timed sample: `runs` back-to-back calls of `fn`, in ms per call."""
         ...
 
+    def prime(self, fn: Callable[[], None], last_ms: float) -> None:
+        """Before a sample of `fn` that follows other work: leave the caches as runs of `fn`
+        back to back leave them (`last_ms`: its latest time per run)."""
+        ...
+
     def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
         """Per-sample times of `fn` under `policy` (`time_runs` over `sample_ms`)."""
         ...

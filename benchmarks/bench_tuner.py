@@ -13,13 +13,15 @@ Usage: python benchmarks/bench_tuner.py --device cpu --model resnet50 --batch 8 
    does once any earlier one has fitted the same store. Models are kept in a temporary
    directory either way.
 2. In separate processes, re-measures every usable stored configuration in isolation: each
-   alone, on fresh inputs, after a device warm-up, with a longer timing budget and no
-   racing or confirmation; each pass in a process of its own, because a host-bound
-   configuration's time (a run that takes longer to enqueue than to execute) differs
-   between processes on one machine by up to 2x, where a device-bound one's agrees within
-   about 1% (BENCHMARKS.md, "Three measurements of the same configurations"): the spread
-   between passes, the `noise`, then includes that. The processes take each layer in turn,
-   so that a layer's passes run close together in time.
+   alone (each sample primed as the tuner's are: on the CPU, an untimed run), a layer's
+   configurations taking turns so that a drift of the machine's speed hits them alike, on
+   fresh inputs, after a device warm-up, with a longer timing budget and no racing or
+   confirmation; each pass in a process of its own, because a host-bound configuration's
+   time (a run that takes longer to enqueue than to execute) differs between processes on
+   one machine by up to 2x, where a device-bound one's agrees within about 1% (BENCHMARKS.md,
+   "Three measurements of the same configurations"): the spread between passes, the
+   `noise`, then includes that. The processes take each layer in turn, so that a layer's
+   passes run close together in time.
 3. Reports per layer the regret of the tuner's pick: its isolated time over the isolated
    best, minus one.
 4. With --profile PATH, tunes the network once more under cProfile, into a copy of the
@@ -61,7 +63,7 @@ import numpy as np
 
 from algorithms.cuda.runtime import runs_spanning
 from algorithms.problem import ConvProblem
-from algorithms.runtime import Runtime, TimingPolicy, random_operands
+from algorithms.runtime import Runtime, TimingPolicy, batch_size, random_operands
 from db.engine import open_store
 from tuner.candidates import Candidate
 from tuner.devices import backend_of, get_runtime, identify
@@ -127,25 +129,64 @@ def fit_model(url: str, device: str) -> dict[str, float]:
     return {"prefit_s": time.perf_counter() - began, "prefit_rows": model.rows if model else 0}
 
 
-def isolated_ms(runtime: Runtime, cand: Candidate, problem: ConvProblem,
+def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
                 policy: TimingPolicy, rng: np.random.Generator, device_time: bool = False
-                ) -> tuple[float, float | None]:
-    """The median time of one configuration measured alone, on fresh random inputs; with
-    `device_time`, also its time on the device alone (the host's enqueueing left out, as
-    bench_gpu.py's device column), where the runtime can tell (a GPU's), else None."""
+                ) -> list[tuple[float, float | None]]:
+    """Per configuration (wall, device): its median time alone, on one set of fresh random
+    inputs; with `device_time`, also its time on the device alone (the host's enqueueing
+    left out, as bench_gpu.py's device column), where the runtime can tell (a GPU's), else
+    None.
+
+    The configurations take turns, one sample each (A B C A B C ...), until each has its
+    min_reps and its budget or max_reps, each sample primed as the tuner's are
+    (runtime.prime: on the CPU an untimed run, which the budget counts), so that the
+    caches hold its data as if it ran alone. Timed one after the other, a configuration's
+    whole budget fell into one stretch of a machine whose speed drifts: this project's CPU
+    VM changes speed by 40% within seconds (BENCHMARKS.md, "Primed samples, and the
+    re-measurement in turns"), which decided close calls.
+    """
     x, w, y = random_operands(runtime, problem, rng)
-    workspace = runtime.workspace(cand.workspace_bytes)
+    workspace = runtime.workspace(max(c.workspace_bytes for c in cands))
+    runs = [_runner(c, (x, w, y), workspace, problem) for c in cands]
+    sample = runtime.sample_ms
+    with runtime.activate():
+        runtime.warm_up()
+        # Per configuration its latest time per run: the fastest warm-up's at first.
+        last = [min((sample(run, 1) for _ in range(policy.warmup)), default=0.0)
+                for run in runs]
+        batches = [batch_size(ms or None, policy) for ms in last]
+        times: list[list[float]] = [[] for _ in runs]
+        spent = [0.0 for _ in runs]
+
+        def wanted(i: int) -> bool:
+            return len(times[i]) < policy.min_reps or (
+                spent[i] < policy.budget_s and len(times[i]) < policy.max_reps)
+
+        while active := [i for i in range(len(runs)) if wanted(i)]:
+            for i in active:
+                began = time.perf_counter()
+                if len(runs) > 1:  # another configuration ran last
+                    runtime.prime(runs[i], last[i])
+                last[i] = sample(runs[i], batches[i])
+                times[i].append(last[i])
+                spent[i] += time.perf_counter() - began
+        walls = [statistics.median(t) for t in times]
+        device_ms = getattr(runtime, "device_ms", None)
+        if not device_time or device_ms is None:
+            return [(wall, None) for wall in walls]
+        return [(wall, float(device_ms(run, runs_spanning(wall))))
+                for run, wall in zip(runs, walls, strict=True)]
+
+
+def _runner(cand: Candidate, operands: tuple[Any, Any, Any], workspace: Any,
+            problem: ConvProblem) -> Callable[[], None]:
+    """One run of `cand` on `operands`."""
+    x, w, y = operands
 
     def run() -> None:
         cand.algorithm.run(x, w, y, workspace, problem, cand.config)
 
-    with runtime.activate():
-        runtime.warm_up()
-        wall = runtime.time(run, policy).median_ms
-        device_ms = getattr(runtime, "device_ms", None)
-        if not device_time or device_ms is None:
-            return wall, None
-        return wall, float(device_ms(run, runs_spanning(wall)))
+    return run
 
 
 #: Per problem key, each configuration's medians, one per pass.
@@ -177,10 +218,12 @@ class Remeasurer:
         chosen = [c for c in candidates if c.key in usable]
         times: dict[str, list[float]] = {}
         device_times: dict[str, list[float]] = {}
-        for c in chosen:
+        if not chosen:
+            return times, device_times
+        found = isolated_ms(self.runtime, chosen, problem, self.policy, self.rng,
+                            self.device_time)
+        for c, (ms, device_ms) in zip(chosen, found, strict=True):
             name = f"{c.algorithm.name}/{c.config}"
-            ms, device_ms = isolated_ms(self.runtime, c, problem, self.policy, self.rng,
-                                        self.device_time)
             times[name] = [ms]
             device_times[name] = [] if device_ms is None else [device_ms]
         return times, device_times

@@ -10,7 +10,9 @@ hits them alike. Timed one after the other, a burst that lasted one candidate's 
 (0.1-0.5 s) inflated even its fastest run, and a true best could be screened out
 (ResNet-50 res5.1x1a.s2 on the CPU: 52% regret in one run of bench_tuner, right in 30
 re-tunings). Candidates race: one whose fastest run is clearly slower than the leader's
-median stops after min_reps. A confirmation round then re-times the top few, interleaved
+median stops after min_reps. Each sample is primed first (on the CPU, an untimed run of
+a short candidate), so that it starts from its own caches, not the previous candidate's.
+A confirmation round then re-times the top few, interleaved
 again, up to `confirm_reps` samples each within one budget shared by the round, and their
 rows carry those times. Since the round decides, the first pass only screens: it takes at most
 `screen_reps` samples of a candidate (the policy's max_reps where no round follows). Every
@@ -126,6 +128,7 @@ class Lane:
     def __init__(self, run: Callable[[], None]) -> None:
         self.run = run
         self.batch = 1  # back-to-back runs per sample
+        self.last_ms = 0.0  # its latest time per run (the fastest warm-up's at first)
         self.times: list[float] = []
         self.spent_s = 0.0  # wall time of this lane's samples
         self.done = False
@@ -253,10 +256,11 @@ class Measurer:
                      factor: float | None = None) -> list[Lane]:
         """Time `runs` interleaved, A B C A B C ...: a burst of interference or a drifting
         clock then hits them alike, where timing one after the other let it decide between
-        them. Each first takes its untimed warm-ups (the fastest decides its batch). With a
-        race `factor`, a run stops after min_reps once its fastest sample is past `factor`
-        x the leader's median. Stops at the first failure that leaves the device unable to
-        run work."""
+        them. Each first takes its untimed warm-ups (the fastest decides its batch); each
+        sample is primed (runtime.prime), so that it does not start from the previous
+        candidate's caches. With a race `factor`, a run stops after min_reps once its
+        fastest sample is past `factor` x the leader's median. Stops at the first failure
+        that leaves the device unable to run work."""
         lanes = [Lane(run) for run in runs]
         sample = self.runtime.sample_ms
         for lane in lanes:
@@ -268,12 +272,16 @@ class Measurer:
                     return lanes
                 continue
             lane.batch = batch_size(min(probes, default=None), policy)
+            lane.last_ms = min(probes, default=0.0)
         while active := [lane for lane in lanes if lane.active]:
             with timed_region():  # one round at a time: chores may run between rounds
                 for lane in active:
                     began = time.perf_counter()
                     try:
+                        if len(active) > 1:  # another candidate ran last
+                            self.runtime.prime(lane.run, lane.last_ms)
                         lane.times.append(sample(lane.run, lane.batch))
+                        lane.last_ms = lane.times[-1]
                     except Exception as exc:
                         if self._fail(lane, exc):
                             return lanes

@@ -19,6 +19,11 @@ from algorithms.runtime import Timing, TimingPolicy, time_runs, warm_until_stabl
 
 #: The longest the CPU warm-up spins (a governor lifts the clock within tens of ms).
 WARM_UP_S = 0.05
+#: Runs shorter than this are primed before a sample that follows other work. Run after
+#: another configuration's, a ResNet-50 b8 layer of 5 ms took 4-13% longer than run
+#: after itself, by configuration (im2col_gemm 12.5%, direct 6.2% on res5.1x1b; AMD EPYC,
+#: 2026-11-27); from about 50 ms on the difference was within the runs' noise.
+PRIME_BELOW_MS = 100.0
 
 
 def _processor_model() -> str:
@@ -130,6 +135,12 @@ class CpuRuntime:
         for _ in range(runs):
             fn()
         return (time.perf_counter() - start) * 1e3 / runs
+
+    def prime(self, fn: Callable[[], None], last_ms: float) -> None:
+        """One untimed run of a short `fn`: the caches then hold its data, not the previous
+        candidate's, which otherwise decided close calls between candidates interleaved."""
+        if last_ms < PRIME_BELOW_MS:
+            fn()
 
     def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
         """Warm up, then time samples until the budget, max_reps or the race cutoff."""

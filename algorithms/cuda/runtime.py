@@ -247,6 +247,9 @@ class CudaRuntime:
             self._flush.data.ptr, 0, self._flush.nbytes, stream.ptr
         )
 
+    def prime(self, fn: Callable[[], None], last_ms: float) -> None:
+        """Nothing: every sample starts from a flushed L2, whatever ran before it."""
+
     def sample_ms(self, fn: Callable[[], None], runs: int) -> float:
         """`runs` back-to-back calls between two events, per call; L2 flushed before them.
 
