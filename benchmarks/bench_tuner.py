@@ -142,8 +142,8 @@ def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
     (runtime.prime: on the CPU an untimed run, which the budget counts), so that the
     caches hold its data as if it ran alone. Timed one after the other, a configuration's
     whole budget fell into one stretch of a machine whose speed drifts: this project's CPU
-    VM changes speed by 40% within seconds (BENCHMARKS.md, "Primed samples, and the
-    re-measurement in turns"), which decided close calls.
+    VM's memory-bound work changed speed by 50% within a minute (BENCHMARKS.md, "Primed
+    samples, and the re-measurement in turns"), which can decide close calls.
     """
     x, w, y = random_operands(runtime, problem, rng)
     workspace = runtime.workspace(max(c.workspace_bytes for c in cands))

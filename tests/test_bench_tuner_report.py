@@ -58,9 +58,10 @@ def test_isolated_measurement_runs_the_configuration_alone() -> None:
 
 def test_a_drift_during_one_configurations_turn_cannot_decide_the_reference() -> None:
     # Bug pinned: the re-measurement timed each configuration's whole budget in one stretch,
-    # and this CPU VM's speed changes by 40% within seconds: a slow stretch during the true
-    # best's turn made the reference call the tuner's right pick a miss (res5.proj, 8.0%
-    # regret, 2026-11-27). Taking turns, the drift hits every configuration alike.
+    # and this CPU VM's memory-bound work changed speed by 50% within a minute
+    # (benchmarks/cpu_drift.py, 2026-11-27): a slow stretch during one configuration's turn
+    # could decide a close call in the reference itself. Taking turns, a drift hits every
+    # configuration alike.
     speeds = {"best": 1.0, "second": 1.1, "third": 1.2}
     # The burst lasts the best's five samples had it been timed first and alone (after its
     # warm-up, the sample 0).

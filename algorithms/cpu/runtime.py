@@ -19,10 +19,12 @@ from algorithms.runtime import Timing, TimingPolicy, time_runs, warm_until_stabl
 
 #: The longest the CPU warm-up spins (a governor lifts the clock within tens of ms).
 WARM_UP_S = 0.05
-#: Runs shorter than this are primed before a sample that follows other work. Run after
-#: another configuration's, a ResNet-50 b8 layer of 5 ms took 4-13% longer than run
-#: after itself, by configuration (im2col_gemm 12.5%, direct 6.2% on res5.1x1b; AMD EPYC,
-#: 2026-11-27); from about 50 ms on the difference was within the runs' noise.
+#: Runs shorter than this are primed before a sample that follows other work. Unprimed,
+#: the tuner timed direct at 0.99-1.10x im2col_gemm on ResNet-50 b8 res5.1x1b (5 ms runs),
+#: where alone it ran at 1.04-1.17x, below in six rounds of six (primed: 1.03-1.14x;
+#: benchmarks/prime_effect.py, AMD EPYC, 2026-11-27). A run of 100 ms or more streams far
+#: more data than the caches hold, so what the previous candidate left there cannot weigh
+#: much (an estimate, not a measurement: this machine's noise hides such a share).
 PRIME_BELOW_MS = 100.0
 
 
