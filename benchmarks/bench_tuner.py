@@ -366,7 +366,16 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                          f"the best {device[r['best']]:.3f}"
                          if r["pick"] in device and r["best"] in device else "")
             lines.append(f"miss {r['layer']}: best alone {r['best']}; {seen}, its pick at "
-                         f"{r['tuned_ms']:.3f} ms{on_device}")
+                         f"{r['tuned_ms']:.3f} ms ({r['tuned_ms'] / r['pick_iso_ms']:.2f}x its "
+                         f"time alone){on_device}")
+    missed = [r for r in rows if r["regret"] > MISS]
+    if missed:
+        # A pick the tuner timed far from its time alone was timed on another machine state
+        # or process (a drifting CPU VM, a host-bound GPU run): its miss says little of how
+        # the tuner ranks.
+        steady = sum(abs(r["tuned_ms"] / r["pick_iso_ms"] - 1) <= 0.1 for r in missed)
+        lines.append(f"misses whose pick the tuner timed within 10% of its time alone: "
+                     f"{steady} of {len(missed)}")
     lines += _host_bound_lines(rows)
     if meta.get("train_on"):
         lines.append(f"store first filled with {meta['train_on']} (exhaustive, untimed: "

@@ -38,7 +38,11 @@ def test_regret_is_the_pick_alone_over_the_best_alone() -> None:
     assert "| l1 | p1 | a/x |" in text and "regret over 2 layers" in text
     assert f"worst {100 * (factor - 1):.1f}%, 1 above 5%" in text
     # A miss says what the tuner saw of the true best.
-    assert "miss l1: best alone b/y; the tuner measured it at 1.250 ms, its pick at 1.000" in text
+    assert "miss l1: best alone b/y; the tuner measured it at 1.250 ms, its pick at 1.000 " \
+        f"ms ({1 / (best * factor):.2f}x its time alone)" in text
+    steady = int(abs(1 / (best * factor) - 1) <= 0.1)
+    assert f"misses whose pick the tuner timed within 10% of its time alone: {steady} of 1" \
+        in text
     assert "tuner's time over the isolated time" not in text  # 2 configurations: too few
     rows[0]["tuned_all_ms"] = {"a/x": 1.0}  # fast mode: never measured
     assert "miss l1: best alone b/y; the tuner did not measure it" in report(
