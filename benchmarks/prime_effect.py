@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ import numpy as np
 
 from algorithms.cpu.runtime import CpuRuntime
 from algorithms.runtime import TimingPolicy
-from benchmarks.bench_tuner import isolated_ms
+from benchmarks.remeasure import iso_policy, isolated_ms
 from db.engine import open_store
 from tuner.networks import network_problems
 from tuner.tuning import Tuner
@@ -63,7 +62,7 @@ def _always(runtime: CpuRuntime) -> Callable[[str], CpuRuntime]:
     return lambda device: runtime
 
 
-def one_round(problem: Any, iso_policy: TimingPolicy, rng: np.random.Generator
+def one_round(problem: Any, policy: TimingPolicy, rng: np.random.Generator
               ) -> dict[str, dict[str, float]]:
     """The three measurements of one layer, each as relative times by configuration."""
     found: dict[str, dict[str, float]] = {}
@@ -77,7 +76,7 @@ def one_round(problem: Any, iso_policy: TimingPolicy, rng: np.random.Generator
     tuner = Tuner(open_store("sqlite://"))
     candidates, _ = tuner.candidates(problem, "cpu")
     chosen = [c for c in candidates if f"{c.algorithm.name}/{c.config}" in found["primed"]]
-    alone = isolated_ms(CpuRuntime(), chosen, problem, iso_policy, rng)
+    alone = isolated_ms(CpuRuntime(), chosen, problem, policy, rng)
     found["isolated"] = relative({f"{c.algorithm.name}/{c.config}": ms
                                   for c, (ms, _) in zip(chosen, alone, strict=True)})
     return found
@@ -118,9 +117,7 @@ def main() -> None:
     layers = args.layers.split(",")
     if unknown := [name for name in layers if name not in problems]:
         parser.error(f"no layer {', '.join(unknown)} in {args.model}")
-    # bench_tuner's re-measurement policy, with its defaults.
-    iso_policy = replace(TimingPolicy.from_env(), warmup=2, budget_s=args.iso_budget_s,
-                         min_reps=5, max_reps=100)
+    policy = iso_policy(args.iso_budget_s, 5)  # bench_tuner's, with its default min_reps
     rng = np.random.default_rng()
     rounds = []
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -131,7 +128,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for index in range(args.rounds):
         for name in layers:
-            found = one_round(problems[name], iso_policy, rng)
+            found = one_round(problems[name], policy, rng)
             rounds.append({"round": index, "layer": name, **found})
             for config in sorted(found["isolated"], key=lambda n: found["isolated"][n])[:3]:
                 print(f"| {index} | {name} | {config} | {found['unprimed'][config]:.3f} | "

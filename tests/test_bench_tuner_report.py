@@ -13,8 +13,10 @@ import pytest
 from algorithms.cpu.runtime import CpuRuntime
 from algorithms.problem import ConvProblem
 from algorithms.runtime import TimingPolicy
-from benchmarks import bench_tuner
-from benchmarks.bench_tuner import isolated_ms, regret_rows, report, write_profile
+from benchmarks import bench_tuner, remeasure
+from benchmarks.bench_tuner import write_profile
+from benchmarks.remeasure import isolated_ms
+from benchmarks.tuner_report import regret_rows, report
 from db.engine import open_store
 from tests.tuner.fakes import Fake, small_problem
 from tests.tuner.test_timing import Bursty, Cached, Clocked, steady
@@ -220,7 +222,7 @@ def test_each_pass_is_a_process_of_its_own_taking_the_layers_in_turn(db_url: str
         tuner.find_candidates(problem, "cpu", mode="tune")
     args = SimpleNamespace(iso_passes=2, device="cpu", iso_budget_s=0.0, iso_min_reps=1,
                            iso_device=False)
-    wall, device = bench_tuner.remeasure_apart(
+    wall, device = remeasure.remeasure_apart(
         db_url, args, [problem.key() for problem in problems])  # type: ignore[arg-type]
     assert len(wall) == len(device) == 2
     for layer in wall:

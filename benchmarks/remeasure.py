@@ -1,0 +1,220 @@
+"""The tuner regret benchmark's isolated re-measurement (bench_tuner.py step 2).
+
+Every usable stored configuration of a layer, timed alone: each sample primed as the
+tuner's are (runtime.prime: on the CPU an untimed run), the layer's configurations taking
+turns so that a drift of the machine's speed hits them alike, on fresh inputs, after a
+device warm-up, with a longer timing budget and no racing or confirmation. Each pass runs in
+a child process of its own (this file run as a script: `python benchmarks/remeasure.py URL
+--device D ...`, which answers problem keys on stdin), the children taking each layer in
+turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from algorithms.cuda.runtime import runs_spanning
+from algorithms.problem import ConvProblem
+from algorithms.runtime import Runtime, TimingPolicy, batch_size, random_operands
+from db.engine import open_store
+from tuner.candidates import Candidate
+from tuner.devices import backend_of, get_runtime
+from tuner.tuning import Tuner
+
+
+def iso_policy(budget_s: float, min_reps: int) -> TimingPolicy:
+    """The re-measurement's timing policy: the environment's, like the tuner's own
+    ($CONVTUNE_BATCH_BELOW_MS, ...), so that both sides time a candidate the same way, with
+    two warm-ups, the longer budget, and up to 100 samples."""
+    return replace(TimingPolicy.from_env(), warmup=2, budget_s=budget_s, min_reps=min_reps,
+                   max_reps=max(100, min_reps))
+
+
+def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
+                policy: TimingPolicy, rng: np.random.Generator, device_time: bool = False
+                ) -> list[tuple[float, float | None]]:
+    """Per configuration (wall, device): its median time alone, on one set of fresh random
+    inputs; with `device_time`, also its time on the device alone (the host's enqueueing
+    left out, as bench_gpu.py's device column), where the runtime can tell (a GPU's), else
+    None.
+
+    The configurations take turns, one sample each (A B C A B C ...), until each has its
+    min_reps and its budget or max_reps, each sample primed as the tuner's are
+    (runtime.prime: on the CPU an untimed run, which the budget counts), so that the
+    caches hold its data as if it ran alone. Timed one after the other, a configuration's
+    whole budget fell into one stretch of a machine whose speed drifts: this project's CPU
+    VM's memory-bound work changed speed by 50% within a minute (BENCHMARKS.md, "Primed
+    samples, and the re-measurement in turns"), which can decide close calls.
+    """
+    x, w, y = random_operands(runtime, problem, rng)
+    workspace = runtime.workspace(max(c.workspace_bytes for c in cands))
+    runs = [_runner(c, (x, w, y), workspace, problem) for c in cands]
+    sample = runtime.sample_ms
+    with runtime.activate():
+        runtime.warm_up()
+        # Per configuration its latest time per run: the fastest warm-up's at first.
+        last = [min((sample(run, 1) for _ in range(policy.warmup)), default=0.0)
+                for run in runs]
+        batches = [batch_size(ms or None, policy) for ms in last]
+        times: list[list[float]] = [[] for _ in runs]
+        spent = [0.0 for _ in runs]
+
+        def wanted(i: int) -> bool:
+            return len(times[i]) < policy.min_reps or (
+                spent[i] < policy.budget_s and len(times[i]) < policy.max_reps)
+
+        while active := [i for i in range(len(runs)) if wanted(i)]:
+            for i in active:
+                began = time.perf_counter()
+                if len(runs) > 1:  # another configuration ran last
+                    runtime.prime(runs[i], last[i])
+                last[i] = sample(runs[i], batches[i])
+                times[i].append(last[i])
+                spent[i] += time.perf_counter() - began
+        walls = [statistics.median(t) for t in times]
+        device_ms = getattr(runtime, "device_ms", None)
+        if not device_time or device_ms is None:
+            return [(wall, None) for wall in walls]
+        return [(wall, float(device_ms(run, runs_spanning(wall))))
+                for run, wall in zip(runs, walls, strict=True)]
+
+
+def _runner(cand: Candidate, operands: tuple[Any, Any, Any], workspace: Any,
+            problem: ConvProblem) -> Callable[[], None]:
+    """One run of `cand` on `operands`."""
+    x, w, y = operands
+
+    def run() -> None:
+        cand.algorithm.run(x, w, y, workspace, problem, cand.config)
+
+    return run
+
+
+#: Per problem key, each configuration's medians, one per pass.
+Passes = list[dict[str, list[float]]]
+
+
+class Remeasurer:
+    """One process's isolated re-measurement: the store's tuner, the runtime, the random
+    inputs' generator, kept from layer to layer."""
+
+    def __init__(self, url: str, device: str, policy: TimingPolicy,
+                 device_time: bool = False) -> None:
+        self.tuner = Tuner(open_store(url))
+        self.device = device
+        self.runtime = get_runtime(device)
+        self.policy = policy
+        self.device_time = device_time
+        self.rng = np.random.default_rng(20261123)
+
+    def layer(self, key: dict[str, Any]
+              ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """(wall, device): every usable stored configuration of the problem `key`, its
+        isolated median in a list of one (a pass), and its device time likewise where
+        `device_time` and the runtime tell it (else an empty list)."""
+        problem = ConvProblem.from_key(key)
+        stored = self.tuner.find_candidates(problem, self.device, mode="cached")
+        usable = {(r.algorithm, r.config) for r in stored if r.usable}
+        candidates, _ = self.tuner.candidates(problem, backend_of(self.device))
+        chosen = [c for c in candidates if c.key in usable]
+        times: dict[str, list[float]] = {}
+        device_times: dict[str, list[float]] = {}
+        if not chosen:
+            return times, device_times
+        found = isolated_ms(self.runtime, chosen, problem, self.policy, self.rng,
+                            self.device_time)
+        for c, (ms, device_ms) in zip(chosen, found, strict=True):
+            name = f"{c.algorithm.name}/{c.config}"
+            times[name] = [ms]
+            device_times[name] = [] if device_ms is None else [device_ms]
+        return times, device_times
+
+
+def serve_remeasure(url: str, device: str, policy: TimingPolicy, device_time: bool) -> None:
+    """A re-measuring child: says "ready" once set up, then answers each problem key read
+    as a JSON line on stdin with one JSON line [wall, device] (one pass), until stdin ends."""
+    remeasurer = Remeasurer(url, device, policy, device_time)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(json.dumps(remeasurer.layer(json.loads(line))), flush=True)
+
+
+def remeasure_apart(url: str, args: argparse.Namespace, keys: list[dict[str, Any]]
+                    ) -> tuple[Passes, Passes]:
+    """`args.iso_passes` passes (wall and device times), each in a child process of its
+    own, the children taking each layer in turn (A B A B ...).
+
+    Why in turn: a layer's passes then run seconds apart, not minutes, so that a machine
+    whose speed drifts (this project's CPU machine does) moves them alike, while the
+    processes still differ (which on a GPU host decides host-bound configurations' times).
+    Passes run one after the other (sequential child processes) showed the drift as noise:
+    a median pass-to-pass spread of 29% on this CPU against 2% within one process.
+    """
+    merged: tuple[Passes, Passes] = ([{} for _ in keys], [{} for _ in keys])
+    children: list[subprocess.Popen[str]] = []
+    try:
+        for _ in range(args.iso_passes):  # one at a time: no child starts while one times
+            child = subprocess.Popen(
+                [sys.executable, __file__, url, "--device", args.device,
+                 "--iso-budget-s", str(args.iso_budget_s),
+                 "--iso-min-reps", str(args.iso_min_reps),
+                 *(["--iso-device"] if args.iso_device else [])],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            children.append(child)
+            if _line(child) != "ready":
+                raise RuntimeError("a re-measuring child did not start")
+        for layer, key in enumerate(keys):
+            for child in children:
+                assert child.stdin is not None
+                child.stdin.write(json.dumps(key) + "\n")
+                child.stdin.flush()
+                for into, found in zip(merged, json.loads(_line(child)), strict=True):
+                    for name, values in found.items():
+                        into[layer].setdefault(name, []).extend(values)
+    finally:
+        for child in children:
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait()
+    return merged
+
+
+def _line(child: subprocess.Popen[str]) -> str:
+    """The child's next line of output; RuntimeError where it ended instead."""
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line:
+        raise RuntimeError(f"a re-measuring child ended early (exit {child.wait()})")
+    return line.strip()
+
+
+def main() -> None:
+    """A re-measuring child of bench_tuner.py (see serve_remeasure)."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("url", help="the tuned store's URL")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--iso-budget-s", type=float, default=0.5)
+    parser.add_argument("--iso-min-reps", type=int, default=5)
+    parser.add_argument("--iso-device", action="store_true")
+    args = parser.parse_args()
+    serve_remeasure(args.url, args.device, iso_policy(args.iso_budget_s, args.iso_min_reps),
+                    args.iso_device)
+
+
+if __name__ == "__main__":
+    main()
