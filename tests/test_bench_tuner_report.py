@@ -19,7 +19,7 @@ from benchmarks.remeasure import isolated_ms
 from benchmarks.tuner_report import regret_rows, report
 from db.engine import open_store
 from tests.tuner.fakes import Fake, small_problem
-from tests.tuner.test_timing import Bursty, Cached, Clocked, steady
+from tests.tuner.test_timing import Bursty, Cached, Clocked, Scripted, steady
 from tuner.candidates import Candidate
 from tuner.results import AlgorithmResult
 from tuner.tuning import Tuner
@@ -72,21 +72,23 @@ def test_a_drift_during_one_configurations_turn_cannot_decide_the_reference() ->
     # The burst lasts the best's five samples had it been timed first and alone (after its
     # warm-up, the sample 0).
     rt = Bursty({name: steady(ms) for name, ms in speeds.items()}, burst=range(1, 6))
-    cands = [Candidate(Clocked(name, rt), "default", 0, "h")  # type: ignore[arg-type]
-             for name in speeds]
-    policy = TimingPolicy(warmup=1, budget_s=60.0, min_reps=5, max_reps=5, batch_below_ms=0)
-    found = isolated_ms(rt, cands, small_problem(), policy, np.random.default_rng())
-    assert [ms for ms, _ in found] == pytest.approx(list(speeds.values()))
+    assert _walls_alone(rt, speeds, reps=5) == pytest.approx(list(speeds.values()))
 
 
 def test_the_re_measurement_primes_each_sample_as_the_tuner_does() -> None:
     speeds, cold = {"gemm": 1.0, "direct": 1.04}, {"gemm": 1.125, "direct": 1.06}
     rt = Cached({name: steady(ms) for name, ms in speeds.items()}, cold)
+    assert _walls_alone(rt, speeds, reps=4) == pytest.approx(list(speeds.values()))
+
+
+def _walls_alone(rt: Scripted, speeds: dict[str, float], reps: int) -> list[float]:
+    """isolated_ms's wall times of a Clocked candidate per name in `speeds`, `reps` each."""
     cands = [Candidate(Clocked(name, rt), "default", 0, "h")  # type: ignore[arg-type]
              for name in speeds]
-    policy = TimingPolicy(warmup=1, budget_s=60.0, min_reps=4, max_reps=4, batch_below_ms=0)
-    found = isolated_ms(rt, cands, small_problem(), policy, np.random.default_rng())
-    assert [ms for ms, _ in found] == pytest.approx(list(speeds.values()))
+    policy = TimingPolicy(warmup=1, budget_s=60.0, min_reps=reps, max_reps=reps,
+                          batch_below_ms=0)
+    return [ms for ms, _ in isolated_ms(rt, cands, small_problem(), policy,
+                                        np.random.default_rng())]
 
 
 def test_device_times_name_the_host_bound_picks_and_bests() -> None:
