@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import tempfile
 import time
@@ -63,6 +64,9 @@ class Score:
     fast_measured: int = 0  # configurations fast mode measured, over all layers
     #: fast mode's picks beyond 10% of the best: (problem, picked, best, regret)
     fast_misses: tuple[tuple[str, str, str, float], ...] = ()
+    #: predicted bests beyond 10% of the measured best: (problem, predicted best, its time
+    #: over the best's, the measured best, the best's place in the prediction from 0)
+    top1_misses: tuple[tuple[str, str, float, str, int], ...] = ()
 
 
 def shrunk(problem: ConvProblem, scale: int) -> ConvProblem:
@@ -87,11 +91,17 @@ def score(ranked: Sequence[Sequence[Sample]], truth: Sequence[Sequence[Sample]],
     top1 = top3 = unseen = fast_within10 = fast_measured = 0
     fast_worst = 0.0
     misses: list[tuple[str, str, str, float]] = []
+    top1_misses: list[tuple[str, str, float, str, int]] = []
     for layer, (order, measured) in enumerate(zip(ranked, truth, strict=True)):
         times = {(s.algorithm, s.config): s.time_ms or math.inf for s in measured}
         best_key = min(times, key=times.__getitem__)
         picks = [(s.algorithm, s.config) for s in order]
-        top1 += times[picks[0]] <= 1.10 * times[best_key]
+        if times[picks[0]] <= 1.10 * times[best_key]:
+            top1 += 1
+        else:
+            top1_misses.append((measured[0].problem.describe(), "/".join(picks[0]),
+                                times[picks[0]] / times[best_key], "/".join(best_key),
+                                picks.index(best_key)))
         top3 += best_key in picks[:3]
         unseen += bool(trained) and best_key[0] not in trained
         tried = fast_picks(picks, fast_k) + [k for k in picks if trained and k[0] not in trained]
@@ -108,7 +118,7 @@ def score(ranked: Sequence[Sequence[Sample]], truth: Sequence[Sequence[Sample]],
             misses.append((measured[0].problem.describe(), "/".join(picked),
                            "/".join(best_key), regret))
     return Score(len(truth), top1, top3, unseen, fast_within10, fast_worst, fast_measured,
-                 tuple(misses))
+                 tuple(misses), tuple(top1_misses))
 
 
 def by_model(model: M.CostModel, candidates: Sequence[Sample]) -> list[Sample]:
@@ -282,6 +292,7 @@ def print_table(report: dict[str, Any]) -> None:
               f"{TOP1_TARGET:.0%}: {'met' if top1 >= TOP1_TARGET else 'NOT met'}), top-3 hit "
               f"{top3:.0%} (target {TOP3_TARGET:.0%}: "
               f"{'met' if top3 >= TOP3_TARGET else 'NOT met'})")
+    _print_top1_misses(rows)
     if "fast_within10" in rows[0]["model"]:
         within = sum(r["model"]["fast_within10"] for r in rows) / n
         worst = max(r["model"]["fast_worst"] for r in rows)
@@ -299,6 +310,28 @@ def print_table(report: dict[str, Any]) -> None:
             print("|---|---|---|---|")
             for problem, picked, best, regret in misses[:8]:
                 print(f"| {problem} | {picked} | {best} | {regret:.0%} |")
+
+
+def _print_top1_misses(rows: list[dict[str, Any]]) -> None:
+    """The model's top-1 misses by held-out network, the algorithm it predicted fastest and
+    the one measured fastest: where its training data leaves it guessing."""
+    groups: dict[tuple[str, str, str], list[tuple[Any, ...]]] = defaultdict(list)
+    for r in rows:
+        for miss in r["model"].get("top1_misses", ()):
+            _, picked, _, best, _ = miss
+            groups[(r["held_out"], picked.split("/")[0], best.split("/")[0])].append(miss)
+    if not groups:
+        return
+    print("\n| held out | predicted fastest | measured fastest | top-1 misses | of them 1x1 "
+          "| median time over the best | median place of the best |")
+    print("|---|---|---|---|---|---|---|")
+    for (held, picked, best), misses in sorted(groups.items(), key=lambda g: -len(g[1])):
+        pointwise = sum(" 1x1 " in m[0] for m in misses)
+        ratio = statistics.median(m[2] for m in misses)
+        place = statistics.median(m[4] for m in misses)
+        print(f"| {held} | {picked} | {best} | {len(misses)} | {pointwise} | {ratio:.2f} | "
+              f"{place:g} |")
+
 
 if __name__ == "__main__":
     main()

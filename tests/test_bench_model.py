@@ -31,6 +31,9 @@ def test_score_counts_close_picks_top3_hits_and_unseen_bests() -> None:
     far = [by_time[2], by_time[3], by_time[1], by_time[0]]  # best 4th: neither
     got = score([close, far], [truth, truth], trained=frozenset({"b", "c", "d"}))
     assert (got.layers, got.top1, got.top3, got.unseen_best) == (2, 1, 1, 2)
+    # The top-1 miss is listed: the layer, the predicted best and its time over the best's,
+    # the best and its place in the prediction.
+    assert [m[1:] for m in got.top1_misses] == [("c/z", pytest.approx(3.0), "a/x", 3)]
     # Fast mode measures algorithm a (never trained on) whatever the ranking: both exact.
     fast = score([close, far], [truth, truth], trained=frozenset({"b", "c", "d"}), fast_k=1)
     assert (fast.fast_within10, fast.fast_worst, fast.fast_measured) == (2, 0.0, 4)
