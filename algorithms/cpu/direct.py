@@ -17,6 +17,7 @@ import numpy as np
 
 from algorithms.base import Work
 from algorithms.cpu._common import CpuAlgorithm, tap_windows
+from algorithms.cpu.gemm import matmul
 from algorithms.problem import ConvProblem
 
 
@@ -77,5 +78,5 @@ class DirectConv(CpuAlgorithm):
                 part_in = src[i, :, :, read[0], read[1]].reshape(g, mat.shape[2], rows * cols)
                 # Depthwise-style (one channel per group): a broadcast product beats g
                 # 1-deep GEMMs.
-                part = mat * part_in if mat.shape[2] == 1 else np.matmul(mat, part_in)
+                part = mat * part_in if mat.shape[2] == 1 else matmul(mat, part_in)
                 dst[i, :, :, write[0], write[1]] += part.reshape(g, mat.shape[1], rows, cols)

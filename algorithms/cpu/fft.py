@@ -37,6 +37,7 @@ from scipy.fft import next_fast_len
 from algorithms.base import WorkspaceLayout
 from algorithms.cpu._by_forward import CpuByForward
 from algorithms.cpu._common import CpuAlgorithm, compute_dtype
+from algorithms.cpu.gemm import matmul
 from algorithms.problem import ConvProblem
 
 #: Frequencies per block when moving spectra between per-plane and per-frequency layouts:
@@ -127,7 +128,7 @@ def _filter_spectrum(
         cols[None, :, None, :],
         out=twiddle.reshape(plan.fft_h, half, problem.r, problem.s),
     )
-    np.matmul(twiddle, taps, out=buf["w_freq"])
+    matmul(twiddle, taps, out=buf["w_freq"])
     return buf["w_freq"].reshape(plan.freqs, g, cg, kg)
 
 
@@ -173,7 +174,7 @@ class _FftConvForward(CpuAlgorithm):
         # Channel reduction: one small complex GEMM per frequency and group. The input
         # spectrum per plane is dead by now, so its buffer takes the product.
         y_freq = buf["spec_a"][: freqs * g * n * kg].reshape(freqs, g, n, kg)
-        np.matmul(x_freq, w_freq, out=y_freq)
+        matmul(x_freq, w_freq, out=y_freq)
         y_spec = buf["spec_b"][: n * k * freqs].reshape(n, g, kg, freqs)
         for f0 in range(0, freqs, _FREQ_BLOCK):
             f1 = f0 + _FREQ_BLOCK

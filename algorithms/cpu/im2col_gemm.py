@@ -32,6 +32,7 @@ from algorithms.cpu._common import (
     covers_output,
     tap_windows,
 )
+from algorithms.cpu.gemm import matmul
 from algorithms.problem import ConvProblem
 
 
@@ -123,7 +124,7 @@ def _forward(x: np.ndarray, w: np.ndarray, y: np.ndarray, buf: dict[str, np.ndar
     for i in range(problem.n):
         col = _columns(x[i], buf, problem, windows)
         y_img = buf["y"] if staged else y[i].reshape(g, kg, -1)
-        np.matmul(w_mat, col, out=y_img)
+        matmul(w_mat, col, out=y_img)
         if staged:
             np.copyto(y[i].reshape(y_img.shape), y_img)
 
@@ -141,7 +142,7 @@ def _backward_filter(x: np.ndarray, dy: np.ndarray, dw: np.ndarray,
         if "dy" in buf:
             np.copyto(buf["dy"], dy_img)
             dy_img = buf["dy"]
-        acc += np.matmul(dy_img, col.transpose(0, 2, 1))
+        acc += matmul(dy_img, col.transpose(0, 2, 1))
     if staged:
         np.copyto(dw.reshape(acc.shape), acc)
 
@@ -162,9 +163,9 @@ def _backward_data(dy: np.ndarray, w: np.ndarray, dx: np.ndarray, buf: dict[str,
             np.copyto(buf["dy"], dy_img)
             dy_img = buf["dy"]
         if "col" not in buf:  # unstaged pointwise: dx's image is the column matrix
-            np.matmul(w_t, dy_img, out=dx[i].reshape(g, cg, -1))
+            matmul(w_t, dy_img, out=dx[i].reshape(g, cg, -1))
             continue
-        np.matmul(w_t, dy_img, out=buf["col"])
+        matmul(w_t, dy_img, out=buf["col"])
         col6 = buf["col"].reshape(g, cg, problem.r, problem.s, out_h, out_w)
         dx_img = buf["dx"] if "dx" in buf else dx[i].reshape(g, cg, problem.h, problem.w)
         dx_img.fill(0)  # positions no tap reaches (stride holes) stay zero

@@ -30,6 +30,7 @@ import numpy as np
 from algorithms.base import Work, WorkspaceLayout
 from algorithms.cpu._by_forward import CpuByForward
 from algorithms.cpu._common import CpuAlgorithm, compute_dtype
+from algorithms.cpu.gemm import matmul
 from algorithms.problem import ConvProblem
 
 #: Tile caps: large tiles keep the Python loop short and BLAS calls big; small ones need
@@ -163,10 +164,10 @@ class _ImplicitGemmConvForward(CpuAlgorithm):
                         tile = self._gather(buf, x_flat, row_off[k0:k1], group_off, pad_rows)
                         w_tile = w_mat[gi * kg : (gi + 1) * kg, k0:k1]
                         if k0 == 0:
-                            np.matmul(w_tile, tile, out=acc)
+                            matmul(w_tile, tile, out=acc)
                         else:
                             part = _flat(buf["part"], kg, width)
-                            np.matmul(w_tile, tile, out=part)
+                            matmul(w_tile, tile, out=part)
                             acc += part
                     dest = y3[b0:b1, gi * kg : (gi + 1) * kg, p0:p1]
                     np.copyto(dest, acc.reshape(kg, b1 - b0, p1 - p0).transpose(1, 0, 2))

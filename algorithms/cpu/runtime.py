@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -12,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.cpu.gemm import torch_gemms
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference
 from algorithms.reference_gemm import errors
-from algorithms.runtime import Timing, TimingPolicy, time_runs, warm_until_stable
+from algorithms.runtime import Timing, TimingPolicy, is_torch, time_runs, warm_until_stable
 
 #: The longest the CPU warm-up spins (a governor lifts the clock within tens of ms).
 WARM_UP_S = 0.05
@@ -122,7 +124,10 @@ class CpuRuntime:
         return threading.get_ident()
 
     def caller_stream(self, array: Any) -> AbstractContextManager[None]:
-        """The host has no streams."""
+        """The host has no streams, but a torch tensor's caller has torch's threads: the
+        work's GEMMs run on them (algorithms.cpu.gemm), not against them."""
+        if is_torch(array):
+            return torch_gemms(sys.modules["torch"])
         return nullcontext()
 
     def elapsed_ms(self, fn: Callable[[], None]) -> float:

@@ -10,7 +10,7 @@ Steps (alpha = m + 2, T = n * tiles_h * tiles_w, P the transform points alpha^2)
 2. input: x copied into a zero-bordered buffer covering every tile, then V = B^T d B over
    the overlapping alpha x alpha tiles, separably (rows, then columns), each output a sum of
    whole strided slices times the matrix's small integer coefficients;
-3. GEMM: M[xi, nu] = U[xi, nu] (k x c) @ V[xi, nu] (c x T), one np.matmul over the P points;
+3. GEMM: M[xi, nu] = U[xi, nu] (k x c) @ V[xi, nu] (c x T), one matmul over the P points;
 4. output: y = A^T M A, separably, into m x m tiles, cropped onto y.
 
 Workspace (E: compute element size, Ht = tiles_h*m + 2, Wt = tiles_w*m + 2; each aligned):
@@ -31,6 +31,7 @@ import numpy as np
 from algorithms import winograd
 from algorithms.base import Support, WorkspaceLayout
 from algorithms.cpu._common import CpuAlgorithm, compute_dtype
+from algorithms.cpu.gemm import matmul
 from algorithms.problem import ConvProblem
 
 
@@ -131,7 +132,7 @@ class WinogradConv(CpuAlgorithm):
             for nu in range(a):
                 _combine(v[xi, nu].transpose(1, 0, 2, 3), bt[nu], tile_cols, scratch)
 
-        np.matmul(buf["u"], buf["v"], out=buf["m"])
+        matmul(buf["u"], buf["v"], out=buf["m"])
 
         at = tr.array("at", dtype)
         prod = buf["m"].reshape(a, a, k, -1)

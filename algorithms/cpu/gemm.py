@@ -1,0 +1,70 @@
+"""The CPU algorithms' GEMMs: NumPy's BLAS, or PyTorch's when the caller works in torch.
+
+In a process that runs PyTorch operators, torch's OpenMP threads spin for a while after
+each operator, and NumPy's BLAS threads then compete with them for the cores: a converted
+ResNet-50 (b1, AMD EPYC, 2 cores) ran its forward pass in 596 ms with our GEMMs in NumPy's
+BLAS, 94 ms with them on torch's own threads, and 75 ms all in PyTorch (BENCHMARKS.md,
+"Our CPU work on torch's threads"). So the work a CPU plan runs for torch tensors
+(`CpuRuntime.caller_stream`) routes its GEMMs through `torch.matmul`, on torch's thread
+pool. Tuning measures with NumPy's BLAS either way: its operands are NumPy's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+#: The torch module while work runs for torch tensors (`torch_gemms`), else None.
+_TORCH: ContextVar[ModuleType | None] = ContextVar("convtune_cpu_gemm_torch", default=None)
+#: The dtypes torch.matmul serves here; NumPy computes the rest.
+_ROUTED = frozenset({"float32", "float64", "complex64", "complex128"})
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """`a @ b` with NumPy's broadcasting, into `out` where given: through `torch.matmul`
+    inside `torch_gemms`, else `np.matmul`."""
+    torch = _TORCH.get()
+    if torch is None or not _routable(a, b, out):
+        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    if out is None:
+        return np.asarray(torch.matmul(ta, tb).numpy())
+    torch.matmul(ta, tb, out=torch.from_numpy(out))
+    return out
+
+
+def _routable(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> bool:
+    """Whether torch can take these arrays as they are: one routed dtype, no negative
+    strides (torch.from_numpy refuses them), writable (it warns), a C-contiguous `out`."""
+    arrays = (a, b) if out is None else (a, b, out)
+    return (all(x.dtype == a.dtype for x in arrays) and a.dtype.name in _ROUTED
+            and (out is None or out.flags.c_contiguous)
+            and all(x.flags.writeable and min(x.strides, default=0) >= 0 for x in arrays))
+
+
+@contextmanager
+def torch_gemms(torch: ModuleType) -> Iterator[None]:
+    """Route the GEMMs of the CPU work done inside through `torch`, unless
+    $CONVTUNE_CPU_TORCH_GEMM is 0 or torch's float32 matmul precision is not "highest"
+    (below it, torch may compute float32 GEMMs in bfloat16 on CPUs that have it: not the
+    FP32 accuracy a CPU problem promises)."""
+    if (os.environ.get("CONVTUNE_CPU_TORCH_GEMM", "1") == "0"
+            or torch.get_float32_matmul_precision() != "highest"):
+        yield
+        return
+    token = _TORCH.set(torch)
+    try:
+        yield
+    finally:
+        _TORCH.reset(token)
+
+
+def routed() -> Any:
+    """The torch module the GEMMs go through now, or None (NumPy's BLAS)."""
+    return _TORCH.get()
