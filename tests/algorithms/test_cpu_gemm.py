@@ -17,7 +17,7 @@ from algorithms.registry import get_algorithm
 torch = pytest.importorskip("torch", reason="torch is not installed: the routing serves it")
 
 #: Every CPU algorithm with a GEMM, a direction it runs and a problem it takes.
-CASES = [
+CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ("im2col_gemm", "default", "forward", dict(n=2, c=5, h=7, w=6, k=4, r=3, s=3, pad=1)),
     ("im2col_gemm", "default", "backward_data", dict(n=2, c=5, h=7, w=6, k=4, r=3, s=3, pad=1)),
     ("im2col_gemm", "default", "backward_filter",
