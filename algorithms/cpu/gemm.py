@@ -2,9 +2,10 @@
 
 In a process that runs PyTorch operators, torch's OpenMP threads spin for a while after
 each operator, and NumPy's BLAS threads then compete with them for the cores: a converted
-ResNet-50 (b1, AMD EPYC, 2 cores) ran its forward pass in 596 ms with our GEMMs in NumPy's
-BLAS, 94 ms with them on torch's own threads, and 75 ms all in PyTorch (BENCHMARKS.md,
-"Our CPU work on torch's threads"). So the work a CPU plan runs for torch tensors
+ResNet-50 (b1, AMD EPYC, 2 cores) ran its forward pass in 634-650 ms with our GEMMs in
+NumPy's BLAS, 121-126 ms with them on torch's own threads, and 81-85 ms all in PyTorch
+(benchmarks/bench_torch_threads.py; BENCHMARKS.md, "Our CPU work on torch's threads").
+So the work a CPU plan runs for torch tensors
 (`CpuRuntime.caller_stream`) routes its GEMMs through `torch.matmul`, on torch's thread
 pool. Tuning measures with NumPy's BLAS either way: its operands are NumPy's.
 """

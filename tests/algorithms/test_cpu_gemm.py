@@ -66,10 +66,10 @@ def test_torch_tensors_run_their_gemms_on_torch_threads(
     name: str, config: str, direction: str, shape: dict[str, Any],
     torch_calls: list[tuple[int, ...]],
 ) -> None:
-    # Bug pinned: a converted ResNet-50 on the CPU ran its forward pass in 596 ms against 94
-    # ms (AMD EPYC, 2 cores, 2026-11-27): our GEMMs ran in NumPy's BLAS, whose threads
-    # fought torch's spinning OpenMP threads for the cores. Work for torch tensors now runs
-    # its GEMMs through torch.matmul.
+    # Bug pinned: a converted ResNet-50 on the CPU ran its forward pass 5.2x slower than
+    # with the GEMMs on torch's threads (bench_torch_threads.py, AMD EPYC, 2 cores,
+    # 2026-11-27): they ran in NumPy's BLAS, whose threads fought torch's spinning OpenMP
+    # threads for the cores. Work for torch tensors now runs its GEMMs through torch.matmul.
     problem = ConvProblem(**shape, direction=direction)
     out, ref = _run(name, config, problem, torch.from_numpy)
     assert torch_calls, f"{name} ran no GEMM through torch"
