@@ -41,10 +41,12 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
 
 
 def _routable(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> bool:
-    """Whether torch can take these arrays as they are: one routed dtype, no negative
-    strides (torch.from_numpy refuses them), writable (it warns), a C-contiguous `out`."""
+    """Whether torch can take these arrays as they are: one routed dtype in native byte
+    order, no negative strides (torch.from_numpy refuses both), writable (it warns), a
+    C-contiguous `out`."""
     arrays = (a, b) if out is None else (a, b, out)
     return (all(x.dtype == a.dtype for x in arrays) and a.dtype.name in _ROUTED
+            and a.dtype.isnative
             and (out is None or out.flags.c_contiguous)
             and all(x.flags.writeable and min(x.strides, default=0) >= 0 for x in arrays))
 

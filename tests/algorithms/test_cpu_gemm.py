@@ -117,13 +117,15 @@ def _operands(kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         return a, b, None
     if kind == "mixed_dtypes":
         return a.astype(np.float64), b, None
+    if kind == "byte_swapped":
+        return a.astype(">f4"), b.astype(">f4"), None
     if kind == "strided_out":
         return a, b, np.empty((2, 5, 3), np.float32).transpose(0, 2, 1)
     return a.astype(np.float16), b.astype(np.float16), None  # float16: not routed
 
 
 @pytest.mark.parametrize("kind", ["negative_strides", "read_only", "mixed_dtypes",
-                                  "strided_out", "float16"])
+                                  "byte_swapped", "strided_out", "float16"])
 def test_what_torch_cannot_take_stays_with_numpy(
     kind: str, torch_calls: list[tuple[int, ...]]
 ) -> None:
