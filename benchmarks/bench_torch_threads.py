@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,8 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.children import LineChild
 
 VARIANTS = {
     "torch-gemms": {},
@@ -70,19 +71,6 @@ def serve(variant: str, url: str, batch: int, size: int) -> None:
             print(json.dumps(statistics.median(times)), flush=True)
 
 
-def _child(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, __file__, *args], env={**os.environ, **env},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-
-def _line(child: subprocess.Popen[str]) -> str:
-    assert child.stdout is not None
-    line = child.stdout.readline()
-    if not line:
-        raise RuntimeError(f"a child ended early (exit {child.wait()})")
-    return line.strip()
-
-
 def main() -> None:
     """Tune, start the children, time them in turns, print the table."""
     parser = argparse.ArgumentParser(description=__doc__,
@@ -105,30 +93,21 @@ def main() -> None:
                             text=True, check=False).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/store.db"
-        tuning = _child(["--serve", "torch-gemms", "--url", url, *shape], {})
-        if _line(tuning) != "ready":  # converted, tuned and warmed: the store is filled
-            raise RuntimeError("the tuning child did not start")
-        assert tuning.stdin is not None
-        tuning.stdin.close()
-        tuning.wait()
-        children = {}
+        # Converted, tuned and warmed once it is ready: the store is filled.
+        LineChild([__file__, "--serve", "torch-gemms", "--url", url, *shape],
+                  "the tuning child").close()
+        children: dict[str, LineChild] = {}
         try:
             for name, env in VARIANTS.items():  # one at a time: none starts while one times
-                children[name] = _child(["--serve", name, "--url", url, *shape], env)
-                if _line(children[name]) != "ready":
-                    raise RuntimeError(f"the {name} child did not start")
+                children[name] = LineChild([__file__, "--serve", name, "--url", url, *shape],
+                                           f"the {name} child", env)
             rounds: dict[str, list[float]] = {name: [] for name in VARIANTS}
             for _ in range(args.rounds):
                 for name, child in children.items():
-                    assert child.stdin is not None
-                    child.stdin.write(f"{args.seconds}\n")
-                    child.stdin.flush()
-                    rounds[name].append(json.loads(_line(child)))
+                    rounds[name].append(json.loads(child.ask(str(args.seconds))))
         finally:
             for child in children.values():
-                if child.stdin is not None:
-                    child.stdin.close()
-                child.wait()
+                child.close()
     print(f"ResNet-50 b{args.batch} {args.size}x{args.size} forward, CPU, "
           f"{date.today().isoformat()}, commit {commit}; ms per forward pass, median\n")
     print("| variant | " + " | ".join(f"round {i + 1}" for i in range(args.rounds))

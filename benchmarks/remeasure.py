@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import numpy as np
 from algorithms.cuda.runtime import runs_spanning
 from algorithms.problem import ConvProblem
 from algorithms.runtime import Runtime, TimingPolicy, batch_size, random_operands
+from benchmarks.children import LineChild
 from db.engine import open_store
 from tuner.candidates import Candidate
 from tuner.devices import backend_of, get_runtime
@@ -80,7 +80,7 @@ def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
         while active := [i for i in range(len(runs)) if wanted(i)]:
             for i in active:
                 began = time.perf_counter()
-                if len(runs) > 1:  # another configuration ran last
+                if len(active) > 1:  # another configuration ran last
                     runtime.prime(runs[i], last[i])
                 last[i] = sample(runs[i], batches[i])
                 times[i].append(last[i])
@@ -165,41 +165,25 @@ def remeasure_apart(url: str, args: argparse.Namespace, keys: list[dict[str, Any
     a median pass-to-pass spread of 29% on this CPU against 2% within one process.
     """
     merged: tuple[Passes, Passes] = ([{} for _ in keys], [{} for _ in keys])
-    children: list[subprocess.Popen[str]] = []
+    children: list[LineChild] = []
     try:
         for _ in range(args.iso_passes):  # one at a time: no child starts while one times
-            child = subprocess.Popen(
-                [sys.executable, __file__, url, "--device", args.device,
+            children.append(LineChild(
+                [__file__, url, "--device", args.device,
                  "--iso-budget-s", str(args.iso_budget_s),
                  "--iso-min-reps", str(args.iso_min_reps),
                  *(["--iso-device"] if args.iso_device else [])],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            children.append(child)
-            if _line(child) != "ready":
-                raise RuntimeError("a re-measuring child did not start")
+                "a re-measuring child"))
         for layer, key in enumerate(keys):
             for child in children:
-                assert child.stdin is not None
-                child.stdin.write(json.dumps(key) + "\n")
-                child.stdin.flush()
-                for into, found in zip(merged, json.loads(_line(child)), strict=True):
+                for into, found in zip(merged, json.loads(child.ask(json.dumps(key))),
+                                       strict=True):
                     for name, values in found.items():
                         into[layer].setdefault(name, []).extend(values)
     finally:
         for child in children:
-            if child.stdin is not None:
-                child.stdin.close()
-            child.wait()
+            child.close()
     return merged
-
-
-def _line(child: subprocess.Popen[str]) -> str:
-    """The child's next line of output; RuntimeError where it ended instead."""
-    assert child.stdout is not None
-    line = child.stdout.readline()
-    if not line:
-        raise RuntimeError(f"a re-measuring child ended early (exit {child.wait()})")
-    return line.strip()
 
 
 def main() -> None:

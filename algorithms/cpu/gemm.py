@@ -5,9 +5,9 @@ each operator, and NumPy's BLAS threads then compete with them for the cores: a 
 ResNet-50 (b1, AMD EPYC, 2 cores) ran its forward pass in 634-650 ms with our GEMMs in
 NumPy's BLAS, 121-126 ms with them on torch's own threads, and 81-85 ms all in PyTorch
 (benchmarks/bench_torch_threads.py; BENCHMARKS.md, "Our CPU work on torch's threads").
-So the work a CPU plan runs for torch tensors
-(`CpuRuntime.caller_stream`) routes its GEMMs through `torch.matmul`, on torch's thread
-pool. Tuning measures with NumPy's BLAS either way: its operands are NumPy's.
+So the work a CPU plan runs for torch tensors (`CpuRuntime.caller_stream`) routes its
+GEMMs through `torch.matmul`, on torch's thread pool. Tuning measures with NumPy's BLAS
+either way: its operands are NumPy's.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     inside `torch_gemms`, else `np.matmul`."""
     torch = _TORCH.get()
     if torch is None or not _routable(a, b, out):
-        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+        return np.matmul(a, b, out=out)
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
     if out is None:
-        return np.asarray(torch.matmul(ta, tb).numpy())
+        return torch.matmul(ta, tb).numpy()
     torch.matmul(ta, tb, out=torch.from_numpy(out))
     return out
 
