@@ -164,6 +164,12 @@ class Runtime(Protocol):
 
     def contiguous(self, array: Any, dtype: str) -> Any: ...
 
+    def ready(self, x: Any, w: Any, out: Any, shapes: tuple[tuple[int, ...], ...],
+              storage: str) -> tuple[Hashable, Any, Any, Any] | None:
+        """(lane, x, w, out as an algorithm's `run` takes them) where the caller's arrays
+        need no adopting, check, copy or context switch on this device; else None."""
+        ...
+
     def synchronize(self) -> None: ...
 
     def fault(self) -> str | None:

@@ -1,13 +1,15 @@
-"""The CUDA runtime's bridge to torch (algorithms.cuda._torch_bridge), without a GPU: a
-stand-in CuPy records what the bridge builds from a tensor's pointer or torch's stream,
-and stand-in CUDA tensors carry the attributes the bridge reads. tests/gpu/test_plans_gpu.py
-runs the same paths on real tensors and streams."""
+"""The CUDA runtime's bridge to torch (algorithms.cuda._torch_bridge) and its `ready`
+operands, without a GPU: a stand-in CuPy records what the bridge builds from a tensor's
+pointer or torch's stream, and stand-in CUDA tensors carry the attributes the bridge reads.
+tests/gpu/test_plans_gpu.py runs the same paths on real tensors and streams."""
 
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any
 
+import numpy as np
 import pytest
 
 from algorithms.cuda import _torch_bridge
@@ -147,3 +149,146 @@ def test_is_torch_reads_the_type_module_only() -> None:
     assert is_torch(torch.zeros(1))
     assert is_torch(FakeCudaTensor(0, (1,)))
     assert not is_torch([0.0])
+
+
+class PlainTensor(FakeCudaTensor):
+    """A stand-in CUDA tensor with torch's dtype objects, as `ready` compares them."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any = None,
+                 contiguous: bool = True, device: int = 1) -> None:
+        import torch
+
+        super().__init__(ptr, shape, contiguous=contiguous, device=device)
+        self.dtype = torch.float32 if dtype is None else dtype  # type: ignore[assignment]
+
+
+SHAPES = ((2, 3, 4, 5), (6, 3, 1, 1), (2, 6, 4, 5))
+
+
+Three = tuple[Any, Any, Any]
+
+
+def _plain(**change: Any) -> Three:
+    """x, w and out on GPU 1, one of them changed by `change` (which: keyword)."""
+    which = change.pop("which", None)
+    x, w, out = (PlainTensor(0x1000 * (i + 1), shape, **(change if i == which else {}))
+                 for i, shape in enumerate(SHAPES))
+    return x, w, out
+
+
+@pytest.fixture()
+def raw_stream(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
+    """torch's current raw stream per GPU, as `_cuda_getCurrentRawStream` reports it."""
+    import torch
+
+    current = {1: 0xC0}
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream",
+                        lambda index: current[index], raising=False)
+    return current
+
+
+def test_plain_tensors_are_ready_with_their_addresses(raw_stream: dict[int, int]) -> None:
+    cupy = FakeCupy()
+    bridge = TorchBridge(cupy, 1, (PlainTensor,))
+    assert bridge.ready(*_plain(), SHAPES, "float32") == (0xC0, 0x1000, 0x2000, 0x3000)
+    raw_stream[1] = 0xD0
+    assert (bridge.ready(*_plain(), SHAPES, "float32") or [None])[0] == 0xD0
+    assert cupy.built == []  # no view, no stream wrapper
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+@pytest.mark.parametrize("change", [
+    {"shape": (2, 3, 4, 6)}, {"contiguous": False}, {"device": 0}, {"dtype": "float16"},
+])
+def test_a_tensor_that_does_not_fit_is_not_ready(raw_stream: dict[int, int], which: int,
+                                                 change: dict[str, Any]) -> None:
+    import torch
+
+    if change.get("dtype") == "float16":
+        change = {"dtype": torch.float16}
+    if "shape" in change:  # the stand-in's shape is positional
+        tensors = _plain()
+        tensors[which].shape = change["shape"]
+    else:
+        tensors = _plain(which=which, **change)
+    assert TorchBridge(FakeCupy(), 1, (PlainTensor,)).ready(*tensors, SHAPES,
+                                                           "float32") is None
+
+
+def test_only_plain_tensors_of_the_storage_dtype_are_ready(raw_stream: dict[int, int]) -> None:
+    import torch
+
+    bridge = TorchBridge(FakeCupy(), 1, (PlainTensor,))
+    x, w, out = _plain()
+    assert bridge.ready(FakeCudaTensor(0x1000, SHAPES[0]), w, out, SHAPES, "float32") is None
+    assert bridge.ready(x, w, out, SHAPES, "float16") is None
+    # bfloat16 is stored as its uint16 bits: bfloat16 tensors are ready for it.
+    bx, bw, by = (PlainTensor(t.ptr, t.shape, torch.bfloat16) for t in (x, w, out))
+    assert bridge.ready(bx, bw, by, SHAPES, "uint16") == (0xC0, 0x1000, 0x2000, 0x3000)
+    # By default the plain types are torch's own: a CPU tensor is on no GPU.
+    cx, cw, cy = (torch.randn(shape) for shape in SHAPES)
+    assert TorchBridge(FakeCupy(), 1).ready(cx, cw, cy, SHAPES, "float32") is None
+    assert TorchBridge(FakeCupy(), 1).ready([0.0], w, out, SHAPES, "float32") is None
+
+
+class CupyArray:
+    """A stand-in CuPy array: what CudaRuntime.ready reads."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: str = "float32", contiguous: bool = True,
+                 device: int = 1) -> None:
+        self.shape, self.dtype = shape, np.dtype(dtype)  # type: ignore[assignment]
+        self.flags = types.SimpleNamespace(c_contiguous=contiguous)
+        self.device = types.SimpleNamespace(id=device)
+
+
+@pytest.fixture()
+def gpu(monkeypatch: pytest.MonkeyPatch, raw_stream: dict[int, int]) -> types.SimpleNamespace:
+    """A CudaRuntime for GPU 1 over a stand-in CuPy; `state` sets the current device and
+    CuPy's current stream."""
+    from algorithms.cuda.runtime import CudaRuntime
+
+    state = types.SimpleNamespace(device=1, stream=0xC0)
+    cupy = FakeCupy()
+    cupy.ndarray = CupyArray  # type: ignore[assignment,method-assign]
+    cupy.cuda.runtime = types.SimpleNamespace(
+        getDeviceCount=lambda: 2, getDeviceProperties=lambda index: {},
+        getDevice=lambda: state.device)
+    cupy.cuda.Device = lambda index: ("device", index)
+    cupy.cuda.get_current_stream = lambda: types.SimpleNamespace(ptr=state.stream)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    runtime = CudaRuntime(1)
+    runtime._torch = TorchBridge(cupy, 1, (PlainTensor,))
+    return types.SimpleNamespace(runtime=runtime, state=state)
+
+
+def test_tensors_are_ready_as_addresses_on_the_current_device_and_stream(
+        gpu: types.SimpleNamespace, raw_stream: dict[int, int]) -> None:
+    ready = gpu.runtime.ready(*_plain(), SHAPES, "float32")
+    assert ready is not None
+    assert ready[0] == 0xC0 and [a.ptr for a in ready[1:]] == [0x1000, 0x2000, 0x3000]
+    assert gpu.runtime.ready(*_plain()[:2], None, SHAPES, "float32") is None  # no out
+    gpu.state.device = 0  # another GPU current: the checked path switches
+    assert gpu.runtime.ready(*_plain(), SHAPES, "float32") is None
+    gpu.state.device = 1
+    raw_stream[1] = 0xD0  # torch on a side stream: the checked path makes it CuPy's
+    assert gpu.runtime.ready(*_plain(), SHAPES, "float32") is None
+
+
+@pytest.mark.parametrize("change", [{}, {"dtype": "float16"}, {"contiguous": False},
+                                    {"device": 0}, {"shape": (1, 2, 3, 4)}])
+@pytest.mark.parametrize("which", [0, 2])
+def test_cupy_arrays_are_ready_as_they_are(gpu: types.SimpleNamespace, which: int,
+                                           change: dict[str, Any]) -> None:
+    arrays = [CupyArray(shape) for shape in SHAPES]
+    if change:
+        kwargs = {"shape": SHAPES[which], **change}
+        arrays[which] = CupyArray(kwargs.pop("shape"), **kwargs)
+    ready = gpu.runtime.ready(*arrays, SHAPES, "float32")
+    assert ready == ((0xC0, *arrays) if not change else None)
+
+
+def test_mixed_kinds_are_not_ready(gpu: types.SimpleNamespace) -> None:
+    arrays = [CupyArray(shape) for shape in SHAPES]
+    tensors = _plain()
+    assert gpu.runtime.ready(arrays[0], tensors[1], arrays[2], SHAPES, "float32") is None
+    assert gpu.runtime.ready(tensors[0], arrays[1], tensors[2], SHAPES, "float32") is None

@@ -6,6 +6,12 @@ enqueues the algorithm on the caller's current stream and returns: nothing is lo
 nothing is synchronised, and nothing is allocated when `out` is given. That makes a plan
 safe to capture in a CUDA graph once it has run on the capturing stream.
 
+A call whose arrays the runtime finds ready as they are (`Runtime.ready`: on a GPU, plain
+C-contiguous arrays of the plan's shapes and dtype on the current device and stream) runs on
+them directly; any other goes the checked way, which adopts, converts, switches the device
+and stream, or names what is wrong. CONVTUNE_FAST_PLAN_CALL=0, read when a plan is made,
+sends every call the checked way.
+
 Workspaces are per lane: one per thread on the CPU, one per stream on a GPU, so that
 threads or streams running the same plan at once never share scratch memory. The
 creating lane's workspace is allocated with the plan; another lane's on its first call.
@@ -15,6 +21,7 @@ Arrays come back in the caller's kind: NumPy for NumPy, CuPy for CuPy, torch for
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Hashable
 from typing import Any
@@ -23,6 +30,9 @@ from algorithms.base import Algorithm
 from algorithms.problem import ConvProblem
 from algorithms.runtime import Runtime, is_torch
 from tuner.results import AlgorithmResult
+
+#: Set to "0", plans made afterwards take every call the checked way (for comparisons).
+FAST_CALL_ENV = "CONVTUNE_FAST_PLAN_CALL"
 
 
 def dtype_name(array: Any) -> str:
@@ -87,6 +97,7 @@ class Plan:
         self._dtypes = (problem.dtype, runtime.storage_dtype(problem.dtype))  # accepted
         self._workspaces: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
+        self._ready = runtime.ready if os.environ.get(FAST_CALL_ENV, "1") != "0" else None
         with runtime.activate():
             self.workspace()  # the creating lane's, now rather than on the first call
 
@@ -94,11 +105,12 @@ class Plan:
         return (f"Plan({self.problem.describe()} on {self.device}: {self.algorithm}/"
                 f"{self.config}, workspace {self.workspace_bytes} B)")
 
-    def workspace(self) -> Any:
-        """This lane's workspace (thread on the CPU, current stream on a GPU)."""
+    def workspace(self, lane: Hashable = None) -> Any:
+        """This lane's workspace (thread on the CPU, current stream on a GPU), or `lane`'s."""
         if not self.workspace_bytes:
             return None
-        lane = self._runtime.lane()
+        if lane is None:
+            lane = self._runtime.lane()
         found = self._workspaces.get(lane)
         if found is None:
             with self._lock:
@@ -127,9 +139,7 @@ class Plan:
 
         Returns `out` itself when given, else a new array of the caller's kind.
         """
-        out = self.torch_output(x, out)
-        y = self.enqueue(x, w, out)
-        return y if out is None else out
+        return self.enqueue(x, w, self.torch_output(x, out))
 
     def torch_output(self, x: Any, out: Any) -> Any:
         """`out`, or for a torch `x` a new tensor beside it (torch's allocator and stream)."""
@@ -138,7 +148,15 @@ class Plan:
         return out
 
     def enqueue(self, x: Any, w: Any, out: Any = None) -> Any:
-        """Like calling the plan, but returns the backend's array (NumPy or CuPy)."""
+        """Like calling the plan, but without `out` returns the backend's array (NumPy or
+        CuPy), not the caller's kind."""
+        ready = None if self._ready is None or out is None else self._ready(
+            x, w, out, self._shapes, self._dtypes[1])
+        if ready is not None:
+            lane, xa, wa, ya = ready
+            self.implementation.run(xa, wa, ya, self.workspace(lane), self.problem,
+                                    self.config)
+            return out
         problem = self.problem
         a_shape, b_shape, out_shape = self._shapes
         a_name, b_name, _ = self._names
@@ -156,7 +174,7 @@ class Plan:
             xa = runtime.contiguous(xa, problem.dtype)
             wa = runtime.contiguous(wa, problem.dtype)
             self.implementation.run(xa, wa, ya, self.workspace(), problem, self.config)
-        return ya
+        return ya if out is None else out
 
     def timed(self, x: Any, w: Any, out: Any = None) -> tuple[Any, float]:
         """Run once and wait for it: (backend array, milliseconds the work took)."""

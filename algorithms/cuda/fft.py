@@ -245,6 +245,10 @@ class _FftCudaForward(CudaAlgorithm):
         rnp = np.dtype(real).type
         layout = workspace_layout(problem)
         require_aligned("fft: workspace", workspace, cs)
+        # The kernels below take the operands by the kernel call's own conversion, which
+        # knows CuPy arrays, not the Addresses a plan call may pass (runtime.ready): their
+        # addresses as the pointer-sized integers CuPy passes.
+        x, w, y = (np.uint64(a.data.ptr) for a in (x, w, y))
 
         def region(name: str, shape: tuple[int, ...], dtype: str) -> Any:
             count = int(np.prod(shape))

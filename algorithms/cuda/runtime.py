@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from algorithms.cuda._launch import Address
 from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.problem import ConvProblem
 from algorithms.reference_gemm import errors, reference_gemm
@@ -76,6 +77,9 @@ class CudaRuntime:
         self._flush: Any = None  # allocated on the first timing
         # Per-call host costs of the plan path (tuner.plans), kept across calls.
         self._torch = TorchBridge(cupy, index)
+        self._ndarray = cupy.ndarray
+        self._get_device = cupy.cuda.runtime.getDevice
+        self._current_stream = cupy.cuda.get_current_stream
 
     # --- buffers ---------------------------------------------------------------------------
     def storage_dtype(self, dtype: str) -> str:
@@ -160,6 +164,39 @@ class CudaRuntime:
             return None
         with self._dev:
             return self._cupy.from_dlpack(array)
+
+    def ready(self, x: Any, w: Any, out: Any, shapes: tuple[tuple[int, ...], ...],
+              storage: str) -> tuple[Hashable, Any, Any, Any] | None:
+        """(lane, x, w, out as a run takes them) when the three need nothing done: this
+        GPU's C-contiguous arrays of `shapes` in `storage`, all CuPy arrays or all plain
+        torch tensors, with this GPU current and, for tensors, torch's current stream also
+        CuPy's. Else None: the plan's checked path converts, switches or names the fault.
+
+        Tensors go to the run as Addresses (every CUDA algorithm reads its operands'
+        `.data.ptr` only), not as CuPy views: nothing is built or looked up per operand.
+        """
+        if out is None:
+            return None
+        if type(x) is self._ndarray:
+            if not (self._cupy_ready(x, shapes[0], storage)
+                    and self._cupy_ready(w, shapes[1], storage)
+                    and self._cupy_ready(out, shapes[2], storage)):
+                return None
+            if self._get_device() != self.index:
+                return None
+            return int(self._current_stream().ptr), x, w, out
+        found = self._torch.ready(x, w, out, shapes, storage)
+        if found is None or self._get_device() != self.index:
+            return None
+        stream, xp, wp, yp = found
+        if stream != self._current_stream().ptr:
+            return None  # torch's side stream: the checked path makes it CuPy's too
+        return stream, Address(xp), Address(wp), Address(yp)
+
+    def _cupy_ready(self, array: Any, shape: tuple[int, ...], storage: str) -> bool:
+        return (type(array) is self._ndarray and array.shape == shape
+                and array.dtype == _numpy_dtype(storage) and array.flags.c_contiguous
+                and array.device.id == self.index)
 
     def contiguous(self, array: Any, dtype: str) -> Any:
         """C-contiguous in `dtype`'s storage on this device; a no-op when it already is."""

@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -391,8 +391,9 @@ class EmulatedKernel:
         for i, (code, arg) in enumerate(zip(self.signature, args, strict=True)):
             if code == "p" and type(arg) is np.uint64:  # an address, as CuPy passes one
                 values.append(ctypes.c_void_p(int(arg)))
-            elif code == "p":
-                values.append(ctypes.c_void_p(int(arg.data.ptr)))
+            elif code == "p" and isinstance(arg, np.ndarray):  # a DeviceArray: CuPy's array
+                # Nothing else: CuPy's kernel call refuses other objects (an Address, say).
+                values.append(ctypes.c_void_p(int(cast(Any, arg).data.ptr)))
             elif code in _SCALARS and type(arg) is _SCALARS[code][1]:
                 values.append(_SCALARS[code][0](arg))
             elif code == "S" and isinstance(arg, np.void) and arg.nbytes == self.sizes[i]:

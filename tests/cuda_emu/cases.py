@@ -1,9 +1,10 @@
 """Run the CUDA algorithms' real host code with emulated kernels, in sanitized subprocesses.
 
 A case is one algorithm on one problem: every configuration runs twice (threads scheduled
-forward, then in reverse) into a NaN-filled y and a 0xFF-filled workspace; the two results
-must agree bit for bit (else two threads of a barrier phase race), y must be fully written
-and match the float64 reference. cuBLAS and cuFFT are the NumPy stand-ins of host.py.
+forward, then in reverse, the second run given its operands as Addresses, as a plan call
+with torch tensors gives them) into a NaN-filled y and a 0xFF-filled workspace; the two
+results must agree bit for bit (else two threads of a barrier phase race), y must be fully
+written and match the float64 reference. cuBLAS and cuFFT are the NumPy stand-ins of host.py.
 
 `run_cases` (the parent side) sends cases as JSON to `python -m tests.cuda_emu.cases`, which
 prints one JSON line per case. A sanitizer report aborts that process: the case it was on
@@ -39,6 +40,7 @@ from algorithms.cuda import (
     shipped_kernels,
     winograd,
 )
+from algorithms.cuda._launch import Address
 from algorithms.cuda._loader import FEATURE_ARCH
 from algorithms.reference import reference, relative_error
 from tests.cuda_emu.build import (
@@ -146,11 +148,19 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             nbytes = algorithm.workspace_bytes(problem, config)
             workspace = dev(np.full(nbytes, 0xFF, np.uint8)) if nbytes else None
             y = place(nan_storage(out_shape, dtype), 2)
-            algorithm.run(place(x, 0), place(w, 1), y, workspace, problem, config)
+            a, b = place(x, 0), place(w, 1)
+            if schedule == SCHEDULES[1]:
+                # A plan call with torch tensors passes Addresses (runtime.ready): every
+                # algorithm must run on their `.data.ptr` alone (a and b stay alive).
+                algorithm.run(Address(a.data.ptr), Address(b.data.ptr), Address(y.data.ptr),
+                              workspace, problem, config)
+            else:
+                algorithm.run(a, b, y, workspace, problem, config)
             outputs.append(to_float(np.array(y), dtype))
         if outputs[0].tobytes() != outputs[1].tobytes():
             return {"status": "failed",
-                    "message": f"{config}: results differ between thread schedules (a race)"}
+                    "message": f"{config}: results differ between thread schedules (a race), "
+                               f"or between arrays and their Addresses"}
         if (np.isnan(outputs[0]) != expect_nan).any():
             return {"status": "failed", "message":
                     f"{config}: NaN where the reference has none (unwritten outputs)"

@@ -109,3 +109,39 @@ def test_torch_stream_and_graph(db_url: str) -> None:
     graph.replay()
     torch.cuda.synchronize()
     _check(y, x, w, chosen.algorithm)
+
+
+# Plain tensors on torch's default stream go to the run as Addresses (runtime.ready):
+# every algorithm and configuration must run on their addresses alone, backward too.
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
+def test_plain_tensors_run_by_address_in_every_configuration(runtime: Any,
+                                                              direction: str) -> None:
+    torch = pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from algorithms.reference import reference
+    from algorithms.registry import algorithms_for
+    from tuner.plans import Plan
+    from tuner.results import AlgorithmResult
+
+    problem = replace(PROBLEM, direction=direction)
+    a_shape, b_shape, out_shape = problem.operand_shapes
+    a, b = torch.randn(a_shape, device="cuda"), torch.randn(b_shape, device="cuda")
+    ref = reference(a.cpu().numpy(), b.cpu().numpy(), problem)
+    ran = []
+    for implementation in algorithms_for("cuda"):
+        if not implementation.supports(problem):
+            continue
+        for config in implementation.configs(problem):
+            choice = AlgorithmResult(
+                algorithm=implementation.name, config=config, status="ok", time_ms=1.0,
+                workspace_bytes=implementation.workspace_bytes(problem, config))
+            chosen = Plan(problem, "cuda:0", choice, implementation, runtime)
+            out = torch.full(out_shape, float("nan"), device="cuda")
+            assert runtime.ready(a, b, out, problem.operand_shapes, "float32") is not None
+            assert chosen(a, b, out=out) is out
+            error = relative_error(out.cpu().numpy(), ref)
+            assert error <= tolerance(problem.dtype, implementation.name), (
+                f"{implementation.name}/{config}: {error:.3g}")
+            ran.append(implementation.name)
+    assert {"direct", "implicit_gemm", "im2col_gemm", "fft"} <= set(ran)

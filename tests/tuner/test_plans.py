@@ -208,3 +208,86 @@ def test_non_finite_inputs_pass_through_unless_checked(
     w[0, 0, 0, 0] = np.inf
     with pytest.raises(ValueError, match="w contains NaN or infinity"):
         convolve(x, w, padding=1, db=db_url, check_finite=True)
+
+
+class ReadyCpu(CpuRuntime):
+    """A CPU runtime that finds NumPy float32 operands of the right shapes ready, as a GPU
+    runtime finds plain tensors (tuner.plans' direct path), on a lane of its own."""
+
+    LANE = "ready lane"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[Any, ...]] = []
+
+    def ready(self, x: Any, w: Any, out: Any, shapes: tuple[tuple[int, ...], ...],
+              storage: str) -> tuple[Any, Any, Any, Any] | None:
+        self.asked.append((shapes, storage))
+        if all(isinstance(a, np.ndarray) and a.shape == s and a.dtype == storage
+               and a.flags.c_contiguous for a, s in zip((x, w, out), shapes, strict=True)):
+            return self.LANE, x, w, out
+        return None
+
+
+def _ready_plan(algorithm: str = "im2col_gemm") -> tuple[Any, ReadyCpu]:
+    from algorithms.registry import get_algorithm
+    from tuner.plans import Plan
+
+    runtime = ReadyCpu()
+    implementation = get_algorithm("cpu", algorithm)
+    choice = AlgorithmResult(algorithm=algorithm, config="default", status="ok", time_ms=1.0,
+                             workspace_bytes=implementation.workspace_bytes(PROBLEM, "default"))
+    return Plan(PROBLEM, "cpu", choice, implementation, runtime), runtime
+
+
+def test_ready_operands_run_as_they_are_with_their_lanes_workspace(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chosen, runtime = _ready_plan()
+    assert chosen.workspace_bytes > 0
+    out = np.full(PROBLEM.output_shape, np.nan, np.float32)
+    x, w = random_inputs(PROBLEM, rng)
+    assert chosen(x, w, out=out) is out
+    check(out, x, w, PROBLEM, chosen.algorithm)
+    assert runtime.asked == [(PROBLEM.operand_shapes, "float32")]
+    lane_workspace = chosen._workspaces[ReadyCpu.LANE]  # made on the lane's first call
+
+    def forbidden(*_args: Any, **_kw: Any) -> None:
+        raise AssertionError("the direct path adopted, converted or allocated")
+
+    for name in ("adopt", "contiguous", "caller_stream", "empty", "workspace", "lane"):
+        monkeypatch.setattr(ReadyCpu, name, forbidden)
+    x, w = random_inputs(PROBLEM, rng)
+    out[...] = np.nan
+    assert chosen(x, w, out=out) is out
+    check(out, x, w, PROBLEM, chosen.algorithm)
+    assert chosen._workspaces[ReadyCpu.LANE] is lane_workspace
+
+
+def test_operands_not_ready_take_the_checked_path(rng: np.random.Generator) -> None:
+    chosen, runtime = _ready_plan()
+    x, w = random_inputs(PROBLEM, rng)
+    y = chosen(x, w)  # no out: nothing to run into, so the runtime is not asked
+    check(y, x, w, PROBLEM, chosen.algorithm)
+    assert runtime.asked == []
+    out = np.full(PROBLEM.output_shape, np.nan, np.float32)
+    assert chosen(np.asfortranarray(x), w, out=out) is out  # not ready: copied
+    check(out, x, w, PROBLEM, chosen.algorithm)
+    assert len(runtime.asked) == 1
+    with pytest.raises(ValueError, match="x has shape"):  # the checked path names it
+        chosen(x[:1], w, out=out)
+    assert ReadyCpu.LANE not in chosen._workspaces
+
+
+def test_the_direct_path_can_be_turned_off(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.plans import FAST_CALL_ENV
+
+    monkeypatch.setenv(FAST_CALL_ENV, "0")
+    chosen, runtime = _ready_plan()
+    x, w = random_inputs(PROBLEM, rng)
+    out = np.empty(PROBLEM.output_shape, np.float32)
+    assert chosen(x, w, out=out) is out
+    check(out, x, w, PROBLEM, chosen.algorithm)
+    assert runtime.asked == []

@@ -1,0 +1,181 @@
+"""Python work per plan call on a GPU with torch tensors, without a GPU (issue 9).
+
+Usage: python benchmarks/count_plan_calls.py [--calls N]
+
+A plan call with torch CUDA tensors either takes their addresses as they are (the direct
+path, `Runtime.ready`) or adopts each (a CuPy view kept by address, its shape and dtype
+read back), enters the device, compares streams and finds the lane's workspace (the checked
+path, CONVTUNE_FAST_PLAN_CALL=0). This runs both over a stand-in CuPy and stand-in CUDA
+tensors, with every kernel launch and cuBLAS call a no-op (count_run_calls.py's stubs),
+under cProfile: Python-level calls per plan call, deterministic. Each stand-in method
+stands for one call into torch's or CuPy's C code, which cProfile counts as one call too;
+attribute reads are not calls either way. The host time per call is this machine's, with
+stand-ins in place of torch and CuPy: only the calls are comparable with a GPU host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from algorithms.cuda import KERNEL_MODULES, _cublas, _launch  # noqa: E402
+from algorithms.problem import ConvProblem  # noqa: E402
+from algorithms.registry import get_algorithm  # noqa: E402
+from benchmarks.count_run_calls import SMALL, _DeviceArray, _Kernel  # noqa: E402
+from tuner.plans import FAST_CALL_ENV, Plan  # noqa: E402
+from tuner.results import AlgorithmResult  # noqa: E402
+
+#: bench_call_path's tiny problem, and issue 9's small one (split K: two launches).
+TINY = ConvProblem(n=1, c=4, h=4, w=4, k=4, r=1, s=1)
+CASES = [("direct", TINY, "8x8k16"), ("implicit_gemm_tc", SMALL, "64x64-k3"),
+         ("im2col_gemm", SMALL, "chunk=all")]
+
+
+class Tensor:
+    """A stand-in torch CUDA tensor on GPU 0 over a host buffer: each method one C call."""
+
+    __module__ = "torch.standin"  # is_torch reads the module
+    is_cuda, is_cpu, requires_grad = True, False, False
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self._host = np.zeros(shape, np.float32)
+        self.shape, self.dtype = shape, FLOAT32
+        self._ptr = self._host.__array_interface__["data"][0]
+
+    def is_contiguous(self) -> bool:
+        return True
+
+    def get_device(self) -> int:
+        return 0
+
+    def data_ptr(self) -> int:
+        return int(self._ptr)
+
+    def numel(self) -> int:
+        return int(self._host.size)
+
+    def element_size(self) -> int:
+        return 4
+
+
+class Float32:
+    """torch.float32 as the bridge names it."""
+
+    def __str__(self) -> str:
+        return "torch.float32"
+
+
+FLOAT32 = Float32()
+
+
+class _CupyArray(_DeviceArray):
+    """A host array posing as a CuPy array on GPU 0; built as `cupy.ndarray(shape, dtype,
+    memptr)` builds one (NumPy's third argument is a buffer: None allocates)."""
+
+    @property
+    def device(self) -> SimpleNamespace:  # type: ignore[override]
+        return _GPU0
+
+
+_GPU0 = SimpleNamespace(id=0)
+
+
+def _cupy() -> SimpleNamespace:
+    """What CudaRuntime and its TorchBridge call of CuPy, on GPU 0's null stream."""
+    stream = SimpleNamespace(ptr=0)
+    return SimpleNamespace(
+        ndarray=_CupyArray, empty=lambda shape, dtype: _CupyArray(shape, dtype),
+        cuda=SimpleNamespace(
+            runtime=SimpleNamespace(getDeviceCount=lambda: 1,
+                                    getDeviceProperties=lambda index: {},
+                                    getDevice=lambda: 0),
+            Device=lambda index: nullcontext(), get_current_stream=lambda: stream,
+            UnownedMemory=lambda *args: None, MemoryPointer=lambda *args: None))
+
+
+def _install() -> None:
+    """The stand-in CuPy, torch's stream query and no-op launches."""
+    import torch
+
+    sys.modules["cupy"] = _cupy()  # type: ignore[assignment]
+    torch._C._cuda_getCurrentRawStream = lambda device: 0  # type: ignore[attr-defined,unused-ignore]
+    kernel = _Kernel()
+    for module in KERNEL_MODULES:
+        module.get_kernel = lambda _file, _name: kernel  # type: ignore[attr-defined]
+    _cublas._gemm = lambda *args, **kwargs: None  # type: ignore[assignment]
+    _launch._stream = lambda: 0
+
+
+def _plan(name: str, problem: ConvProblem, config: str, runtime: Any, direct: bool) -> Plan:
+    implementation = get_algorithm("cuda", name)
+    choice = AlgorithmResult(algorithm=name, config=config, status="ok", time_ms=1.0,
+                             workspace_bytes=implementation.workspace_bytes(problem, config))
+    os.environ[FAST_CALL_ENV] = "1" if direct else "0"
+    try:
+        return Plan(problem, "cuda:0", choice, implementation, runtime)
+    finally:
+        os.environ.pop(FAST_CALL_ENV)
+
+
+def measure(plan: Plan, operands: list[Tensor], calls: int) -> tuple[float, float]:
+    """(Python-level calls, host us) per plan call; host time the best of 20 bursts."""
+    x, w, y = operands
+    for _ in range(20):
+        plan(x, w, out=y)
+    best = float("inf")
+    for _ in range(20):
+        start = time.perf_counter()
+        for _ in range(calls // 20):
+            plan(x, w, out=y)
+        best = min(best, (time.perf_counter() - start) / (calls // 20) * 1e6)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        plan(x, w, out=y)
+    profiler.disable()
+    return pstats.Stats(profiler).total_calls / calls, best  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    """Count and time both paths per case; print Markdown."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args()
+    _install()
+    from algorithms.cuda.runtime import CudaRuntime
+
+    runtime = CudaRuntime(0)
+    runtime._torch._tensor_types = (Tensor,)  # the stand-in is the plain tensor type
+    runtime._torch._torch_dtypes["float32"] = FLOAT32
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False, cwd=ROOT).stdout.strip()
+    print(f"commit {commit}; stand-in CuPy and torch tensors, launches and cuBLAS stubbed\n")
+    print("| algorithm/config | problem | Python calls per plan call, checked / direct | "
+          "host us per call (stand-ins), checked / direct |")
+    print("|---|---|---|---|")
+    for name, problem, config in CASES:
+        operands = [Tensor(shape) for shape in problem.operand_shapes]
+        checked = measure(_plan(name, problem, config, runtime, False), operands, args.calls)
+        direct = measure(_plan(name, problem, config, runtime, True), operands, args.calls)
+        print(f"| {name}/{config} | {problem.describe()} | {checked[0]:.0f} / "
+              f"{direct[0]:.0f} | {checked[1]:.1f} / {direct[1]:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
