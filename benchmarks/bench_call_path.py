@@ -8,7 +8,8 @@ per round, the paths interleaved round after round (A B C ... A B C ...), so tha
 machine's slow spells hit every path alike. Each path's time is the median over rounds of
 its mean time per call in a burst (the device synchronised after each burst: on a GPU
 the work is queued within the burst, and this much work is tiny). Paths: the algorithm
-alone, a plan, `convolve`, the backward calls, the PyTorch module (inference and a
+alone, a plan (also with every call the checked way: `Plan(..., direct=False)`),
+`convolve`, the backward calls, the PyTorch module (inference and a
 training step) and `F.conv2d`, with NumPy/CuPy arrays and with torch tensors; `convolve`
 and the module also without `db`, as most callers use them: the default database, here a
 throwaway one ($CONVTUNE_DB_URL unset and the data and cache directories pointed at a
@@ -43,7 +44,7 @@ from algorithms.problem import ConvProblem  # noqa: E402
 from db.engine import adopt_database, default_url  # noqa: E402
 from tuner.api import convolve, convolve_backward_data, convolve_backward_filter, plan  # noqa: E402
 from tuner.nn import Conv2d  # noqa: E402
-from tuner.plans import untracked  # noqa: E402
+from tuner.plans import Plan, untracked  # noqa: E402
 
 TINY = ConvProblem(n=1, c=4, h=4, w=4, k=4, r=1, s=1)
 CALLS = 50  # per burst
@@ -97,6 +98,8 @@ def main() -> None:
     picks = {"explicit db": f"{chosen.algorithm}/{chosen.config}",
              "default database": f"{by_default.algorithm}/{by_default.config}"}
     runtime = chosen._runtime
+    checked = Plan(p, chosen.device, chosen.choice, chosen.implementation, runtime,
+                   direct=False)  # every call the checked way (tuner.plans)
     xa, wa, ya = (runtime.adopt(untracked(a)) for a in (x, w, y))
     workspace = chosen.workspace()
     module = Conv2d(p.c, p.k, 1, bias=False, db=db).to(device)
@@ -112,6 +115,7 @@ def main() -> None:
                                                              chosen.config),
         "plan(x, w, out=y), backend arrays": lambda: chosen(xa, wa, out=ya),
         PLAN_TORCH: lambda: chosen(x, w, out=y),
+        "plan(x, w, out=y), torch tensors, checked path": lambda: checked(x, w, out=y),
         "convolve(x, w), backend arrays": lambda: convolve(xa, wa, db=db),
         "convolve(x, w), torch tensors": lambda: convolve(x, w, db=db),
         "convolve(x, w), torch tensors, default database": lambda: convolve(x, w),

@@ -36,7 +36,7 @@ from torch import nn
 from tuner import ConvProblem, convolve, find_best_algorithm, plan
 from tuner.nn import Conv2d, convert
 from tuner.nn import conv2d as operator
-from tuner.plans import untracked
+from tuner.plans import Plan, untracked
 
 SMALL = dict(n=1, c=64, h=56, w=56, k=64, r=3, s=3, pad=1)  # issue 9's small problem
 
@@ -154,12 +154,21 @@ def main() -> None:
         w = torch.randn(problem.filter_shape, device=device)
         y = torch.empty(problem.output_shape, device=device)
         chosen = plan(problem, where, db=db)
-        chosen(x, w, out=y)
-        started = time.perf_counter()
-        for _ in range(200):
-            chosen(x, w, out=y)
-        results["plan_host_us"] = (time.perf_counter() - started) / 200 * 1e6
-        sync()
+        # The same plan taking every call the checked way (tuner.plans), in alternation
+        # with the direct one: both ways' host time in the same run.
+        checked = Plan(problem, chosen.device, chosen.choice, chosen.implementation,
+                       chosen._runtime, direct=False)
+        host: dict[str, list[float]] = {"plan_host_us": [], "plan_host_checked_us": []}
+        for _ in range(5):
+            for key, way in (("plan_host_us", chosen), ("plan_host_checked_us", checked)):
+                way(x, w, out=y)
+                sync()
+                started = time.perf_counter()
+                for _ in range(200):
+                    way(x, w, out=y)
+                host[key].append((time.perf_counter() - started) / 200 * 1e6)
+                sync()
+        results |= {key: float(np.median(times)) for key, times in host.items()}
         results["plan_us"] = per_call_us(lambda: chosen(x, w, out=y), sync, args.seconds)
         # The algorithm alone on the same buffers: what the plan adds is the difference.
         xa, wa, ya = (chosen._runtime.adopt(untracked(a)) for a in (x, w, y))
@@ -256,6 +265,8 @@ def main() -> None:
     print(f"| cached `find_best_algorithm` | {results['cached_find_us']:.1f} us | | <= 20 us |")
     print(f"| `plan(x, w, out=y)` host time per call (work included on the CPU) | "
           f"{results['plan_host_us']:.1f} us | | <= 15 us |")
+    print(f"| the same, every call the checked way (`Plan(..., direct=False)`) | "
+          f"{results['plan_host_checked_us']:.1f} us | | |")
     print(f"| `plan(x, w, out=y)` with its work ({results['plan_algorithm']}) | "
           f"{results['plan_us']:.1f} us | | |")
     print(f"| the same algorithm called directly | {results['kernel_us']:.1f} us | | |")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import subprocess
 import sys
@@ -37,7 +36,7 @@ from algorithms.cuda import KERNEL_MODULES, _cublas, _launch  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from algorithms.registry import get_algorithm  # noqa: E402
 from benchmarks.count_run_calls import SMALL, _DeviceArray, _Kernel  # noqa: E402
-from tuner.plans import FAST_CALL_ENV, Plan  # noqa: E402
+from tuner.plans import Plan  # noqa: E402
 from tuner.results import AlgorithmResult  # noqa: E402
 
 #: bench_call_path's tiny problem, and issue 9's small one (split K: two launches).
@@ -125,11 +124,7 @@ def _plan(name: str, problem: ConvProblem, config: str, runtime: Any, direct: bo
     implementation = get_algorithm("cuda", name)
     choice = AlgorithmResult(algorithm=name, config=config, status="ok", time_ms=1.0,
                              workspace_bytes=implementation.workspace_bytes(problem, config))
-    os.environ[FAST_CALL_ENV] = "1" if direct else "0"
-    try:
-        return Plan(problem, "cuda:0", choice, implementation, runtime)
-    finally:
-        os.environ.pop(FAST_CALL_ENV)
+    return Plan(problem, "cuda:0", choice, implementation, runtime, direct)
 
 
 def measure(plan: Plan, operands: list[Tensor], calls: int) -> tuple[float, float]:

@@ -10,7 +10,7 @@ A call whose arrays the runtime finds ready as they are (`Runtime.ready`: on a G
 C-contiguous arrays of the plan's shapes and dtype on the current device and stream) runs on
 them directly; any other goes the checked way, which adopts, converts, switches the device
 and stream, or names what is wrong. CONVTUNE_FAST_PLAN_CALL=0, read when a plan is made,
-sends every call the checked way.
+sends every call the checked way (as does `Plan(..., direct=False)`).
 
 Workspaces are per lane: one per thread on the CPU, one per stream on a GPU, so that
 threads or streams running the same plan at once never share scratch memory. The
@@ -80,7 +80,7 @@ class Plan:
 
     def __init__(
         self, problem: ConvProblem, device: str, choice: AlgorithmResult,
-        implementation: Algorithm, runtime: Runtime,
+        implementation: Algorithm, runtime: Runtime, direct: bool | None = None,
     ) -> None:
         self.problem = problem
         self.device = device
@@ -97,7 +97,10 @@ class Plan:
         self._dtypes = (problem.dtype, runtime.storage_dtype(problem.dtype))  # accepted
         self._workspaces: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
-        self._ready = runtime.ready if os.environ.get(FAST_CALL_ENV, "1") != "0" else None
+        # `direct` False (or the environment's "0" when None): every call the checked way.
+        if direct is None:
+            direct = os.environ.get(FAST_CALL_ENV, "1") != "0"
+        self._ready = runtime.ready if direct else None
         with runtime.activate():
             self.workspace()  # the creating lane's, now rather than on the first call
 

@@ -229,7 +229,8 @@ class ReadyCpu(CpuRuntime):
         return None
 
 
-def _ready_plan(algorithm: str = "im2col_gemm") -> tuple[Any, ReadyCpu]:
+def _ready_plan(algorithm: str = "im2col_gemm", direct: bool | None = None
+                ) -> tuple[Any, ReadyCpu]:
     from algorithms.registry import get_algorithm
     from tuner.plans import Plan
 
@@ -237,7 +238,7 @@ def _ready_plan(algorithm: str = "im2col_gemm") -> tuple[Any, ReadyCpu]:
     implementation = get_algorithm("cpu", algorithm)
     choice = AlgorithmResult(algorithm=algorithm, config="default", status="ok", time_ms=1.0,
                              workspace_bytes=implementation.workspace_bytes(PROBLEM, "default"))
-    return Plan(PROBLEM, "cpu", choice, implementation, runtime), runtime
+    return Plan(PROBLEM, "cpu", choice, implementation, runtime, direct), runtime
 
 
 def test_ready_operands_run_as_they_are_with_their_lanes_workspace(
@@ -285,9 +286,12 @@ def test_the_direct_path_can_be_turned_off(
     from tuner.plans import FAST_CALL_ENV
 
     monkeypatch.setenv(FAST_CALL_ENV, "0")
-    chosen, runtime = _ready_plan()
     x, w = random_inputs(PROBLEM, rng)
     out = np.empty(PROBLEM.output_shape, np.float32)
-    assert chosen(x, w, out=out) is out
-    check(out, x, w, PROBLEM, chosen.algorithm)
-    assert runtime.asked == []
+    for direct in (None, False):  # the environment's word, or the plan's own
+        if direct is False:
+            monkeypatch.delenv(FAST_CALL_ENV)
+        chosen, runtime = _ready_plan(direct=direct)
+        assert chosen(x, w, out=out) is out
+        check(out, x, w, PROBLEM, chosen.algorithm)
+        assert runtime.asked == []
