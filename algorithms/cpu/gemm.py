@@ -25,6 +25,13 @@ import numpy as np
 _TORCH: ContextVar[ModuleType | None] = ContextVar("convtune_cpu_gemm_torch", default=None)
 #: The dtypes torch.matmul serves here; NumPy computes the rest.
 _ROUTED = frozenset({"float32", "float64", "complex64", "complex128"})
+#: The fewest multiply-adds per matrix product (m * n * k) routed to torch. OpenBLAS (NumPy's
+#: BLAS) computes products up to 65536 * 4 of them on the calling thread alone
+#: (interface/gemm.c: SMP_THRESHOLD_MIN times GEMM_MULTITHREAD_THRESHOLD), so they compete
+#: with no torch thread, and torch's call costs more than they do: a plan call on
+#: n1 c4 4x4 -> k4 1x1 with torch tensors took 47 us routed against 34 us not
+#: (bench_call_path.py, this CPU, 2026-11-27).
+ROUTE_FROM_MNK = 65536 * 4 + 1
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -41,9 +48,12 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
 
 
 def _routable(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> bool:
-    """Whether torch can take these arrays as they are: one routed dtype in native byte
-    order, no negative strides (torch.from_numpy refuses both), writable (it warns), a
-    C-contiguous `out`."""
+    """Whether torch should and can take these arrays as they are: a product large enough
+    for NumPy's BLAS to thread (ROUTE_FROM_MNK), one routed dtype in native byte order, no
+    negative strides (torch.from_numpy refuses both), writable (it warns), a C-contiguous
+    `out`."""
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] < ROUTE_FROM_MNK:
+        return False
     arrays = (a, b) if out is None else (a, b, out)
     return (all(x.dtype == a.dtype for x in arrays) and a.dtype.name in _ROUTED
             and a.dtype.isnative

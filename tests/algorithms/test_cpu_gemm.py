@@ -15,6 +15,8 @@ from algorithms.reference import reference, relative_error, tolerance
 from algorithms.registry import get_algorithm
 
 torch = pytest.importorskip("torch", reason="torch is not installed: the routing serves it")
+#: gemm's own floor, before route_small_products lowers it.
+SIZE_FLOOR = gemm.ROUTE_FROM_MNK
 
 #: Every CPU algorithm with a GEMM, a direction it runs and a problem it takes.
 CASES: list[tuple[str, str, str, dict[str, Any]]] = [
@@ -28,6 +30,13 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ("winograd", "f2x2", "forward", dict(n=2, c=4, h=8, w=8, k=3, r=3, s=3, pad=1)),
     ("fft", "default", "forward", dict(n=1, c=3, h=9, w=9, k=4, r=5, s=5, pad=2)),
 ]
+
+
+@pytest.fixture(autouse=True)
+def route_small_products(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Route these tests' small products too: they check the routing, not its size floor
+    (test_products_too_small_to_thread_stay_with_numpy checks that)."""
+    monkeypatch.setattr(gemm, "ROUTE_FROM_MNK", 1)
 
 
 @pytest.fixture
@@ -153,3 +162,23 @@ def test_a_routed_gemm_broadcasts_and_writes_out_as_numpy_does(
     expected = np.matmul(a.astype(np.float64), b.astype(np.float64))
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(fresh, expected, rtol=1e-5, atol=1e-5)
+
+
+# Regression: every product inside torch_gemms went to torch.matmul, whose call costs more
+# than a product OpenBLAS computes on the calling thread alone (a tiny layer's plan call
+# 47 us against 34 on this CPU).
+def test_products_too_small_to_thread_stay_with_numpy(
+    monkeypatch: pytest.MonkeyPatch, torch_calls: list[tuple[int, ...]]
+) -> None:
+    monkeypatch.setattr(gemm, "ROUTE_FROM_MNK", SIZE_FLOOR)
+    rng = np.random.default_rng()
+    small = (rng.standard_normal((64, 64)).astype(np.float32),
+             rng.standard_normal((64, 64)).astype(np.float32))  # 64**3 multiply-adds
+    large = (rng.standard_normal((3, 64, 80)).astype(np.float32),
+             rng.standard_normal((80, 64)).astype(np.float32))  # 64 * 80 * 64 per product
+    assert 64**3 < gemm.ROUTE_FROM_MNK <= 64 * 80 * 64
+    with gemm.torch_gemms(torch):
+        for a, b in (small, large):
+            np.testing.assert_allclose(gemm.matmul(a, b), a.astype(np.float64) @ b,
+                                       rtol=1e-4, atol=1e-4)
+    assert torch_calls == [(3, 64, 80)]
