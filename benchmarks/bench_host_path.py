@@ -1,13 +1,15 @@
 """Where a plan call's host time goes (issue 9): each step of `Plan.enqueue` alone, and
 each algorithm configuration's enqueue on issue 9's small problem.
 
-Usage: python benchmarks/bench_host_path.py [--device cpu|cuda:0] [--out f.json]
+Usage: python benchmarks/bench_host_path.py [--device cpu|cuda:0] [--layer NET:LAYER
+       --batch N --dtype D --math M] [--out f.json]
 
 1. Steps: a plan call with `out` given, taken apart as `Plan.enqueue` does it (adopt each
    operand, make the device and the caller's stream current, make x and w contiguous, find
    the lane's workspace, run the algorithm), each step timed alone, then the whole call.
-   With NumPy/CuPy arrays and with torch tensors. "unaccounted" is the whole call minus
-   the sum of its steps.
+   With NumPy/CuPy arrays and with torch tensors. "unaccounted" is the whole call by the
+   checked path minus the sum of its steps; the direct path (`Runtime.ready`: operands
+   taken as they are) is its check and the whole call.
 2. Algorithms: every supported configuration of every algorithm on the same problem, its
    `run` alone: host time per call (enqueue only on a GPU; on the CPU the work itself),
    and wall time per call with a synchronisation after each.
@@ -35,6 +37,7 @@ from algorithms.problem import ConvProblem
 from algorithms.registry import algorithms_for, get_algorithm
 from algorithms.runtime import Runtime, random_operands
 from tuner.devices import backend_of, get_runtime, parse_device
+from tuner.networks import network_problems
 from tuner.plans import Plan
 from tuner.results import OK, AlgorithmResult
 
@@ -99,7 +102,10 @@ def step_times(plan: Plan, operands: tuple[Any, Any, Any],
         with runtime.caller_stream(x):
             pass
 
+    storage = runtime.storage_dtype(problem.dtype)
     steps = {
+        "ready operands (the direct path's check)": lambda: runtime.ready(x, w, y, shapes,
+                                                                          storage),
         "adopt x": lambda: plan._adopt(x, names[0], shapes[0]),
         "adopt w": lambda: plan._adopt(w, names[1], shapes[1]),
         "adopt out": lambda: plan._adopt(y, "out", shapes[2]),
@@ -113,9 +119,13 @@ def step_times(plan: Plan, operands: tuple[Any, Any, Any],
     }
     # The stream step enters the device too; count the device step once, inside it.
     times = {name: host_us(fn, sync) for name, fn in steps.items()}
-    whole = host_us(lambda: plan(x, w, out=y), sync)
-    parts = sum(t for name, t in times.items() if name != "device current")
-    return {**times, "whole plan call": whole, "unaccounted": whole - parts}
+    checked = Plan(problem, plan.device, plan.choice, plan.implementation, runtime,
+                   direct=False)
+    whole = host_us(lambda: checked(x, w, out=y), sync)
+    parts = sum(t for name, t in times.items()
+                if name != "device current" and not name.startswith("ready"))
+    return {**times, "whole plan call, checked path": whole, "unaccounted": whole - parts,
+            "whole plan call": host_us(lambda: plan(x, w, out=y), sync)}
 
 
 def torch_operands(problem: ConvProblem, device: str) -> tuple[Any, Any, Any] | None:
@@ -167,6 +177,15 @@ def algorithm_rows(problem: ConvProblem, device: str, runtime: Runtime,
     return rows
 
 
+def layer_problem(spec: str, batch: int, dtype: str, math: str) -> ConvProblem:
+    """The problem of "network:layer" at a batch size, dtype and math mode."""
+    network, _, name = spec.partition(":")
+    for layer, problem in network_problems(network, batch, dtype, math):
+        if layer.name == name:
+            return problem
+    raise SystemExit(f"no layer {name!r} in {network} (its distinct convolutions)")
+
+
 def report(results: dict[str, Any]) -> str:
     """The results as Markdown."""
     lines = [f"{results['date']}, {results['device']}, commit {results['commit']}; problem "
@@ -200,12 +219,19 @@ def main() -> None:
                         help="algorithm/config,... whose plan steps to time (default: the "
                              "first configuration of implicit_gemm_tc on a GPU, of "
                              "im2col_gemm on the CPU, and of direct)")
+    parser.add_argument("--layer", default=None,
+                        help="network:layer (e.g. resnet50:res5.1x1a.rest) in place of "
+                             "issue 9's small problem, at --batch, --dtype and --math")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--math", default="fp32")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     device = parse_device(args.device)
     runtime = get_runtime(device)
     sync = runtime.synchronize
-    problem = ConvProblem(**SMALL)  # type: ignore[arg-type]
+    problem = (ConvProblem(**SMALL) if args.layer is None  # type: ignore[arg-type]
+               else layer_problem(args.layer, args.batch, args.dtype, args.math))
     names = [p.split("/", 1) for p in args.plans.split(",") if p]
     if not names:
         first = "implicit_gemm_tc" if backend_of(device) == "cuda" else "im2col_gemm"

@@ -13,7 +13,8 @@
 #   sanitize   compute-sanitizer memcheck and racecheck over small shapes of tests/gpu
 #   overhead   benchmarks/bench_overhead.py (issue 9: cached find, plan, convolve, ResNet-50)
 #   host       benchmarks/bench_host_path.py (issue 9: a plan call's host time step by step,
-#              and every configuration's enqueue time on the small problem)
+#              and every configuration's enqueue time on the small problem; with
+#              HOST_LAYER=net:layer and HOST_MATH, batch 32, on that layer too)
 #   call_path  benchmarks/bench_call_path.py (issue 9: every call path's host time on a tiny
 #              problem, interleaved: algorithm, plan, convolve, backward calls, the module)
 #   host_profile  benchmarks/profile_host.py (issues 9, 13: cProfile of a plan call, the
@@ -145,7 +146,13 @@ for step in "${steps[@]}"; do
     host)
         run host host_path python3 benchmarks/bench_host_path.py --device cuda:0 \
             --out "$LOG/host_path.json"
-        tail -n 80 "$LOG/host_path.log" ;;
+        tail -n 80 "$LOG/host_path.log"
+        if [ -n "${HOST_LAYER:-}" ]; then  # e.g. resnet50:res5.1x1a.rest, with HOST_MATH
+            run host host_path_layer python3 benchmarks/bench_host_path.py --device cuda:0 \
+                --layer "$HOST_LAYER" --math "${HOST_MATH:-fp32}" \
+                --out "$LOG/host_path_layer.json"
+            tail -n 80 "$LOG/host_path_layer.log"
+        fi ;;
     call_path)
         run call_path call_path python3 benchmarks/bench_call_path.py --device cuda \
             --out "$LOG/call_path.json"

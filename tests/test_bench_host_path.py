@@ -28,10 +28,20 @@ def test_plan_steps_add_up_to_the_whole_call() -> None:
     runtime = CpuRuntime()
     plan = B.make_plan(TINY, "cpu", "direct", "default")
     times = B.step_times(plan, B.native_operands(runtime, TINY), runtime.synchronize)
-    steps = [k for k in times if k not in ("whole plan call", "unaccounted", "device current")]
+    steps = [k for k in times if not k.startswith(("whole plan call", "unaccounted",
+                                                    "device current", "ready"))]
     assert len(steps) == 7 and all(times[k] > 0 for k in steps)
     assert times["unaccounted"] == pytest.approx(
-        times["whole plan call"] - sum(times[k] for k in steps))
+        times["whole plan call, checked path"] - sum(times[k] for k in steps))
+    assert times["whole plan call"] > 0
+
+
+def test_a_layer_names_its_problem() -> None:
+    problem = B.layer_problem("resnet50:res5.1x1a.rest", 32, "float32", "tf32")
+    assert (problem.n, problem.c, problem.h, problem.k, problem.r) == (32, 2048, 7, 512, 1)
+    assert problem.math == "tf32"
+    with pytest.raises(SystemExit, match="no layer"):
+        B.layer_problem("resnet50:nope", 32, "float32", "fp32")
 
 
 def test_every_configuration_gets_a_row_and_a_failure_is_data(
