@@ -29,8 +29,8 @@ _ROUTED = frozenset({"float32", "float64", "complex64", "complex128"})
 #: BLAS) computes products up to 65536 * 4 of them on the calling thread alone
 #: (interface/gemm.c: SMP_THRESHOLD_MIN times GEMM_MULTITHREAD_THRESHOLD), so they compete
 #: with no torch thread, and torch's call costs more than they do: a plan call on
-#: n1 c4 4x4 -> k4 1x1 with torch tensors took 47 us routed against 34 us not
-#: (bench_call_path.py, this CPU, 2026-11-27).
+#: n1 c4 4x4 -> k4 1x1 with torch tensors took 40-44 us routed against 26-29 us not
+#: (BENCHMARKS.md, "Ready operands go to the kernels as they are").
 ROUTE_FROM_MNK = 65536 * 4 + 1
 
 
