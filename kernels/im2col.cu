@@ -97,6 +97,26 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+// round_tf32 over two ranges in one launch (w and the first chunk's x or dy): dst1[i] =
+// src1[start1 + i] for i < total1, then dst2[j] = src2[start2 + j] for j < total2, rounded
+// to TF32 (total1 + total2 < 2^31). One launch less per run, where a run's host time is
+// mostly its launches.
+__global__ void __launch_bounds__(256)
+    round_tf32_pair(const float* __restrict__ src1, float* __restrict__ dst1,
+                    const float* __restrict__ src2, float* __restrict__ dst2, int start1,
+                    int total1, int start2, int total2) {
+    const unsigned int first = static_cast<unsigned int>(total1);
+    const unsigned int total = first + static_cast<unsigned int>(total2);
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < total;
+         u += gridDim.x * blockDim.x) {
+        if (u < first) {
+            dst1[u] = tf32_stored<true>(src1[start1 + u]);
+        } else {
+            dst2[u - first] = tf32_stored<true>(src2[start2 + (u - first)]);
+        }
+    }
+}
+
 // At least 4 blocks per SM: with the thread count alone ptxas capped this kernel at 32
 // registers and spilled; 64 fit its tap loops.
 //

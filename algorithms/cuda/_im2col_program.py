@@ -36,6 +36,8 @@ _THREADS = 256
 
 #: The kernel copying float32 values rounded to TF32 (math "tf32": w, backward_data's dy).
 ROUND_TF32 = "round_tf32"
+#: The same over two ranges in one launch (w and the first chunk's operand).
+ROUND_TF32_PAIR = "round_tf32_pair"
 
 
 def name_expression(dtype: str, image_inner: bool = False, tf32: bool = False) -> str:
@@ -65,7 +67,7 @@ def shipped_kernels() -> tuple[str, ...]:
             *(col2im_expression(d, inner) for d in CTYPES for inner in (False, True)),
             *(images_inner_expression(d) for d in CTYPES), round_expression("float16"),
             *(name_expression("float32", inner, tf32=True) for inner in (False, True)),
-            images_inner_expression("float32", tf32=True), ROUND_TF32)
+            images_inner_expression("float32", tf32=True), ROUND_TF32, ROUND_TF32_PAIR)
 
 
 def chunk_images(problem: ConvProblem, config: str) -> int:
@@ -141,7 +143,7 @@ def program(problem: ConvProblem, config: str) -> Program:
     if config == MERGED:
         steps += (_forward_merged if problem.direction == "forward"
                   else _backward_data_merged)(problem, filt)
-        return Program(regions, tuple(steps))
+        return Program(regions, tuple(_paired_rounds(steps)))
     chunk = chunk_images(problem, config)
     chunk_steps = {"forward": _forward_chunk, "backward_data": _backward_data_chunk,
                    "backward_filter": _backward_filter_chunk}[problem.direction]
@@ -151,7 +153,26 @@ def program(problem: ConvProblem, config: str) -> Program:
         total = prod(problem.filter_shape)
         steps.append(_launch(round_expression(problem.dtype), total,
                              ("sum", "out", np.int32(total))))
-    return Program(regions, tuple(steps))
+    return Program(regions, tuple(_paired_rounds(steps)))
+
+
+def _paired_rounds(steps: list[Kernel | Gemm]) -> list[Kernel | Gemm]:
+    """`steps` with two leading TF32 roundings (w, then a pointwise layer's first chunk of x
+    or backward_data's of dy) as one launch of round_tf32_pair, where 32-bit indices still
+    cover both."""
+    first, second = [*steps, None, None][:2]
+    if not (isinstance(first, Kernel) and isinstance(second, Kernel)
+            and first.name == second.name == ROUND_TF32):
+        return steps
+    start1, total1 = first.scalars
+    start2, total2 = second.scalars
+    if int(total1) + int(total2) >= 2**31:
+        return steps
+    total = int(total1) + int(total2)
+    pair = Kernel(KERNEL_FILE, ROUND_TF32_PAIR, (grid_stride_blocks(total, _THREADS),),
+                  (_THREADS,), (*first.operands, *second.operands),
+                  (start1, total1, start2, total2))
+    return [pair, *steps[2:]]
 
 
 def _launch(name: str, total: int, args: tuple[Any, ...]) -> Kernel:
