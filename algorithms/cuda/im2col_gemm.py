@@ -35,8 +35,8 @@ in the image-outer directions: an image is its own, so the forward GEMM reads x 
 backward_data GEMM writes dx, with no im2col or col2im pass and no "col" workspace. Under math
 "tf32" the forward GEMM reads a chunk of x rounded to TF32 by round_tf32 (a contiguous copy,
 not im2col's gather); the first chunk's copy and w's are one launch (round_tf32_pair), as
-are backward_data's first dy chunk and w's. The merged configuration and backward_filter keep their image-inner
-column matrix, which a pointwise layer needs as much as any other.
+are backward_data's first dy chunk and w's. The merged configuration and backward_filter
+keep their image-inner column matrix, which a pointwise layer needs as much as any other.
 Configurations: "chunk=1", "chunk=4", "chunk=16", "chunk=all" (those with chunk >= n are
 left out except "chunk=all"), and at n > 1 for forward and backward_data "chunk=all-merged":
 the column matrix image-inner, as backward_filter writes it, and ONE GEMM per group over
