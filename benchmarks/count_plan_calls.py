@@ -27,6 +27,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -53,7 +54,7 @@ class Tensor:
 
     def __init__(self, shape: tuple[int, ...]) -> None:
         self._host = np.zeros(shape, np.float32)
-        self.shape, self.dtype = shape, FLOAT32
+        self.shape, self.dtype = shape, torch.float32
         self._ptr = self._host.__array_interface__["data"][0]
 
     def is_contiguous(self) -> bool:
@@ -70,16 +71,6 @@ class Tensor:
 
     def element_size(self) -> int:
         return 4
-
-
-class Float32:
-    """torch.float32 as the bridge names it."""
-
-    def __str__(self) -> str:
-        return "torch.float32"
-
-
-FLOAT32 = Float32()
 
 
 class _CupyArray(_DeviceArray):
@@ -109,8 +100,6 @@ def _cupy() -> SimpleNamespace:
 
 def _install() -> None:
     """The stand-in CuPy, torch's stream query and no-op launches."""
-    import torch
-
     sys.modules["cupy"] = _cupy()  # type: ignore[assignment]
     torch._C._cuda_getCurrentRawStream = lambda device: 0  # type: ignore[attr-defined,unused-ignore]
     kernel = _Kernel()
@@ -157,7 +146,6 @@ def main() -> None:
 
     runtime = CudaRuntime(0)
     runtime._torch._tensor_types = (Tensor,)  # the stand-in is the plain tensor type
-    runtime._torch._torch_dtypes["float32"] = FLOAT32
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False, cwd=ROOT).stdout.strip()
     print(f"commit {commit}; stand-in CuPy and torch tensors, launches and cuBLAS stubbed\n")

@@ -160,7 +160,7 @@ def _paired_rounds(steps: list[Kernel | Gemm]) -> list[Kernel | Gemm]:
     """`steps` with two leading TF32 roundings (w, then a pointwise layer's first chunk of x
     or backward_data's of dy) as one launch of round_tf32_pair, where 32-bit indices still
     cover both."""
-    first, second = [*steps, None, None][:2]
+    first, second = steps[:2] if len(steps) >= 2 else (None, None)
     if not (isinstance(first, Kernel) and isinstance(second, Kernel)
             and first.name == second.name == ROUND_TF32):
         return steps

@@ -43,7 +43,6 @@ class TorchBridge:
         # first tensor arrives (so that a process without torch never imports it); tests
         # pass stand-ins. Subclasses (FakeTensor, DTensor...) go the checked way.
         self._tensor_types = tensor_types
-        self._torch_dtypes: dict[str, Any] = {}
         self._raw_stream: Any = None
         self._views: dict[tuple[int, tuple[int, ...], str, int], Any] = {}
         # The views by identity, with their dtype: what `built` answers from.
@@ -114,9 +113,7 @@ class TorchBridge:
             types = self._tensor_types = (torch.Tensor, torch.nn.Parameter)
         if type(x) not in types or type(w) not in types or type(out) not in types:
             return None
-        dtype = self._torch_dtypes.get(storage)
-        if dtype is None:
-            dtype = self._torch_dtypes[storage] = _torch_dtype(storage)
+        dtype = _torch_dtype(storage)
         index = self._index
         a_shape, b_shape, out_shape = shapes
         if (x.dtype is not dtype or w.dtype is not dtype or out.dtype is not dtype
@@ -155,6 +152,7 @@ class TorchBridge:
         return stream
 
 
+@functools.cache
 def _torch_dtype(storage: str) -> Any:
     """The torch dtype whose tensors a storage dtype's arrays view (None: no such tensors)."""
     import torch
