@@ -170,6 +170,11 @@ class Runtime(Protocol):
         need no adopting, check, copy or context switch on this device; else None."""
         ...
 
+    def output(self, x: Any, shape: tuple[int, ...], storage: str) -> Any | None:
+        """A new result array of `shape` beside `x` where `x` is this device's own kind of
+        array and no context switch is needed to allocate it; else None."""
+        ...
+
     def synchronize(self) -> None: ...
 
     def fault(self) -> str | None:

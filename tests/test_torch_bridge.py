@@ -292,3 +292,29 @@ def test_mixed_kinds_are_not_ready(gpu: types.SimpleNamespace) -> None:
     tensors = _plain()
     assert gpu.runtime.ready(arrays[0], tensors[1], arrays[2], SHAPES, "float32") is None
     assert gpu.runtime.ready(tensors[0], arrays[1], tensors[2], SHAPES, "float32") is None
+
+
+def test_a_result_is_made_beside_this_gpus_cupy_arrays_only(
+        gpu: types.SimpleNamespace, raw_stream: dict[int, int]) -> None:
+    made: list[tuple[Any, ...]] = []
+
+    def empty(shape: tuple[int, ...], dtype: Any) -> CupyArray:
+        made.append((shape, np.dtype(dtype)))
+        return CupyArray(shape, np.dtype(dtype).name)
+
+    gpu.runtime._cupy.empty = empty
+    x = CupyArray(SHAPES[0])
+    out = gpu.runtime.output(x, SHAPES[2], "uint16")  # bfloat16's storage
+    assert isinstance(out, CupyArray) and made == [(SHAPES[2], np.dtype(np.uint16))]
+    # So that the plan's direct path then takes the call.
+    arrays = [x, CupyArray(SHAPES[1]), gpu.runtime.output(x, SHAPES[2], "float32")]
+    assert gpu.runtime.ready(*arrays, SHAPES, "float32") == (0xC0, *arrays)
+    # Another GPU's array, another GPU current, a tensor, a host array: the checked path
+    # allocates (switching device where it must).
+    assert gpu.runtime.output(CupyArray(SHAPES[0], device=0), SHAPES[2], "float32") is None
+    gpu.state.device = 0
+    assert gpu.runtime.output(x, SHAPES[2], "float32") is None
+    gpu.state.device = 1
+    assert gpu.runtime.output(_plain()[0], SHAPES[2], "float32") is None
+    assert gpu.runtime.output(np.ones(SHAPES[0], np.float32), SHAPES[2], "float32") is None
+    assert len(made) == 2

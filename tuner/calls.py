@@ -186,7 +186,7 @@ def execute(
             found.remember_call(key, token, chosen)
     elif check_finite:
         _refuse_nonfinite(a, b, direction)
-    out = chosen.torch_output(a, out)
+    out = chosen.output(a, out)
     if timed:
         result, elapsed = chosen.timed(a, b, out)
     else:

@@ -142,13 +142,19 @@ class Plan:
 
         Returns `out` itself when given, else a new array of the caller's kind.
         """
-        return self.enqueue(x, w, self.torch_output(x, out))
+        return self.enqueue(x, w, self.output(x, out))
 
-    def torch_output(self, x: Any, out: Any) -> Any:
-        """`out`, or for a torch `x` a new tensor beside it (torch's allocator and stream)."""
-        if out is None and is_torch(x):
+    def output(self, x: Any, out: Any) -> Any:
+        """`out`; else a new result beside `x`: a tensor from torch's allocator for a torch
+        `x`, and with the direct path on, the runtime's array for its own kind of `x`
+        (`Runtime.output`); else None (the checked path allocates)."""
+        if out is not None:
+            return out
+        if is_torch(x):
             return x.new_empty(self._shapes[2])
-        return out
+        if self._ready is not None:
+            return self._runtime.output(x, self._shapes[2], self._dtypes[1])
+        return None
 
     def enqueue(self, x: Any, w: Any, out: Any = None) -> Any:
         """Like calling the plan, but without `out` returns the backend's array (NumPy or

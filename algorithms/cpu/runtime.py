@@ -110,6 +110,10 @@ class CpuRuntime:
         work, and it routes torch tensors' GEMMs (caller_stream)."""
         return None
 
+    def output(self, x: Any, shape: tuple[int, ...], storage: str) -> Any | None:
+        """None: with no direct path here, the checked path allocates."""
+        return None
+
     def contiguous(self, array: Any, dtype: str) -> np.ndarray:
         """C-contiguous in `dtype`; a no-op when it already is."""
         return np.ascontiguousarray(array, dtype=dtype)

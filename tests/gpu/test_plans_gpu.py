@@ -56,9 +56,12 @@ def test_plan_runs_in_order_on_the_callers_stream(db_url: str, algorithm: str) -
         # Ordered after the slow producer only if the plan runs on `stream`.
         slow((64,), (256,), (x, np.int64(x.size), np.float32(0.5), np.int64(50_000_000)))
         chosen(x, w, out=y)
+        made = chosen(x, w)  # a result made beside x (Runtime.output): the direct path too
     stream.synchronize()
     assert float(x[0, 0, 0, 0]) == 0.5
     _check(y, x, w, algorithm)
+    assert isinstance(made, cupy.ndarray) and made.dtype == np.float32
+    _check(made, x, w, algorithm)
 
 
 # implicit_gemm_tc and im2col_gemm launch from prepared buffers (algorithms.cuda._launch),

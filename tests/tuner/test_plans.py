@@ -219,6 +219,7 @@ class ReadyCpu(CpuRuntime):
     def __init__(self) -> None:
         super().__init__()
         self.asked: list[tuple[Any, ...]] = []
+        self.made: list[tuple[int, ...]] = []
 
     def ready(self, x: Any, w: Any, out: Any, shapes: tuple[tuple[int, ...], ...],
               storage: str) -> tuple[Any, Any, Any, Any] | None:
@@ -227,6 +228,12 @@ class ReadyCpu(CpuRuntime):
                and a.flags.c_contiguous for a, s in zip((x, w, out), shapes, strict=True)):
             return self.LANE, x, w, out
         return None
+
+    def output(self, x: Any, shape: tuple[int, ...], storage: str) -> Any | None:
+        # As a GPU runtime makes a result beside its own arrays: here, beside C-ordered ones.
+        self.made.append(shape)
+        ordered = isinstance(x, np.ndarray) and x.flags.c_contiguous
+        return np.empty(shape, storage) if ordered else None
 
 
 def _ready_plan(algorithm: str = "im2col_gemm", direct: bool | None = None
@@ -265,12 +272,30 @@ def test_ready_operands_run_as_they_are_with_their_lanes_workspace(
     assert chosen._workspaces[ReadyCpu.LANE] is lane_workspace
 
 
+def test_a_result_made_beside_ready_operands_takes_the_direct_path(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chosen, runtime = _ready_plan()
+    chosen(*random_inputs(PROBLEM, rng), out=np.empty(PROBLEM.output_shape, np.float32))
+
+    def forbidden(*_args: Any, **_kw: Any) -> None:
+        raise AssertionError("the checked path ran")
+
+    for name in ("adopt", "contiguous", "caller_stream", "empty"):
+        monkeypatch.setattr(ReadyCpu, name, forbidden)
+    x, w = random_inputs(PROBLEM, rng)
+    y = chosen(x, w)  # no out: the runtime makes one, and the call goes direct
+    check(y, x, w, PROBLEM, chosen.algorithm)
+    assert runtime.made == [PROBLEM.output_shape] and len(runtime.asked) == 2
+
+
 def test_operands_not_ready_take_the_checked_path(rng: np.random.Generator) -> None:
     chosen, runtime = _ready_plan()
     x, w = random_inputs(PROBLEM, rng)
-    y = chosen(x, w)  # no out: nothing to run into, so the runtime is not asked
+    # No out, and none made beside a Fortran-ordered x: the runtime is not asked.
+    y = chosen(np.asfortranarray(x), w)
     check(y, x, w, PROBLEM, chosen.algorithm)
-    assert runtime.asked == []
+    assert runtime.asked == [] and runtime.made == [PROBLEM.output_shape]
     out = np.full(PROBLEM.output_shape, np.nan, np.float32)
     assert chosen(np.asfortranarray(x), w, out=out) is out  # not ready: copied
     check(out, x, w, PROBLEM, chosen.algorithm)
@@ -294,4 +319,5 @@ def test_the_direct_path_can_be_turned_off(
         chosen, runtime = _ready_plan(direct=direct)
         assert chosen(x, w, out=out) is out
         check(out, x, w, PROBLEM, chosen.algorithm)
-        assert runtime.asked == []
+        check(chosen(x, w), x, w, PROBLEM, chosen.algorithm)
+        assert runtime.asked == [] and runtime.made == []
