@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.cuda import _launch
+from algorithms.cuda._launch import KernelLaunch, Launch
 from algorithms.problem import ConvProblem
 from algorithms.registry import algorithms_for, get_algorithm
 from algorithms.runtime import Runtime, random_operands
@@ -84,15 +86,23 @@ def make_plan(problem: ConvProblem, device: str, algorithm: str, config: str) ->
     return Plan(problem, device, choice, implementation, get_runtime(device))
 
 
+def run_of(plan: Plan, operands: tuple[Any, Any, Any]) -> Callable[[], None]:
+    """The plan's algorithm run on `operands` as the checked path adopts them."""
+    problem, names = plan.problem, plan.problem.operand_names
+    xa, wa, ya = (plan._adopt(a, n, s) for a, n, s in zip(
+        operands, (*names[:2], "out"), problem.operand_shapes, strict=True))
+    workspace = plan.workspace()
+    return lambda: plan.implementation.run(xa, wa, ya, workspace, problem, plan.config)
+
+
 def step_times(plan: Plan, operands: tuple[Any, Any, Any],
                sync: Callable[[], None]) -> dict[str, float]:
     """Each step of `plan.enqueue(x, w, out)`, timed alone, and the whole call (us)."""
     x, w, y = operands
     runtime, problem = plan._runtime, plan.problem
     shapes, names = problem.operand_shapes, problem.operand_names
-    xa, wa, ya = (plan._adopt(a, n, s) for a, n, s in zip(operands, (*names[:2], "out"),
-                                                           shapes, strict=True))
-    workspace = plan.workspace()
+    xa, wa = (plan._adopt(a, n, s) for a, n, s in zip(operands[:2], names[:2], shapes[:2],
+                                                       strict=True))
 
     def device() -> None:
         with runtime.activate():
@@ -114,8 +124,7 @@ def step_times(plan: Plan, operands: tuple[Any, Any, Any],
         "contiguous x, w": lambda: (runtime.contiguous(xa, problem.dtype),
                                     runtime.contiguous(wa, problem.dtype)),
         "workspace": plan.workspace,
-        "algorithm run": lambda: plan.implementation.run(xa, wa, ya, workspace, problem,
-                                                         plan.config),
+        "algorithm run": run_of(plan, operands),
     }
     # The stream step enters the device too; count the device step once, inside it.
     times = {name: host_us(fn, sync) for name, fn in steps.items()}
@@ -126,6 +135,53 @@ def step_times(plan: Plan, operands: tuple[Any, Any, Any],
                 if name != "device current" and not name.startswith("ready"))
     return {**times, "whole plan call, checked path": whole, "unaccounted": whole - parts,
             "whole plan call": host_us(lambda: plan(x, w, out=y), sync)}
+
+
+def launch_steps(run: Callable[[], Any], sync: Callable[[], None]) -> dict[str, float] | None:
+    """A run's prepared launches taken apart (algorithms.cuda._launch), each piece timed
+    alone over all the run's launches (us), beside the whole run; None when the run makes
+    none (the CPU backend, or CuPy's own call path).
+
+    Why: on the H200 of 2026-11-27 a one-launch run took 13-15 us of host time where a
+    prepared launch alone took 4.3 on the H100; this says which piece holds the rest.
+    """
+    bind, call = KernelLaunch.bind, Launch.__call__
+    bound: list[tuple[KernelLaunch, Callable[[str, str], Any]]] = []
+    filled: list[tuple[Launch, tuple[int, ...]]] = []
+
+    def recording_bind(self: KernelLaunch, get_kernel: Callable[[str, str], Any]) -> Any:
+        bound.append((self, get_kernel))
+        return bind(self, get_kernel)
+
+    def recording_call(self: Launch, stream: int, *values: int) -> None:
+        filled.append((self, values))
+        call(self, stream, *values)
+
+    KernelLaunch.bind = recording_bind  # type: ignore[method-assign]
+    Launch.__call__ = recording_call  # type: ignore[method-assign]
+    try:
+        run()
+        sync()
+    finally:
+        KernelLaunch.bind = bind  # type: ignore[method-assign]
+        Launch.__call__ = call  # type: ignore[method-assign]
+    if not filled:
+        return None
+    stream = _launch.current_stream()
+    launches, binds = tuple(filled), tuple(bound)
+    pieces = {
+        "kernel lookups (get_kernel)": lambda: [get(k.file, k.name) for k, get in binds],
+        "prepared launches found (bind, lookups included)":
+            lambda: [bind(k, get) for k, get in binds],
+        "current stream queries": lambda: [_launch.current_stream() for _ in launches],
+        "prepared launches alone (the driver call included)":
+            lambda: [call(launch, stream, *values) for launch, values in launches],
+    }
+    times = {name: host_us(fn, sync) for name, fn in pieces.items()}
+    whole = host_us(run, sync)
+    rest = whole - sum(t for name, t in times.items() if not name.startswith("kernel"))
+    return {"launches": float(len(launches)), **times, "whole run": whole,
+            "the run's own Python (whole run less the three above it)": rest}
 
 
 def torch_operands(problem: ConvProblem, device: str) -> tuple[Any, Any, Any] | None:
@@ -198,6 +254,12 @@ def report(results: dict[str, Any]) -> str:
             lines.append(f"| {step} | "
                          + " | ".join(f"{by_kind[k][step]:.1f}" for k in kinds) + " |")
         lines.append("")
+    for plan_name, found in results.get("launch_steps", {}).items():
+        lines += [f"Plan {plan_name}'s run, its {found['launches']:.0f} prepared launch(es) "
+                  "taken apart (host us per run, native operands):", "",
+                  "| piece | us |", "|---|---|"]
+        lines += [f"| {name} | {us:.1f} |" for name, us in found.items() if name != "launches"]
+        lines.append("")
     lines += ["Each configuration's run alone (host: enqueue only on a GPU; wall: with a "
               "synchronisation after each call):", "",
               "| algorithm/config | launches | host us | wall us |", "|---|---|---|---|"]
@@ -241,16 +303,21 @@ def main() -> None:
     if (tensors := torch_operands(problem, device)) is not None:
         operand_sets["torch"] = tensors
     plans: dict[str, dict[str, dict[str, float]]] = {}
+    pieces: dict[str, dict[str, float]] = {}
     for algorithm, config in names:
         built = make_plan(problem, device, algorithm, config)
         plans[f"{algorithm}/{config}"] = {
             kind: step_times(built, operands, sync) for kind, operands in operand_sets.items()
         }
+        found = launch_steps(run_of(built, operand_sets["native"]), sync)
+        if found is not None:
+            pieces[f"{algorithm}/{config}"] = found
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
     results = {"date": date.today().isoformat(), "device": runtime.fingerprint()["name"],
                "commit": commit, "problem": problem.describe(), "operands": list(operand_sets),
-               "plans": plans, "algorithms": algorithm_rows(problem, device, runtime, sync)}
+               "plans": plans, "launch_steps": pieces,
+               "algorithms": algorithm_rows(problem, device, runtime, sync)}
     print(report(results))
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))

@@ -13,7 +13,8 @@
 #   sanitize   compute-sanitizer memcheck and racecheck over small shapes of tests/gpu
 #   overhead   benchmarks/bench_overhead.py (issue 9: cached find, plan, convolve, ResNet-50)
 #   host       benchmarks/bench_host_path.py (issue 9: a plan call's host time step by step,
-#              and every configuration's enqueue time on the small problem; with
+#              its run's prepared launches taken apart (kernel lookup, bind, stream query,
+#              the launch alone), every configuration's enqueue time on the small problem; with
 #              HOST_LAYER=net:layer and HOST_MATH, batch 32, on that layer too)
 #   call_path  benchmarks/bench_call_path.py (issue 9: every call path's host time on a tiny
 #              problem, interleaved: algorithm, plan, convolve, backward calls, the module)
