@@ -66,7 +66,11 @@ from db.engine import open_store
 from tuner.devices import identify
 from tuner.model import model_cache
 from tuner.networks import network_problems
+from tuner.results import FRESH, MEASURED_HERE
 from tuner.tuning import Tuner
+
+#: The sources of a result this device measured (not predicted, not another device's).
+MEASURED = (FRESH, MEASURED_HERE)
 
 
 def tune(url: str, device: str, model: str, batch: int,
@@ -88,12 +92,15 @@ def tune(url: str, device: str, model: str, batch: int,
         # best measured slow, or never measured (fast mode). Read after the timed tuning:
         # in fast mode this read predicts every unmeasured configuration, 2.2 of the 6.4 s
         # that were reported for ResNet-50 on the H200 (2026-11-27) while it ran per layer.
-        stored = tuner.find_candidates(problem, device, mode="cached")
+        # "heuristic" answers with this device's measurements where there are any (the
+        # predictions are left out); "cached" gave only predictions for a layer whose
+        # store was incomplete, as fast mode leaves every one.
+        stored = tuner.find_candidates(problem, device, mode="heuristic")
         rows.append({"layer": layer.name, "problem": problem.describe(), "key": problem.key(),
                      "pick": f"{best.algorithm}/{best.config}", "tuned_ms": best.time_ms,
                      "note": best.note, "tune_s": layer_s,
                      "tuned_all_ms": {f"{r.algorithm}/{r.config}": r.time_ms
-                                      for r in stored if r.usable}})
+                                      for r in stored if r.usable and r.source in MEASURED}})
     cache = model_cache(tuner.store)
     return rows, {"tune_s": tune_s, "fit_s": cache.fit_s, "model_fits": cache.fits,
                   "model_loads": cache.loads}
