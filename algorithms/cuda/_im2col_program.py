@@ -166,9 +166,9 @@ def _paired_rounds(steps: list[Kernel | Gemm]) -> list[Kernel | Gemm]:
         return steps
     start1, total1 = first.scalars
     start2, total2 = second.scalars
-    if int(total1) + int(total2) >= 2**31:
-        return steps
     total = int(total1) + int(total2)
+    if total >= 2**31:
+        return steps
     pair = Kernel(KERNEL_FILE, ROUND_TF32_PAIR, (grid_stride_blocks(total, _THREADS),),
                   (_THREADS,), (*first.operands, *second.operands),
                   (start1, total1, start2, total2))

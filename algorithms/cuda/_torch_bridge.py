@@ -20,9 +20,9 @@ _VIEW_DTYPES = {"float32": "float32", "float16": "float16", "float64": "float64"
                 "bfloat16": "uint16", "uint16": "uint16"}
 #: Most views and stream wrappers a bridge keeps (then it starts over).
 _KEPT = 256
-#: The torch dtype a storage dtype's tensors arrive in (bfloat16 held as its uint16 bits).
-_TORCH_DTYPES = {"float32": "float32", "float16": "float16", "float64": "float64",
-                 "uint16": "bfloat16"}
+#: The torch dtype a storage dtype's tensors arrive in: _VIEW_DTYPES read backwards, a
+#: uint16 storage holding bfloat16 (plans take no uint16 problems).
+_TORCH_DTYPES = {storage: name for name, storage in _VIEW_DTYPES.items() if name != "uint16"}
 
 
 @functools.cache
