@@ -303,21 +303,27 @@ class CudaRuntime:
         """Nothing: every sample starts from a flushed L2, whatever ran before it."""
 
     def sample_ms(self, fn: Callable[[], None], runs: int) -> float:
-        """`runs` back-to-back calls between two events, per call; L2 flushed before them.
+        """`runs` back-to-back calls, per call: the longer of their time between two events
+        and the host's time to enqueue them; L2 flushed before them.
 
         The flush is enqueued ahead of the start event, so the host launches the runs while
-        the GPU is still busy flushing: launches overlap work as they do in a network.
+        the GPU is still busy flushing: launches overlap work as they do in a network. That
+        head start (tens of microseconds) can hide a host-bound run's enqueueing from the
+        events, the more so the fewer runs a sample holds: back to back, such a run cannot
+        go faster than the host issues it, so the host's time bounds the sample from below.
         """
         cupy = self._cupy
         with self._dev:
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
             self._flush_l2()
             start.record()
+            began = time.perf_counter()
             for _ in range(runs):
                 fn()
+            host_ms = (time.perf_counter() - began) * 1e3
             end.record()
             end.synchronize()
-            return float(cupy.cuda.get_elapsed_time(start, end)) / runs
+            return max(float(cupy.cuda.get_elapsed_time(start, end)), host_ms) / runs
 
     def device_ms(self, fn: Callable[[], None], runs: int, samples: int = 5) -> float:
         """`fn`'s device time per run, the host's left out: the median of `samples` samples

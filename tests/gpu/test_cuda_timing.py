@@ -57,3 +57,22 @@ def test_device_time_leaves_the_host_out(runtime: Any) -> None:
     wall = runtime.sample_ms(lambda: tiny + 1, 16)
     assert 0 < work < wall
     assert runtime.device_ms(lambda: spin(1_000_000), runs=4) >= 0.99
+
+
+def test_a_sample_is_never_faster_than_the_host_enqueues(runtime: Any) -> None:
+    # Bug pinned: the L2 flush's head start hid a host-bound run's enqueueing from a
+    # one-run sample (MobileNet-v2 block6.2.expand, H200 2026-11-27: im2col_gemm timed at
+    # its 0.019 ms of GPU work by the tuner, 0.041 ms back to back alone).
+    import time
+
+    tiny = runtime.random((8, 8), "float32", np.random.default_rng())
+
+    def host_bound() -> None:  # 0.3 ms of host work, then a few microseconds of GPU work
+        end = time.perf_counter() + 3e-4
+        while time.perf_counter() < end:
+            pass
+        tiny + 1
+
+    runtime.sample_ms(host_bound, 1)  # the elementwise kernel loaded
+    assert runtime.sample_ms(host_bound, 1) >= 0.3
+    assert runtime.sample_ms(host_bound, 8) >= 0.3
