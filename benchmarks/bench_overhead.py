@@ -4,7 +4,8 @@ Usage: python benchmarks/bench_overhead.py [--device cpu|cuda] [--batch N] [--ou
 
 Measured side by side in one run (issue 9's targets):
 1. a cached `find_best_algorithm`, in process (microseconds per call);
-2. `plan(x, w, out=y)`, host time per call (the work is enqueued, not waited for, on a GPU);
+2. `plan(x, w, out=y)`, host time per call (the work is enqueued, not waited for, on a GPU:
+   in short bursts with the device synchronised between them, bench_host_path.host_us);
 3. a cached `convolve()` per call, wall time including the work, against `F.conv2d`
    (PyTorch; cuDNN on a GPU with benchmark mode on and TF32 off) on the same arrays;
 4. a ResNet-50 (torchvision's architecture, built here: torchvision is not always
@@ -28,11 +29,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from benchmarks.bench_host_path import host_us
 from tuner import ConvProblem, convolve, find_best_algorithm, plan
 from tuner.nn import Conv2d, convert
 from tuner.nn import conv2d as operator
@@ -158,16 +163,15 @@ def main() -> None:
         # with the direct one: both ways' host time in the same run.
         checked = Plan(problem, chosen.device, chosen.choice, chosen.implementation,
                        chosen._runtime, direct=False)
+        # Host time in short bursts with the device synchronised between them: blocks of 200
+        # calls of a plan whose GPU work outlasts its enqueueing read the GPU's time (on the
+        # H200 of 2026-11-27 the row equalled the synchronised wall time, twice), since
+        # launches wait once enough work is queued.
         host: dict[str, list[float]] = {"plan_host_us": [], "plan_host_checked_us": []}
         for _ in range(5):
             for key, way in (("plan_host_us", chosen), ("plan_host_checked_us", checked)):
-                way(x, w, out=y)
-                sync()
-                started = time.perf_counter()
-                for _ in range(200):
-                    way(x, w, out=y)
-                host[key].append((time.perf_counter() - started) / 200 * 1e6)
-                sync()
+                host[key].append(host_us(partial(way, x, w, out=y), sync,
+                                         budget_s=args.seconds / 20, rounds=9))
         results |= {key: float(np.median(times)) for key, times in host.items()}
         results["plan_us"] = per_call_us(lambda: chosen(x, w, out=y), sync, args.seconds)
         # The algorithm alone on the same buffers: what the plan adds is the difference.
