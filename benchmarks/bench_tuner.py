@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import logging
 import os
 import pstats
 import shutil
@@ -52,7 +53,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -73,18 +75,57 @@ from tuner.tuning import Tuner
 MEASURED = (FRESH, MEASURED_HERE)
 
 
+class TimingRecords(logging.Handler):
+    """The tuner's per-configuration timing records (tuner.measuring.log_lanes): runs per
+    sample and the host's enqueueing per run, the confirmation round's over the screening's."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.found: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the record's `timing` field by problem key and configuration."""
+        timing = getattr(record, "timing", None)
+        if timing is not None:
+            key = json.dumps(timing["key"], sort_keys=True)
+            self.found.setdefault(key, {})[timing["config"]] = timing
+
+    @contextmanager
+    def listening(self) -> Iterator[None]:
+        """Collect the measuring log's debug records while the block runs."""
+        logger = logging.getLogger("convtune.measuring")
+        level = logger.level
+        logger.addHandler(self)
+        logger.setLevel(logging.DEBUG)
+        try:
+            yield
+        finally:
+            logger.removeHandler(self)
+            logger.setLevel(level)
+
+    def of(self, key: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """A layer's "tuned_batch" and "tuned_host_ms" per configuration (empty where the
+        tuner timed nothing, or its runtime does not tell the host's time)."""
+        found = self.found.get(json.dumps(key, sort_keys=True), {})
+        return {"tuned_batch": {name: t["batch"] for name, t in found.items()},
+                "tuned_host_ms": {name: t["host_ms"] for name, t in found.items()
+                                  if t["host_ms"] is not None}}
+
+
 def tune(url: str, device: str, model: str, batch: int,
          mode: str = "exhaustive") -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Tune each distinct layer into the store at `url`: its pick, and what the tuning
     cost: its wall time, the seconds spent fitting the cost model and how many fits were
     loaded."""
     tuner = Tuner(open_store(url))
+    timings = TimingRecords()
     began = time.perf_counter()
     picks = []
-    for layer, problem in network_problems(model, batch):
-        start = time.perf_counter()
-        best = tuner.best(problem, device, mode=mode)
-        picks.append((layer, problem, best, time.perf_counter() - start))
+    with timings.listening():
+        for layer, problem in network_problems(model, batch):
+            start = time.perf_counter()
+            best = tuner.best(problem, device, mode=mode)
+            picks.append((layer, problem, best, time.perf_counter() - start))
     tune_s = time.perf_counter() - began
     rows = []
     for layer, problem, best, layer_s in picks:
@@ -100,7 +141,8 @@ def tune(url: str, device: str, model: str, batch: int,
                      "pick": f"{best.algorithm}/{best.config}", "tuned_ms": best.time_ms,
                      "note": best.note, "tune_s": layer_s,
                      "tuned_all_ms": {f"{r.algorithm}/{r.config}": r.time_ms
-                                      for r in stored if r.usable and r.source in MEASURED}})
+                                      for r in stored if r.usable and r.source in MEASURED},
+                     **timings.of(problem.key())})
     cache = model_cache(tuner.store)
     return rows, {"tune_s": tune_s, "fit_s": cache.fit_s, "model_fits": cache.fits,
                   "model_loads": cache.loads}

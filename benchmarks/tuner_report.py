@@ -91,7 +91,8 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                          if r["pick"] in device and r["best"] in device else "")
             lines.append(f"miss {r['layer']}: best alone {r['best']}; {seen}, its pick at "
                          f"{r['tuned_ms']:.3f} ms ({r['tuned_ms'] / r['pick_iso_ms']:.2f}x its "
-                         f"time alone){on_device}")
+                         f"time alone){on_device}{_sampled(r, r['pick'], 'pick')}"
+                         f"{_sampled(r, r['best'], 'best')}")
     missed = [r for r in rows if r["regret"] > MISS]
     if missed:
         # A pick the tuner timed far from its time alone was timed on another machine state
@@ -120,6 +121,18 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                      f"median {q[1]:.2f}, quartiles {q[0]:.2f}-{q[2]:.2f}")
     lines += _here_lines(rows)
     return "\n".join(lines)
+
+
+def _sampled(row: dict[str, Any], name: str, label: str) -> str:
+    """How the tuner sampled configuration `name` of a layer: runs per sample and its host's
+    enqueueing per run (where the tuner logged them): a host-bound pick timed below its time
+    alone was either sampled with its host hidden or ran on a faster host."""
+    batch = row.get("tuned_batch", {}).get(name)
+    if batch is None:
+        return ""
+    host = row.get("tuned_host_ms", {}).get(name)
+    enqueue = f", the host {host:.3f} ms per run" if host is not None else ""
+    return f"; the tuner sampled the {label} {batch} run(s) at a time{enqueue}"
 
 
 #: Alone, a configuration whose wall time is at least this times its device time is

@@ -254,3 +254,45 @@ def test_each_pass_is_a_process_of_its_own_taking_the_layers_in_turn(db_url: str
         assert layer and all(len(v) == 2 and min(v) > 0 for v in layer.values())
     # The host tells no device time apart from its wall time.
     assert not any(v for layer in device for v in layer.values())
+
+
+def test_a_miss_says_how_the_tuner_sampled_the_pick_and_the_best() -> None:
+    # The H200 run of 2026-11-27 (bb7b625) could not tell why the tuner timed MobileNet-v2
+    # block6.2.expand's host-bound pick at its GPU time (0.019 ms) when alone, back to back,
+    # it took 0.041: the tuner's runs per sample and host time per run were not kept.
+    tuned = [{"layer": "l1", "problem": "p1", "pick": "a/x", "tuned_ms": 0.019,
+              "tuned_all_ms": {"a/x": 0.019, "b/y": 0.020},
+              "tuned_batch": {"a/x": 1, "b/y": 25}, "tuned_host_ms": {"a/x": 0.038}}]
+    rows = regret_rows(tuned, [{"a/x": [0.041, 0.041], "b/y": [0.020, 0.020]}])
+    text = report(rows, {"model": "m", "batch": 1, "device": "cpu", "device_name": "n",
+                         "date": "d", "commit": "c", "tune_s": 1.0, "remeasure_s": 2.0})
+    assert ("the tuner sampled the pick 1 run(s) at a time, the host 0.038 ms per run; "
+            "the tuner sampled the best 25 run(s) at a time") in text
+
+
+def test_the_tuners_timing_records_reach_each_layer(db_url: str) -> None:
+    import logging
+
+    from benchmarks.bench_tuner import TimingRecords
+
+    class HostTold(Scripted):  # a runtime that tells the host's time per run, as CUDA's does
+        def sample_ms(self, fn: Any, runs: int) -> float:
+            ms = super().sample_ms(fn, runs)
+            self.last_host_ms = 0.25 if self.current == "a" else 0.01
+            return ms
+
+    runtime = HostTold({"a": steady(0.3), "b": steady(0.5)})
+    policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=1.0)
+    tuner = Tuner(open_store(db_url), policy=policy,
+                  algorithms=(Clocked("a", runtime), Clocked("b", runtime)),  # type: ignore[arg-type]
+                  runtime=lambda device: runtime)
+    records = TimingRecords()
+    problem = small_problem()
+    with records.listening():
+        tuner.best(problem, "cpu")
+    assert logging.getLogger("convtune.measuring").level == logging.NOTSET  # restored
+    # Batches from the warm-up probe (1.0 ms over 0.3 and 0.5 ms: 4 and 2 runs a sample).
+    assert records.of(problem.key()) == {"tuned_batch": {"a/default": 4, "b/default": 2},
+                                         "tuned_host_ms": {"a/default": 0.25,
+                                                           "b/default": 0.01}}
+    assert records.of({"other": 1}) == {"tuned_batch": {}, "tuned_host_ms": {}}

@@ -80,6 +80,7 @@ def test_a_host_bound_run_is_timed_at_its_enqueueing(gpu: tuple[Any, Clock]) -> 
     clock.gpu_ms = 0.02 * 4  # the events see 0.02 ms of GPU work per run
     per_run = runtime.sample_ms(_enqueue_taking(0.002), 4)  # 2 ms of host work per run
     assert per_run >= 2.0
+    assert runtime.last_host_ms is not None and runtime.last_host_ms >= 2.0  # what it logs
     assert clock.recorded == ["flush", "record", "record", "synchronize"]
 
 

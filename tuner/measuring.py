@@ -130,6 +130,7 @@ class Lane:
         self.batch = 1  # back-to-back runs per sample
         self.last_ms = 0.0  # its latest time per run (the fastest warm-up's at first)
         self.times: list[float] = []
+        self.host_ms: list[float] = []  # the host's enqueueing per run, where the runtime tells
         self.spent_s = 0.0  # wall time of this lane's samples
         self.done = False
         self.error: str | None = None
@@ -205,6 +206,7 @@ class Measurer:
                                 runtime.fault())
             for i, lane in zip(verified, lanes, strict=True):
                 rows[i] = lane.settle(rows[i])
+            log_lanes(problem, [rows[i] for i in verified], lanes, "screen")
             top = contenders(rows, self.race)
             if len(top) < 2:
                 return Measured(rows)
@@ -282,6 +284,8 @@ class Measurer:
                             self.runtime.prime(lane.run, lane.last_ms)
                         lane.times.append(sample(lane.run, lane.batch))
                         lane.last_ms = lane.times[-1]
+                        if (host := getattr(self.runtime, "last_host_ms", None)) is not None:
+                            lane.host_ms.append(host)
                     except Exception as exc:
                         if self._fail(lane, exc):
                             return lanes
@@ -306,6 +310,7 @@ class Measurer:
         if not any(lane.error for lane in lanes):
             for i, lane in zip(top, lanes, strict=True):
                 rows[i] = lane.settle(rows[i])
+            log_lanes(problem, [rows[i] for i in top], lanes, "confirm")
             return Measured(rows)
         log.warning("confirmation round of %s failed; keeping the first pass's times",
                     problem.describe())
@@ -317,6 +322,23 @@ class Measurer:
             return Measured(rows)
         return Measured([r for i, r in enumerate(rows) if i != culprit] + [rows[culprit]],
                         self.runtime.fault())
+
+
+def log_lanes(problem: ConvProblem, rows: list[MeasurementRow], lanes: list[Lane],
+              stage: str) -> None:
+    """One debug record per timed lane: its runs per sample and the host's enqueueing per
+    run, the record's `timing` field holding them (benchmarks/bench_tuner.py reads it to
+    tell whether a host-bound pick was timed with its host's cost)."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    for row, lane in zip(rows, lanes, strict=True):
+        host = statistics.median(lane.host_ms) if lane.host_ms else None
+        log.debug("%s %s %s/%s: %d samples of %d runs, host %s ms per run", stage,
+                  problem.describe(), row.algorithm, row.config, len(lane.times), lane.batch,
+                  "?" if host is None else f"{host:.4g}",
+                  extra={"timing": {"key": problem.key(), "config": f"{row.algorithm}/"
+                                    f"{row.config}", "stage": stage, "batch": lane.batch,
+                                    "host_ms": host}})
 
 
 def failure_text(exc: BaseException) -> str:

@@ -75,6 +75,9 @@ class CudaRuntime:
         self._dev = cupy.cuda.Device(index)
         self._props: dict[str, Any] = cupy.cuda.runtime.getDeviceProperties(index)
         self._flush: Any = None  # allocated on the first timing
+        #: The latest sample's host enqueueing time per run (ms): what the tuner logs to
+        #: tell a host-bound configuration's time from its GPU work.
+        self.last_host_ms: float | None = None
         # Per-call host costs of the plan path (tuner.plans), kept across calls.
         self._torch = TorchBridge(cupy, index)
         self._ndarray = cupy.ndarray
@@ -323,6 +326,7 @@ class CudaRuntime:
             host_ms = (time.perf_counter() - began) * 1e3
             end.record()
             end.synchronize()
+            self.last_host_ms = host_ms / runs
             return max(float(cupy.cuda.get_elapsed_time(start, end)), host_ms) / runs
 
     def device_ms(self, fn: Callable[[], None], runs: int, samples: int = 5) -> float:
