@@ -16,6 +16,10 @@
 #              its run's prepared launches taken apart (kernel lookup, bind, stream query,
 #              the launch alone), every configuration's enqueue time on the small problem; with
 #              HOST_LAYER=net:layer and HOST_MATH, batch 32, on that layer too)
+#   host_drift benchmarks/host_drift.py (issue 11: does the host's speed drift? one host-bound
+#              and one device-bound configuration of MobileNet-v2 block6.2.expand sampled as
+#              the tuner samples, every half second for DRIFT_S seconds (default 60), with
+#              steal time, CPU share and clock)
 #   call_path  benchmarks/bench_call_path.py (issue 9: every call path's host time on a tiny
 #              problem, interleaved: algorithm, plan, convolve, backward calls, the module)
 #   host_profile  benchmarks/profile_host.py (issues 9, 13: cProfile of a plan call, the
@@ -154,6 +158,10 @@ for step in "${steps[@]}"; do
                 --out "$LOG/host_path_layer.json"
             tail -n 80 "$LOG/host_path_layer.log"
         fi ;;
+    host_drift)
+        run host_drift host_drift python3 benchmarks/host_drift.py --device cuda:0 \
+            --seconds "${DRIFT_S:-60}" --out "$LOG/host_drift.json"
+        tail -n 16 "$LOG/host_drift.log" ;;
     call_path)
         run call_path call_path python3 benchmarks/bench_call_path.py --device cuda \
             --out "$LOG/call_path.json"
