@@ -3,12 +3,13 @@
 Usage: python benchmarks/plot_gpu.py RESULTS_DIR
 
 RESULTS_DIR holds what benchmarks/gpu_session.sh wrote: bench_<mode>.json files from
-bench_gpu.py, tuner.json, tuner_unbatched.json and tuner_fast.json from bench_tuner.py (any
-may be missing). Writes speed_vs_cudnn.png (ours/cuDNN per ResNet-50 layer, one panel per
-mode, log scale), speed_vs_cudnn_small.png (the same for GoogLeNet and MobileNet-v2 from
-bench_small*.json, one panel per network and mode) and regret.png (the tuner's pick against
-the best configuration re-measured alone) into the same folder. Needs matplotlib (not a
-project dependency: `pip install matplotlib`).
+bench_gpu.py, tuner.json, tuner_unbatched.json, tuner_fast.json, tuner_vgg16.json and
+tuner_mobilenet_v2.json from bench_tuner.py (any may be missing). Writes into the same
+folder speed_vs_cudnn.png (ours/cuDNN per ResNet-50 layer, one panel per mode, log scale),
+speed_vs_cudnn_small.png (the same for GoogLeNet and MobileNet-v2 from bench_small*.json,
+one panel per network and mode), regret.png (the tuner's pick against the best
+configuration re-measured alone, ResNet-50's runs together) and regret_<network>.png for
+the other networks. Needs matplotlib (not a project dependency: `pip install matplotlib`).
 """
 
 from __future__ import annotations
@@ -97,12 +98,10 @@ def draw_speeds(panels: dict[str, list[tuple[str, float]]], title: str, path: Pa
 
 
 def main() -> None:
-    """Draw the two figures for the folder named on the command line."""
+    """Draw the figures for the folder named on the command line."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    matplotlib.use("Agg")  # files only, whatever display there is
     folder = Path(sys.argv[1])
     panels = speed_panels(folder)
     if panels:
@@ -115,24 +114,41 @@ def main() -> None:
     runs = {name: data for name in ("tuner", "tuner_unbatched", "tuner_fast")
             if (data := _load(folder / f"{name}.json")) is not None}
     if runs:
-        first = next(iter(runs.values()))
-        layers = [row["layer"] for row in first["rows"]]
-        fig, ax = plt.subplots(figsize=(6.5, 5.5))
-        height = 0.8 / len(runs)
-        for slot, (name, data) in enumerate(runs.items()):
-            regrets = {row["layer"]: 100 * row["regret"] for row in data["rows"]}
-            ax.barh([i + slot * height for i in range(len(layers))],
-                    [regrets.get(layer, 0.0) for layer in layers], height=height,
-                    label=f"{name}: tuning {data['tune_s']:.1f} s")
-        ax.axvline(5, color="black", linewidth=0.8, linestyle="--")
-        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(layers))], layers, fontsize=7)
-        ax.invert_yaxis()
-        ax.legend(fontsize=8)
-        ax.set_xlabel("regret, % (pick re-measured alone vs best alone); dashed: 5% target")
-        ax.set_title(f"tuner regret, {first['model']} b{first['batch']}, "
-                     f"{first['device_name']}, {first['date']}", fontsize=9)
-        fig.tight_layout()
-        fig.savefig(folder / "regret.png", dpi=110)
+        draw_regret(runs, folder / "regret.png")
+    for network in OTHER_TUNED:  # bench_tuner's other networks (gpu_session.sh tuner_more)
+        if (data := _load(folder / f"tuner_{network}.json")) is not None:
+            draw_regret({f"tuner_{network}": data}, folder / f"regret_{network}.png")
+
+
+#: The networks gpu_session.sh's tuner_more step tunes besides ResNet-50.
+OTHER_TUNED = ("vgg16", "mobilenet_v2")
+
+
+def draw_regret(runs: dict[str, Any], path: Path) -> None:
+    """Per layer, each run's regret (its pick re-measured alone against the best alone),
+    as bars beside the 5% target; the layers are the first run's."""
+    import matplotlib.pyplot as plt
+
+    first = next(iter(runs.values()))
+    layers = [row["layer"] for row in first["rows"]]
+    fig, ax = plt.subplots(figsize=(6.5, max(3.0, 0.19 * len(layers) + 1.5)))
+    height = 0.8 / len(runs)
+    for slot, (name, data) in enumerate(runs.items()):
+        regrets = {row["layer"]: 100 * row["regret"] for row in data["rows"]}
+        ax.barh([i + slot * height for i in range(len(layers))],
+                [regrets.get(layer, 0.0) for layer in layers], height=height,
+                label=f"{name}: tuning {data['tune_s']:.1f} s")
+    ax.axvline(5, color="black", linewidth=0.8, linestyle="--")
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(layers))], layers, fontsize=7)
+    ax.invert_yaxis()
+    ax.legend(fontsize=8)
+    ax.set_xlabel("regret, % (pick re-measured alone vs best alone); dashed: 5% target")
+    ax.set_title(f"tuner regret, {first['model']} b{first['batch']}, "
+                 f"{first['device_name']}, {first['date']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
 
 if __name__ == "__main__":
     main()
