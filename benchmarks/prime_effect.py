@@ -78,7 +78,7 @@ def one_round(problem: Any, policy: TimingPolicy, rng: np.random.Generator
     chosen = [c for c in candidates if f"{c.algorithm.name}/{c.config}" in found["primed"]]
     alone = isolated_ms(CpuRuntime(), chosen, problem, policy, rng)
     found["isolated"] = relative({f"{c.algorithm.name}/{c.config}": ms
-                                  for c, (ms, _) in zip(chosen, alone, strict=True)})
+                                  for c, (ms, _, _) in zip(chosen, alone, strict=True)})
     return found
 
 

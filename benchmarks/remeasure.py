@@ -46,11 +46,12 @@ def iso_policy(budget_s: float, min_reps: int) -> TimingPolicy:
 
 def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
                 policy: TimingPolicy, rng: np.random.Generator, device_time: bool = False
-                ) -> list[tuple[float, float | None]]:
-    """Per configuration (wall, device): its median time alone, on one set of fresh random
-    inputs; with `device_time`, also its time on the device alone (the host's enqueueing
-    left out, as bench_gpu.py's device column), where the runtime can tell (a GPU's), else
-    None.
+                ) -> list[tuple[float, float | None, float | None]]:
+    """Per configuration (wall, device, host): its median time alone, on one set of fresh
+    random inputs; with `device_time`, also its time on the device alone (the host's
+    enqueueing left out, as bench_gpu.py's device column), where the runtime can tell (a
+    GPU's), else None; and the median of its samples' host enqueueing per run where the
+    runtime tells it (CudaRuntime.last_host_ms), else None.
 
     The configurations take turns, one sample each (A B C A B C ...), until each has its
     min_reps and its budget or max_reps, each sample primed as the tuner's are
@@ -71,6 +72,7 @@ def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
                 for run in runs]
         batches = [batch_size(ms or None, policy) for ms in last]
         times: list[list[float]] = [[] for _ in runs]
+        hosts: list[list[float]] = [[] for _ in runs]
         spent = [0.0 for _ in runs]
 
         def wanted(i: int) -> bool:
@@ -84,13 +86,16 @@ def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
                     runtime.prime(runs[i], last[i])
                 last[i] = sample(runs[i], batches[i])
                 times[i].append(last[i])
+                if (host := getattr(runtime, "last_host_ms", None)) is not None:
+                    hosts[i].append(host)
                 spent[i] += time.perf_counter() - began
         walls = [statistics.median(t) for t in times]
+        host_ms = [statistics.median(h) if h else None for h in hosts]
         device_ms = getattr(runtime, "device_ms", None)
         if not device_time or device_ms is None:
-            return [(wall, None) for wall in walls]
-        return [(wall, float(device_ms(run, runs_spanning(wall))))
-                for run, wall in zip(runs, walls, strict=True)]
+            return [(wall, None, host) for wall, host in zip(walls, host_ms, strict=True)]
+        return [(wall, float(device_ms(run, runs_spanning(wall))), host)
+                for run, wall, host in zip(runs, walls, host_ms, strict=True)]
 
 
 def _runner(cand: Candidate, operands: tuple[Any, Any, Any], workspace: Any,
@@ -121,11 +126,10 @@ class Remeasurer:
         self.device_time = device_time
         self.rng = np.random.default_rng(20261123)
 
-    def layer(self, key: dict[str, Any]
-              ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-        """(wall, device): every usable stored configuration of the problem `key`, its
-        isolated median in a list of one (a pass), and its device time likewise where
-        `device_time` and the runtime tell it (else an empty list)."""
+    def layer(self, key: dict[str, Any]) -> tuple[dict[str, list[float]], ...]:
+        """(wall, device, host): every usable stored configuration of the problem `key`, its
+        isolated median in a list of one (a pass), and its device time and its host's
+        enqueueing per run likewise where the runtime tells them (else an empty list)."""
         problem = ConvProblem.from_key(key)
         stored = self.tuner.find_candidates(problem, self.device, mode="cached")
         usable = {(r.algorithm, r.config) for r in stored if r.usable}
@@ -133,20 +137,23 @@ class Remeasurer:
         chosen = [c for c in candidates if c.key in usable]
         times: dict[str, list[float]] = {}
         device_times: dict[str, list[float]] = {}
+        host_times: dict[str, list[float]] = {}
         if not chosen:
-            return times, device_times
+            return times, device_times, host_times
         found = isolated_ms(self.runtime, chosen, problem, self.policy, self.rng,
                             self.device_time)
-        for c, (ms, device_ms) in zip(chosen, found, strict=True):
+        for c, (ms, device_ms, host_ms) in zip(chosen, found, strict=True):
             name = f"{c.algorithm.name}/{c.config}"
             times[name] = [ms]
             device_times[name] = [] if device_ms is None else [device_ms]
-        return times, device_times
+            host_times[name] = [] if host_ms is None else [host_ms]
+        return times, device_times, host_times
 
 
 def serve_remeasure(url: str, device: str, policy: TimingPolicy, device_time: bool) -> None:
     """A re-measuring child: says "ready" once set up, then answers each problem key read
-    as a JSON line on stdin with one JSON line [wall, device] (one pass), until stdin ends."""
+    as a JSON line on stdin with one JSON line [wall, device, host] (one pass), until stdin
+    ends."""
     remeasurer = Remeasurer(url, device, policy, device_time)
     print("ready", flush=True)
     for line in sys.stdin:
@@ -154,9 +161,9 @@ def serve_remeasure(url: str, device: str, policy: TimingPolicy, device_time: bo
 
 
 def remeasure_apart(url: str, args: argparse.Namespace, keys: list[dict[str, Any]]
-                    ) -> tuple[Passes, Passes]:
-    """`args.iso_passes` passes (wall and device times), each in a child process of its
-    own, the children taking each layer in turn (A B A B ...).
+                    ) -> tuple[Passes, Passes, Passes]:
+    """`args.iso_passes` passes (wall and device times, and the host's enqueueing per run),
+    each in a child process of its own, the children taking each layer in turn (A B A B ...).
 
     Why in turn: a layer's passes then run seconds apart, not minutes, so that a machine
     whose speed drifts (this project's CPU machine does) moves them alike, while the
@@ -164,7 +171,8 @@ def remeasure_apart(url: str, args: argparse.Namespace, keys: list[dict[str, Any
     Passes run one after the other (sequential child processes) showed the drift as noise:
     a median pass-to-pass spread of 29% on this CPU against 2% within one process.
     """
-    merged: tuple[Passes, Passes] = ([{} for _ in keys], [{} for _ in keys])
+    merged: tuple[Passes, Passes, Passes] = ([{} for _ in keys], [{} for _ in keys],
+                                             [{} for _ in keys])
     children: list[LineChild] = []
     try:
         for _ in range(args.iso_passes):  # one at a time: no child starts while one times

@@ -17,12 +17,14 @@ def spread(times: list[float]) -> float:
 
 
 def regret_rows(tuned: list[dict[str, Any]], isolated: list[dict[str, Any]],
-                on_device: Passes | None = None) -> list[dict[str, Any]]:
+                on_device: Passes | None = None, on_host: Passes | None = None
+                ) -> list[dict[str, Any]]:
     """Each tuned layer with its pick's isolated time, the isolated best and the regret.
 
     An isolated time is one number or a list of passes (their median counts); `noise` is
     the larger pass-to-pass spread of the pick and the best (0 with one pass). With
-    `on_device`, each configuration's median device time too (`isolated_device_ms`).
+    `on_device`, each configuration's median device time too (`isolated_device_ms`); with
+    `on_host`, its host's median enqueueing per run alone (`isolated_host_ms`).
     """
     rows = []
     for layer, (row, given) in enumerate(zip(tuned, isolated, strict=True)):
@@ -34,9 +36,10 @@ def regret_rows(tuned: list[dict[str, Any]], isolated: list[dict[str, Any]],
                      "regret": pick_ms / times[best] - 1, "isolated_ms": times,
                      "isolated_passes_ms": passes,
                      "noise": max(spread(passes[row["pick"]]), spread(passes[best]))})
-        if on_device and on_device[layer]:
-            rows[-1]["isolated_device_ms"] = {
-                name: statistics.median(v) for name, v in on_device[layer].items() if v}
+        for key, found in (("isolated_device_ms", on_device), ("isolated_host_ms", on_host)):
+            if found and found[layer]:
+                rows[-1][key] = {name: statistics.median(v)
+                                 for name, v in found[layer].items() if v}
     return rows
 
 
@@ -132,6 +135,8 @@ def _sampled(row: dict[str, Any], name: str, label: str) -> str:
         return ""
     host = row.get("tuned_host_ms", {}).get(name)
     enqueue = f", the host {host:.3f} ms per run" if host is not None else ""
+    alone = row.get("isolated_host_ms", {}).get(name)
+    enqueue += f" ({alone:.3f} alone)" if alone is not None else ""
     return f"; the tuner sampled the {label} {batch} run(s) at a time{enqueue}"
 
 

@@ -56,10 +56,11 @@ def test_isolated_measurement_runs_the_configuration_alone() -> None:
     fake = Fake("only")
     cand = Candidate(fake, "default", 0, fake.impl_hash)  # type: ignore[arg-type]
     policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
-    [(ms, device)] = isolated_ms(CpuRuntime(), [cand], small_problem(), policy,
-                                 np.random.default_rng(), device_time=True)
+    [(ms, device, host)] = isolated_ms(CpuRuntime(), [cand], small_problem(), policy,
+                                       np.random.default_rng(), device_time=True)
     assert ms > 0 and fake.runs == 1 + 3  # one warm-up, three timed samples
-    assert device is None  # the host has no device time apart from its wall time
+    # The host has no device time apart from its wall time, nor a separate enqueueing time.
+    assert device is None and host is None
 
 
 def test_a_drift_during_one_configurations_turn_cannot_decide_the_reference() -> None:
@@ -87,8 +88,8 @@ def _walls_alone(rt: Scripted, speeds: dict[str, float], reps: int) -> list[floa
              for name in speeds]
     policy = TimingPolicy(warmup=1, budget_s=60.0, min_reps=reps, max_reps=reps,
                           batch_below_ms=0)
-    return [ms for ms, _ in isolated_ms(rt, cands, small_problem(), policy,
-                                        np.random.default_rng())]
+    return [ms for ms, _, _ in isolated_ms(rt, cands, small_problem(), policy,
+                                           np.random.default_rng())]
 
 
 def test_device_times_name_the_host_bound_picks_and_bests() -> None:
@@ -101,7 +102,7 @@ def test_device_times_name_the_host_bound_picks_and_bests() -> None:
     cand = Candidate(fake, "default", 0, fake.impl_hash)  # type: ignore[arg-type]
     policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
     assert isolated_ms(Timed(), [cand], small_problem(), policy, np.random.default_rng(),
-                       device_time=True)[0][1] == 0.5
+                       device_time=True)[0][1:] == (0.5, None)
     tuned = [{"layer": "l1", "problem": "p1", "pick": "a/x", "tuned_ms": 1.0,
               "tuned_all_ms": {"a/x": 1.0, "b/y": 1.1}}]
     isolated = [{"a/x": [1.3, 1.5], "b/y": [1.2, 1.2]}]
@@ -247,13 +248,13 @@ def test_each_pass_is_a_process_of_its_own_taking_the_layers_in_turn(db_url: str
         tuner.find_candidates(problem, "cpu", mode="tune")
     args = SimpleNamespace(iso_passes=2, device="cpu", iso_budget_s=0.0, iso_min_reps=1,
                            iso_device=False)
-    wall, device = remeasure.remeasure_apart(
+    wall, device, host = remeasure.remeasure_apart(
         db_url, args, [problem.key() for problem in problems])  # type: ignore[arg-type]
-    assert len(wall) == len(device) == 2
+    assert len(wall) == len(device) == len(host) == 2
     for layer in wall:
         assert layer and all(len(v) == 2 and min(v) > 0 for v in layer.values())
-    # The host tells no device time apart from its wall time.
-    assert not any(v for layer in device for v in layer.values())
+    # The host tells no device time apart from its wall time, nor an enqueueing time.
+    assert not any(v for layer in (*device, *host) for v in layer.values())
 
 
 def test_a_miss_says_how_the_tuner_sampled_the_pick_and_the_best() -> None:
@@ -263,11 +264,13 @@ def test_a_miss_says_how_the_tuner_sampled_the_pick_and_the_best() -> None:
     tuned = [{"layer": "l1", "problem": "p1", "pick": "a/x", "tuned_ms": 0.019,
               "tuned_all_ms": {"a/x": 0.019, "b/y": 0.020},
               "tuned_batch": {"a/x": 1, "b/y": 25}, "tuned_host_ms": {"a/x": 0.038}}]
-    rows = regret_rows(tuned, [{"a/x": [0.041, 0.041], "b/y": [0.020, 0.020]}])
+    rows = regret_rows(tuned, [{"a/x": [0.041, 0.041], "b/y": [0.020, 0.020]}],
+                       on_host=[{"a/x": [0.040, 0.042], "b/y": []}])
+    assert rows[0]["isolated_host_ms"] == {"a/x": pytest.approx(0.041)}
     text = report(rows, {"model": "m", "batch": 1, "device": "cpu", "device_name": "n",
                          "date": "d", "commit": "c", "tune_s": 1.0, "remeasure_s": 2.0})
-    assert ("the tuner sampled the pick 1 run(s) at a time, the host 0.038 ms per run; "
-            "the tuner sampled the best 25 run(s) at a time") in text
+    assert ("the tuner sampled the pick 1 run(s) at a time, the host 0.038 ms per run "
+            "(0.041 alone); the tuner sampled the best 25 run(s) at a time") in text
 
 
 def test_the_tuners_timing_records_reach_each_layer(db_url: str) -> None:
@@ -296,3 +299,18 @@ def test_the_tuners_timing_records_reach_each_layer(db_url: str) -> None:
                                          "tuned_host_ms": {"a/default": 0.25,
                                                            "b/default": 0.01}}
     assert records.of({"other": 1}) == {"tuned_batch": {}, "tuned_host_ms": {}}
+
+
+def test_the_re_measurement_keeps_each_configurations_host_time_where_told() -> None:
+    class HostTold(Scripted):
+        def sample_ms(self, fn: Any, runs: int) -> float:
+            ms = super().sample_ms(fn, runs)
+            self.last_host_ms = {"a": 0.2, "b": 0.01}[self.current]
+            return ms
+
+    runtime = HostTold({"a": steady(0.3), "b": steady(0.5)})
+    cands = [Candidate(Clocked(name, runtime), "default", 0, "h")  # type: ignore[arg-type]
+             for name in ("a", "b")]
+    policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
+    found = isolated_ms(runtime, cands, small_problem(), policy, np.random.default_rng())
+    assert [host for _, _, host in found] == [0.2, 0.01]
