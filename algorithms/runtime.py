@@ -145,6 +145,9 @@ class Runtime(Protocol):
 
     backend: str  # the registry backend: "cpu" or "cuda"
     device: str  # canonical device string: "cpu" or "cuda:N"
+    #: The latest sample_ms's host enqueueing per run (ms), where it differs from the
+    #: sample's time (a GPU's); None where the sample is the host's work itself.
+    last_host_ms: float | None
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any: ...
 

@@ -116,7 +116,7 @@ def drift(runtime: Runtime, problem: ConvProblem, names: list[str], seconds: flo
             for name, run in runs.items():
                 ms = runtime.sample_ms(run, batches[name])
                 found = {"ms": ms, "batch": batches[name],
-                         "host_ms": getattr(runtime, "last_host_ms", None)}
+                         "host_ms": runtime.last_host_ms}
                 if device_ms is not None and len(rounds) % device_every == 0:
                     found["device_ms"] = float(device_ms(run, max(1, batches[name] // 4)))
                 row["configs"][name] = found

@@ -29,6 +29,10 @@ MODES = {
 }
 
 
+#: The networks gpu_session.sh's tuner_more step tunes besides ResNet-50.
+OTHER_TUNED = ("vgg16", "mobilenet_v2")
+
+
 #: Speed-ratio ticks on the log axis.
 TICKS = (0.1, 0.25, 0.5, 1, 2, 4)
 
@@ -118,10 +122,6 @@ def main() -> None:
     for network in OTHER_TUNED:  # bench_tuner's other networks (gpu_session.sh tuner_more)
         if (data := _load(folder / f"tuner_{network}.json")) is not None:
             draw_regret({f"tuner_{network}": data}, folder / f"regret_{network}.png")
-
-
-#: The networks gpu_session.sh's tuner_more step tunes besides ResNet-50.
-OTHER_TUNED = ("vgg16", "mobilenet_v2")
 
 
 def draw_regret(runs: dict[str, Any], path: Path) -> None:

@@ -51,7 +51,7 @@ def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
     random inputs; with `device_time`, also its time on the device alone (the host's
     enqueueing left out, as bench_gpu.py's device column), where the runtime can tell (a
     GPU's), else None; and the median of its samples' host enqueueing per run where the
-    runtime tells it (CudaRuntime.last_host_ms), else None.
+    runtime tells it (Runtime.last_host_ms), else None.
 
     The configurations take turns, one sample each (A B C A B C ...), until each has its
     min_reps and its budget or max_reps, each sample primed as the tuner's are
@@ -86,7 +86,7 @@ def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
                     runtime.prime(runs[i], last[i])
                 last[i] = sample(runs[i], batches[i])
                 times[i].append(last[i])
-                if (host := getattr(runtime, "last_host_ms", None)) is not None:
+                if (host := runtime.last_host_ms) is not None:
                     hosts[i].append(host)
                 spent[i] += time.perf_counter() - began
         walls = [statistics.median(t) for t in times]

@@ -284,7 +284,7 @@ class Measurer:
                             self.runtime.prime(lane.run, lane.last_ms)
                         lane.times.append(sample(lane.run, lane.batch))
                         lane.last_ms = lane.times[-1]
-                        if (host := getattr(self.runtime, "last_host_ms", None)) is not None:
+                        if (host := self.runtime.last_host_ms) is not None:
                             lane.host_ms.append(host)
                     except Exception as exc:
                         if self._fail(lane, exc):

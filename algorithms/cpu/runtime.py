@@ -72,6 +72,7 @@ class CpuRuntime:
 
     backend = "cpu"
     device = "cpu"
+    last_host_ms: float | None = None  # a sample is the host's work itself
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """An uninitialised C-contiguous array."""
