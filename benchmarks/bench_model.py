@@ -17,6 +17,9 @@ network's layers, and compare with what was measured:
 - top-3 hit: the measured best is among the three predicted fastest;
 - unseen best: layers whose measured best algorithm has no training row at all (the model
   cannot rank it; fast mode measures such an algorithm instead of ranking it).
+Networks named by `--train-only` (default: the synthetic "sweep" of tuner.networks, where
+the measurements include it) are training rows of every fit and are never held out; a
+sweep problem equal to one of the held-out network's is held out with it.
 A baseline ranks every layer alike by each configuration's mean time per FLOP over the
 training problems (what "pick the usual winner" would do). Prints a Markdown table.
 """
@@ -43,7 +46,7 @@ from db.engine import open_store
 from tuner import model as M
 from tuner.devices import identify
 from tuner.features import Sample, problem_of
-from tuner.networks import NETWORKS, network_problems
+from tuner.networks import NETWORKS, SYNTHETIC, network_problems
 from tuner.predicting import FAMILY_BAND, RUNNER_UP, Key, contenders, fast_picks, round_two
 from tuner.tuning import FAST_K, Tuner
 
@@ -149,13 +152,21 @@ def by_usual(train: Sequence[Sample], candidates: Sequence[Sample]) -> list[Samp
 Measured = tuple[list[Sample], dict[str, set[ConvProblem]], dict[str, Any]]
 
 
+def held_out_splits(problems: Mapping[str, set[ConvProblem]], train_only: Sequence[str] = ()
+                    ) -> list[tuple[str, set[ConvProblem]]]:
+    """(name, problems) of each network to hold out in turn: every network but those only
+    trained on."""
+    return [(name, held) for name, held in problems.items() if name not in train_only]
+
+
 def tune_all(url: str, device: str, batch: int, scale: int,
-             policy: TimingPolicy | None) -> Measured:
-    """Measure every candidate of every network's (shrunk) layers on `device`; with no
-    policy, read the store at `url` as it is (the same measurements, another model)."""
+             policy: TimingPolicy | None, also: Sequence[str] = ()) -> Measured:
+    """Measure every candidate of every network's (shrunk) layers on `device`, and of the
+    synthetic sources in `also`; with no policy, read the store at `url` as it is (the
+    same measurements, another model)."""
     tuner = Tuner(open_store(url), policy=policy) if policy else None
     problems: dict[str, set[ConvProblem]] = {}
-    for name in NETWORKS:
+    for name in [*NETWORKS, *also]:
         problems[name] = {shrunk(p, scale) for _, p in network_problems(name, batch)}
         if tuner is None:
             continue
@@ -209,8 +220,19 @@ def main() -> None:
     parser.add_argument("--runner-up", type=float, default=RUNNER_UP,
                         help="fast mode's second round also covers the families within "
                              "this factor of the first round's winner (the tuner's)")
+    parser.add_argument("--train-only", default=None,
+                        help="comma list of networks that every fit trains on and none "
+                             "holds out (default: the synthetic ones, "
+                             f"{', '.join(SYNTHETIC)}; tuned here only when named)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    named = [n for n in (args.train_only or "").split(",") if n]
+    train_only = named if args.train_only is not None else list(SYNTHETIC)
+    unknown = [n for n in named if n not in NETWORKS and n not in SYNTHETIC]
+    if unknown:
+        parser.error(f"--train-only: unknown network {unknown[0]!r}")
+    # Tuned here, a synthetic source is measured only when named: the sweep is 124 layers.
+    also = [n for n in named if n in SYNTHETIC]
     policy = TimingPolicy(warmup=1, budget_s=args.budget_s, min_reps=3, max_reps=20)
     # Read before the run: the code that runs is the code checked out when it started.
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -222,18 +244,20 @@ def main() -> None:
     elif args.reuse:
         if not args.db:
             parser.error("--reuse needs --db")
-        samples, problems, info = tune_all(args.db, args.device, args.batch, args.scale, None)
+        samples, problems, info = tune_all(args.db, args.device, args.batch, args.scale, None,
+                                           also)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             url = args.db or f"sqlite:///{tmp}/bench_model.db"
-            samples, problems, info = tune_all(url, args.device, args.batch, args.scale, policy)
+            samples, problems, info = tune_all(url, args.device, args.batch, args.scale, policy,
+                                               also)
     tuning_s = time.perf_counter() - started
     per_problem: dict[ConvProblem, list[Sample]] = defaultdict(list)
     for s in samples:
         per_problem[s.problem].append(s)
 
     rows = []
-    for name, held in problems.items():
+    for name, held in held_out_splits(problems, train_only):
         train = [s for s in samples if s.problem not in held]
         fit_started = time.perf_counter()
         model = M.fit(train, seed=args.seed)
@@ -259,6 +283,7 @@ def main() -> None:
     source = ({"results": [str(p) for p in args.results]} if args.results else
               {"batch": args.batch, "scale": args.scale, "budget_s": args.budget_s})
     report = {"date": date.today().isoformat(), "commit": commit, "device": info, **source,
+              "train_only": [n for n in train_only if n in problems],
               "seed": args.seed, "fast_k": args.fast_k, "family_band": FAMILY_BAND,
               "runner_up": args.runner_up,
               "tuning_s": round(tuning_s), "rows": rows}

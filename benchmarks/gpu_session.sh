@@ -50,6 +50,10 @@
 #   model      benchmarks/bench_model.py --results on the bench_*.json of the bench steps
 #              run before it in the same call (issue 11: the cost model, leave-one-network-
 #              out over this GPU's measurements); no GPU time of its own
+#   sweep sweep_tf32  benchmarks/bench_gpu.py on tuner.networks' synthetic sweep (124 layers
+#              between and around the networks' shapes, batch 32) in fp32 or tf32: training
+#              rows for the cost model that no network holds out (issue 11), and our picks
+#              against cuDNN on shapes no kernel was written for (issue 10)
 #   fp32 tf32 fp16 bf16 bwd_data bwd_filter small small_tf32 small_fp16
 #              benchmarks/bench_gpu.py in that mode (NETWORKS overrides the networks;
 #              small* = GoogLeNet b32 and MobileNet-v2 b32, in fp32, tf32 or float16: the
@@ -223,7 +227,7 @@ for step in "${steps[@]}"; do
         tail -n 15 "$LOG/train.log" ;;
     model)
         results=()
-        for mode in fp32 tf32 fp16 bf16 small small_tf32 small_fp16; do
+        for mode in fp32 tf32 fp16 bf16 small small_tf32 small_fp16 sweep sweep_tf32; do
             [[ -f "$LOG/bench_$mode.json" ]] && results+=("$LOG/bench_$mode.json")
         done
         if [[ ${#results[@]} -eq 0 ]]; then
@@ -243,6 +247,8 @@ for step in "${steps[@]}"; do
     small) bench small googlenet:32,mobilenet_v2:32 --math fp32 ;;
     small_tf32) bench small_tf32 googlenet:32,mobilenet_v2:32 --math tf32 ;;
     small_fp16) bench small_fp16 googlenet:32,mobilenet_v2:32 --dtype float16 ;;
+    sweep) bench sweep sweep:32 --math fp32 ;;
+    sweep_tf32) bench sweep_tf32 sweep:32 --math tf32 ;;
     *) echo "unknown step: $step" >&2; rc=2 ;;
     esac
 done

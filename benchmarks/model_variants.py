@@ -22,6 +22,7 @@ of boosted trees, bootstrap of problems and features (VariantModel):
   weighted 5 times (the top of a ranking is what a find reads);
 - near: a classifier of "within 10% of the fastest" (NEAR), ranking by its probability;
 - relative_near: "relative" less log(1.5) x that probability (both in each member).
+Networks named by --train-only (default: the synthetic sweep) are trained on, never held out.
 Prints one line per variant: top-1 within 10% and top-3 hit per seed and their means.
 """
 
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_model import by_model, from_results, score  # noqa: E402
+from benchmarks.bench_model import by_model, from_results, held_out_splits, score  # noqa: E402
 from tuner import model as M  # noqa: E402
 from tuner.features import Encoder, Sample  # noqa: E402
 
@@ -197,6 +198,8 @@ def main() -> None:
                         help="bench_gpu.py JSON files")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--train-only", default="sweep",
+                        help="comma list of networks trained on and never held out")
     args = parser.parse_args()
     samples, problems, _ = from_results(args.results)
     per_problem: dict[object, list[Sample]] = defaultdict(list)
@@ -208,7 +211,7 @@ def main() -> None:
         top1, top3 = [], []
         for seed in args.seeds:
             hits1 = hits3 = layers = 0
-            for held in problems.values():
+            for _, held in held_out_splits(problems, args.train_only.split(",")):
                 model = fit([s for s in samples if s.problem not in held], VARIANTS[name], seed)
                 truth = [per_problem[p] for p in sorted(held, key=repr) if per_problem[p]]
                 found = score([by_model(model, t) for t in truth], truth)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from algorithms.problem import ConvProblem
-from benchmarks.bench_model import from_results, score
+from benchmarks.bench_model import from_results, held_out_splits, score
 from benchmarks.model_variants import VARIANTS, fit
 from tuner.features import Sample
 
@@ -64,6 +64,13 @@ def test_from_results_reads_each_usable_configuration(tmp_path: Path) -> None:
     samples, problems, info = from_results([path])
     assert samples == [Sample(P, 132, "direct", "16x16k8", 0, ms, "cuda")]
     assert problems == {"net": {P}} and info["name"] == "GPU"
+
+
+def test_a_train_only_network_is_never_held_out() -> None:
+    q = ConvProblem(n=2, c=8, h=12, w=12, k=32, r=1, s=1)
+    problems = {"net": {P}, "other": {q}, "sweep": {P, q}}
+    assert [name for name, _ in held_out_splits(problems, ["sweep"])] == ["net", "other"]
+    assert [name for name, _ in held_out_splits(problems)] == ["net", "other", "sweep"]
 
 
 def test_the_relative_variant_ranks_as_the_shipped_model() -> None:

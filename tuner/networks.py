@@ -1,7 +1,9 @@
-"""Built-in networks as sources of convolution shapes (layer lists from the papers)."""
+"""Built-in networks as sources of convolution shapes (layer lists from the papers), and a
+synthetic "sweep" of layers between and around them, for the cost model to learn from."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, replace
 
 from algorithms.problem import ConvProblem
@@ -160,8 +162,54 @@ def _mobilenet_v2() -> tuple[Layer, ...]:
     return _merged(layers)
 
 
+#: Channel counts of the sweep: those the built-in networks use (16-2048, some not powers of
+#: two, as MobileNet-v2's 24, 144 and 960 are).
+_SWEEP_WIDTHS = (16, 24, 32, 48, 64, 96, 128, 144, 160, 192, 256, 320, 384, 512, 576, 768,
+                 960, 1024, 1280, 2048)
+#: (weight, filter size, stride, depthwise) of the sweep's layer kinds: mostly pointwise and
+#: 3x3, as in the networks, with strided, depthwise and 5x5 ones among them.
+_SWEEP_KINDS = ((36, 1, 1, False), (8, 1, 2, False), (26, 3, 1, False), (8, 3, 2, False),
+                (8, 3, 1, True), (4, 3, 2, True), (6, 5, 1, False), (4, 7, 2, False))
+_SWEEP_SIZES = ((112, 1), (56, 2), (28, 3), (14, 3), (7, 2))  # (height = width, weight)
+#: Multiply-accumulates per image a sweep layer stays within: ResNet-50's largest are 1.2e8
+#: and MobileNet-v2's smallest 1e6; above this bound a batch-32 layer's slowest
+#: configurations would cost a benchmark seconds each.
+_SWEEP_MACS = (1e6, 2.5e8)
+
+
+def _sweep(count: int = 128, seed: int = 2026) -> tuple[Layer, ...]:
+    """`count` network-like layers drawn (with a fixed seed, so the same list each time)
+    over the widths, sizes and kinds above.
+
+    Why: the cost model learns from the networks measured, and four networks leave gaps
+    that an unseen one falls into: with ResNet-50 held out, no TF32 training layer is a
+    pointwise one with 512-2048 outputs, and the model carried what 3x3 layers taught it
+    there (BENCHMARKS.md, "A sweep for the cost model"). Tuning the sweep once per device
+    kind fills those gaps, as MIOpen's and TVM's models learn from many shapes, not a few
+    networks.
+    """
+    rng = random.Random(seed)
+    kinds = [kind for kind in _SWEEP_KINDS for _ in range(kind[0])]
+    sizes = [hw for hw, weight in _SWEEP_SIZES for _ in range(weight)]
+    layers: list[Layer] = []
+    while len(layers) < count:
+        _, rs, stride, depthwise = rng.choice(kinds)
+        hw, c = rng.choice(sizes), rng.choice(_SWEEP_WIDTHS)
+        k = c if depthwise else rng.choice(_SWEEP_WIDTHS)
+        if rs == 7:  # a stem: few input channels on a large image
+            hw, c = 224, 3
+        macs = (c if not depthwise else 1) * k * rs * rs * (hw // stride) ** 2
+        if not _SWEEP_MACS[0] <= macs <= _SWEEP_MACS[1]:
+            continue
+        name = f"sweep{len(layers)}.{'dw' if depthwise else ''}{rs}x{rs}" + \
+            (f".s{stride}" if stride > 1 else "")
+        layers.append(_l(name, hw, c, k, rs, rs // 2, stride, groups=c if depthwise else 1))
+    return _merged(layers)
+
+
 GOOGLENET = _googlenet()
 MOBILENET_V2 = _mobilenet_v2()
+SWEEP = _sweep()
 
 NETWORKS: dict[str, tuple[Layer, ...]] = {
     "resnet50": RESNET50,
@@ -170,16 +218,19 @@ NETWORKS: dict[str, tuple[Layer, ...]] = {
     "googlenet": GOOGLENET,
     "mobilenet_v2": MOBILENET_V2,
 }
+#: Shape sources that are not networks: tuned like one (`convtune tune --model sweep`) to
+#: give the cost model more to learn from; never held out or scored as a network.
+SYNTHETIC: dict[str, tuple[Layer, ...]] = {"sweep": SWEEP}
 
 
 def network_layers(name: str) -> tuple[Layer, ...]:
-    """The layers of a built-in network; ValueError lists the known names."""
-    try:
-        return NETWORKS[name.lower()]
-    except KeyError:
-        raise ValueError(
-            f"unknown network {name!r}; built-in networks: {', '.join(sorted(NETWORKS))}"
-        ) from None
+    """The layers of a built-in network (or the sweep); ValueError lists the known names."""
+    found = NETWORKS.get(name.lower()) or SYNTHETIC.get(name.lower())
+    if found is None:
+        raise ValueError(f"unknown network {name!r}; built-in networks: "
+                         f"{', '.join(sorted(NETWORKS))}, and the synthetic "
+                         f"{', '.join(sorted(SYNTHETIC))}")
+    return found
 
 
 def network_problems(

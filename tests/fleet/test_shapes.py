@@ -122,3 +122,35 @@ def test_googlenet_inception_modules() -> None:
     assert (layers["inception4e.poolproj"].c, layers["inception4e.poolproj"].k) == (528, 128)
     assert (layers["inception5b.1x1"].h, layers["inception5b.1x1"].k) == (7, 384)
     assert layers["inception4b.5x5reduce"].count == 2  # 4b and 4c: 512 -> 24 at 14x14
+
+
+# --- the synthetic sweep -----------------------------------------------------------------
+def test_the_sweep_is_the_same_list_every_time_and_no_network() -> None:
+    from tuner.networks import SWEEP, SYNTHETIC, _sweep
+
+    assert _sweep() == SWEEP == network_layers("sweep") == SYNTHETIC["sweep"]
+    assert "sweep" not in NETWORKS  # never held out or scored as a network
+    assert len(SWEEP) >= 100
+    assert len({layer.name for layer in SWEEP}) == len(SWEEP)
+    problems = network_problems("sweep", 32, "float32", "tf32")
+    assert len({p for _, p in problems}) == len(SWEEP)
+    assert all(p.n == 32 and p.math == "tf32" for _, p in problems)
+
+
+def test_the_sweep_spans_the_networks_kinds_within_its_work_bounds() -> None:
+    from tuner.networks import _SWEEP_MACS, SWEEP
+
+    kinds = {(layer.r, layer.stride, layer.groups > 1) for layer in SWEEP}
+    assert {(1, 1, False), (1, 2, False), (3, 1, False), (3, 2, False), (3, 1, True),
+            (5, 1, False)} <= kinds
+    for layer in SWEEP:
+        assert _SWEEP_MACS[0] <= layer.problem(1).flops / 2 <= _SWEEP_MACS[1], layer
+        assert layer.groups in (1, layer.c) and layer.pad == layer.r // 2
+    # The gap it was made for: pointwise layers with many outputs, which no network but
+    # ResNet-50 has (so a model fitted without ResNet-50 had none).
+    assert sum(layer.r == 1 and layer.k >= 512 for layer in SWEEP) >= 10
+
+
+def test_an_unknown_network_names_the_sweep_among_the_known() -> None:
+    with pytest.raises(ValueError, match=r"unknown network 'lenet'.*resnet50.*sweep"):
+        network_layers("lenet")

@@ -19,7 +19,7 @@ from algorithms.problem import DIRECTIONS, ConvProblem, parse_pair
 from tuner.cli import app
 from tuner.cli.tables import stored_results_table
 from tuner.devices import parse_device
-from tuner.networks import NETWORKS, network_problems
+from tuner.networks import NETWORKS, SYNTHETIC, network_problems
 from tuner.onnx_shapes import onnx_problems
 from tuner.quiet import periodic
 from tuner.results import AlgorithmResult
@@ -190,7 +190,8 @@ def find(
 @app.command()
 def tune(
     model: Annotated[
-        str | None, typer.Option("--model", help=f"Built-in network: {', '.join(NETWORKS)}.")
+        str | None, typer.Option("--model", help=f"Built-in network: {', '.join(NETWORKS)}; or "
+                     f"{', '.join(SYNTHETIC)} (synthetic layers for the cost model).")
     ] = None,
     onnx: Annotated[
         Path | None,
