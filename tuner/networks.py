@@ -4,6 +4,7 @@ synthetic "sweep" of layers between and around them, for the cost model to learn
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from algorithms.problem import ConvProblem
@@ -87,12 +88,17 @@ ALEXNET = (
     _l("conv5", 13, 256, 256, 3, 1),
 )
 
+def _shape(layer: Layer) -> tuple[int, ...]:
+    """Everything of a layer but its name and count."""
+    return (layer.c, layer.h, layer.w, layer.k, layer.r, layer.s, layer.pad, layer.stride,
+            layer.groups, layer.dilation)
+
+
 def _merged(layers: list[Layer]) -> tuple[Layer, ...]:
     """Layers with identical shapes folded into the first one, their counts added."""
     out: dict[tuple[int, ...], Layer] = {}
     for layer in layers:
-        shape = (layer.c, layer.h, layer.w, layer.k, layer.r, layer.s, layer.pad,
-                 layer.stride, layer.groups, layer.dilation)
+        shape = _shape(layer)
         first = out.get(shape)
         out[shape] = layer if first is None else replace(first, count=first.count + layer.count)
     return tuple(out.values())
@@ -177,9 +183,11 @@ _SWEEP_SIZES = ((112, 1), (56, 2), (28, 3), (14, 3), (7, 2))  # (height = width,
 _SWEEP_MACS = (1e6, 2.5e8)
 
 
-def _sweep(count: int = 128, seed: int = 2026) -> tuple[Layer, ...]:
-    """`count` network-like layers drawn (with a fixed seed, so the same list each time)
-    over the widths, sizes and kinds above.
+def _sweep(networks: Iterable[tuple[Layer, ...]], count: int = 128, seed: int = 2026
+           ) -> tuple[Layer, ...]:
+    """Up to `count` network-like layers drawn (with a fixed seed, so the same list each
+    time) over the widths, sizes and kinds above, none of the same shape as a layer of
+    `networks` (so that a network held out has nothing of its own in the sweep).
 
     Why: the cost model learns from the networks measured, and four networks leave gaps
     that an unseen one falls into: with ResNet-50 held out, no TF32 training layer is a
@@ -189,6 +197,7 @@ def _sweep(count: int = 128, seed: int = 2026) -> tuple[Layer, ...]:
     networks.
     """
     rng = random.Random(seed)
+    taken = {_shape(layer) for layers in networks for layer in layers}
     kinds = [kind for kind in _SWEEP_KINDS for _ in range(kind[0])]
     sizes = [hw for hw, weight in _SWEEP_SIZES for _ in range(weight)]
     layers: list[Layer] = []
@@ -203,13 +212,14 @@ def _sweep(count: int = 128, seed: int = 2026) -> tuple[Layer, ...]:
             continue
         name = f"sweep{len(layers)}.{'dw' if depthwise else ''}{rs}x{rs}" + \
             (f".s{stride}" if stride > 1 else "")
-        layers.append(_l(name, hw, c, k, rs, rs // 2, stride, groups=c if depthwise else 1))
+        layer = _l(name, hw, c, k, rs, rs // 2, stride, groups=c if depthwise else 1)
+        if _shape(layer) not in taken:
+            layers.append(layer)
     return _merged(layers)
 
 
 GOOGLENET = _googlenet()
 MOBILENET_V2 = _mobilenet_v2()
-SWEEP = _sweep()
 
 NETWORKS: dict[str, tuple[Layer, ...]] = {
     "resnet50": RESNET50,
@@ -220,6 +230,7 @@ NETWORKS: dict[str, tuple[Layer, ...]] = {
 }
 #: Shape sources that are not networks: tuned like one (`convtune tune --model sweep`) to
 #: give the cost model more to learn from; never held out or scored as a network.
+SWEEP = _sweep(NETWORKS.values())
 SYNTHETIC: dict[str, tuple[Layer, ...]] = {"sweep": SWEEP}
 
 

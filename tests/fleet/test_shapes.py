@@ -128,8 +128,11 @@ def test_googlenet_inception_modules() -> None:
 def test_the_sweep_is_the_same_list_every_time_and_no_network() -> None:
     from tuner.networks import SWEEP, SYNTHETIC, _sweep
 
-    assert _sweep() == SWEEP == network_layers("sweep") == SYNTHETIC["sweep"]
+    assert _sweep(NETWORKS.values()) == SWEEP == network_layers("sweep") == SYNTHETIC["sweep"]
     assert "sweep" not in NETWORKS  # never held out or scored as a network
+    for name in NETWORKS:  # and shares no problem with one
+        assert not {p for _, p in network_problems(name, 8)} & \
+            {p for _, p in network_problems("sweep", 8)}
     assert len(SWEEP) >= 100
     assert len({layer.name for layer in SWEEP}) == len(SWEEP)
     problems = network_problems("sweep", 32, "float32", "tf32")
