@@ -44,6 +44,8 @@
 #              and the cost model fitted by a separate process first (--saved-model: the
 #              timed tuning loads it; the report gives that fit's time too); then once more
 #              under cProfile (tuner_fast_profile.txt: where a fast find's seconds go)
+#              (FAST_TRAIN_ON overrides the networks the store is filled with, e.g.
+#              vgg16:16,googlenet:32,mobilenet_v2:32,sweep:32)
 #   train      benchmarks/bench_train.py (issue 13: a ResNet-50 training step vs PyTorch,
 #              phase by phase, then every distinct convolution in each direction timed
 #              alone on both sides: about 30 s more than the 78 s of 2026-11-23)
@@ -219,7 +221,8 @@ for step in "${steps[@]}"; do
     tuner_fast)
         run tuner tuner_fast python3 benchmarks/bench_tuner.py --device cuda:0 --model resnet50 \
             --batch 32 --iso-budget-s 0.1 --mode fast --saved-model \
-            --train-on vgg16:16,googlenet:32,mobilenet_v2:32 --out "$LOG/tuner_fast.json" \
+            --train-on "${FAST_TRAIN_ON:-vgg16:16,googlenet:32,mobilenet_v2:32}" \
+            --out "$LOG/tuner_fast.json" \
             --profile "$LOG/tuner_fast_profile.txt" ${ISO_HERE:+--iso-here} ${ISO_DEVICE:+--iso-device}
         tail -n 29 "$LOG/tuner_fast.log" ;;
     train)
