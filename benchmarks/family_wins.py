@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from algorithms.problem import ConvProblem  # noqa: E402
 from benchmarks.bench_model import from_results  # noqa: E402
 from tuner.features import gemm_sizes  # noqa: E402
 
@@ -36,7 +37,7 @@ def main() -> None:
     families = args.families.split(",")
     samples, problems, _ = from_results(args.results)
     network = {p: name for name, ps in problems.items() for p in ps}
-    best: dict[object, dict[str, tuple[float, str]]] = defaultdict(dict)
+    best: dict[ConvProblem, dict[str, tuple[float, str]]] = defaultdict(dict)
     for s in samples:
         found = best[s.problem].get(s.algorithm)
         if s.time_ms and (found is None or s.time_ms < found[0]):

@@ -22,6 +22,10 @@ of boosted trees, bootstrap of problems and features (VariantModel):
   weighted 5 times (the top of a ranking is what a find reads);
 - near: a classifier of "within 10% of the fastest" (NEAR), ranking by its probability;
 - relative_near: "relative" less log(1.5) x that probability (both in each member).
+- family_prior: "relative" with two inputs read off the training rows (FamilyPrior): over
+  the training problems of the candidate's category (filter, stride, math, dtype,
+  direction, depthwise), its family's mean log(time / fastest) and how often the family
+  was within 10% of the fastest; for a training row, its own problem left out.
 Networks named by --train-only (default: the synthetic sweep) are trained on, never held out.
 Prints one line per variant: top-1 within 10% and top-3 hit per seed and their means.
 """
@@ -46,7 +50,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.bench_model import by_model, from_results, held_out_splits, score  # noqa: E402
 from tuner import model as M  # noqa: E402
-from tuner.features import Encoder, Sample  # noqa: E402
+from tuner.features import NO_NUMBER, Encoder, Sample  # noqa: E402
 
 
 def traffic(s: Sample) -> float:
@@ -71,6 +75,9 @@ class Variant:
     #: with a classifier of "within NEAR of the fastest": its probability's weight in the
     #: log-time (0: the classifier alone ranks), None: no classifier
     near: float | None = None
+    #: inputs from the training rows: the candidate's family's mean log(time / fastest)
+    #: and its share of wins over the training problems of the same category (FamilyPrior)
+    prior: bool = False
 
 
 def relative(cap: float | None) -> Callable[[Sequence[Sample]], np.ndarray]:
@@ -103,6 +110,7 @@ VARIANTS: dict[str, Variant] = {
     "near": Variant(baseline=lambda s: 0.0, target=relative(None), near=0.0),
     "relative_near": Variant(baseline=lambda s: 0.0, target=relative(None),
                              near=math.log(1.5)),
+    "family_prior": Variant(baseline=lambda s: 0.0, target=relative(None), prior=True),
     "traffic": Variant(extra=(lambda s: math.log(traffic(s) / s.problem.flops),)),
     "workspace": Variant(extra=(lambda s: math.log1p(s.workspace_bytes)
                                 - math.log(s.problem.flops),)),
@@ -136,17 +144,53 @@ class NearMember:
         return self.regressor.predict(x) - self.weight * p
 
 
+def category(p: Any) -> tuple[Any, ...]:
+    """What FamilyPrior pools problems by."""
+    return (p.r, p.s, p.stride, p.math, p.dtype, p.direction,
+            p.groups > 1 and p.groups == p.c)
+
+
+class FamilyPrior:
+    """Per (category, algorithm): each training problem's best log(time / fastest) of that
+    algorithm; inputs are their mean and the share within NEAR, without the problem asked
+    about (so that a training row does not read its own answer)."""
+
+    def __init__(self, samples: Sequence[Sample]) -> None:
+        fastest: dict[Any, float] = defaultdict(lambda: math.inf)
+        for s in samples:
+            fastest[s.problem] = min(fastest[s.problem], s.time_ms or math.inf)
+        self.best: dict[tuple[Any, str], dict[Any, float]] = defaultdict(dict)
+        for s in samples:
+            rel = math.log((s.time_ms or math.inf) / fastest[s.problem])
+            found = self.best[(category(s.problem), s.algorithm)]
+            found[s.problem] = min(found.get(s.problem, math.inf), rel)
+
+    def inputs(self, s: Sample, own: bool) -> tuple[float, float]:
+        """(mean, share within NEAR) for `s`; NO_NUMBER twice where nothing is known."""
+        rels = [r for p, r in self.best.get((category(s.problem), s.algorithm), {}).items()
+                if not (own and p == s.problem)]
+        if not rels:
+            return (NO_NUMBER, NO_NUMBER)
+        return (float(np.mean(rels)), float(np.mean([r <= math.log(M.NEAR) for r in rels])))
+
+
 @dataclass(frozen=True)
 class VariantModel(M.CostModel):
     """tuner.model's bag of regressors, fitted and read the variant's way."""
 
     variant: Variant = Variant()
+    prior: FamilyPrior | None = None
 
-    def matrix(self, samples: Sequence[Sample]) -> np.ndarray:
-        """The encoder's matrix plus the variant's extra columns."""
+    def matrix(self, samples: Sequence[Sample], training: bool = False) -> np.ndarray:
+        """The encoder's matrix plus the variant's extra columns (and the prior's inputs;
+        `training`: each row's own problem left out of them)."""
         x = self.encoder.matrix(samples)
         extra = [[f(s) for f in self.variant.extra] for s in samples]
-        return np.hstack([x, np.array(extra)]) if self.variant.extra else x
+        if self.variant.extra:
+            x = np.hstack([x, np.array(extra)])
+        if self.prior is not None:
+            x = np.hstack([x, np.array([self.prior.inputs(s, training) for s in samples])])
+        return x
 
     def predict(self, samples: Sequence[Sample]) -> list[M.Prediction]:
         """Predicted times (the members' geometric mean; no spread or confidence)."""
@@ -168,8 +212,9 @@ def fit(samples: Sequence[Sample], variant: Variant, seed: int) -> M.CostModel:
     problems = sorted({s.problem for s in samples}, key=repr)
     index = {p: i for i, p in enumerate(problems)}
     shell = VariantModel(Encoder.for_samples(samples), (), len(samples), len(problems),
-                         variant=variant)
-    x = shell.matrix(samples)
+                         variant=variant,
+                         prior=FamilyPrior(samples) if variant.prior else None)
+    x = shell.matrix(samples, training=True)
     y = (variant.target(samples) if variant.target is not None else
          np.array([math.log(s.time_ms or math.inf) - variant.baseline(s) for s in samples]))
     of_row = np.array([index[s.problem] for s in samples])
@@ -188,7 +233,7 @@ def fit(samples: Sequence[Sample], variant: Variant, seed: int) -> M.CostModel:
             classifier = _classifier(len(rows), seed + m).fit(x[rows], near[rows])
             members.append(NearMember(regressor, classifier, variant.near))
     return VariantModel(shell.encoder, tuple(members), len(samples), len(problems),
-                        variant=variant)
+                        variant=variant, prior=shell.prior)
 
 
 def main() -> None:

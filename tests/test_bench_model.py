@@ -11,7 +11,7 @@ import pytest
 
 from algorithms.problem import ConvProblem
 from benchmarks.bench_model import from_results, held_out_splits, score
-from benchmarks.model_variants import VARIANTS, fit
+from benchmarks.model_variants import VARIANTS, FamilyPrior, fit
 from tuner.features import Sample
 
 P = ConvProblem(n=2, c=8, h=12, w=12, k=16, r=3, s=3, pad=1)
@@ -101,7 +101,7 @@ def test_the_relative_variant_ranks_as_the_shipped_model() -> None:
     assert [p.time_ms for p in other.predict(samples)] != pytest.approx(expected, rel=1e-3)
 
 
-@pytest.mark.parametrize("name", ["near", "relative_near", "relative_weighted"])
+@pytest.mark.parametrize("name", ["near", "relative_near", "relative_weighted", "family_prior"])
 def test_the_near_and_weighted_variants_rank_the_fast_algorithm_first(name: str) -> None:
     # "a" is 3x faster than "b" on every problem: a classifier of "within 10% of the
     # fastest" (alone, or lowering the regressor's log-time) and a weighted regressor must
@@ -118,3 +118,22 @@ def test_the_near_and_weighted_variants_rank_the_fast_algorithm_first(name: str)
     ranked = sorted(model.predict([s for s in samples if s.problem == held]),
                     key=lambda p: p.time_ms)
     assert {p.algorithm for p in ranked[:2]} == {"a"}
+
+
+def test_the_family_prior_pools_a_category_and_leaves_a_rows_own_problem_out() -> None:
+    rng = np.random.default_rng()
+    pointwise = [ConvProblem(n=2, c=8, h=hw, w=hw, k=16, r=1, s=1) for hw in (8, 12)]
+    slow = rng.uniform(1.5, 3.0, size=2)
+    samples = [Sample(p, 132, "a", "x", 0, 1.0, "cuda") for p in pointwise] + \
+        [Sample(p, 132, "b", "y", 0, float(t), "cuda") for p, t in
+                                                  zip(pointwise, slow, strict=True)] + \
+        [Sample(P, 132, "b", "y", 0, 1.0, "cuda")]  # 3x3: another category
+    prior = FamilyPrior(samples)
+    b_on = [s for s in samples if s.algorithm == "b"]
+    # Asked about an unseen problem: both pointwise problems, "b" never within 10%.
+    assert prior.inputs(b_on[0], own=False) == pytest.approx((np.log(slow).mean(), 0.0))
+    # As a training row: the other pointwise problem only.
+    assert prior.inputs(b_on[0], own=True) == pytest.approx((np.log(slow[1]), 0.0))
+    # The 3x3 problem's category has no other problem: nothing known.
+    assert prior.inputs(b_on[2], own=True) == (-1.0, -1.0)
+    assert prior.inputs(b_on[2], own=False) == (0.0, 1.0)
