@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from algorithms.cuda import KERNEL_MODULES, _cublas, _launch  # noqa: E402
+from algorithms.cuda import KERNEL_MODULES, _counters, _cublas, _launch  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from algorithms.registry import get_algorithm  # noqa: E402
 from benchmarks.count_run_calls import SMALL, _DeviceArray, _Kernel  # noqa: E402
@@ -107,6 +107,7 @@ def _install() -> None:
         module.get_kernel = lambda _file, _name: kernel  # type: ignore[attr-defined]
     _cublas._gemm = lambda *args, **kwargs: None  # type: ignore[assignment]
     _launch._stream = lambda: 0
+    _counters.zeros = lambda nbytes: np.zeros(nbytes, np.uint8).view(_CupyArray)
 
 
 def _plan(name: str, problem: ConvProblem, config: str, runtime: Any, direct: bool) -> Plan:

@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.cuda import (  # noqa: E402
+    _counters,
     _cublas,
     _launch,
     _loader,
@@ -96,6 +97,7 @@ def _stub_launches() -> None:
         module.get_kernel = lambda _file, _name: kernel  # type: ignore[attr-defined]
     _cublas._gemm = lambda *args, **kwargs: None  # type: ignore[assignment]
     _launch._stream = lambda: 0  # no CuPy here
+    _counters.zeros = lambda nbytes: np.zeros(nbytes, np.uint8).view(_DeviceArray)
 
 
 def main() -> None:

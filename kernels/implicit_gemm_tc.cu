@@ -55,9 +55,12 @@
 //
 // Split K (gridDim.z > 1, for grids too small to fill the GPU): block z multiplies K-steps
 // [z * kper, (z + 1) * kper) only and writes its FP32 partial sums to partials[z] (laid out
-// like y); implicit_gemm_tc_sum_splits then adds the splits in a fixed order (deterministic)
-// and stores y. `partials` is void*: without a split the host passes y, of any type, and the
-// kernel never touches it.
+// like y). The last of a tile's splits to finish (counted in `counters`, one per tile, which
+// it leaves at zero again) adds the splits in a fixed order (deterministic) and stores y
+// (common.cuh sum_split_tile): one launch, where a summing kernel after it cost a launch
+// more, a host's enqueue of 5.5 us on the H200 (BENCHMARKS.md, "Split K summed in the
+// kernel"). `partials` and `counters` are void*: without a split the host passes y for both,
+// of any type, and the kernel never touches them.
 //
 // Epilogue: a lane's two values of a row are columns 2t and 2t + 1, adjacent pixels. With
 // `pairs` (host: P*Q even, so an even column's pixel and the next share an image, and y, or
@@ -80,7 +83,8 @@ __global__ void __launch_bounds__(
                           CONV_SHAPE_STRUCT, unsigned int kdiv_mul, unsigned int kdiv_shr,
                           unsigned int s_mul, unsigned int s_shr, unsigned int pq_mul,
                           unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,
-                          void* __restrict__ partials, int kper, int pairs) {
+                          void* __restrict__ partials, void* __restrict__ counters,
+                          int kper, int pairs) {
     CONV_SHAPE_FIELDS;
     constexpr int THREADS = WM * WN * 32;
     constexpr bool F32 = sizeof(T) == 4;
@@ -479,6 +483,15 @@ __global__ void __launch_bounds__(
     // lands at y[img][grp*kg + m][pq], or at the same place in this split's partials.
     const bool split = gridDim.z > 1;
     float* pz = static_cast<float*>(partials) + static_cast<long long>(blockIdx.z) * N * K * PQ;
+    // After the stores of a split: the stages are done with (every thread is past its last
+    // fragment read once the sum's first barrier is passed), so its flag goes there.
+    const auto sum_splits = [&] {
+        sum_split_tile<BM, BN, THREADS>(static_cast<const float*>(partials), y,
+                                        static_cast<unsigned int*>(counters),
+                                        reinterpret_cast<unsigned int*>(smem_raw), m0, n0, kg,
+                                        grp * kg, K, PQ, NPQ, pq_mul, pq_shr,
+                                        static_cast<long long>(N) * K * PQ);
+    };
     // Not for 3xTF32 (FP32 outputs; ptxas gave those instances up to 28 more registers for
     // the second loop) nor the element-wise instances (8 bytes spilled at sm_90).
     constexpr bool PAIRED = PASSES == 1 && (VA > 1 || VB > 1 || NHWC);
@@ -505,6 +518,7 @@ __global__ void __launch_bounds__(
                 }
             }
         }
+        if (split) sum_splits();
         return;
     }
 #pragma unroll
@@ -530,6 +544,7 @@ __global__ void __launch_bounds__(
             }
         }
     }
+    if (split) sum_splits();
 }
 
 // y = the sum of the `splits` partial outputs in part (each `total` floats, y's layout),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from algorithms.cuda import _counters
 from db.engine import close_stores
 
 
@@ -21,6 +23,17 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     monkeypatch.setenv("CONVTUNE_MAX_REPS", "5")
     yield
     close_stores()
+
+
+@pytest.fixture(autouse=True)
+def _host_counters_without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Split K's tile counters (algorithms.cuda._counters) come from CuPy. Without it, runs of
+    # the CUDA algorithms over stand-in kernels (host checks, launch counts) get host memory
+    # posing as device memory: the stand-ins never read it, the emulator's kernels do.
+    if importlib.util.find_spec("cupy") is None:
+        from tests.cuda_emu.host import dev
+
+        monkeypatch.setattr(_counters, "zeros", lambda nbytes: dev(np.zeros(nbytes, np.uint8)))
 
 
 @pytest.fixture

@@ -73,14 +73,16 @@ def test_a_runs_prepared_launches_are_taken_apart(monkeypatch: pytest.MonkeyPatc
     # CuPy arrays: each piece is timed over the run's launches, and the methods come back.
     import numpy as np
 
-    from algorithms.cuda import _launch, implicit_gemm_tc
+    from algorithms.cuda import _launch, _rearrange, implicit_gemm_tc
     from benchmarks.count_run_calls import _DeviceArray, _Kernel
 
-    monkeypatch.setattr(implicit_gemm_tc, "get_kernel", lambda _file, _name: _Kernel())
+    for module in (implicit_gemm_tc, _rearrange):
+        monkeypatch.setattr(module, "get_kernel", lambda _file, _name: _Kernel())
     monkeypatch.setattr(_launch, "_stream", lambda: 0)
     problem = ConvProblem(n=1, c=64, h=56, w=56, k=64, r=3, s=3, pad=1)
-    algorithm, config = implicit_gemm_tc.ImplicitGemmTcCuda(), "64x64-k3"
-    assert algorithm.work(problem, config).launches == 2
+    # NHWC: two copies and the GEMM kernel, which sums its K splits itself.
+    algorithm, config = implicit_gemm_tc.ImplicitGemmTcCuda(), "64x64-nhwc-k3"
+    assert algorithm.work(problem, config).launches == 3
     x, w, y = (np.zeros(shape, np.float32).view(_DeviceArray)
                for shape in problem.operand_shapes)
     workspace = np.zeros(algorithm.workspace_bytes(problem, config), np.uint8)
@@ -88,12 +90,12 @@ def test_a_runs_prepared_launches_are_taken_apart(monkeypatch: pytest.MonkeyPatc
     bind, call = _launch.KernelLaunch.bind, _launch.Launch.__call__
     found = B.launch_steps(lambda: algorithm.run(x, w, y, workspace, problem, config),
                            lambda: None)
-    assert found is not None and found["launches"] == 2
+    assert found is not None and found["launches"] == 3
     assert all(us > 0 for name, us in found.items() if name != "launches")
     assert (_launch.KernelLaunch.bind, _launch.Launch.__call__) == (bind, call)
     report = B.report({"date": "d", "device": "cpu", "commit": "c", "problem": "p",
                        "operands": [], "plans": {}, "launch_steps": {"tc": found},
                        "algorithms": []})
-    assert "its 2 prepared launch(es)" in report and "| current stream queries |" in report
+    assert "its 3 prepared launch(es)" in report and "| current stream queries |" in report
     # The CPU backend launches nothing: no table.
     assert B.launch_steps(lambda: None, lambda: None) is None

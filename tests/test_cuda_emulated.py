@@ -640,10 +640,19 @@ def test_tensor_core_vector_fills_exactly_where_allowed(
         assert layouts == ({"false", "true"} if nhwc_expected else {"false"}), case_id
 
 
-def test_split_k_sums_run_exactly_for_split_configs(
-        verdicts: dict[str, dict[str, Any]]) -> None:
-    """A forward tc case launches the split-K sum once per split configuration it offers
-    (per schedule), and several cases offer one."""
+#: Mutations of kernels/common.cuh's sum_split_tile these cases catch (each tried once, over
+#: the 80 implicit_gemm_tc cases, 2026-11-27):
+#:   the last block leaves its tile's count as it is         -> 20 of 80 (the second run, on
+#:                                                              the same counters, sums none)
+#:   the last block starts from its own split's partial sums
+#:   (the sum's order then depends on which block ran last)  -> 7 of 80, and 0 of 80 with the
+#:                                                              emulator's blocks always in
+#:                                                              launch order
+def test_split_k_is_summed_in_the_gemm_kernel(verdicts: dict[str, dict[str, Any]]) -> None:
+    """A forward tc case's split configurations (several cases offer one) launch no summing
+    kernel: the last block of each tile sums the splits, whichever block ran last (the two
+    schedules run the blocks in opposite orders and must agree bit for bit, which the case
+    itself checks), and leaves its counters at zero (the second run reuses them)."""
     split_cases = 0
     for case_id, case in CASES.items():
         if case["algorithm"] != "implicit_gemm_tc" or "direction" in case["problem"]:
@@ -651,10 +660,9 @@ def test_split_k_sums_run_exactly_for_split_configs(
         verdict = verdicts[case_id]
         assert verdict["status"] == "ok", verdict["message"]
         configs = ALGORITHMS["implicit_gemm_tc"].configs(make_problem(**case["problem"]))
-        sums = [name for name, _args in verdict["launches"]
-                if name.startswith("implicit_gemm_tc_sum_splits<")]
-        assert len(sums) == len(SCHEDULES) * sum("-k" in c for c in configs), case_id
-        split_cases += bool(sums)
+        assert not [name for name, _args in verdict["launches"]
+                    if name.startswith("implicit_gemm_tc_sum_splits<")], case_id
+        split_cases += any("-k" in c for c in configs)
     assert split_cases >= 8
 
 

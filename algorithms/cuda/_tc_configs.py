@@ -216,5 +216,6 @@ def sum_name_expression(dtype: str) -> str:
 
 
 def sum_kernel(dtype: str) -> tuple[str, str]:
-    """(file, instance) of the split-K sum, which wgmma's splits use too."""
+    """(file, instance) of the split-K sum that wgmma's splits launch after their GEMM (the
+    mma.sync kernel sums its own)."""
     return KERNEL_FILE, sum_name_expression(dtype)

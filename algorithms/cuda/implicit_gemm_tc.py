@@ -244,17 +244,18 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         return workspace_layout(problem, config).nbytes
 
     def work(self, problem: ConvProblem, config: str) -> Work:
-        """The GEMM kernel's tiles times its K splits; NHWC adds two copies, splits a sum."""
+        """The GEMM kernel's tiles times its K splits (which it sums itself); NHWC adds two
+        copies."""
         cfg = parse_config(config)
         grid = launch_grid(problem, config)
-        launches = 1 + 2 * cfg.nhwc + (grid[2] > 1)
+        launches = 1 + 2 * cfg.nhwc
         return Work(prod(grid), gemm_fill(problem, cfg.tile.bm, cfg.tile.bn), launches)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue the NHWC copies, the GEMM kernel and the split-K sum, as the config
-        asks, on the current stream; no synchronisation."""
+        """Enqueue the NHWC copies, as the config asks, and the GEMM kernel (which sums a
+        split K itself) on the current stream; no synchronisation."""
         widths = None
         cfg = parse_config(config)
         if cfg.nhwc:
@@ -300,8 +301,7 @@ def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -
     return gemm_launch(problem, workspace_layout(problem, config), KERNEL_FILE, name,
                        smem_bytes(problem.dtype, config), cfg.tile.threads,
                        launch_grid(problem, config),
-                       split_steps(problem, cfg.splits, cfg.bk)[0], k_divisor,
-                       sum_kernel(problem.dtype))
+                       split_steps(problem, cfg.splits, cfg.bk)[0], k_divisor, None)
 
 
 class ImplicitGemmTcCuda(CudaByForward, _ImplicitGemmTcCudaForward):

@@ -1,10 +1,12 @@
 """Run the CUDA algorithms' real host code with emulated kernels, in sanitized subprocesses.
 
-A case is one algorithm on one problem: every configuration runs twice (threads scheduled
-forward, then in reverse, the second run given its operands as Addresses, as a plan call
-with torch tensors gives them) into a NaN-filled y and a 0xFF-filled workspace; the two
-results must agree bit for bit (else two threads of a barrier phase race), y must be fully
-written and match the float64 reference. cuBLAS and cuFFT are the NumPy stand-ins of host.py.
+A case is one algorithm on one problem: every configuration runs twice (threads and blocks
+scheduled forward, then in reverse, the second run given its operands as Addresses, as a
+plan call with torch tensors gives them) into a NaN-filled y and a workspace filled with
+0xFF before each run (one buffer for both: split K's counters are kept per workspace); the
+two results must agree bit for bit (else two threads of a barrier phase race, or a result
+depends on which block ran last), y must be fully written and match the float64
+reference. cuBLAS and cuFFT are the NumPy stand-ins of host.py.
 
 `run_cases` (the parent side) sends cases as JSON to `python -m tests.cuda_emu.cases`, which
 prints one JSON line per case. A sanitizer report aborts that process: the case it was on
@@ -27,6 +29,7 @@ import numpy as np
 from algorithms.base import Algorithm
 from algorithms.cuda import (
     KERNEL_MODULES,
+    _counters,
     _cublas,
     _launch,
     _loader,
@@ -92,6 +95,7 @@ def install() -> None:
         module.get_kernel = _kernel  # type: ignore[attr-defined]
     _loader._func_set_attribute = func_set_attribute  # type: ignore[assignment]
     _launch._stream = lambda: 0  # the emulator has one stream
+    _counters.zeros = lambda nbytes: dev(np.zeros(nbytes, np.uint8))  # "device" memory
     _cublas._gemm = fake_gemm  # type: ignore[assignment]
     fft._plan = FakePlan  # type: ignore[assignment]
 
@@ -143,10 +147,15 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     errors: dict[str, float] = {}
     for config in algorithm.configs(problem):
         outputs = []
+        nbytes = algorithm.workspace_bytes(problem, config)
+        workspace = dev(np.full(nbytes, 0xFF, np.uint8)) if nbytes else None
         for schedule in SCHEDULES:
             EmulatedKernel.schedule = schedule
-            nbytes = algorithm.workspace_bytes(problem, config)
-            workspace = dev(np.full(nbytes, 0xFF, np.uint8)) if nbytes else None
+            if workspace is not None:
+                # 0xFF again, in the same buffer: what a workspace holds between runs is
+                # garbage, but what is kept per workspace (split K's tile counters) must
+                # come back as the first run left it.
+                workspace[...] = 0xFF
             y = place(nan_storage(out_shape, dtype), 2)
             a, b = place(x, 0), place(w, 1)
             if schedule == SCHEDULES[1]:

@@ -5,8 +5,10 @@
 // switches once per thread and barrier). A kernel without barriers runs its threads as
 // plain calls. A block's fibers run one at a time, each until its next __syncthreads() or
 // its end, in an order the caller picks per launch (forward, reverse, or shuffled every
-// phase). A race between two threads of one barrier phase therefore changes results
-// between schedules, which the tests compare bit for bit. Shared arrays (static and
+// phase); the blocks run one after another in the same kind of order (launch order,
+// reversed, shuffled). A race between two threads of one barrier phase, or a result that
+// depends on which block ran last, therefore changes results between schedules, which the
+// tests compare bit for bit. Shared arrays (static and
 // dynamic) are separate heap blocks filled with 0xFF (NaN as float) for every block, so
 // AddressSanitizer sees overruns of them and an unwritten slot that is read shows up as
 // NaN; global buffers are the caller's own heap blocks.
@@ -83,6 +85,18 @@ inline void sincospif(float x, float* s, float* c) {
 inline unsigned int __umulhi(unsigned int a, unsigned int b) {
     return static_cast<unsigned int>((static_cast<unsigned long long>(a) * b) >> 32);
 }
+
+// Global-memory ordering and atomics. One fiber runs at a time and a block runs to its end
+// before the next starts, so an atomic is a plain read-modify-write and a fence orders
+// nothing that is not already ordered; what they are for (a block that sees what blocks
+// before it wrote) the emulator checks by running the blocks in several orders (`launch`).
+inline void __threadfence() {}
+inline unsigned int atomicAdd(unsigned int* p, unsigned int v) {
+    const unsigned int old = *p;
+    *p = old + v;
+    return old;
+}
+inline float __ldcg(const float* p) { return *p; }
 
 // emu_switch(&save, to): save the callee-saved registers and stack pointer of the running
 // context in `save`, resume the one `to` holds (x86-64 System V; kernels leave the FP
@@ -396,43 +410,51 @@ void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,
         for (Fiber& f : b.fibers) f.stack = static_cast<char*>(std::malloc(kStackBytes));
     }
     g_block = &b;
+    // Blocks in launch order, reversed, or shuffled with the schedule's threads: a GPU runs
+    // them in no promised order, so a result that depends on it (a block reading what
+    // another wrote, split K's last block summing the others' partial sums) must come out
+    // the same every way.
+    std::vector<uint3> blocks;
     for (unsigned int bz = 0; bz < grid.z; ++bz) {
         for (unsigned int by = 0; by < grid.y; ++by) {
-            for (unsigned int bx = 0; bx < grid.x; ++bx) {
-                blockIdx = {bx, by, bz};
-                b.dynamic_bytes = smem;
-                b.dynamic_shared = nullptr;
-                if (smem != 0) {
-                    b.dynamic_shared = static_cast<unsigned char*>(std::malloc(smem));
-                    std::memset(b.dynamic_shared, 0xFF, smem);
+            for (unsigned int bx = 0; bx < grid.x; ++bx) blocks.push_back({bx, by, bz});
+        }
+    }
+    if (schedule == kReverse) std::reverse(blocks.begin(), blocks.end());
+    if (schedule == kShuffle) std::shuffle(blocks.begin(), blocks.end(), rng);
+    for (const uint3& index : blocks) {
+        blockIdx = index;
+        b.dynamic_bytes = smem;
+        b.dynamic_shared = nullptr;
+        if (smem != 0) {
+            b.dynamic_shared = static_cast<unsigned char*>(std::malloc(smem));
+            std::memset(b.dynamic_shared, 0xFF, smem);
+        }
+        std::size_t t = 0;
+        for (unsigned int z = 0; z < block.z; ++z) {
+            for (unsigned int y = 0; y < block.y; ++y) {
+                for (unsigned int x = 0; x < block.x; ++x, ++t) {
+                    Fiber& f = b.fibers[t];
+                    f.tid = {x, y, z};
+                    f.barriers = 0;
+                    f.done = false;
+                    f.shared_next = 0;
+                    f.state = kRunnable;
+                    if (fibers) start_fiber(f);
                 }
-                std::size_t t = 0;
-                for (unsigned int z = 0; z < block.z; ++z) {
-                    for (unsigned int y = 0; y < block.y; ++y) {
-                        for (unsigned int x = 0; x < block.x; ++x, ++t) {
-                            Fiber& f = b.fibers[t];
-                            f.tid = {x, y, z};
-                            f.barriers = 0;
-                            f.done = false;
-                            f.shared_next = 0;
-                            f.state = kRunnable;
-                            if (fibers) start_fiber(f);
-                        }
-                    }
-                }
-                if (fibers) {
-                    run_block(b, schedule, rng);
-                } else {
-                    run_threads_in_order(b, schedule, rng);
-                }
-                end_block_async(b);
-                for (void* p : b.shared) std::free(p);
-                b.shared.clear();
-                b.shared_sizes.clear();
-                b.shared_bytes = 0;
-                std::free(b.dynamic_shared);
             }
         }
+        if (fibers) {
+            run_block(b, schedule, rng);
+        } else {
+            run_threads_in_order(b, schedule, rng);
+        }
+        end_block_async(b);
+        for (void* p : b.shared) std::free(p);
+        b.shared.clear();
+        b.shared_sizes.clear();
+        b.shared_bytes = 0;
+        std::free(b.dynamic_shared);
     }
     for (Fiber& f : b.fibers) std::free(f.stack);
     g_block = nullptr;

@@ -1,0 +1,51 @@
+"""Zeroed tile counters for the kernels that sum split K themselves (kernels/common.cuh
+sum_split_tile): one uint32 per output tile, which the last of a tile's splits resets to
+zero, so a counter that starts a launch at zero ends it at zero.
+
+Why not in the workspace: a caller's workspace comes uninitialised and other candidates
+share it (the tuner times every verified configuration of a layer in one workspace), and a
+memset before every run would cost the launch that summing in the kernel saves. So the
+counters of a run live apart, zeroed once when first needed, and are kept per workspace
+address: work ordered on one workspace is ordered on its counters too (two runs at once on
+one workspace would already clash in its partial sums), and a CUDA graph replays the same
+addresses. On a device every workspace is device memory, so its address names one device.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+#: Bytes per counter (uint32).
+COUNTER_BYTES = 4
+
+
+def _cupy_zeros(nbytes: int) -> Any:
+    import cupy
+
+    return cupy.zeros(nbytes, dtype=cupy.uint8)
+
+
+#: Zeroed device memory of `nbytes` on the current device, on its current stream (CuPy's
+#: zeros); tests/cuda_emu replaces it with host memory.
+zeros: Callable[[int], Any] = _cupy_zeros
+
+# workspace address -> (its counters' array, how many counters they hold)
+_kept: dict[int, tuple[Any, int]] = {}
+# Sets a larger one replaced: kept, as runs still queued may count in them.
+_retired: list[Any] = []
+_lock = threading.Lock()
+
+
+def counters_at(workspace_ptr: int, count: int) -> int:
+    """The device address of at least `count` zeroed counters kept for `workspace_ptr`."""
+    found = _kept.get(workspace_ptr)
+    if found is None or found[1] < count:
+        with _lock:
+            found = _kept.get(workspace_ptr)
+            if found is None or found[1] < count:
+                if found is not None:
+                    _retired.append(found[0])
+                found = _kept[workspace_ptr] = (zeros(count * COUNTER_BYTES), count)
+    return int(found[0].data.ptr)
