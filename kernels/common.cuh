@@ -104,47 +104,6 @@ __device__ __forceinline__ int fast_div(int n, unsigned int mul, unsigned int sh
     return static_cast<int>((__umulhi(un, mul) + un) >> shift);
 }
 
-// Split K's sum, in the GEMM kernel: every block of a split tile calls this after storing its
-// FP32 partial sums to part[blockIdx.z] (each `total` floats, laid out like y). Each counts
-// itself in `counters` (one per tile: blockIdx.y * gridDim.x + blockIdx.x); the last to
-// finish resets the count to zero (for the next launch, which stream order puts after this
-// one) and stores y at the tile's BM x BN outputs (rows m0 + .. below kg of the group whose
-// first channel is grp_base, columns n0 + .. below NPQ) as the splits' sum in split order,
-// the same order whichever block was last. `flag`: one word of shared memory the block no
-// longer needs. The pattern of the CUDA C++ Programming Guide's fence example: each thread's
-// stores, a fence, the barrier, one thread's atomic; the summing block reads through L2
-// (__ldcg), past an L1 that may hold none of the others' lines but is not coherent.
-template <int BM, int BN, int THREADS, typename T>
-__device__ __forceinline__ void sum_split_tile(const float* __restrict__ part,
-                                               T* __restrict__ y,
-                                               unsigned int* __restrict__ counters,
-                                               unsigned int* flag, int m0, int n0, int kg,
-                                               int grp_base, int K, int PQ, int NPQ,
-                                               unsigned int pq_mul, unsigned int pq_shr,
-                                               long long total) {
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned int* count = counters + blockIdx.y * gridDim.x + blockIdx.x;
-        const unsigned int last = atomicAdd(count, 1u) == gridDim.z - 1;
-        if (last) *count = 0;
-        *flag = last;
-    }
-    __syncthreads();
-    if (!*flag) return;
-    __threadfence();
-    for (int e = threadIdx.x; e < BM * BN; e += THREADS) {
-        const int m = m0 + e / BN, n = n0 + e % BN;  // consecutive threads: adjacent pixels
-        if (m >= kg || n >= NPQ) continue;
-        const int img = fast_div(n, pq_mul, pq_shr);
-        const long long at =
-            static_cast<long long>(img * K + grp_base + m) * PQ + (n - img * PQ);
-        float sum = __ldcg(part + at);
-        for (unsigned int z = 1; z < gridDim.z; ++z) sum += __ldcg(part + z * total + at);
-        store_acc(y + at, sum);
-    }
-}
-
 // The input coordinate that output coordinate `o` reads through filter tap `t` (one axis):
 // the forward index map, shared by every kernel that walks it either way.
 __device__ __forceinline__ int tap_input(int o, int t, int pad, int str, int dil) {
@@ -186,6 +145,48 @@ struct ConvShape {
                                str_h = shape.str_h, str_w = shape.str_w,                  \
                                dil_h = shape.dil_h, dil_w = shape.dil_w,                  \
                                groups = shape.groups
+
+// Split K's sum, in the GEMM kernel: every block of a split tile calls this after storing its
+// FP32 partial sums to part[blockIdx.z] (each N*K*P*Q floats, laid out like y). Each counts
+// itself in `counters` (one per tile: blockIdx.y * gridDim.x + blockIdx.x); the last to
+// finish resets the count to zero (for the next launch, which stream order puts after this
+// one) and stores y at the tile's BM x BN outputs (rows m0 + .. below kg = K/groups of group
+// `grp`, columns n0 + .. below N*P*Q; pq_mul, pq_shr divide by P*Q) as the splits' sum in
+// split order, the same order whichever block was last. `flag`: shared memory the block no
+// longer needs. The pattern of the CUDA C++ Programming Guide's fence example: each thread's
+// stores, a fence, the barrier, one thread's atomic; the summing block reads through L2
+// (__ldcg), past an L1 that is not coherent.
+template <int BM, int BN, int THREADS, typename T>
+__device__ __forceinline__ void sum_split_tile(const ConvShape& shape, const void* partials,
+                                               T* __restrict__ y, void* counters, void* flag,
+                                               int m0, int n0, int grp, int kg,
+                                               unsigned int pq_mul, unsigned int pq_shr) {
+    const int K = shape.K, PQ = shape.P * shape.Q, NPQ = shape.N * PQ;
+    const long long total = static_cast<long long>(shape.N) * K * PQ;
+    const float* __restrict__ part = static_cast<const float*>(partials);
+    unsigned int* last = static_cast<unsigned int*>(flag);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int* count =
+            static_cast<unsigned int*>(counters) + blockIdx.y * gridDim.x + blockIdx.x;
+        *last = atomicAdd(count, 1u) == gridDim.z - 1;
+        if (*last) *count = 0;
+    }
+    __syncthreads();
+    if (!*last) return;
+    __threadfence();
+    for (int e = threadIdx.x; e < BM * BN; e += THREADS) {
+        const int m = m0 + e / BN, n = n0 + e % BN;  // consecutive threads: adjacent pixels
+        if (m >= kg || n >= NPQ) continue;
+        const int img = fast_div(n, pq_mul, pq_shr);
+        const long long at =
+            static_cast<long long>(img * K + grp * kg + m) * PQ + (n - img * PQ);
+        float sum = __ldcg(part + at);
+        for (unsigned int z = 1; z < gridDim.z; ++z) sum += __ldcg(part + z * total + at);
+        store_acc(y + at, sum);
+    }
+}
 
 // The offset of a copy's source element where `ok`, else 0 (a valid address never read: see
 // cp_async), as unsigned: tensors are under 2^31 elements, and an unsigned offset makes

@@ -486,11 +486,8 @@ __global__ void __launch_bounds__(
     // After the stores of a split: the stages are done with (every thread is past its last
     // fragment read once the sum's first barrier is passed), so its flag goes there.
     const auto sum_splits = [&] {
-        sum_split_tile<BM, BN, THREADS>(static_cast<const float*>(partials), y,
-                                        static_cast<unsigned int*>(counters),
-                                        reinterpret_cast<unsigned int*>(smem_raw), m0, n0, kg,
-                                        grp * kg, K, PQ, NPQ, pq_mul, pq_shr,
-                                        static_cast<long long>(N) * K * PQ);
+        sum_split_tile<BM, BN, THREADS>(shape, partials, y, counters, smem_raw, m0, n0, grp,
+                                        kg, pq_mul, pq_shr);
     };
     // Not for 3xTF32 (FP32 outputs; ptxas gave those instances up to 28 more registers for
     // the second loop) nor the element-wise instances (8 bytes spilled at sm_90).
@@ -545,18 +542,4 @@ __global__ void __launch_bounds__(
         }
     }
     if (split) sum_splits();
-}
-
-// y = the sum of the `splits` partial outputs in part (each `total` floats, y's layout),
-// added in split order, so the result does not depend on scheduling.
-template <typename T>
-__global__ void __launch_bounds__(256)
-    implicit_gemm_tc_sum_splits(const float* __restrict__ part, T* __restrict__ y, int total,
-                                int splits) {
-    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x;
-         u < static_cast<unsigned int>(total); u += gridDim.x * blockDim.x) {
-        float sum = part[u];
-        for (int z = 1; z < splits; ++z) sum += part[static_cast<long long>(z) * total + u];
-        store_acc(y + u, sum);
-    }
 }

@@ -52,8 +52,9 @@
 //
 // Split K (gridDim.z > 1, for grids too small to fill the GPU): block z runs K-steps
 // [z * kper, (z + 1) * kper) only and writes FP32 partial sums to partials[z], laid out like
-// y; implicit_gemm_tc.cu's implicit_gemm_tc_sum_splits adds them in a fixed order. Without a
-// split the host passes y as `partials` and the kernel never touches it.
+// y; the last of a tile's splits to finish adds them in a fixed order and stores y
+// (common.cuh sum_split_tile, as implicit_gemm_tc.cu does). Without a split the host passes
+// y as `partials` and `counters` and the kernel never touches them.
 //
 // Grid: x = ceil(N*P*Q / BN), y = groups * ceil(kg / BM), z = splits. Needs cg a whole
 // number of 16-byte vectors (a vector stays within one filter tap) and 16-byte aligned
@@ -140,8 +141,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                              T* __restrict__ y, CONV_SHAPE_STRUCT, unsigned int cg_mul,
                              unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,
                              unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul,
-                             unsigned int q_shr, void* __restrict__ partials, int kper,
-                             int pairs) {
+                             unsigned int q_shr, void* __restrict__ partials,
+                             void* __restrict__ counters, int kper, int pairs) {
     CONV_SHAPE_FIELDS;
     constexpr int BN = 128, ROW_BYTES = 128, BK = ROW_BYTES / sizeof(T);  // K-step, elements
     constexpr int VEC = 16 / sizeof(T);   // elements per 16-byte copy
@@ -292,9 +293,15 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     wgmma_wait<0>();     // the last K-step's wgmma, before the epilogue reads acc
     cp_async_wait<0>();  // only empty groups remain; nothing may be in flight at exit
 
-    // Split K: FP32 partial sums into partials[z], laid out like y (the host adds them).
+    // Split K: FP32 partial sums into partials[z], laid out like y; the tile's last split
+    // adds them once they are stored (the stages are done with: wgmma_wait<0> above, and the
+    // sum's first barrier, so its flag goes there).
     float* split_sums =
         static_cast<float*>(partials) + static_cast<long long>(blockIdx.z) * N * K * PQ;
+    const auto sum_splits = [&] {
+        sum_split_tile<BM, BN, THREADS>(shape, partials, y, counters, smem_raw, m0, n0, grp,
+                                        kg, pq_mul, pq_shr);
+    };
     const int lane = tid % 32, g = lane / 4, t = lane % 4;
     const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + g;
     if (pairs) {
@@ -318,6 +325,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                 }
             }
         }
+        if (gridDim.z > 1) sum_splits();
         return;
     }
 #pragma unroll
@@ -340,4 +348,5 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
             }
         }
     }
+    if (gridDim.z > 1) sum_splits();
 }

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from algorithms.base import AlgorithmBase
 from algorithms.cuda import (
     depthwise,
     implicit_gemm_tc,
@@ -641,29 +642,32 @@ def test_tensor_core_vector_fills_exactly_where_allowed(
 
 
 #: Mutations of kernels/common.cuh's sum_split_tile these cases catch (each tried once, over
-#: the 80 implicit_gemm_tc cases, 2026-11-27):
-#:   the last block leaves its tile's count as it is         -> 20 of 80 (the second run, on
+#: the 103 implicit_gemm_tc and implicit_gemm_wgmma cases, 2026-11-27):
+#:   the last block leaves its tile's count as it is         -> 22 of 103 (the second run, on
 #:                                                              the same counters, sums none)
 #:   the last block starts from its own split's partial sums
-#:   (the sum's order then depends on which block ran last)  -> 7 of 80, and 0 of 80 with the
-#:                                                              emulator's blocks always in
-#:                                                              launch order
+#:   (the sum's order then depends on which block ran last)  -> 8 of 103; with the emulator's
+#:                                                              blocks always in launch order,
+#:                                                              0 (of tc's 80, tried earlier)
 def test_split_k_is_summed_in_the_gemm_kernel(verdicts: dict[str, dict[str, Any]]) -> None:
-    """A forward tc case's split configurations (several cases offer one) launch no summing
-    kernel: the last block of each tile sums the splits, whichever block ran last (the two
-    schedules run the blocks in opposite orders and must agree bit for bit, which the case
-    itself checks), and leaves its counters at zero (the second run reuses them)."""
+    """A tensor-core case launches exactly the kernels `work` counts (split K: no summing
+    kernel; the last block of each tile sums the splits, whichever block ran last, as the
+    two schedules, whose blocks run in opposite orders, agree bit for bit; and it leaves
+    its counters at zero, as the second run reuses them), and many cases offer splits."""
     split_cases = 0
     for case_id, case in CASES.items():
-        if case["algorithm"] != "implicit_gemm_tc" or "direction" in case["problem"]:
+        name = case["algorithm"]
+        if name not in ("implicit_gemm_tc", "implicit_gemm_wgmma"):
             continue
         verdict = verdicts[case_id]
         assert verdict["status"] == "ok", verdict["message"]
-        configs = ALGORITHMS["implicit_gemm_tc"].configs(make_problem(**case["problem"]))
-        assert not [name for name, _args in verdict["launches"]
-                    if name.startswith("implicit_gemm_tc_sum_splits<")], case_id
+        algorithm, problem = ALGORITHMS[name], make_problem(**case["problem"])
+        assert isinstance(algorithm, AlgorithmBase)  # `work` is AlgorithmBase's
+        configs = algorithm.configs(problem)
+        assert len(verdict["launches"]) == len(SCHEDULES) * sum(
+            algorithm.work(problem, c).launches for c in configs), case_id
         split_cases += any("-k" in c for c in configs)
-    assert split_cases >= 8
+    assert split_cases >= 10
 
 
 def test_every_winograd_instance_runs(verdicts: dict[str, dict[str, Any]]) -> None:
@@ -723,7 +727,7 @@ def test_no_vector_stores_when_pq_is_not_a_multiple_of_4(
 
 
 #: Cases whose runs launch through prepared parameter buffers (algorithms.cuda._launch):
-#: tensor-core tiles (NCHW, NHWC with its copies, split K's sum), wgmma, im2col_gemm,
+#: tensor-core tiles (NCHW, NHWC with its copies, split K), wgmma, im2col_gemm,
 #: direct, implicit_gemm, depthwise, winograd, and backward_data's rearranging copies.
 _PREPARED_CASES = ("implicit_gemm_tc-odd-float32-fp32",
                    "implicit_gemm_wgmma-tc_nhwc_geom-float16-fp32-offset",

@@ -106,9 +106,9 @@ def test_shipped_instances_are_every_dtype_config_math_and_copy_width() -> None:
     names = shipped_kernels()[tc.KERNEL_FILE]
     # (f32 x 2 maths, f16, bf16; 3xTF32 without 128x64) x (NCHW element, vector A, vector A
     # and B; NHWC), the 16-bit NHWC tiles with K-steps of 32, the "-sS" ones in each layout
-    # (three in 1xTF32, none in 3xTF32, three per 16-bit dtype), and the split-K sum per dtype
+    # (three in 1xTF32, none in 3xTF32, three per 16-bit dtype); split K needs no kernel more
     assert len(names) == len(set(names)) == (
-        (len(tc.CONFIGS) * 4 - 1) * 4 + 2 * len(tc.BK32_TILES) + 2 * (3 + 2 * 3) + 3)
+        (len(tc.CONFIGS) * 4 - 1) * 4 + 2 * len(tc.BK32_TILES) + 2 * (3 + 2 * 3))
     assert tc.deep_configs("float32", "fp32") == tc.deep_configs("float32", "fp32", False) == ()
     for dtype in tc.DTYPES:
         vec = tc.vector_elements(dtype)
@@ -121,7 +121,6 @@ def test_shipped_instances_are_every_dtype_config_math_and_copy_width() -> None:
                 assert nhwc in names and nhwc.endswith(f"{vec}, {vec}, true, 16>")
                 # A split runs the same GEMM instance.
                 assert tc.name_expression(dtype, config + tc.NHWC + "-k4", math) == nhwc
-        assert tc.sum_name_expression(dtype) in names
         for config in tc.BK32_TILES:
             deep = tc.name_expression(dtype, config + tc.BK32 + tc.NHWC)
             assert (deep in names) == (dtype != "float32")

@@ -206,16 +206,4 @@ def shipped_kernels() -> tuple[str, ...]:
         names += [name_expression(d, c, m) for m in MATHS for c in deep_configs(d, m)]
         names += [name_expression(d, c, m, (v, v)) for m in MATHS
                   for c in deep_configs(d, m, nhwc=False)]
-        names.append(sum_name_expression(d))
     return tuple(dict.fromkeys(names))
-
-
-def sum_name_expression(dtype: str) -> str:
-    """The split-K summing kernel's instance for a storage dtype."""
-    return f"implicit_gemm_tc_sum_splits<{TC_CTYPES[dtype]}>"
-
-
-def sum_kernel(dtype: str) -> tuple[str, str]:
-    """(file, instance) of the split-K sum that wgmma's splits launch after their GEMM (the
-    mma.sync kernel sums its own)."""
-    return KERNEL_FILE, sum_name_expression(dtype)

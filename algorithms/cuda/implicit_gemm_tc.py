@@ -115,8 +115,6 @@ from algorithms.cuda._tc_configs import (
     shipped_kernels,
     smem_bytes,
     stages,
-    sum_kernel,
-    sum_name_expression,
     tiles,
     vector_elements,
 )
@@ -130,8 +128,8 @@ __all__ = [
     "MIN_SPLIT_STEPS", "NHWC", "SPLIT_TARGET_BLOCKS", "TC_CTYPES", "ImplicitGemmTcCuda",
     "TcConfig", "TcTile", "deep_configs", "k_splits", "k_steps", "launch_grid",
     "name_expression", "nhwc_allowed", "parse_config", "passes", "run_config",
-    "shipped_kernels", "smem_bytes", "split_steps", "stages", "sum_kernel",
-    "sum_name_expression", "tiles", "vector_elements", "vector_widths", "workspace_layout",
+    "shipped_kernels", "smem_bytes", "split_steps", "stages", "tiles", "vector_elements",
+    "vector_widths", "workspace_layout",
 ]
 
 #: Split K: a grid below this many blocks (one wave on an H100's 132 SMs) is offered a
@@ -301,7 +299,7 @@ def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -
     return gemm_launch(problem, workspace_layout(problem, config), KERNEL_FILE, name,
                        smem_bytes(problem.dtype, config), cfg.tile.threads,
                        launch_grid(problem, config),
-                       split_steps(problem, cfg.splits, cfg.bk)[0], k_divisor, None)
+                       split_steps(problem, cfg.splits, cfg.bk)[0], k_divisor)
 
 
 class ImplicitGemmTcCuda(CudaByForward, _ImplicitGemmTcCudaForward):

@@ -33,7 +33,8 @@ barrier and copy issue, one stage further from the copies (not at 3xTF32; `TILES
 
 Split K ("TILE-kS", offered where a tile's grid is below one wave: implicit_gemm_tc.k_splits
 with K-steps of 128 bytes): S slices of the K loop run as grid.z, each writing FP32 partial
-sums to the workspace, then implicit_gemm_tc's sum kernel adds them in a fixed order into y.
+sums to the workspace; the last slice of a tile to finish adds them in a fixed order into y
+(kernels/common.cuh sum_split_tile, as implicit_gemm_tc's kernel does).
 
 Limits: C/groups a whole number of 16-byte vectors (8 16-bit values, 4 floats); tensors
 below 2**31 elements; a compute-capability-9.0 GPU (the loader refuses any other with a
@@ -53,7 +54,7 @@ from math import prod
 from typing import Any, ClassVar
 
 from algorithms.base import Support, Work, WorkspaceLayout, unsupported
-from algorithms.cuda import _rearrange, implicit_gemm_tc
+from algorithms.cuda import _rearrange
 from algorithms.cuda._base import (
     CudaAlgorithm,
     fitting_tiles,
@@ -234,17 +235,17 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         return workspace_layout(problem, config).nbytes
 
     def work(self, problem: ConvProblem, config: str) -> Work:
-        """The GEMM kernel's tiles times its K splits, after the two NHWC copies; splits add
-        a sum."""
+        """The GEMM kernel's tiles times its K splits (which it sums itself), after the two
+        NHWC copies."""
         tile = parse_config(problem.dtype, problem.math, config).tile
         grid, _ = launch(problem, config)
-        return Work(prod(grid), gemm_fill(problem, tile.bm, tile.bn), 3 + (grid[2] > 1))
+        return Work(prod(grid), gemm_fill(problem, tile.bm, tile.bn), 3)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue the NHWC copies, the GEMM kernel and the split-K sum on the current
-        stream; no sync."""
+        """Enqueue the NHWC copies and the GEMM kernel (which sums a split K itself) on the
+        current stream; no sync."""
         nhwc, gemm = _run_plan(problem, config)
         x, w = nhwc.enqueue(x, w, workspace)
         gemm.enqueue(get_kernel, x, w, y, workspace)
@@ -254,7 +255,7 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
 def _run_plan(problem: ConvProblem, config: str
               ) -> tuple[_rearrange.NhwcCopies, GemmLaunch]:
     """What `_run` enqueues for one (problem, config), worked out once: the NHWC copies,
-    then the GEMM kernel (and split K's sum). K runs (r, s, c): first divisor C/groups."""
+    then the GEMM kernel. K runs (r, s, c): first divisor C/groups."""
     tile = parse_config(problem.dtype, problem.math, config).tile
     grid, kper = launch(problem, config)
     return (_rearrange.nhwc_copies(problem, tf32_parts(problem)),
@@ -262,7 +263,7 @@ def _run_plan(problem: ConvProblem, config: str
                 problem, workspace_layout(problem, config), KERNEL_FILE,
                 name_expression(problem.dtype, config, problem.math),
                 tile.smem_bytes(copies(problem.dtype, problem.math)), tile.threads, grid, kper,
-                problem.c // problem.groups, implicit_gemm_tc.sum_kernel(problem.dtype)))
+                problem.c // problem.groups))
 
 
 class ImplicitGemmWgmmaCuda(CudaByForward, _ImplicitGemmWgmmaCudaForward):

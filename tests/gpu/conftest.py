@@ -126,3 +126,41 @@ def assert_every_config_passes(algorithm: Algorithm, shape: str, dtype: str, mat
     assert support, support.reason
     failures = config_failures(algorithm, problem)
     assert not failures, f"{shape} {dtype} {math}:\n" + "\n".join(failures)
+
+
+def assert_split_k_repeats(algorithm: Algorithm, dtype: str, math: str) -> None:
+    """Split K's last block per tile sums the splits and resets the tile's counter: runs
+    of every split configuration of `algorithm`, one after another in one workspace
+    refilled with garbage between them (as the tuner interleaves a layer's candidates), and
+    on a second stream with a workspace of its own, must each give the first run's bits,
+    within tolerance of the float64 reference."""
+    import cupy
+
+    # K = 1024 on a 7x7 image: a grid far below a wave, so every tile offers splits.
+    problem = make_problem(n=2, c=1024, h=7, w=7, k=96, r=1, s=1, dtype=dtype, math=math)
+    splits = [c for c in algorithm.configs(problem) if "-k" in c]
+    assert len(splits) >= 2
+    rng = np.random.default_rng()
+    x_host = to_storage(rng.standard_normal(problem.input_shape), dtype)
+    w_host = to_storage(rng.standard_normal(problem.filter_shape), dtype)
+    ref = reference(to_float(x_host, dtype), to_float(w_host, dtype), problem)
+    limit = tolerance_for(dtype, math, algorithm.name)
+    x, w = cupy.asarray(x_host), cupy.asarray(w_host)
+    shared = cupy.empty(max(algorithm.workspace_bytes(problem, c) for c in splits), cupy.uint8)
+    first: dict[str, bytes] = {}
+    for _round in range(3):
+        for config in splits:  # A B A B ...: each run after another's in the same buffer
+            shared.fill(0xFF)
+            y = cupy.asarray(nan_storage(problem.output_shape, dtype))
+            algorithm.run(x, w, y, shared, problem, config)
+            out = cupy.asnumpy(y)
+            assert relative_error(to_float(out, dtype), ref) <= limit, config
+            assert out.tobytes() == first.setdefault(config, out.tobytes()), config
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        for config in splits:
+            own = cupy.full(algorithm.workspace_bytes(problem, config), 0xFF, cupy.uint8)
+            y = cupy.asarray(nan_storage(problem.output_shape, dtype))
+            algorithm.run(x, w, y, own, problem, config)
+            assert cupy.asnumpy(y).tobytes() == first[config], config
+    stream.synchronize()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from algorithms.cuda.implicit_gemm_tc import ImplicitGemmTcCuda, vector_elements, vector_widths
-from tests.gpu.conftest import assert_every_config_passes, math_errors
+from tests.gpu.conftest import assert_every_config_passes, assert_split_k_repeats, math_errors
 from tests.precision import make_problem, nan_storage, to_float, to_storage
 
 pytestmark = pytest.mark.gpu
@@ -71,44 +71,7 @@ def test_vector_fills_give_the_element_wise_bits(dtype: str, math: str) -> None:
         assert all(o.tobytes() == outs[0].tobytes() for o in outs[1:]), config
 
 
+
 @pytest.mark.parametrize(("dtype", "math"), MODES)
-def test_split_k_sums_in_the_kernel_run_after_run_in_a_shared_workspace(dtype: str,
-                                                                        math: str) -> None:
-    """Split K's last block per tile sums the splits and resets the tile's counter: runs
-    of every split configuration, one after another in one workspace refilled with garbage
-    between them (as the tuner interleaves a layer's candidates), and on a second stream
-    with a workspace of its own, must each give the first run's bits, within tolerance of
-    the float64 reference."""
-    import cupy
-
-    from algorithms.reference import reference, relative_error
-    from tests.precision import tolerance_for
-
-    # K = 1024 on a 7x7 image: a grid far below a wave, so every tile offers splits.
-    problem = make_problem(n=2, c=1024, h=7, w=7, k=96, r=1, s=1, dtype=dtype, math=math)
-    splits = [c for c in ALGORITHM.configs(problem) if "-k" in c]
-    assert len(splits) >= 2
-    rng = np.random.default_rng()
-    x_host = to_storage(rng.standard_normal(problem.input_shape), dtype)
-    w_host = to_storage(rng.standard_normal(problem.filter_shape), dtype)
-    ref = reference(to_float(x_host, dtype), to_float(w_host, dtype), problem)
-    x, w = cupy.asarray(x_host), cupy.asarray(w_host)
-    shared = cupy.empty(max(ALGORITHM.workspace_bytes(problem, c) for c in splits), cupy.uint8)
-    first: dict[str, bytes] = {}
-    for _round in range(3):
-        for config in splits:  # A B A B ...: each run after another's in the same buffer
-            shared.fill(0xFF)
-            y = cupy.asarray(nan_storage(problem.output_shape, dtype))
-            ALGORITHM.run(x, w, y, shared, problem, config)
-            out = cupy.asnumpy(y)
-            assert relative_error(to_float(out, dtype), ref) <= tolerance_for(
-                dtype, math, "implicit_gemm_tc"), config
-            assert out.tobytes() == first.setdefault(config, out.tobytes()), config
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        for config in splits:
-            own = cupy.full(ALGORITHM.workspace_bytes(problem, config), 0xFF, cupy.uint8)
-            y = cupy.asarray(nan_storage(problem.output_shape, dtype))
-            ALGORITHM.run(x, w, y, own, problem, config)
-            assert cupy.asnumpy(y).tobytes() == first[config], config
-    stream.synchronize()
+def test_split_k_sums_in_the_kernel_run_after_run(dtype: str, math: str) -> None:
+    assert_split_k_repeats(ALGORITHM, dtype, math)

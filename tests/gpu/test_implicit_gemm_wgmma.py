@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from algorithms.cuda.implicit_gemm_wgmma import ImplicitGemmWgmmaCuda
-from tests.gpu.conftest import assert_every_config_passes, math_errors
+from tests.gpu.conftest import assert_every_config_passes, assert_split_k_repeats, math_errors
 
 pytestmark = pytest.mark.gpu
 
@@ -43,3 +43,8 @@ def test_tf32_is_less_accurate_than_3xtf32() -> None:
     """1xTF32 must not silently run the 3xTF32 path (or the reverse)."""
     errors = math_errors(ALGORITHM, "64x128x32-s4")
     assert errors["fp32"] <= 1e-5 < errors["tf32"] <= 1e-3
+
+
+@pytest.mark.parametrize(("dtype", "math"), MODES)
+def test_split_k_sums_in_the_kernel_run_after_run(dtype: str, math: str) -> None:
+    assert_split_k_repeats(ALGORITHM, dtype, math)
