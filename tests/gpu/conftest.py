@@ -132,8 +132,8 @@ def assert_split_k_repeats(algorithm: Algorithm, dtype: str, math: str) -> None:
     """Split K's last block per tile sums the splits and resets the tile's counter: runs
     of every split configuration of `algorithm`, one after another in one workspace
     refilled with garbage between them (as the tuner interleaves a layer's candidates), and
-    on a second stream with a workspace of its own, must each give the first run's bits,
-    within tolerance of the float64 reference."""
+    on a second stream with a workspace of its own, and replays of a CUDA graph of one,
+    must each give the first run's bits, within tolerance of the float64 reference."""
     import cupy
 
     # K = 1024 on a 7x7 image: a grid far below a wave, so every tile offers splits.
@@ -162,5 +162,23 @@ def assert_split_k_repeats(algorithm: Algorithm, dtype: str, math: str) -> None:
             own = cupy.full(algorithm.workspace_bytes(problem, config), 0xFF, cupy.uint8)
             y = cupy.asarray(nan_storage(problem.output_shape, dtype))
             algorithm.run(x, w, y, own, problem, config)
+            assert cupy.asnumpy(y).tobytes() == first[config], config
+        # A CUDA graph of one run (its counters made by the warm-up above) replays with
+        # the same counters each time: each replay must leave them at zero for the next.
+        config = splits[0]
+        own = cupy.full(algorithm.workspace_bytes(problem, config), 0xFF, cupy.uint8)
+        nans = cupy.asarray(nan_storage(problem.output_shape, dtype))
+        y = nans.copy()
+        algorithm.run(x, w, y, own, problem, config)
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            algorithm.run(x, w, y, own, problem, config)
+        finally:  # an open capture would fail every later CUDA call of this process
+            graph = stream.end_capture()
+        for _ in range(3):
+            y[...] = nans
+            graph.launch(stream)
+            stream.synchronize()
             assert cupy.asnumpy(y).tobytes() == first[config], config
     stream.synchronize()
