@@ -1,11 +1,18 @@
 """bench_gpu's report: per-layer Markdown tables, geometric means, depthwise bandwidth.
 
 Pure functions of the rows bench_gpu.py measures (so tests check them on synthetic rows).
+Run as a script on stored bench_gpu.py JSON files, it prints their summaries again (with
+whatever this code now sums up, such as the means by kind of layer):
+
+    python benchmarks/gpu_report.py bench_fp32.json [bench_tf32.json ...]
 """
 
 from __future__ import annotations
 
+import json
 import math
+import sys
+from pathlib import Path
 from typing import Any
 
 from algorithms.registry import algorithms_for
@@ -122,6 +129,16 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def layer_kind(key: dict[str, Any]) -> str:
+    """A layer's kind for the summary, from its problem key: its filter ("3x3"), "dw" first
+    when depthwise, " sN" after when strided."""
+    kind = f"{key['r']}x{key['s']}"
+    if key.get("groups", 1) > 1 and key["groups"] == key["c"] == key["k"]:
+        kind = f"dw {kind}"
+    stride = max(key.get("stride_h", 1), key.get("stride_w", 1))
+    return f"{kind} s{stride}" if stride > 1 else kind
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     """Geometric means of ours/cuDNN speed, of GEMM ratios and of depthwise GB/s vs HBM.
 
@@ -132,6 +149,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     groups = {network: [r for r in rows if r["network"] == network]
               for network in sorted({r["network"] for r in rows})}
     groups["all"] = rows
+    # By kind of layer too (the synthetic sweep is one "network" of every kind).
+    for kind in sorted({layer_kind(r["problem"]) for r in rows if "problem" in r}):
+        groups[f"kind {kind}"] = [r for r in rows
+                                  if "problem" in r and layer_kind(r["problem"]) == kind]
     for label, group in groups.items():
         speeds = [r["speed_vs_cudnn"] for r in group if r.get("speed_vs_cudnn")]
         out[f"ours/cuDNN speed, {label}"] = _geomean(speeds)
@@ -161,3 +182,19 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     out["depthwise GB/s / HBM copy, depthwise layers"] = _geomean(fractions)
     out["layers counted, depthwise GB/s"] = float(len(fractions))
     return out
+
+
+def main(paths: list[str]) -> None:
+    """Each file's summary, recomputed from its rows, as a Markdown table."""
+    for path in paths:
+        report = json.loads(Path(path).read_text())
+        device = report.get("device", {}).get("name", "?")
+        print(f"\n{path} ({device})\n\n| summary | geometric mean or count |\n|---|---|")
+        for key, value in summarize(report["rows"]).items():
+            print(f"| {key} | {fmt(value, '.0f' if key.startswith('layers') else '.3f')} |")
+
+
+if __name__ == "__main__":
+    if str(Path(__file__).resolve().parents[1]) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    main(sys.argv[1:])

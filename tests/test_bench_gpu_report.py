@@ -11,7 +11,7 @@ import pytest
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference, relative_error
 from benchmarks.bench_gpu import torch_conv
-from benchmarks.gpu_report import bandwidth, device_summary, markdown, summarize
+from benchmarks.gpu_report import bandwidth, device_summary, layer_kind, markdown, summarize
 
 
 def _row(network: str, layer: str, speed: float | None,
@@ -41,6 +41,27 @@ def test_geometric_means_and_counts() -> None:
     assert summary["implicit_gemm/cupy.matmul, 3x3"] == pytest.approx(math.sqrt(0.4))
     assert summary["slowest layer, ours/cuDNN, resnet50"] == 0.5
     assert summary["slowest layer, ours/cuDNN, all"] == 0.5
+
+
+def test_means_by_kind_of_layer() -> None:
+    # The sweep is one "network" of every kind: its means are read per kind of layer.
+    pointwise = ConvProblem(n=2, c=8, h=8, w=8, k=16, r=1, s=1)
+    strided = ConvProblem(n=2, c=8, h=8, w=8, k=16, r=3, s=3, pad=1, stride=2)
+    depthwise = ConvProblem(n=2, c=8, h=8, w=8, k=8, r=3, s=3, pad=1, groups=8)
+    rows = [_row("sweep", "a", 2.0), _row("sweep", "b", 0.5), _row("sweep", "c", 0.8),
+            _row("sweep", "d", 1.5), _row("resnet50", "a", 0.6)]
+    for row, problem in zip(rows, (pointwise, pointwise, strided, depthwise, pointwise),
+                            strict=True):
+        row["problem"] = problem.key()
+    assert [layer_kind(p.key()) for p in (pointwise, strided, depthwise)] == [
+        "1x1", "3x3 s2", "dw 3x3"]
+    summary = summarize(rows)
+    assert summary["ours/cuDNN speed, kind 1x1"] == pytest.approx((2.0 * 0.5 * 0.6) ** (1 / 3))
+    assert summary["layers counted, kind 1x1"] == 3
+    assert summary["slowest layer, ours/cuDNN, kind 1x1"] == 0.5
+    assert summary["ours/cuDNN speed, kind 3x3 s2"] == pytest.approx(0.8)
+    assert summary["ours/cuDNN speed, kind dw 3x3"] == pytest.approx(1.5)
+    assert summary["ours/cuDNN speed, sweep"] == pytest.approx((2.0 * 0.5 * 0.8 * 1.5) ** 0.25)
 
 
 def test_tensor_core_rates_over_matmul() -> None:
