@@ -9,6 +9,8 @@ counters of a run live apart, zeroed once when first needed, and are kept per wo
 address: work ordered on one workspace is ordered on its counters too (two runs at once on
 one workspace would already clash in its partial sums), and a CUDA graph replays the same
 addresses. On a device every workspace is device memory, so its address names one device.
+Counters are never freed (a run still queued may count in them): one small block per
+workspace address ever seen, which CuPy's memory pool, reusing its addresses, keeps few.
 """
 
 from __future__ import annotations
