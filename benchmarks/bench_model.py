@@ -152,6 +152,17 @@ def by_usual(train: Sequence[Sample], candidates: Sequence[Sample]) -> list[Samp
 Measured = tuple[list[Sample], dict[str, set[ConvProblem]], dict[str, Any]]
 
 
+def held_out_layers(samples: Sequence[Sample], held: set[ConvProblem]
+                    ) -> list[list[Sample]]:
+    """Each held-out problem's measured candidates, problems in a fixed order (those
+    measured at all)."""
+    per_problem: dict[ConvProblem, list[Sample]] = defaultdict(list)
+    for s in samples:
+        if s.problem in held:
+            per_problem[s.problem].append(s)
+    return [per_problem[p] for p in sorted(per_problem, key=repr)]
+
+
 def held_out_splits(problems: Mapping[str, set[ConvProblem]], train_only: Sequence[str] = ()
                     ) -> list[tuple[str, set[ConvProblem]]]:
     """(name, problems) of each network to hold out in turn: every network but those only
@@ -252,9 +263,6 @@ def main() -> None:
             samples, problems, info = tune_all(url, args.device, args.batch, args.scale, policy,
                                                also)
     tuning_s = time.perf_counter() - started
-    per_problem: dict[ConvProblem, list[Sample]] = defaultdict(list)
-    for s in samples:
-        per_problem[s.problem].append(s)
 
     rows = []
     for name, held in held_out_splits(problems, train_only):
@@ -263,7 +271,7 @@ def main() -> None:
         model = M.fit(train, seed=args.seed)
         fit_s = time.perf_counter() - fit_started
         assert model is not None, f"too few rows to fit without {name}"
-        truth = [per_problem[p] for p in sorted(held, key=repr) if per_problem[p]]
+        truth = held_out_layers(samples, held)
         trained = frozenset(s.algorithm for s in train)
         predict_started = time.perf_counter()
         times = [predicted_ms(model, t) for t in truth]  # one call per layer, as a find makes

@@ -123,10 +123,14 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{fmt(d['tuned_host_share'], '.2f')} | {d['best_algorithm'] or '-'} | "
                          f"{fmt(d['best_ms'])} | {fmt(d['cudnn_ms'])} | "
                          f"{fmt(d['tuned_vs_cudnn'], '.2f')} | {fmt(d['best_vs_cudnn'], '.2f')} |")
-    lines += ["", "| summary | geometric mean or count |", "|---|---|"]
-    for key, value in report["summary"].items():
-        lines.append(f"| {key} | {fmt(value, '.0f' if key.startswith('layers') else '.3f')} |")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *summary_lines(report["summary"])])
+
+
+def summary_lines(summary: dict[str, float | None]) -> list[str]:
+    """The summary as a Markdown table, one line per entry."""
+    return ["| summary | geometric mean or count |", "|---|---|",
+            *(f"| {key} | {fmt(value, '.0f' if key.startswith('layers') else '.3f')} |"
+              for key, value in summary.items())]
 
 
 def layer_kind(key: dict[str, Any]) -> str:
@@ -150,9 +154,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
               for network in sorted({r["network"] for r in rows})}
     groups["all"] = rows
     # By kind of layer too (the synthetic sweep is one "network" of every kind).
-    for kind in sorted({layer_kind(r["problem"]) for r in rows if "problem" in r}):
-        groups[f"kind {kind}"] = [r for r in rows
-                                  if "problem" in r and layer_kind(r["problem"]) == kind]
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if "problem" in r:
+            kinds.setdefault(layer_kind(r["problem"]), []).append(r)
+    groups.update((f"kind {kind}", kinds[kind]) for kind in sorted(kinds))
     for label, group in groups.items():
         speeds = [r["speed_vs_cudnn"] for r in group if r.get("speed_vs_cudnn")]
         out[f"ours/cuDNN speed, {label}"] = _geomean(speeds)
@@ -189,9 +195,8 @@ def main(paths: list[str]) -> None:
     for path in paths:
         report = json.loads(Path(path).read_text())
         device = report.get("device", {}).get("name", "?")
-        print(f"\n{path} ({device})\n\n| summary | geometric mean or count |\n|---|---|")
-        for key, value in summarize(report["rows"]).items():
-            print(f"| {key} | {fmt(value, '.0f' if key.startswith('layers') else '.3f')} |")
+        print(f"\n{path} ({device})\n")
+        print("\n".join(summary_lines(summarize(report["rows"]))))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,9 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_model import by_model, from_results, score  # noqa: E402
+from benchmarks.bench_model import by_model, from_results, held_out_layers, score  # noqa: E402
 from tuner import model as M  # noqa: E402
-from tuner.features import Sample  # noqa: E402
 
 
 def curve(held_out: str, base: Sequence[Path], additions: Sequence[Sequence[Path]],
@@ -34,11 +32,7 @@ def curve(held_out: str, base: Sequence[Path], additions: Sequence[Sequence[Path
     problems, (top-1, top-3) per seed, the held-out layers scored)."""
     samples, problems, _ = from_results(base)
     held = problems[held_out]
-    truth: dict[object, list[Sample]] = defaultdict(list)
-    for s in samples:
-        if s.problem in held:
-            truth[s.problem].append(s)
-    layers = [truth[p] for p in sorted(held, key=repr)]
+    layers = held_out_layers(samples, held)
     train = [s for s in samples if s.problem not in held]
     out = []
     for extra in [[], *additions]:

@@ -48,7 +48,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_model import by_model, from_results, held_out_splits, score  # noqa: E402
+from benchmarks.bench_model import (  # noqa: E402
+    by_model,
+    from_results,
+    held_out_layers,
+    held_out_splits,
+    score,
+)
 from tuner import model as M  # noqa: E402
 from tuner.features import NO_NUMBER, Encoder, Sample  # noqa: E402
 
@@ -247,9 +253,6 @@ def main() -> None:
                         help="comma list of networks trained on and never held out")
     args = parser.parse_args()
     samples, problems, _ = from_results(args.results)
-    per_problem: dict[object, list[Sample]] = defaultdict(list)
-    for s in samples:
-        per_problem[s.problem].append(s)
     for name in args.variants.split(","):
         if name not in VARIANTS:
             parser.error(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
@@ -258,7 +261,7 @@ def main() -> None:
             hits1 = hits3 = layers = 0
             for _, held in held_out_splits(problems, args.train_only.split(",")):
                 model = fit([s for s in samples if s.problem not in held], VARIANTS[name], seed)
-                truth = [per_problem[p] for p in sorted(held, key=repr) if per_problem[p]]
+                truth = held_out_layers(samples, held)
                 found = score([by_model(model, t) for t in truth], truth)
                 hits1, hits3, layers = hits1 + found.top1, hits3 + found.top3, \
                     layers + found.layers

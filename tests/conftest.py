@@ -25,12 +25,15 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     close_stores()
 
 
+_HAS_CUPY = importlib.util.find_spec("cupy") is not None  # looked up once, not per test
+
+
 @pytest.fixture(autouse=True)
 def _host_counters_without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
     # Split K's tile counters (algorithms.cuda._counters) come from CuPy. Without it, runs of
     # the CUDA algorithms over stand-in kernels (host checks, launch counts) get host memory
     # posing as device memory: the stand-ins never read it, the emulator's kernels do.
-    if importlib.util.find_spec("cupy") is None:
+    if not _HAS_CUPY:
         from tests.cuda_emu.host import dev
 
         monkeypatch.setattr(_counters, "zeros", lambda nbytes: dev(np.zeros(nbytes, np.uint8)))
