@@ -256,6 +256,11 @@ def _upgrade_with_retry(engine: Engine, attempts: int = 5) -> None:
 def open_store(url: str | None = None) -> Store:
     """The store at `url` (default: `default_url()`), created and upgraded on first use."""
     url = url or default_url()
+    # Open already (every cached call asks): a dict read needs no lock, which only keeps
+    # two threads from creating one store twice.
+    store = _STORES.get(url)
+    if store is not None:
+        return store
     with _LOCK:
         store = _STORES.get(url)
         if store is None:

@@ -99,3 +99,26 @@ def test_a_runs_prepared_launches_are_taken_apart(monkeypatch: pytest.MonkeyPatc
     assert "its 3 prepared launch(es)" in report and "| current stream queries |" in report
     # The CPU backend launches nothing: no table.
     assert B.launch_steps(lambda: None, lambda: None) is None
+
+
+def test_a_cached_convolve_is_taken_apart_on_the_kept_plan(tmp_path: Any) -> None:
+    # convolve finds the plan kept under its call's key: nothing is tuned or stored.
+    from db.engine import open_store
+    from db.find import count_timed_measurements
+
+    runtime = CpuRuntime()
+    plan = B.make_plan(TINY, "cpu", "direct", "default")
+    db = f"sqlite:///{tmp_path}/calls.db"
+    times = B.convolve_steps(plan, B.native_operands(runtime, TINY), runtime.synchronize, db)
+    steps = [k for k in times if k not in ("whole convolve call", "unaccounted")]
+    assert len(steps) == 5 and all(times[k] > 0 for k in steps)
+    assert times["unaccounted"] == pytest.approx(
+        times["whole convolve call"] - sum(times[k] for k in steps))
+    with open_store(db).session() as session:
+        assert count_timed_measurements(session=session, kind="cpu") == 0
+    text = B.report({"date": "d", "device": "cpu", "commit": "c", "problem": "p",
+                     "operands": [], "plans": {}, "convolve": {"direct/default":
+                                                               {"native": times}},
+                     "algorithms": []})
+    assert "A cached convolve() with plan direct/default" in text
+    assert "| the result allocated |" in text
