@@ -1,13 +1,15 @@
 """SASS instructions in the main loop of a tensor-core kernel, per instance (no GPU needed).
 
 Usage: python benchmarks/kernel_loop_sass.py [--file implicit_gemm_tc.cu] [--match TEXT ...]
-           [--instance EXPR ...] [--kernels DIR] [--arch sm_90a]
+           [--instance EXPR ...] [--kernels DIR] [--arch sm_90a] [--per-store]
 
 Compiles each instance to a cubin with nvcc, disassembles it with cuobjdump (which needs
 nvdisasm next to it or on the PATH: `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`
 gives both, under site-packages/nvidia/cu13/bin; set CUOBJDUMP or PATH), and counts the
 instructions of the loop that holds the kernel's tensor-core instructions (HMMA or HGMMA):
-what each warp issues per K-step, by opcode. Counts are static: where a branch inside the
+what each warp issues per K-step, by opcode. With `--per-store` the loop is the one holding
+the most global stores (STG) instead, for copy kernels (im2col.cu's): instructions per
+stored element, where ptxas may unroll several elements a trip. Counts are static: where a branch inside the
 loop picks one of two paths (a runtime case, say), both count. Unlike `kernel_loop_ptx.py`,
 this is the code the GPU runs, after ptxas's scheduling and folding (ptxas drops cvt.rna's
 mask before a TF32 HMMA, for one). Compare instances and trees (`--kernels` at a `git
@@ -38,8 +40,8 @@ _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 #: The tensor-core instructions whose loop is the kernel's main loop.
 MMA = ("HMMA", "HGMMA")
 #: Opcode families reported in their own column; the rest are summed as "other".
-COLUMNS = ("HMMA", "HGMMA", "LDS", "LDSM", "LDGSTS", "FSETP", "IMAD", "LEA", "IADD3", "SEL",
-           "BAR")
+COLUMNS = ("HMMA", "HGMMA", "LDS", "LDSM", "LDGSTS", "LDG", "STG", "FSETP", "IMAD", "LEA",
+           "IADD3", "SEL", "BAR")
 
 
 def instructions(sass: str) -> list[tuple[int, str]]:
@@ -59,11 +61,12 @@ def opcode(instruction: str) -> str:
     return word.split(".")[0]
 
 
-def main_loop(found: list[tuple[int, str]], largest: bool = False) -> list[str]:
+def main_loop(found: list[tuple[int, str]], largest: bool = False,
+              key: tuple[str, ...] = MMA) -> list[str]:
     """The body of the loop (a backward branch's span) holding the most tensor-core
-    instructions, the smallest such span on a tie (the largest with `largest`: a kernel
-    compiled with one loop per case, as implicit_gemm_tc's element-wise B, has one per case);
-    empty if no loop holds one."""
+    instructions (`key`'s opcodes), the smallest such span on a tie (the largest with
+    `largest`: a kernel compiled with one loop per case, as implicit_gemm_tc's element-wise B,
+    has one per case); empty if no loop holds one."""
     best: tuple[int, int, list[str]] = (0, 0, [])
     for address, text in found:
         if opcode(text) != "BRA":
@@ -73,7 +76,7 @@ def main_loop(found: list[tuple[int, str]], largest: bool = False) -> list[str]:
             continue
         start = int(target.group(1), 16)
         body = [t for a, t in found if start <= a <= address]
-        mma = sum(opcode(t) in MMA for t in body)
+        mma = sum(opcode(t) in key for t in body)
         tie = mma == best[0] and mma and (len(body) > best[1] if largest else len(body) < best[1])
         if mma > best[0] or tie:
             best = (mma, len(body), body)
@@ -106,11 +109,12 @@ def compile_sass(kernel_file: str, expression: str, kernels: Path, nvcc: str,
                               text=True, env=env).stdout
 
 
-def row(expression: str, body: list[str]) -> str:
-    """One Markdown table row: the loop's size and its opcode families."""
+def row(expression: str, body: list[str], key: tuple[str, ...] = MMA) -> str:
+    """One Markdown table row: the loop's size, per `key` instruction, and its opcode
+    families."""
     kinds = Counter(opcode(t) for t in body)
     named = [kinds[c] for c in COLUMNS]
-    mma = sum(kinds[m] for m in MMA)
+    mma = sum(kinds[m] for m in key)
     per_mma = f"{len(body) / mma:.1f}" if mma else "-"
     return (f"| `{expression}` | {len(body)} | {per_mma} | " + " | ".join(map(str, named)) +
             f" | {len(body) - sum(named)} |")
@@ -129,7 +133,10 @@ def main() -> None:
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--largest", action="store_true",
                         help="of loops with as many tensor-core instructions, the largest")
+    parser.add_argument("--per-store", action="store_true",
+                        help="the loop with the most global stores, per store (copies)")
     args = parser.parse_args()
+    key = ("STG",) if args.per_store else MMA
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         sys.exit("kernel_loop_sass: nvcc is not on the PATH")
@@ -140,12 +147,13 @@ def main() -> None:
                                   if all(m in e for m in args.match)]
     print(f"kernels: {args.kernels}, {args.arch}\n")
     # ptxas may unroll a K loop (two K-steps a trip): compare instances per mma instruction.
-    print("| instance | SASS per loop trip | per HMMA/HGMMA | " + " | ".join(COLUMNS) +
+    per = "per STG" if args.per_store else "per HMMA/HGMMA"
+    print(f"| instance | SASS per loop trip | {per} | " + " | ".join(COLUMNS) +
           " | other |")
     print("|---|---|---|" + "---|" * (len(COLUMNS) + 1))
     for expression in instances:
         sass = compile_sass(args.file, expression, args.kernels, nvcc, args.arch)
-        print(row(expression, main_loop(instructions(sass), args.largest)))
+        print(row(expression, main_loop(instructions(sass), args.largest, key), key))
 
 
 if __name__ == "__main__":

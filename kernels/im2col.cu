@@ -17,7 +17,8 @@
 // stride hole) and in range. No atomics, a fixed summation order: deterministic.
 //
 // images_inner copies backward_filter's dy chunk [img][k][pq] to [k][img][pq], the matching
-// layout of the GEMM's other operand.
+// layout of the GEMM's other operand; the merged configuration's copies (dy, yT back to y,
+// and a pointwise layer's x and dx, whose image-inner column matrix that is) are the same.
 //
 // TF32 (float only, math "tf32"): the copies write their values rounded to TF32 (cvt.rna),
 // and round_tf32 makes such copies of the caller's operands (w, backward_data's dy). cuBLAS

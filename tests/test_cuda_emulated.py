@@ -175,6 +175,10 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
 #:   backward_data, dyT copied unrounded        -> backward_data tf32 near_up fails
 #:   the copy of yT into y, n and K swapped     -> forward cases fail
 #:   col2im image-inner with the outer tap step -> backward_data cases fail (error 1.2-1.4)
+#: A pointwise layer's merged column matrix copied by images_inner, not im2col / col2im
+#: (2026-11-28; 107 im2col_gemm cases):
+#:   host: the forward's x copied with the batch and channels swapped -> 12: error 1.1-1.4
+#:   host: the same for backward_data's dx                            -> 3 (pointwise_groups2)
 #: im2col_gemm on pointwise layers, x (dx) as the column matrix (2026-11-26, seventeenth
 #: session; pointwise_groups2 in every direction, float16/32/64 and TF32):
 #:   forward under "tf32" reading x unrounded     -> pointwise_groups2 forward tf32 near_up:

@@ -466,11 +466,16 @@ def test_im2col_gemm_reads_tf32_only_from_rounded_copies(monkeypatch: pytest.Mon
         assert gemms and set(gemms) == {math == "tf32"}, config
         # The kernels that write a GEMM operand: rounding instances exactly under "tf32".
         writers = [k for k in kernels if not k.startswith("col2im")]
-        if config == im2col_gemm.MERGED and direction == "forward":  # its last launch
-            # copies the GEMM's output to y, not an operand
+        if config == im2col_gemm.MERGED and (direction == "forward" or problem.pointwise):
+            # Its last launch copies the GEMM's output to y (or, pointwise, the column
+            # matrix to dx: col2im's gather is that copy there), not an operand.
             assert writers[-1] == im2col_gemm.images_inner_expression("float32"), kernels
             writers = writers[:-1]
         assert set(map(TF32_WRITERS.__contains__, writers)) <= {math == "tf32"}, kernels
+        if config == im2col_gemm.MERGED and problem.pointwise:
+            # Its column matrix is x (dx) with images and channels swapped: plain copies,
+            # not im2col's (col2im's) per-tap arithmetic.
+            assert not [k for k in kernels if k.startswith(("im2col", "col2im"))], kernels
         rounds = [k for k in kernels if k in (im2col_gemm.ROUND_TF32, ROUND_TF32_PAIR)]
         assert bool(rounds) == (math == "tf32" and direction != "backward_filter")
         assert algorithm.work(problem, config).launches == len(kernels) + len(gemms), config
@@ -596,3 +601,4 @@ def test_cublaslt_lists_algorithms_and_runs_the_one_given(tmp_path: Any) -> None
         lt.run(0, matmul, _cublas._ONE["float32"], 1 << 40, 2 << 40, _cublas._ZERO["float32"],
                3 << 40, 4 << 40, 5, algorithm=algorithm)
         assert library.lt_last()[24] == word
+

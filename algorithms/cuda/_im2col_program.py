@@ -279,7 +279,7 @@ def _forward_merged(problem: ConvProblem, filt: str) -> list[Kernel | Gemm]:
     # swapped (its "K" is the batch, its "images" the channels).
     pq, crs, kg = _dims(problem)
     length = problem.n * pq
-    return [_im2col(problem, 0, problem.n, image_inner=True),
+    return [_columns_image_inner(problem),
             Gemm(problem.dtype, OP_N, OP_N, length, kg, crs, ("col", 0), length, crs * length,
                  (filt, 0), crs, kg * crs, ("yt", 0), length, kg * length, problem.groups,
                  tf32=_tf32(problem)),
@@ -298,7 +298,23 @@ def _backward_data_merged(problem: ConvProblem, filt: str) -> list[Kernel | Gemm
             Gemm(problem.dtype, OP_N, OP_T, length, crs, kg, ("dyt", 0), length, kg * length,
                  (filt, 0), crs, kg * crs, ("col", 0), length, crs * length, problem.groups,
                  tf32=_tf32(problem)),
-            _col2im(problem, 0, problem.n, image_inner=True)]
+            _col2im(problem, 0, problem.n, image_inner=True) if not problem.pointwise
+            # A pointwise layer's image-inner columns are dx with images and channels
+            # swapped: images_inner's copy with their roles swapped, as for yT above.
+            else _images_inner("col", "out", problem.dtype, problem.n, pq, problem.c)]
+
+
+def _columns_image_inner(problem: ConvProblem) -> Kernel:
+    """The whole batch's image-inner column matrix of "a" into "col": im2col's, or for a
+    pointwise layer x with images and channels swapped, images_inner's copy (rounded to TF32
+    under math "tf32"). Why: im2col decomposes each element by five divisions and checks its
+    tap against the padding, where the copy divides twice: 26.7-28.0 SASS instructions per
+    element against 19.3-22.0 (kernel_loop_sass.py --per-store, sm_90)."""
+    if problem.pointwise:
+        pq = _dims(problem)[0]
+        return _images_inner("a", "col", problem.dtype, problem.c, pq, problem.n,
+                             tf32=_tf32(problem))
+    return _im2col(problem, 0, problem.n, image_inner=True)
 
 
 def _images_inner(src: str, dst: str, dtype: str, rows: int, pq: int, count: int,
