@@ -2,7 +2,7 @@
 each algorithm configuration's enqueue on issue 9's small problem.
 
 Usage: python benchmarks/bench_host_path.py [--device cpu|cuda:0] [--layer NET:LAYER
-       --batch N --dtype D --math M] [--out f.json]
+       --batch N --dtype D --math M] [--no-algorithms] [--out f.json]
 
 1. Steps: a plan call with `out` given, taken apart as `Plan.enqueue` does it (adopt each
    operand, make the device and the caller's stream current, make x and w contiguous, find
@@ -335,6 +335,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--math", default="fp32")
+    parser.add_argument("--no-algorithms", action="store_true",
+                        help="leave out part 3 (every configuration's run): minutes on a CPU")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     device = parse_device(args.device)
@@ -372,7 +374,8 @@ def main() -> None:
     results = {"date": date.today().isoformat(), "device": runtime.fingerprint()["name"],
                "commit": commit, "problem": problem.describe(), "operands": list(operand_sets),
                "plans": plans, "convolve": calls, "launch_steps": pieces,
-               "algorithms": algorithm_rows(problem, device, runtime, sync)}
+               "algorithms": [] if args.no_algorithms else algorithm_rows(problem, device,
+                                                                         runtime, sync)}
     print(report(results))
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))

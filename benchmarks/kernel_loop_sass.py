@@ -9,11 +9,12 @@ gives both, under site-packages/nvidia/cu13/bin; set CUOBJDUMP or PATH), and cou
 instructions of the loop that holds the kernel's tensor-core instructions (HMMA or HGMMA):
 what each warp issues per K-step, by opcode. With `--per-store` the loop is the one holding
 the most global stores (STG) instead, for copy kernels (im2col.cu's): instructions per
-stored element, where ptxas may unroll several elements a trip. Counts are static: where a branch inside the
-loop picks one of two paths (a runtime case, say), both count. Unlike `kernel_loop_ptx.py`,
-this is the code the GPU runs, after ptxas's scheduling and folding (ptxas drops cvt.rna's
-mask before a TF32 HMMA, for one). Compare instances and trees (`--kernels` at a `git
-worktree` of an older commit), not cycles: issue rate and stalls need the GPU.
+stored element, where ptxas may unroll several elements a trip. Counts are static: where a
+branch inside the loop picks one of two paths (a runtime case, say), both count. Unlike
+`kernel_loop_ptx.py`, this is the code the GPU runs, after ptxas's scheduling and folding
+(ptxas drops cvt.rna's mask before a TF32 HMMA, for one). Compare instances and trees
+(`--kernels` at a `git worktree` of an older commit), not cycles: issue rate and stalls
+need the GPU.
 """
 
 from __future__ import annotations

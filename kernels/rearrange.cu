@@ -111,11 +111,17 @@ __global__ void __launch_bounds__(256)
 // block iteration (grid-stride over batch x row tiles x column tiles) through shared memory,
 // so that reads and writes are both coalesced; the +1 column keeps the transposed reads off
 // a single bank.
-template <typename T, int PARTS>
+// STRIDED: column j of a source row is not element j but the pixel a 1x1 filter at a stride
+// reads for output pixel j = p*Q + q: element (j / Q) * step_h + (j % Q) * step_w of a row
+// of src_row (H*W) elements (step_h = stride_h * W, step_w = stride_w), so that cols = P*Q
+// and the NHWC copy holds only the pixels the GEMM reads (a quarter at stride 2), which then
+// runs as a stride-1 1x1 layer (algorithms/cuda/_rearrange.py `gathered`). Unused otherwise.
+template <typename T, int PARTS, bool STRIDED = false>
 __global__ void __launch_bounds__(256)
     transpose(const T* __restrict__ src, T* __restrict__ dst, int rows, int cols,
               int row_tiles, int col_tiles, int tiles, unsigned int plane_mul,
-              unsigned int plane_shr, unsigned int col_mul, unsigned int col_shr) {
+              unsigned int plane_shr, unsigned int col_mul, unsigned int col_shr, int src_row,
+              unsigned int q_mul, unsigned int q_shr, int q, int step_h, int step_w) {
     __shared__ T tile[32][33];
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
     // Tiles are numbered (b, tile row, tile column), innermost last; (plane_mul, plane_shr)
@@ -132,6 +138,15 @@ __global__ void __launch_bounds__(256)
         const int tile_row = fast_div(rest, col_mul, col_shr);
         const int i0 = tile_row * 32, j0 = (rest - tile_row * col_tiles) * 32;
         const long long base = static_cast<long long>(b) * rows * cols;
+        // This thread's source column: j0 + tx itself, or the pixel it stands for.
+        long long from = static_cast<long long>(b) * rows * cols + j0 + tx;
+        int row_length = cols;
+        if constexpr (STRIDED) {
+            const int j = j0 + tx;
+            const int p = fast_div(j, q_mul, q_shr);
+            from = static_cast<long long>(b) * rows * src_row + p * step_h + (j - p * q) * step_w;
+            row_length = src_row;
+        }
         // Read rows i0 + ty + 8m, 32 consecutive columns: a thread's four loads first, then
         // its four stores (stage_shared's reason: one load in flight per element otherwise).
         T v[4] = {};
@@ -139,7 +154,7 @@ __global__ void __launch_bounds__(256)
         for (int m = 0; m < 4; ++m) {
             const int k = ty + 8 * m;
             if (i0 + k < rows && j0 + tx < cols)
-                v[m] = src[base + static_cast<long long>(i0 + k) * cols + j0 + tx];
+                v[m] = src[from + static_cast<long long>(i0 + k) * row_length];
         }
 #pragma unroll
         for (int m = 0; m < 4; ++m) tile[ty + 8 * m][tx] = v[m];

@@ -108,7 +108,7 @@ _TC_POINTWISE = ("tc_pw_vec", "tc_pw_vec_groups", "tc_pw_pq_odd", "tc_pw_strided
 #:   every split writing partials[0] (no blockIdx.z offset)  -> 13: unwritten outputs (NaN)
 #:   the sum dropping the last split                         -> 13: error 0.5-0.7
 #:   host: K-steps per split rounded down (one split more)   -> 12: ASan heap overflow
-_TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups")
+_TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups", "tc_pw_s2")
 
 #: The tensor-core kernel is slow to emulate (a 32-fiber rendezvous per mma), so it runs a
 #: chosen few shapes per (dtype, math) instead of every shape: odd sizes, strides, padding
@@ -226,6 +226,15 @@ _TC_EXTRA_SHAPES: dict[str, dict[str, Any]] = {
     # "-sS" ones included (600 pixels, 264 output channels; NHWC).
     "tc_multi_block": dict(n=2, c=16, h=15, w=20, k=264, r=3, s=3, pad=1),
     "tc_nhwc_groups": dict(n=3, c=24, h=5, w=6, k=18, r=3, s=2, pad=2, dilation=2, groups=3),
+    # A 1x1 filter at strides (2, 3) without padding (dilation 2, which a 1x1 filter ignores):
+    # NHWC copies gather its 5 x 4 pixels of each 9 x 11 image (_rearrange.gathered), and
+    # the GEMM runs a stride-1 layer over them (2026-11-28). Mutations (of its 7 cases, tc in
+    # four dtype/math pairs, wgmma in three; each injected once):
+    #   the gathered column's q not times stride_w              -> 7: error 1.1-1.3
+    #   the source row length P*Q, not H*W                      -> 7: error 1.4
+    #   host: the GEMM launched on the strided problem (tc, wgmma) -> 7: ASan heap overflow
+    "tc_pw_s2": dict(n=2, c=32, h=9, w=11, k=24, r=1, s=1, stride=(2, 3), dilation=2,
+                     groups=2),
     # A pointwise layer with vector B in every dtype (P*Q = 320) over several blocks both
     # ways for the NCHW "-sS" tiles too (320 pixels, 264 output channels; kept this small
     # because the emulator takes a minute a config at twice the size).
@@ -410,10 +419,10 @@ _TC_BWD_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
 #: and on the NHWC transpose's tile numbering (kernels/rearrange.cu, nineteenth session):
 #:   the host's two divisors swapped     tc_long_k f16    -> fails
 _WG_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("float16", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
+    ("float16", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block", "tc_pw_s2"),
     ("bfloat16", "fp32"): ("tc_deep", "tc_nhwc_groups"),
-    ("float32", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block"),
-    ("float32", "tf32"): ("tc_deep", "tc_nhwc_groups"),
+    ("float32", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block", "tc_pw_s2"),
+    ("float32", "tf32"): ("tc_deep", "tc_nhwc_groups", "tc_pw_s2"),
 }
 _WG_BWD = dict(n=8, c=16, h=5, w=6, k=8, r=3, s=3, pad=1, stride=2)
 #: The backward directions on wgmma: 16-bit, and 3xTF32 (the FP32 tolerance).

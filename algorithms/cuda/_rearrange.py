@@ -41,19 +41,24 @@ TF32_PARTS = (0, 1, 2)
 _BIT_COPIES = ("remap", "phase_filter", "phase_shuffle")
 
 
-def name_expression(kernel: str, itemsize: int, parts: int = 0) -> str:
+def name_expression(kernel: str, itemsize: int, parts: int = 0, strided: bool = False) -> str:
     """The template instance of `kernel` (a bit copy or "transpose") for an element size (and
-    a transpose's TF32 parts)."""
+    a transpose's TF32 parts, and whether it gathers a strided 1x1 filter's pixels)."""
     if kernel in _BIT_COPIES:
         return f"{kernel}<{_BITS_TYPES[itemsize]}>"
-    return f"transpose<{'float' if parts else _BITS_TYPES[itemsize]}, {parts}>"
+    return (f"transpose<{'float' if parts else _BITS_TYPES[itemsize]}, {parts}"
+            f"{', true' if strided else ''}>")
 
 
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for."""
     return (*(name_expression(kernel, size) for kernel in (*_BIT_COPIES, "transpose")
               for size in _BITS_TYPES),
-            *(name_expression("transpose", 4, parts) for parts in TF32_PARTS if parts))
+            *(name_expression("transpose", 4, parts) for parts in TF32_PARTS if parts),
+            # The tensor-core kernels' element sizes (16-bit and 32-bit bits).
+            *(name_expression("transpose", size, 0, strided=True) for size in (2, 4)),
+            *(name_expression("transpose", 4, parts, strided=True)
+              for parts in TF32_PARTS if parts))
 
 
 def _copy(name: str, grid: tuple[int], args: tuple[Any, ...]) -> KernelLaunch:
@@ -110,24 +115,47 @@ def _phase_shuffle_launch(found: Phases, problem: ConvProblem) -> KernelLaunch:
                 found.w.first, found.h.count, found.w.count, total)))
 
 
-def _transpose_launch(batch: int, rows: int, cols: int, itemsize: int, parts: int
-                      ) -> KernelLaunch:
+def _transpose_launch(batch: int, rows: int, cols: int, itemsize: int, parts: int,
+                      pixels: ConvProblem | None = None) -> KernelLaunch:
     """(instance, grid, scalar arguments) of one transpose launch: dst[b][j][i] =
     src[b][i][j] for a (batch, rows, cols) source (rounded to TF32 in `parts`, see
-    TF32_PARTS)."""
+    TF32_PARTS); with `pixels`, a strided 1x1 problem whose x this is, column j of a source
+    row is the pixel its output pixel j reads (cols = P*Q of its H*W)."""
     row_tiles, col_tiles = ceil_div(rows, 32), ceil_div(cols, 32)
     tiles = batch * row_tiles * col_tiles
+    if pixels is None:  # the strided arguments, unused
+        gather: tuple[Any, ...] = (np.int32(cols), *fastdiv_args(1), *(np.int32(1),) * 3)
+    else:
+        q = pixels.out_hw[1]
+        gather = (np.int32(pixels.h * pixels.w), *fastdiv_args(q), np.int32(q),
+                  np.int32(pixels.stride[0] * pixels.w), np.int32(pixels.stride[1]))
     # One block per tile (grid_stride_blocks' cap), each looping over the rest.
-    return _copy(name_expression("transpose", itemsize, parts),
+    return _copy(name_expression("transpose", itemsize, parts, pixels is not None),
                  (grid_stride_blocks(tiles, threads=1),),
                  (*(np.int32(v) for v in (rows, cols, row_tiles, col_tiles, tiles)),
-                  *fastdiv_args(row_tiles * col_tiles, col_tiles)))
+                  *fastdiv_args(row_tiles * col_tiles, col_tiles), *gather))
+
+
+@functools.lru_cache(maxsize=4096)
+def gathered(problem: ConvProblem) -> ConvProblem:
+    """The problem an NHWC GEMM runs: `problem` itself, or for a 1x1 filter at a stride
+    without padding, the stride-1 layer over the pixels it reads (H, W = P, Q), which the
+    copy of x gathers (`nhwc_copies`). Why: the copy of x is then a quarter of x at stride
+    2, not all of it: ResNet-50's res3.proj in strict FP32 (wgmma's two parts) wrote 206 MB
+    of NHWC copies to read 51 MB of them (H100, 2026-11-27: 232 us, cuDNN 176)."""
+    if (problem.r, problem.s) != (1, 1) or problem.pad != (0, 0) or problem.stride == (1, 1):
+        return problem
+    out_h, out_w = problem.out_hw
+    return ConvProblem.from_key({**problem.key(), "h": out_h, "w": out_w, "stride_h": 1,
+                                 "stride_w": 1, "dilation_h": 1, "dilation_w": 1})
 
 
 def add_nhwc_operands(layout: WorkspaceLayout, problem: ConvProblem,
                       copies: int = 1) -> WorkspaceLayout:
-    """Reserve the NHWC copies of x (N, H, W, C) and w (K, R*S, C/groups) in `layout`:
-    `copies` of each, one after the other (3xTF32's big and small parts: 2)."""
+    """Reserve the NHWC copies of x (N, H, W, C; H, W of `gathered`) and w (K, R*S,
+    C/groups) in `layout`: `copies` of each, one after the other (3xTF32's big and small
+    parts: 2)."""
+    problem = gathered(problem)
     layout.add("x", (copies * problem.n, problem.h, problem.w, problem.c), problem.dtype)
     return layout.add("w", (copies * problem.k, problem.r * problem.s,
                             problem.c // problem.groups), problem.dtype)
@@ -157,11 +185,13 @@ class NhwcCopies:
 @functools.lru_cache(maxsize=4096)  # asked on every NHWC run
 def nhwc_copies(problem: ConvProblem, parts: int = 0) -> NhwcCopies:
     """The copies of x and w into add_nhwc_operands' regions (first in the workspace), with
-    `parts` copies of each (TF32_PARTS; one when 0)."""
+    `parts` copies of each (TF32_PARTS; one when 0); x's of `gathered`'s pixels only."""
     ranges = add_nhwc_operands(WorkspaceLayout(), problem, max(parts, 1)).byte_ranges()
     item = problem.itemsize
+    run = gathered(problem)
+    pixels = None if run == problem else problem  # not `is`: the cache hands back an equal one
     return NhwcCopies(
         ranges["x"], ranges["w"],
-        _transpose_launch(problem.n, problem.c, problem.h * problem.w, item, parts),
+        _transpose_launch(problem.n, problem.c, run.h * run.w, item, parts, pixels),
         _transpose_launch(problem.k, problem.c // problem.groups, problem.r * problem.s,
                           item, parts))

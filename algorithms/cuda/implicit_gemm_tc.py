@@ -14,13 +14,16 @@ shared-memory tiles are filled. Two layouts of the gathered operands:
   workspace (kernels/rearrange.cu `transpose`, one read and one write of each), which makes
   every K-step's B rows 16-byte runs of channels at one pixel on any geometry, as in
   cuDNN's and CUTLASS's tensor-core kernels. The copies cost a pass over x per call; the
-  tuner weighs that against the faster fills.
+  tuner weighs that against the faster fills. A 1x1 filter at a stride without padding
+  copies only the pixels it reads and runs as the stride-1 layer over them
+  (`_rearrange.gathered`: a quarter of x at stride 2).
 
 Split K ("...-kS", either layout, offered when a tile's grid is smaller than one wave of an
 H100's 132 SMs and K is long enough): S slices of the K loop run as grid.z, each writing
-FP32 partial sums to the workspace, then one kernel adds them in a fixed order into y
-(deterministic). GoogLeNet's few-channel reductions and the 7x7 and 14x14 layers of every
-network have grids of 13-75 blocks without it.
+FP32 partial sums to the workspace; the last slice of each tile to finish adds them in a
+fixed order into y (deterministic; common.cuh `sum_split_tile`). GoogLeNet's few-channel
+reductions and the 7x7 and 14x14 layers of every network have grids of 13-75 blocks
+without it.
 
 Precision (`problem.math`):
 - float32, math "fp32": 3xTF32 (big/small split of both operands, FP32 accumulation), meant
@@ -30,8 +33,8 @@ Precision (`problem.math`):
 
 Limits: tensors below 2**31 elements, at most 65535 groups x channel tiles; any stride,
 padding, dilation and groups; compute capability 8.0 or newer (not checked here: a problem
-carries no device). Workspace, forward: none for NCHW; x and w in NHWC order for NHWC;
-S x the output in float32 for split K.
+carries no device). Workspace, forward: none for NCHW; x (gathered pixels only, above)
+and w in NHWC order for NHWC; S x the output in float32 for split K.
 
 backward_data and backward_filter run this forward kernel, on tensor cores in the
 problem's math, on a rearranged problem (algorithms/by_forward.py), the rearranged
@@ -258,6 +261,9 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         cfg = parse_config(config)
         if cfg.nhwc:
             x, w = _rearrange.nhwc_copies(problem).enqueue(x, w, workspace)
+            # The GEMM over the copies: a strided 1x1 layer's copy of x holds only the
+            # pixels it reads, a stride-1 layer's input (`_rearrange.gathered`).
+            problem = _rearrange.gathered(problem)
         else:
             widths = vector_widths(problem)
             # A caller's sliced buffer may be misaligned: its operand is copied element-wise.

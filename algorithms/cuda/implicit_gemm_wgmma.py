@@ -2,8 +2,9 @@
 wgmma.mma_async, sm_90a only, float16 and bfloat16, and float32 as TF32 or 3xTF32, all with
 FP32 accumulation.
 
-The same GEMM as implicit_gemm_tc's NHWC configurations (x copied to NHWC and the filter to
-(K, R, S, C/groups) in the workspace, _rearrange.nhwc_copies), but each warpgroup of 128 threads
+The same GEMM as implicit_gemm_tc's NHWC configurations (x copied to NHWC, only the pixels a
+strided 1x1 filter reads, and the filter to (K, R, S, C/groups) in the workspace,
+_rearrange.nhwc_copies and `gathered`), but each warpgroup of 128 threads
 multiplies a 64 x 128 tile with one wgmma per 32 bytes of K (m64n128k16 for 16-bit types,
 m64n128k8 for TF32), straight from shared memory: no fragment loads through registers
 (ldmatrix), which is what bounds the mma.sync kernel's rate (implicit_gemm_tc's docstring:
@@ -255,12 +256,13 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
 def _run_plan(problem: ConvProblem, config: str
               ) -> tuple[_rearrange.NhwcCopies, GemmLaunch]:
     """What `_run` enqueues for one (problem, config), worked out once: the NHWC copies,
-    then the GEMM kernel. K runs (r, s, c): first divisor C/groups."""
+    then the GEMM kernel over them (a strided 1x1 layer as the stride-1 one over the pixels
+    the copy of x gathered: `_rearrange.gathered`). K runs (r, s, c): first divisor C/groups."""
     tile = parse_config(problem.dtype, problem.math, config).tile
     grid, kper = launch(problem, config)
     return (_rearrange.nhwc_copies(problem, tf32_parts(problem)),
             gemm_launch(
-                problem, workspace_layout(problem, config), KERNEL_FILE,
+                _rearrange.gathered(problem), workspace_layout(problem, config), KERNEL_FILE,
                 name_expression(problem.dtype, config, problem.math),
                 tile.smem_bytes(copies(problem.dtype, problem.math)), tile.threads, grid, kper,
                 problem.c // problem.groups))

@@ -1,0 +1,39 @@
+"""A strided 1x1 layer's NHWC copy gathers only the pixels its filter reads."""
+
+from __future__ import annotations
+
+from algorithms.base import WorkspaceLayout
+from algorithms.cuda import _rearrange
+from algorithms.problem import ConvProblem
+from benchmarks.nhwc_copy_bytes import copy_bytes
+
+
+def test_a_strided_1x1_layer_runs_as_the_stride_1_layer_over_its_pixels() -> None:
+    problem = ConvProblem(n=2, c=32, h=9, w=11, k=24, r=1, s=1, stride=(2, 3), dilation=2,
+                          groups=2, dtype="float16")
+    run = _rearrange.gathered(problem)
+    assert (run.h, run.w, run.stride, run.dilation, run.pad) == (5, 4, (1, 1), (1, 1), (0, 0))
+    assert run.out_hw == problem.out_hw and run.output_shape == problem.output_shape
+    assert (run.n, run.c, run.k, run.groups, run.dtype) == (2, 32, 24, 2, "float16")
+    # The workspace holds the gathered pixels only, in both parts of 3xTF32.
+    layout = _rearrange.add_nhwc_operands(WorkspaceLayout(), problem, copies=2)
+    assert layout.byte_ranges()["x"].stop == 2 * 2 * 5 * 4 * 32 * 2
+
+
+def test_every_other_layer_runs_as_it_is() -> None:
+    for other in (ConvProblem(n=1, c=8, h=9, w=9, k=8, r=1, s=1),  # stride 1
+                  ConvProblem(n=1, c=8, h=9, w=9, k=8, r=1, s=1, pad=1, stride=2),  # padded
+                  ConvProblem(n=1, c=8, h=9, w=9, k=8, r=3, s=3, stride=2)):  # 3x3
+        assert _rearrange.gathered(other) == other
+        # Regression: nhwc_copies told the two apart by identity, and the cache hands back
+        # an equal problem made earlier, so an unstrided layer's x took the strided copy.
+        equal = ConvProblem.from_key(other.key())
+        assert _rearrange.nhwc_copies(equal).x_launch.name == "transpose<unsigned int, 0>"
+
+
+def test_copy_bytes_counts_the_rows_a_gather_touches() -> None:
+    # float32, 56x56 at stride 2: a third of the bytes with two parts (whole rows read at
+    # every other row: half of x; a quarter of x written per part).
+    problem = ConvProblem(n=1, c=1, h=56, w=56, k=1, r=1, s=1, stride=2)
+    x = 56 * 56 * 4
+    assert copy_bytes(problem, 2) == (3 * x, x // 2 + 2 * x // 4)
