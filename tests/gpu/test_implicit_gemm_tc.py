@@ -20,9 +20,10 @@ pytestmark = pytest.mark.gpu
 
 #: (dtype, math) pairs the kernel ships; tests/precision.py stands in for ConvProblem fields.
 MODES = (("float32", "fp32"), ("float32", "tf32"), ("float16", "fp32"), ("bfloat16", "fp32"))
-#: Odd sizes, strides, dilation, groups, several tiles, and two network layers.
+#: Odd sizes, strides, dilation, groups, several tiles, and network layers (res3's strided
+#: 1x1: its "-nhwc" copies gather the pixels it reads).
 GPU_SHAPES = ("odd", "odd_k130", "stride2", "dilation_stride", "groups4", "k_over_tile",
-              "r50_res4_3x3", "r50_res2_1x1", "vgg_conv3_1")
+              "r50_res4_3x3", "r50_res2_1x1", "r50_res3_1x1_s2", "vgg_conv3_1")
 ALGORITHM = ImplicitGemmTcCuda()
 
 
