@@ -56,6 +56,8 @@
 #              between and around the networks' shapes, batch 32) in fp32 or tf32: training
 #              rows for the cost model that no network holds out (issue 11), and our picks
 #              against cuDNN on shapes no kernel was written for (issue 10)
+#   targets    benchmarks/issue10_targets.py on this call's bench_{fp32,tf32,fp16,small}.json:
+#              issue 10's table, each target met or not (after those steps)
 #   fp32 tf32 fp16 bf16 bwd_data bwd_filter small small_tf32 small_fp16
 #              benchmarks/bench_gpu.py in that mode (NETWORKS overrides the networks;
 #              small* = GoogLeNet b32 and MobileNet-v2 b32, in fp32, tf32 or float16: the
@@ -252,6 +254,17 @@ for step in "${steps[@]}"; do
     small_fp16) bench small_fp16 googlenet:32,mobilenet_v2:32 --dtype float16 ;;
     sweep) bench sweep sweep:32 --math fp32 ;;
     sweep_tf32) bench sweep_tf32 sweep:32 --math tf32 ;;
+    targets)  # issue 10's table from this call's bench_{fp32,tf32,fp16,small}.json
+        found=()
+        for mode in fp32 tf32 fp16 small; do
+            [[ -f "$LOG/bench_$mode.json" ]] && found+=("$LOG/bench_$mode.json")
+        done
+        if [[ ${#found[@]} -gt 0 ]]; then
+            run targets targets python3 benchmarks/issue10_targets.py "${found[@]}"
+            cat "$LOG/targets.log"
+        else
+            echo "targets: no bench_fp32/tf32/fp16/small JSON in this call"
+        fi ;;
     *) echo "unknown step: $step" >&2; rc=2 ;;
     esac
 done

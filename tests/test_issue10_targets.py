@@ -1,0 +1,48 @@
+"""benchmarks/issue10_targets.py: each target's verdict from bench_gpu rows."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from benchmarks import issue10_targets as T
+
+
+def _row(network: str, layer: str, ratio: float, math_: str = "fp32",
+         error: float = 1e-7) -> dict[str, Any]:
+    return {"network": network, "layer": layer, "speed_vs_cudnn": ratio,
+            "problem": {"dtype": "float32", "math": math_}, "tuned": {"rel_error": error}}
+
+
+def _run(rows: list[dict[str, Any]], math_: str = "fp32", summary: Any = None) -> dict[str, Any]:
+    return {"device": {"name": "stand-in"}, "rows": rows, "summary": summary or {},
+            "settings": {"dtype": "float32", "math": math_, "networks": "resnet50:32,vgg16:16"}}
+
+
+def test_a_target_needs_its_geomean_its_slowest_layer_and_fp32_errors() -> None:
+    rows = T.layers([_run([_row("resnet50", "a", 2.0), _row("vgg16", "b", 1.0)])])
+    fp32 = T.verdict(T.TARGETS[0], rows)  # >= 1.3, no layer below 0.9
+    assert fp32["geomean"] == pytest.approx(math.sqrt(2.0)) and fp32["met"]
+    assert fp32["slowest_layer"] == "b" and fp32["picks_over_1e-5"] == 0
+    slow = T.layers([_run([_row("resnet50", "a", 4.0), _row("vgg16", "b", 0.85)])])
+    assert not T.verdict(T.TARGETS[0], slow)["met"]  # geomean 1.84, but a layer at 0.85
+    inexact = T.layers([_run([_row("resnet50", "a", 2.0), _row("vgg16", "b", 2.0, error=2e-5)])])
+    found = T.verdict(T.TARGETS[0], inexact)
+    assert not found["met"] and found["picks_over_1e-5"] == 1
+
+
+def test_a_target_without_its_layers_says_so_and_a_later_file_wins() -> None:
+    first = _run([_row("resnet50", "a", 0.5, "tf32"), _row("vgg16", "b", 1.0, "tf32")], "tf32")
+    again = _run([_row("resnet50", "a", 1.5, "tf32")], "tf32")
+    rows = T.layers([first, again])
+    tf32 = T.verdict(T.TARGETS[1], rows)
+    assert tf32["geomean"] == pytest.approx(math.sqrt(1.5)) and tf32["met"]
+    assert T.verdict(T.TARGETS[0], rows) == {"target": T.TARGETS[0].name,
+                                              "missing": ["resnet50", "vgg16"]}
+    summary = {T.MATMUL_KEYS[0]: 0.9, T.MATMUL_KEYS[1]: 1.5}
+    table = T.markdown([T.verdict(t, rows) for t in T.TARGETS],
+                       T.matmul_ratios([_run([], summary=summary)]))
+    assert "| math=tf32, ResNet-50 + VGG-16 | 2 | 1.225 |" in table
+    assert "no data for resnet50, vgg16" in table and "0.900 (wgmma 1.500)" in table
