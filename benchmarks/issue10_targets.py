@@ -8,7 +8,7 @@ all files together are the layers; each target takes the layers of its networks 
 mode, and a target whose layers are missing says so instead of a verdict. Ours/cuDNN is
 bench_gpu's `speed_vs_cudnn` per layer (both sides measured in the same run, cuDNN in the
 matching mode; for MobileNet-v2 it is PyTorch's own convolution), geometric mean over the
-layers. The 3xTF32 row reads bench_gpu's own summary of the strict-FP32 run.
+layers. The 3xTF32 row is gpu_report's summary of the strict-FP32 run, from its rows.
 """
 
 from __future__ import annotations
@@ -16,10 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.gpu_report import summarize
 
 LARGE, SMALL = ("resnet50", "vgg16"), ("googlenet", "mobilenet_v2")
 FP32_LIMIT = 1e-5  # every strict-FP32 pick's relative error
@@ -93,12 +99,14 @@ def verdict(target: Target, rows: dict[tuple[str, str, str, str], dict[str, Any]
 
 
 def matmul_ratios(runs: Sequence[dict[str, Any]]) -> dict[str, float | None]:
-    """bench_gpu's 3xTF32 GEMM / cupy.matmul summaries of the strict-FP32 large-network run."""
+    """The 3xTF32 GEMMs / cupy.matmul of the strict-FP32 large-network run, recomputed from
+    its rows (gpu_report.summarize: files older than the summary's key hold the rows)."""
     for run in runs:
         settings = run.get("settings", {})
         if (settings.get("dtype"), settings.get("math")) == ("float32", "fp32") and \
                 "resnet50" in settings.get("networks", ""):
-            return {key: run["summary"].get(key) for key in MATMUL_KEYS}
+            summary = summarize(run["rows"])
+            return {key: summary.get(key) for key in MATMUL_KEYS}
     return {}
 
 
