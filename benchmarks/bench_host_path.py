@@ -362,10 +362,14 @@ def main() -> None:
         plans[f"{algorithm}/{config}"] = {
             kind: step_times(built, operands, sync) for kind, operands in operand_sets.items()
         }
-        calls[f"{algorithm}/{config}"] = {
-            kind: convolve_steps(built, operands, sync, db)
-            for kind, operands in operand_sets.items()
-        }
+        try:
+            calls[f"{algorithm}/{config}"] = {
+                kind: convolve_steps(built, operands, sync, db)
+                for kind, operands in operand_sets.items()
+            }
+        except Exception as exc:  # the plans' tables and the rows below still come
+            print(f"convolve steps of {algorithm}/{config} failed: {type(exc).__name__}: "
+                  f"{exc}")
         found = launch_steps(run_of(built, operand_sets["native"]), sync)
         if found is not None:
             pieces[f"{algorithm}/{config}"] = found
