@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(256)
         const int i0 = tile_row * 32, j0 = (rest - tile_row * col_tiles) * 32;
         const long long base = static_cast<long long>(b) * rows * cols;
         // This thread's source column: j0 + tx itself, or the pixel it stands for.
-        long long from = static_cast<long long>(b) * rows * cols + j0 + tx;
+        long long from = base + j0 + tx;
         int row_length = cols;
         if constexpr (STRIDED) {
             const int j = j0 + tx;

@@ -261,9 +261,6 @@ class _ImplicitGemmTcCudaForward(CudaAlgorithm):
         cfg = parse_config(config)
         if cfg.nhwc:
             x, w = _rearrange.nhwc_copies(problem).enqueue(x, w, workspace)
-            # The GEMM over the copies: a strided 1x1 layer's copy of x holds only the
-            # pixels it reads, a stride-1 layer's input (`_rearrange.gathered`).
-            problem = _rearrange.gathered(problem)
         else:
             widths = vector_widths(problem)
             # A caller's sliced buffer may be misaligned: its operand is copied element-wise.
@@ -297,6 +294,9 @@ def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -
     (r, s, c), first divisor C/groups) else the vector widths (K runs (c, r, s))."""
     cfg = parse_config(config)
     if widths is None:
+        # The GEMM over the NHWC copies: a strided 1x1 layer's copy of x holds only the
+        # pixels it reads, a stride-1 layer's input (`_rearrange.gathered`).
+        problem = _rearrange.gathered(problem)
         k_divisor = problem.c // problem.groups
         name = name_expression(problem.dtype, config, problem.math)
     else:
