@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from algorithms.cuda._rearrange import gathered
 from algorithms.problem import ConvProblem
 from tuner.networks import network_problems
 
@@ -49,8 +50,7 @@ def main() -> None:
                                          ("float32", "fp32", 1, "bits (tc -nhwc)"),
                                          ("float16", "fp32", 1, "float16")):
             for layer, problem in network_problems(network, args.batch, dtype, math):
-                if (problem.r, problem.s) != (1, 1) or problem.pad != (0, 0) \
-                        or problem.stride == (1, 1):
+                if gathered(problem) == problem:  # not a strided 1x1 layer
                     continue
                 before, after = copy_bytes(problem, parts)
                 print(f"| {network} | {layer.name} | {problem.describe()} | {what} | "
