@@ -91,7 +91,14 @@ def test_a_runs_prepared_launches_are_taken_apart(monkeypatch: pytest.MonkeyPatc
     found = B.launch_steps(lambda: algorithm.run(x, w, y, workspace, problem, config),
                            lambda: None)
     assert found is not None and found["launches"] == 3
-    assert all(us > 0 for name, us in found.items() if name != "launches")
+    # Each piece is timed; the run's own Python is what the whole run leaves over, a
+    # difference of two medians that may fall to zero or below on a busy machine (it did in
+    # a clean-clone CI run of 2026-11-28, once the run's Python had shrunk).
+    rest = "the run's own Python (whole run less the three above it)"
+    assert all(us > 0 for name, us in found.items() if name not in ("launches", rest))
+    timed = ("prepared launches found (bind, lookups included)", "current stream queries",
+             "prepared launches alone (the driver call included)")
+    assert found[rest] == pytest.approx(found["whole run"] - sum(found[k] for k in timed))
     assert (_launch.KernelLaunch.bind, _launch.Launch.__call__) == (bind, call)
     report = B.report({"date": "d", "device": "cpu", "commit": "c", "problem": "p",
                        "operands": [], "plans": {}, "launch_steps": {"tc": found},
