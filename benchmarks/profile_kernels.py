@@ -76,6 +76,10 @@ CASES: dict[str, Case] = {
     "tf32_res4_1x1a_rest_tc": Case(RES4_1X1A_REST, "implicit_gemm_tc", "64x64",
                                    {"math": "tf32"}),
     "tf32_res4_1x1a_rest_torch": Case(RES4_1X1A_REST, "torch", options={"math": "tf32"}),
+    # wgmma's NCHW tile (2026-11-28, not yet on a GPU): x^T from registers, no NHWC copies
+    # (wgmma's NHWC tiles spent about a third of their run on them here).
+    "tf32_res4_1x1a_rest_wgmma_nchw": Case(RES4_1X1A_REST, "implicit_gemm_wgmma",
+                                           "128x128x32-s5-f1-nchw", {"math": "tf32"}),
     # NCHW 64x64-warp tiles for vector-B 1x1 layers (2026-11-27, not yet on a GPU): half the
     # shared-memory bytes per mma of the 32x32-warp 64x64; with and without the split that
     # fills the H100's 132 SMs (98 blocks unsplit; cuDNN ran 128).
@@ -108,6 +112,8 @@ CASES: dict[str, Case] = {
     "fp32_res3_3x3_tc": Case(RES3_3X3, "implicit_gemm_tc", "128x128"),
     "fp32_res4_1x1b_simt": Case(RES4_1X1B, "implicit_gemm", "128x128x8"),
     "fp32_res4_1x1b_wgmma_3x": Case(RES4_1X1B, "implicit_gemm_wgmma", "128x128x32-s3"),
+    "fp32_res4_1x1b_wgmma_nchw_3x": Case(RES4_1X1B, "implicit_gemm_wgmma",
+                                         "128x128x32-s3-nchw"),
     "fp32_res4_1x1b_torch": Case(RES4_1X1B, "torch"),
     # FP32's last layer under 0.7x cuDNN (H100, 2026-11-27): GoogLeNet's inception3b.5x5, where
     # cuDNN runs an FFT in 0.052 ms and our best was wgmma 3xTF32 at 0.088 (fft "default":

@@ -21,6 +21,8 @@ bite by an injected bug (the kernels' `bug` argument):
 | wgmma m64n8 f16 / tf32 | A descriptor with LBO and SBO swapped | result != model |
 | wgmma m64n8 f16 / tf32 | accumulator registers v and h swapped | result != model |
 | wgmma m64n8 f16 | accumulators read before wgmma.wait_group | result != model (NaN) |
+| wgmma m64n8 tf32, A in registers | registers a1 and a2 swapped | result != model |
+| wgmma m64n8 tf32, A in registers | an A register written before the wait | abort: names it |
 
 The emulator's own bookkeeping of wgmma in flight is pinned the same way, by chains the
 kernel runs on request (`bug` 4 to 6: three ops on one set of registers across a
@@ -229,6 +231,23 @@ def test_wgmma_m64n8(tmp_path: Path, dtype: str, bug: int) -> None:
     if bug == 5:  # the second wgmma's registers in h-swapped order: columns 2t and 2t+1
         assert _close(out[3], product + product[:, [1, 0, 3, 2, 5, 4, 7, 6]] + c)
         return
+    assert _close(out[3], product + c) == (bug == 0)
+
+
+@pytest.mark.parametrize("bug", [0, 1, 2])
+def test_wgmma_m64n8_with_a_in_registers(tmp_path: Path, bug: int) -> None:
+    # The model: D = A . B^T + C, A (64 x 8) read from the documented register fragment, both
+    # operands truncated to TF32's 19 bits as the tensor core reads them.
+    rng = np.random.default_rng(6)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 8), (8, 8)))
+    c = rng.standard_normal((64, 8)).astype(np.float32)
+    out, err = _run(tmp_path, "wgmma_rs_kernel", bug,
+                    [a, b, c, np.full((64, 8), np.nan, np.float32)], (2304, 48 * 1024), 128)
+    if bug == 2:
+        assert out is None and "A register was written while the wgmma was in flight" in err
+        return
+    assert out is not None, err
+    product = _tf32_truncated(a) @ _tf32_truncated(b).T
     assert _close(out[3], product + c) == (bug == 0)
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from algorithms.base import AlgorithmBase
 from algorithms.cuda import (
+    _wgmma_nchw,
     depthwise,
     implicit_gemm_tc,
     implicit_gemm_wgmma,
@@ -425,6 +426,33 @@ _WG_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float32", "tf32"): ("tc_deep", "tc_nhwc_groups", "tc_pw_s2"),
 }
 _WG_BWD = dict(n=8, c=16, h=5, w=6, k=8, r=3, s=3, pad=1, stride=2)
+#: implicit_gemm_wgmma's NCHW configurations (_wgmma_nchw: pointwise float32, x^T as wgmma's A
+#: from registers, W rounded or split in shared memory), at math "fp32" and "tf32": 16-byte
+#: copies of x with partial K-step, channel and pixel tiles (tc_pw_vec), element copies (P*Q
+#: odd), nine K-steps with a split K (wg_pw_long), several blocks each way
+#: (tc_pw_multi_block), misaligned operands (x element-wise, w copied to the workspace first),
+#: and both backward directions on a pointwise layer (wg_pw_bwd).
+#: Mutations of the kernel, each injected once and run on seven of these cases (tc_pw_vec,
+#: tc_pw_pq_odd and wg_pw_long at both maths, and tc_pw_vec's near_up), 2026-11-28:
+#:   A fragment words 1 and 2 swapped (channel and pixel halves) -> 7 of 7: error 0.17-1.16
+#:   epilogue register 4j + 2h + v (v and h swapped)           -> 7 of 7: error 0.24-0.99
+#:   one set of A registers with a group in flight (1xTF32)     -> the 3 tf32 cases with two
+#:                                                                 or more K-steps: abort, "a
+#:                                                                 wgmma's A register was
+#:                                                                 written while the wgmma
+#:                                                                 was in flight"
+#:   W left unrounded in shared memory at 1xTF32              -> near_up: error 9.3e-4 (> 2e-4)
+#:   x left unrounded in registers at 1xTF32                  -> near_up: error 9.3e-4
+#:   x's small part dropped at 3xTF32 (no small.big)          -> the 3 fp32 cases: error
+#:                                                                 1.8-2.1e-4 (> 1e-5)
+#:   W's split before its copies' wait (round_w first)        -> 7 of 7: ASan use-after-poison
+_WG_NCHW_SHAPES: dict[str, dict[str, Any]] = {
+    "tc_pw_vec": _TC_EXTRA_SHAPES["tc_pw_vec"],
+    "tc_pw_pq_odd": _TC_EXTRA_SHAPES["tc_pw_pq_odd"],
+    "wg_pw_long": dict(n=1, c=264, h=3, w=4, k=24, r=1, s=1),
+    "tc_pw_multi_block": _TC_EXTRA_SHAPES["tc_pw_multi_block"],
+}
+_WG_PW_BWD = dict(n=4, c=8, h=3, w=4, k=12, r=1, s=1)
 #: The backward directions on wgmma: 16-bit, and 3xTF32 (the FP32 tolerance).
 _WG_BWD_DTYPES = ("float16", "float32")
 
@@ -563,11 +591,27 @@ def _cases() -> list[dict[str, Any]]:
               for algorithm, shape in (("implicit_gemm_tc", "tc_pw_vec"),
                                        ("implicit_gemm_tc", "tc_nhwc_geom"),
                                        ("implicit_gemm_tc", "tc_deep"),
-                                       ("implicit_gemm_wgmma", "tc_deep"))
+                                       ("implicit_gemm_wgmma", "tc_deep"),
+                                       ("implicit_gemm_wgmma", "tc_pw_vec"))
               for math in ("fp32", "tf32")]
     cases += [_case(f"implicit_gemm_wgmma-{direction}-wg_bwd-{dtype}", "implicit_gemm_wgmma",
                     {**_WG_BWD, "dtype": dtype, "direction": direction})
               for direction in _BWD_DIRECTIONS for dtype in _WG_BWD_DTYPES]
+    for math in ("fp32", "tf32"):
+        cases += [_case(f"implicit_gemm_wgmma-{shape}-float32-{math}", "implicit_gemm_wgmma",
+                        {**kw, "dtype": "float32", "math": math})
+                  for shape, kw in _WG_NCHW_SHAPES.items()]
+        cases.append(_case(f"implicit_gemm_wgmma-tc_pw_vec-float32-{math}-offset",
+                           "implicit_gemm_wgmma", {**_TC_EXTRA_SHAPES["tc_pw_vec"],
+                                                   "dtype": "float32", "math": math}, [4, 4, 4]))
+        cases += [_case(f"implicit_gemm_wgmma-{direction}-wg_pw_bwd-float32-{math}",
+                        "implicit_gemm_wgmma",
+                        {**_WG_PW_BWD, "dtype": "float32", "math": math, "direction": direction})
+                  for direction in _BWD_DIRECTIONS]
+    cases.append(_case("implicit_gemm_wgmma-tc_pw_vec-float32-tf32-near_up",
+                       "implicit_gemm_wgmma", {**_TC_EXTRA_SHAPES["tc_pw_vec"],
+                                               "dtype": "float32", "math": "tf32"},
+                       inputs="tf32_near_up"))
     # cuBLAS at math "tf32" (fake_gemm truncates TF32 operands, as the tensor cores do with
     # unrounded ones): im2col_gemm in every direction must hand it operands its kernels
     # rounded (held to 2e-4 on inputs where one truncated operand costs 9.5e-4), and
@@ -677,8 +721,11 @@ def test_split_k_is_summed_in_the_gemm_kernel(verdicts: dict[str, dict[str, Any]
         algorithm, problem = ALGORITHMS[name], make_problem(**case["problem"])
         assert isinstance(algorithm, AlgorithmBase)  # `work` is AlgorithmBase's
         configs = algorithm.configs(problem)
-        assert len(verdict["launches"]) == len(SCHEDULES) * sum(
-            algorithm.work(problem, c).launches for c in configs), case_id
+        # An NCHW wgmma configuration copies a misaligned w to the workspace first.
+        w_copies = sum(c.split("-k")[0].endswith(_wgmma_nchw.SUFFIX) for c in configs
+                       ) if (case["offsets"] or (0, 0))[1] % 16 else 0
+        assert len(verdict["launches"]) == len(SCHEDULES) * (w_copies + sum(
+            algorithm.work(problem, c).launches for c in configs)), case_id
         split_cases += any("-k" in c for c in configs)
     assert split_cases >= 10
 
@@ -690,7 +737,8 @@ def test_every_winograd_instance_runs(verdicts: dict[str, dict[str, Any]]) -> No
 
 
 @pytest.mark.parametrize("name, module", [("depthwise", depthwise),
-                                          ("implicit_gemm_wgmma", implicit_gemm_wgmma)])
+                                          ("implicit_gemm_wgmma", implicit_gemm_wgmma),
+                                          ("implicit_gemm_wgmma", _wgmma_nchw)])
 def test_every_shipped_instance_runs(verdicts: dict[str, dict[str, Any]], name: str,
                                      module: Any) -> None:
     launched = {kernel for case_id, case in CASES.items() if case["algorithm"] == name

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from algorithms.cuda import _rearrange
+from algorithms.cuda import _rearrange, _wgmma_nchw
 from algorithms.cuda import implicit_gemm_wgmma as wg
 from algorithms.cuda._base import gemm_grid
 from algorithms.cuda.implicit_gemm_tc import SPLIT_TARGET_BLOCKS, k_steps
@@ -110,3 +110,57 @@ def test_channels_must_be_whole_16_byte_vectors() -> None:
     assert ALG.supports(make_problem(**shape, dtype="float32"))
     refused = ALG.supports(make_problem(**shape, dtype="float16"))
     assert not refused and "multiple of 8 for float16" in str(refused.reason)
+
+
+#: ResNet-50's res4.1x1a.rest at batch 32 (a pointwise layer, P*Q = 196) and res5.1x1b
+#: (P*Q = 49: element-wise copies of x).
+RES4_PW: dict[str, Any] = dict(n=32, c=1024, h=14, w=14, k=256, r=1, s=1)
+RES5_PW: dict[str, Any] = dict(n=32, c=512, h=7, w=7, k=2048, r=1, s=1)
+
+
+@pytest.mark.parametrize("math", ["fp32", "tf32"])
+def test_nchw_configs_run_pointwise_float32_layers_from_x_and_w_as_they_are(math: str) -> None:
+    problem = make_problem(**RES4_PW, dtype="float32", math=math)
+    nchw = [c for c in ALG.configs(problem) if _wgmma_nchw.SUFFIX in c]
+    assert {c for c in nchw if "-k" not in c} == set(_wgmma_nchw.tiles(math))
+    copies = _wgmma_nchw.copies(math)
+    for config in nchw:
+        cfg = wg.parse_config("float32", math, config)
+        assert isinstance(cfg.tile, _wgmma_nchw.NchwTile) and cfg.nchw
+        assert cfg.tile.smem_bytes(copies) <= HOPPER_SMEM
+        # One launch, and the workspace is the aligned copy of w (K x C) and any partial sums.
+        assert ALG.work(problem, config).launches == 1
+        splits = cfg.splits
+        partials = splits * prod(problem.output_shape) * 4 if splits > 1 else 0
+        w_copy = prod(problem.filter_shape) * 4
+        assert 0 <= ALG.workspace_bytes(problem, config) - w_copy - partials < 2 * 256
+        for vec in _wgmma_nchw.VECTORS:
+            assert _wgmma_nchw.name_expression(cfg.tile, math, vec) in (
+                _wgmma_nchw.shipped_kernels())
+    # 1xTF32 leaves a group in flight; 3xTF32 waits for each K-step's partial sums.
+    assert {t.in_flight for t in _wgmma_nchw.tiles(math).values()} == {int(math == "tf32")}
+
+
+@pytest.mark.parametrize("shape", [
+    dict(RES4_PW, stride=2),                       # strided
+    dict(RES4_PW, pad=1),                          # padded
+    dict(RES4_PW, groups=2),                       # grouped
+    dict(RES4_PW, r=3, s=3, pad=1),                # not 1x1
+])
+def test_nchw_configs_are_offered_on_pointwise_stride_1_layers_only(shape: dict[str, Any]
+                                                                    ) -> None:
+    assert _wgmma_nchw.offered(make_problem(**RES4_PW, dtype="float32"))
+    for dtype in ("float32", "float16"):
+        problem = make_problem(**shape, dtype=dtype)
+        assert not [c for c in ALG.configs(problem) if _wgmma_nchw.SUFFIX in c]
+    assert not [c for c in ALG.configs(make_problem(**RES4_PW, dtype="float16"))
+                if _wgmma_nchw.SUFFIX in c]
+    with pytest.raises(ValueError, match="unknown config"):
+        wg.parse_config("float16", "fp32", "128x128x32-s3-nchw")
+
+
+def test_nchw_x_copies_are_vectors_where_pixels_and_the_address_allow() -> None:
+    res4, res5 = (make_problem(**kw, dtype="float32") for kw in (RES4_PW, RES5_PW))
+    assert _wgmma_nchw.x_vector(res4, 4096) == 4
+    assert _wgmma_nchw.x_vector(res4, 4096 + 4) == 1   # a caller's sliced buffer
+    assert _wgmma_nchw.x_vector(res5, 4096) == 1       # P*Q = 49: a vector would cross images

@@ -109,9 +109,12 @@ RUNNER_UP = 1.3
 Key = tuple[str, str]  # (algorithm, config)
 
 
-#: Words of a config name that give its operands another layout: NHWC tiles, and
-#: im2col_gemm's "merged" (every image's columns side by side in one GEMM).
-LAYOUTS = ("nhwc", "merged")
+#: Words of a config name that give its operands another layout: NHWC tiles, im2col_gemm's
+#: "merged" (every image's columns side by side in one GEMM), and implicit_gemm_wgmma's
+#: "nchw" tiles (pointwise layers from x and w as they are; its other tiles read NHWC
+#: copies). No GPU has timed the NCHW tiles yet: they count apart for the same reason as
+#: the others, a different kernel whose rank among its algorithm's tiles the model may miss.
+LAYOUTS = ("nhwc", "merged", "nchw")
 #: Algorithms each of whose configurations is a family of its own: winograd's "f2x2" and
 #: "f4x4" are two Winograd algorithms, with their own transforms, numerics and arithmetic
 #: (at math "tf32" F(2x2)'s GEMM reads TF32 and F(4x4)'s stays FP32); fft's "default"

@@ -16,6 +16,7 @@ from types import ModuleType
 from algorithms.cuda import (
     _loader,
     _rearrange,
+    _wgmma_nchw,
     depthwise,
     direct,
     fft,
@@ -53,7 +54,7 @@ INDEXED = True
 #: its own `get_kernel` (which tests replace to emulate or check launches).
 KERNEL_MODULES: tuple[ModuleType, ...] = (
     direct, im2col_gemm, implicit_gemm, fft, implicit_gemm_tc, winograd, depthwise, _rearrange,
-    implicit_gemm_wgmma, spin,
+    implicit_gemm_wgmma, _wgmma_nchw, spin,
 )
 
 

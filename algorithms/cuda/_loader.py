@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import threading
 from pathlib import Path
 from typing import Any, cast
@@ -39,7 +40,8 @@ COMPILE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 #: on sm_90a, which CuPy's RawModule cannot target (it appends the plain -arch=sm_90 of the
 #: device), so these are compiled by NVRTC here and run only on a device of that compute
 #: capability.
-FEATURE_ARCH: dict[str, str] = {"implicit_gemm_wgmma.cu": "sm_90a"}
+FEATURE_ARCH: dict[str, str] = {"implicit_gemm_wgmma.cu": "sm_90a",
+                                  "implicit_gemm_wgmma_nchw.cu": "sm_90a"}
 #: The NVRTC options besides the architecture that CuPy's RawModule compiles with (so a
 #: FEATURE_ARCH file is built as every other is).
 NVRTC_OPTIONS: tuple[str, ...] = (*COMPILE_OPTIONS, "--device-as-default-execution-space")
@@ -58,7 +60,8 @@ INT32_LIMIT = 2**31 - 1
 #: Most dynamic shared memory a block may take without an opt-in attribute.
 DEFAULT_SMEM_LIMIT = 48 * 1024
 
-_INCLUDE_LINE = '#include "common.cuh"'
+#: A kernel file's #include of one of kernels/' own headers (common.cuh, wgmma.cuh).
+_INCLUDE = re.compile(r'^#include "(\w+\.cuh)"$', re.M)
 _lock = threading.Lock()
 _kernels: dict[tuple[int, str, str], Any] = {}
 
@@ -89,14 +92,19 @@ def require_cupy() -> Any:
 
 
 def kernel_source(filename: str) -> str:
-    """The text of kernels/`filename` with kernels/common.cuh pasted over its #include.
+    """The text of kernels/`filename` with each of kernels/' headers it includes pasted over
+    its #include line.
 
-    Pasting (rather than `-I`) makes the header part of the text CuPy hashes for its
-    on-disk compile cache, so editing the header recompiles every kernel.
+    Pasting (rather than `-I`) makes the headers part of the text CuPy hashes for its
+    on-disk compile cache, so editing a header recompiles every kernel that includes it.
     """
     text = (KERNELS_DIR / filename).read_text(encoding="utf-8")
-    header = (KERNELS_DIR / "common.cuh").read_text(encoding="utf-8")
-    return text.replace(_INCLUDE_LINE, header.replace("#pragma once", ""), 1)
+
+    def header(match: re.Match[str]) -> str:
+        return (KERNELS_DIR / match.group(1)).read_text(encoding="utf-8").replace(
+            "#pragma once", "")
+
+    return _INCLUDE.sub(header, text)
 
 
 @functools.cache

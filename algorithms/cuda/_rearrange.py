@@ -136,6 +136,17 @@ def _transpose_launch(batch: int, rows: int, cols: int, itemsize: int, parts: in
                   *fastdiv_args(row_tiles * col_tiles, col_tiles), *gather))
 
 
+def plain_copy(rows: int, cols: int, itemsize: int) -> KernelLaunch:
+    """The launch that copies a (rows, cols) array's bits as they are: the transpose of
+    (rows, cols, 1)."""
+    return _transpose_launch(rows, cols, 1, itemsize, 0)
+
+
+def enqueue_copy(launch: KernelLaunch, src: Any, dst: Any) -> None:
+    """Enqueue one of this module's copy launches from src to dst."""
+    enqueue(launch, get_kernel, src, dst)
+
+
 @functools.lru_cache(maxsize=4096)
 def gathered(problem: ConvProblem) -> ConvProblem:
     """The problem an NHWC GEMM runs: `problem` itself, or for a 1x1 filter at a stride

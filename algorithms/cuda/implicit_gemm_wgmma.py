@@ -32,6 +32,10 @@ warpgroups) by 128 output pixels per block, K-steps of BK = 128 bytes (64 16-bit
 a block up to 227 KiB). "-f1" leaves each K-step's wgmma running through the next step's
 barrier and copy issue, one stage further from the copies (not at 3xTF32; `TILES`).
 
+NCHW configurations "BMxBNx32-sS[-f1]-nchw" (_wgmma_nchw), on float32 pointwise layers only
+(1x1, stride 1, no padding, one group): a kernel of its own that reads x and w as they are
+(x^T as wgmma's A from registers, W's rows as its B), one launch and no NHWC copies.
+
 Split K ("TILE-kS", offered where a tile's grid is below one wave: implicit_gemm_tc.k_splits
 with K-steps of 128 bytes): S slices of the K loop run as grid.z, each writing FP32 partial
 sums to the workspace; the last slice of a tile to finish adds them in a fixed order into y
@@ -55,7 +59,7 @@ from math import prod
 from typing import Any, ClassVar
 
 from algorithms.base import Support, Work, WorkspaceLayout, unsupported
-from algorithms.cuda import _rearrange
+from algorithms.cuda import _rearrange, _wgmma_nchw
 from algorithms.cuda._base import (
     CudaAlgorithm,
     fitting_tiles,
@@ -66,6 +70,7 @@ from algorithms.cuda._base import (
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._gemm_launch import GemmLaunch, gemm_launch
 from algorithms.cuda._loader import get_kernel
+from algorithms.cuda._wgmma_nchw import NchwTile
 from algorithms.cuda.implicit_gemm_tc import k_splits, passes, split_steps
 from algorithms.problem import DTYPES as DTYPE_BYTES
 from algorithms.problem import ConvProblem
@@ -140,17 +145,25 @@ def tiles(dtype: str, math: str) -> dict[str, WgmmaTile]:
 
 @dataclass(frozen=True)
 class WgmmaConfig:
-    """A parsed configuration name "TILE[-kS]": its tile and K splits (1: none)."""
+    """A parsed configuration name "TILE[-kS]": its tile and K splits (1: none); an NCHW
+    tile (_wgmma_nchw) runs the pointwise kernel on x and w as they are."""
 
-    tile: WgmmaTile
+    tile: WgmmaTile | NchwTile
     splits: int
+
+    @property
+    def nchw(self) -> bool:
+        """Whether this is one of _wgmma_nchw's configurations."""
+        return isinstance(self.tile, NchwTile)
 
 
 @functools.lru_cache(maxsize=256)  # asked on every run
 def parse_config(dtype: str, math: str, config: str) -> WgmmaConfig:
     """The tile and splits of a configuration name; ValueError for a name not shipped for the
     dtype and math."""
-    shipped = tiles(dtype, math)
+    shipped: dict[str, WgmmaTile | NchwTile] = {**tiles(dtype, math)}
+    if dtype == "float32":
+        shipped.update(_wgmma_nchw.tiles(math))
     tile, _, splits = config.partition("-k")
     if tile not in shipped or not (splits == "" or (splits.isdigit() and int(splits) >= 2)):
         raise ValueError(f"implicit_gemm_wgmma: unknown config {config!r} for {dtype} at "
@@ -165,8 +178,10 @@ def k_step(dtype: str) -> int:
 
 @functools.lru_cache(maxsize=256)  # asked on every run
 def name_expression(dtype: str, config: str, math: str = "fp32") -> str:
-    """The kernel template instance of a dtype, configuration and math mode."""
+    """The kernel template instance of a dtype, configuration and math mode (an NHWC one:
+    _wgmma_nchw names its own)."""
     tile = parse_config(dtype, math, config).tile
+    assert isinstance(tile, WgmmaTile), config
     return (f"implicit_gemm_wgmma_conv<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
             f"{copies(dtype, math)}, {tile.in_flight}>")
 
@@ -179,13 +194,17 @@ def shipped_kernels() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=4096)  # asked on every run
 def workspace_layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
-    """The NHWC copies of x and w (two of each for 3xTF32: big, then small), and split K's
-    FP32 partial outputs (S, N, K, P, Q)."""
-    layout = _rearrange.add_nhwc_operands(WorkspaceLayout(), problem,
-                                          copies(problem.dtype, problem.math))
-    splits = parse_config(problem.dtype, problem.math, config).splits
-    if splits > 1:
-        layout.add("part", (splits, *problem.output_shape), "float32")
+    """The NHWC copies of x and w (two of each for 3xTF32: big, then small), or an NCHW
+    configuration's aligned copy of w (_wgmma_nchw.add_workspace); and split K's FP32
+    partial outputs (S, N, K, P, Q)."""
+    cfg = parse_config(problem.dtype, problem.math, config)
+    if cfg.nchw:
+        layout = _wgmma_nchw.add_workspace(WorkspaceLayout(), problem)
+    else:
+        layout = _rearrange.add_nhwc_operands(WorkspaceLayout(), problem,
+                                              copies(problem.dtype, problem.math))
+    if cfg.splits > 1:
+        layout.add("part", (cfg.splits, *problem.output_shape), "float32")
     return layout
 
 
@@ -223,9 +242,12 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         return gemm_limits(problem, self.configs(problem))
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """The tiles whose grid fits this problem, then those split along K where their grid
-        is below one wave (implicit_gemm_tc.k_splits)."""
-        shipped = tiles(problem.dtype, problem.math)
+        """The tiles whose grid fits this problem (the NCHW ones too on a pointwise float32
+        layer: _wgmma_nchw.offered), then those split along K where their grid is below one
+        wave (implicit_gemm_tc.k_splits)."""
+        shipped: dict[str, WgmmaTile | NchwTile] = {**tiles(problem.dtype, problem.math)}
+        if _wgmma_nchw.offered(problem):
+            shipped.update(_wgmma_nchw.tiles(problem.math))
         whole = fitting_tiles(problem, shipped)
         bk = k_step(problem.dtype)
         return whole + tuple(f"{t}-k{s}" for t in whole
@@ -237,19 +259,35 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
 
     def work(self, problem: ConvProblem, config: str) -> Work:
         """The GEMM kernel's tiles times its K splits (which it sums itself), after the two
-        NHWC copies."""
-        tile = parse_config(problem.dtype, problem.math, config).tile
+        NHWC copies (none for an NCHW configuration)."""
+        cfg = parse_config(problem.dtype, problem.math, config)
         grid, _ = launch(problem, config)
-        return Work(prod(grid), gemm_fill(problem, tile.bm, tile.bn), 3)
+        return Work(prod(grid), gemm_fill(problem, cfg.tile.bm, cfg.tile.bn),
+                    1 if cfg.nchw else 3)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
-        """Enqueue the NHWC copies and the GEMM kernel (which sums a split K itself) on the
-        current stream; no sync."""
+        """Enqueue the NHWC copies and the GEMM kernel (which sums a split K itself), or an
+        NCHW configuration's kernel alone, on the current stream; no sync."""
+        if parse_config(problem.dtype, problem.math, config).nchw:
+            _nchw_run(problem, config, _wgmma_nchw.x_vector(problem, x.data.ptr)).enqueue(
+                x, w, y, workspace)
+            return
         nhwc, gemm = _run_plan(problem, config)
         x, w = nhwc.enqueue(x, w, workspace)
         gemm.enqueue(get_kernel, x, w, y, workspace)
+
+
+@functools.lru_cache(maxsize=4096)
+def _nchw_run(problem: ConvProblem, config: str, vec: int) -> _wgmma_nchw.NchwRun:
+    """What `_run` enqueues for an NCHW configuration with x's copy width `vec`, worked out
+    once."""
+    cfg = parse_config(problem.dtype, problem.math, config)
+    assert isinstance(cfg.tile, NchwTile), config
+    grid, kper = launch(problem, config)
+    return _wgmma_nchw.nchw_run(problem, cfg.tile, workspace_layout(problem, config), grid,
+                                kper, vec)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -259,6 +297,7 @@ def _run_plan(problem: ConvProblem, config: str
     then the GEMM kernel over them (a strided 1x1 layer as the stride-1 one over the pixels
     the copy of x gathered: `_rearrange.gathered`). K runs (r, s, c): first divisor C/groups."""
     tile = parse_config(problem.dtype, problem.math, config).tile
+    assert isinstance(tile, WgmmaTile), config
     grid, kper = launch(problem, config)
     return (_rearrange.nhwc_copies(problem, tf32_parts(problem)),
             gemm_launch(

@@ -67,6 +67,7 @@ struct alignas(16) float4 {
 struct alignas(16) double2 {
     double x, y;
 };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 // The current thread's coordinates; the scheduler sets them before resuming a fiber.
 inline uint3 threadIdx, blockIdx;

@@ -448,6 +448,8 @@ struct WgmmaOp {
     std::vector<float*> regs;
     std::vector<float> values, a, b;  // results; the operands as read at issue
     unsigned long long desc_a = 0, desc_b = 0;
+    std::vector<const unsigned*> a_regs;  // A in registers (4 per lane): empty for A by descriptor
+    std::vector<unsigned> a_bits;   // ... and their values at issue
     int n = 0;
     std::vector<float> (*read)(unsigned long long, int, bool) = nullptr;  // the operand reader
 };
@@ -552,9 +554,27 @@ inline std::vector<float> wgmma_operand(unsigned long long desc, int rows, bool 
 template <int R>
 struct WgmmaIn {
     float* d[R];
-    unsigned long long desc_a, desc_b;
+    unsigned long long desc_a, desc_b;  // desc_a 0 where A is in registers
     int imm[5];  // scale-d, scale-a, scale-b, trans-a, trans-b (tf32 has no trans: 0)
+    const unsigned* a[4];  // A in registers (tf32: CUTLASS's ALayout_64x8), or null
 };
+
+// The 64 x 8 tf32 A operand the 128 lanes hold in registers: lane l of warp w, g = (l % 32) /
+// 4, t = l % 4, register i is row 16w + g + 8 (i % 2), k t + 4 (i / 2) (the PTX ISA's register
+// fragment of wgmma's A for .tf32, the m16n8k8 A fragment per warp).
+template <typename Bits, float (*Cvt)(Bits), typename In>
+inline std::vector<float> wgmma_register_a(WarpLane* lanes) {
+    static_assert(sizeof(Bits) == 4, "A in registers is emulated for tf32 only");
+    std::vector<float> out(64 * 8);
+    for (int l = 0; l < 128; ++l) {
+        const In& v = *static_cast<const In*>(lanes[l].in);
+        const int w = l / 32, g = (l % 32) / 4, t = l % 4;
+        for (int i = 0; i < 4; ++i) {
+            out[(16 * w + g + 8 * (i % 2)) * 8 + t + 4 * (i / 2)] = Cvt(*v.a[i]);
+        }
+    }
+    return out;
+}
 
 template <int N, typename Bits, float (*Cvt)(Bits)>
 inline void wgmma_issue(const char* op, const WgmmaIn<N / 2>& in) {
@@ -579,7 +599,20 @@ inline void wgmma_issue(const char* op, const WgmmaIn<N / 2>& in) {
         rec.desc_a = first.desc_a;
         rec.desc_b = first.desc_b;
         rec.read = &wgmma_operand<Bits, Cvt>;
-        rec.a = wgmma_operand<Bits, Cvt>(first.desc_a, 64, true);
+        if (first.a[0] != nullptr) {
+            if constexpr (sizeof(Bits) == 4) {
+                rec.a = wgmma_register_a<Bits, Cvt, WgmmaIn<R>>(lanes);
+            }
+            for (int l = 0; l < 128; ++l) {
+                const auto& v = *static_cast<const WgmmaIn<R>*>(lanes[l].in);
+                for (const unsigned* reg : v.a) {
+                    rec.a_regs.push_back(reg);
+                    rec.a_bits.push_back(*reg);
+                }
+            }
+        } else {
+            rec.a = wgmma_operand<Bits, Cvt>(first.desc_a, 64, true);
+        }
         rec.b = wgmma_operand<Bits, Cvt>(first.desc_b, N, true);
         // Each accumulator's start (0, or its value after the newest op in flight that writes
         // it), then the sums, then each lane's results, held back until the wait.
@@ -631,22 +664,35 @@ inline void wgmma_immediates(int (&imm)[5], const Tuple& args, std::index_sequen
 }
 
 // (d[0], ..., d[R-1], desc_a, desc_b, scale-d, scale-a, scale-b[, trans-a, trans-b]) ->
-// WgmmaIn: 16-bit types take the two transposition immediates, tf32 none.
+// WgmmaIn: 16-bit types take the two transposition immediates, tf32 none. With A in
+// registers (tf32 only here): (d[0], ..., d[R-1], a0, a1, a2, a3, desc_b, scale-d, scale-a,
+// scale-b).
 template <int N, typename Bits, float (*Cvt)(Bits), typename Tuple, std::size_t... I>
 inline void wgmma_forward(const char* op, Tuple&& args, std::index_sequence<I...>) {
-    constexpr std::size_t R = N / 2, IMMS = std::tuple_size_v<std::decay_t<Tuple>> - R - 2;
+    constexpr std::size_t R = N / 2, SIZE = std::tuple_size_v<std::decay_t<Tuple>>;
+    constexpr bool REGISTER_A = sizeof(Bits) == 4 && SIZE == R + 8;
+    constexpr std::size_t IMMS = SIZE - R - (REGISTER_A ? 5 : 2);
     static_assert(IMMS == (sizeof(Bits) == 2 ? 5 : 3), "wgmma operand count");
-    WgmmaIn<R> in{{&std::get<I>(args)...},
-                  static_cast<unsigned long long>(std::get<R>(args)),
-                  static_cast<unsigned long long>(std::get<R + 1>(args)),
-                  {}};
-    wgmma_immediates<R + 2>(in.imm, args, std::make_index_sequence<IMMS>{});
+    WgmmaIn<R> in{{&std::get<I>(args)...}, 0, 0, {}, {}};
+    if constexpr (REGISTER_A) {
+        in.desc_b = static_cast<unsigned long long>(std::get<R + 4>(args));
+        in.a[0] = &std::get<R>(args);
+        in.a[1] = &std::get<R + 1>(args);
+        in.a[2] = &std::get<R + 2>(args);
+        in.a[3] = &std::get<R + 3>(args);
+        wgmma_immediates<R + 5>(in.imm, args, std::make_index_sequence<IMMS>{});
+    } else {
+        in.desc_a = static_cast<unsigned long long>(std::get<R>(args));
+        in.desc_b = static_cast<unsigned long long>(std::get<R + 1>(args));
+        wgmma_immediates<R + 2>(in.imm, args, std::make_index_sequence<IMMS>{});
+    }
     wgmma_issue<N, Bits, Cvt>(op, in);
 }
 
 EMU_WGMMA(128, 16, f16, unsigned short, half_bits_to_float)
 EMU_WGMMA(128, 16, bf16, unsigned short, bf16_bits_to_float)
 EMU_WGMMA(128, 8, tf32, unsigned int, tf32_operand)
+EMU_WGMMA(64, 8, tf32, unsigned int, tf32_operand)  // A in registers: implicit_gemm_wgmma_nchw.cu
 EMU_WGMMA(8, 16, f16, unsigned short, half_bits_to_float)  // tests/cuda_emu/warp_kernels.cu
 EMU_WGMMA(8, 8, tf32, unsigned int, tf32_operand)
 
@@ -673,10 +719,16 @@ inline void ptx_wgmma_wait_group_sync_aligned(int pending) {
                 .push_back(std::move(op));
         }
         for (const WgmmaOp& op : landing) {
-            const std::vector<float> a = op.read(op.desc_a, 64, false), b = op.read(op.desc_b, op.n, false);
+            const std::vector<float> a = op.a_regs.empty() ? op.read(op.desc_a, 64, false) : op.a;
+            const std::vector<float> b = op.read(op.desc_b, op.n, false);
             if (std::memcmp(a.data(), op.a.data(), a.size() * sizeof(float)) != 0 ||
                 std::memcmp(b.data(), op.b.data(), b.size() * sizeof(float)) != 0) {
                 fail("shared memory read by a wgmma was overwritten before its wgmma.wait_group");
+            }
+            for (std::size_t i = 0; i < op.a_regs.size(); ++i) {
+                if (*op.a_regs[i] != op.a_bits[i]) {
+                    fail("a wgmma's A register was written while the wgmma was in flight");
+                }
             }
             for (float* reg : op.regs) {
                 if (__float_as_uint(*reg) != kAccPoison) {

@@ -209,3 +209,43 @@ __global__ void __launch_bounds__(128) wgmma_kernel(const T* a, const T* b, cons
     }
     if (early) asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(0) : "memory");
 }
+
+// One wgmma m64n8k8 tf32 with A from registers (the form implicit_gemm_wgmma_nchw.cu issues):
+// D (64x8) = A (64x8) . B^T (B: 8x8) + C. A comes row-major from global memory straight into
+// each lane's four registers by the documented fragment (lane l of warp w, g = l / 4, t = l %
+// 4: register i holds row 16w + g + 8 (i % 2), column t + 4 (i / 2)); B is staged as in
+// wgmma_kernel. bug 1: registers a1 and a2 swapped; bug 2: a[0] overwritten while the wgmma
+// is in flight (the emulator must abort at the wait).
+__global__ void __launch_bounds__(128) wgmma_rs_kernel(const float* a, const float* b,
+                                                       const float* c, float* d, int bug) {
+    constexpr int LBO = 128, SBO = 256;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    const int tid = threadIdx.x;
+    for (int i = tid; i < 8 * 8; i += 128) {
+        const int r = i / 8, k = i % 8;
+        *reinterpret_cast<float*>(smem_raw + (r % 8) * 16 + (k / 4) * LBO + (k % 4) * 4) = b[i];
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    const int w = tid / 32, g = (tid % 32) / 4, t = tid % 4;
+    unsigned int frag[4];
+    for (int i = 0; i < 4; ++i) {
+        const int j = bug == 1 && (i == 1 || i == 2) ? 3 - i : i;
+        frag[i] = __float_as_uint(a[(16 * w + g + 8 * (j % 2)) * 8 + t + 4 * (j / 2)]);
+    }
+    float acc[4];
+    for (int i = 0; i < 4; ++i) acc[i] = c[(16 * w + g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+    const unsigned long long db = ((smem_addr(smem_raw) & 0x3FFFFull) >> 4) |
+                                  (static_cast<unsigned long long>(LBO >> 4) << 16) |
+                                  (static_cast<unsigned long long>(SBO >> 4) << 32);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, %8, %9, %10, %11;"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(frag[0]), "r"(frag[1]), "r"(frag[2]), "r"(frag[3]), "l"(db), "n"(1),
+                   "n"(1), "n"(1));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    if (bug == 2) frag[0] = 0u;
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(0) : "memory");
+    for (int i = 0; i < 4; ++i) d[(16 * w + g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = acc[i];
+}

@@ -26,6 +26,7 @@ WARP_KERNELS = str(Path(__file__).resolve().parent / "warp_kernels.cu")
 WARP_INSTANCES = (
     "mma_tf32_kernel", "mma_k16_kernel<half_t>", "mma_k16_kernel<bf16_t>", "ldmatrix_kernel",
     "cp_async_kernel", "dynamic_smem_kernel", "wgmma_kernel<half_t>", "wgmma_kernel<float>",
+    "wgmma_rs_kernel",
 )
 
 

@@ -1,0 +1,150 @@
+"""implicit_gemm_wgmma's NCHW configurations for pointwise layers
+(kernels/implicit_gemm_wgmma_nchw.cu): a 1x1 filter at stride 1 without padding, one group,
+float32 at math "tf32" (1xTF32) or "fp32" (3xTF32).
+
+The kernel computes the transposed GEMM (pixels by output channels, K over the input
+channels), with x's tile of NCHW rows loaded into registers as wgmma's A operand and W's rows
+as its K-major B: no NHWC copy of x or w, where the NHWC configurations write both before
+their GEMM (on ResNet-50's late 1x1 layers in TF32 those copies are about a third of the run).
+x is read in 16-byte vectors where P*Q is a multiple of 4 and x is 16-byte aligned, else
+element by element (the kernel's VEC, chosen per call: a caller's sliced buffer may be
+misaligned). W is read in 16-byte vectors only: a misaligned w is first copied to the
+workspace's "w" region (one plain copy launch; it is reserved for every run so that the
+workspace does not depend on an address).
+
+Configuration names "BMxBNx32-sS[-f1]-nchw": BM output channels (the wgmma N, 64 or 128) by
+BN output pixels (64 per warpgroup), K-steps of 32 channels, S cp.async stages; "-f1" leaves
+each K-step's wgmma running through the next step's barrier (1xTF32 only, as in the NHWC
+configurations); "-kS" after them splits K as theirs do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from algorithms.base import WorkspaceLayout
+from algorithms.cuda import _rearrange
+from algorithms.cuda._gemm_launch import GemmLaunch, gemm_launch
+from algorithms.cuda._launch import Address, KernelLaunch
+from algorithms.cuda._loader import get_kernel
+from algorithms.problem import ConvProblem
+
+KERNEL_FILE = "implicit_gemm_wgmma_nchw.cu"
+#: The suffix that marks these configurations among implicit_gemm_wgmma's.
+SUFFIX = "-nchw"
+#: Channels per K-step: 128 bytes of a W row.
+BK = 32
+#: Floats of padding per channel row of x's shared tile (the kernel's LDX = BN + 8: its
+#: fragment loads are free of bank conflicts).
+X_PAD = 8
+#: Floats per copy of x: 16-byte vectors, or single elements.
+VECTORS = (4, 1)
+
+
+@dataclass(frozen=True)
+class NchwTile:
+    """One NCHW configuration's tile: BM output channels by BN output pixels, its pipeline
+    depth, and the K-steps of wgmma it leaves running across the next step's barrier."""
+
+    bm: int
+    bn: int
+    stages: int
+    in_flight: int = 0
+
+    @property
+    def threads(self) -> int:
+        """Threads per block: a warpgroup per 64 pixels."""
+        return self.bn // 64 * 128
+
+    def smem_bytes(self, copies: int) -> int:
+        """Dynamic shared memory: per stage, the W tile(s) (BM x 128 bytes) and x's (BK
+        channel rows of BN + X_PAD floats)."""
+        return self.stages * (copies * self.bm * 128 + BK * (self.bn + X_PAD) * 4)
+
+
+def _named(tiles: tuple[NchwTile, ...]) -> dict[str, NchwTile]:
+    return {f"{t.bm}x{t.bn}x{BK}-s{t.stages}{'-f1' if t.in_flight else ''}{SUFFIX}": t
+            for t in tiles}
+
+
+#: Shipped tiles per W copies in shared memory (1: 1xTF32, 2: 3xTF32's big and small), in at
+#: most 168 KiB; tests/test_kernels_compile.py builds each for sm_90a. 1xTF32 keeps one group
+#: in flight with five stages (three K-steps of copies ahead); 3xTF32 waits for each K-step,
+#: with the most stages that fit (its 128x128 tile takes 147 KiB in three).
+TILES: dict[int, dict[str, NchwTile]] = {
+    1: _named((NchwTile(128, 128, 5, 1), NchwTile(128, 64, 5, 1), NchwTile(64, 128, 5, 1),
+               NchwTile(64, 64, 5, 1))),
+    2: _named((NchwTile(128, 128, 3), NchwTile(128, 64, 4), NchwTile(64, 128, 4),
+               NchwTile(64, 64, 4))),
+}
+
+
+def offered(problem: ConvProblem) -> bool:
+    """Whether the NCHW configurations run `problem`: float32, a 1x1 filter at stride 1
+    without padding, one group, C a whole number of 16-byte W vectors."""
+    return (problem.dtype == "float32" and problem.groups == 1
+            and (problem.r, problem.s) == (1, 1) and problem.stride == (1, 1)
+            and problem.pad == (0, 0) and problem.c % 4 == 0)
+
+
+def copies(math: str) -> int:
+    """W tiles per stage: 3xTF32's big and small (math "fp32"), or 1xTF32's one."""
+    return 2 if math == "fp32" else 1
+
+
+def tiles(math: str) -> dict[str, NchwTile]:
+    """The NCHW tiles shipped for a math mode."""
+    return TILES[copies(math)]
+
+
+def name_expression(tile: NchwTile, math: str, vec: int) -> str:
+    """The kernel template instance of a tile, math mode and x copy width."""
+    return (f"implicit_gemm_wgmma_nchw<{tile.bm}, {tile.bn}, {tile.stages}, {copies(math)}, "
+            f"{tile.in_flight}, {vec}>")
+
+
+def shipped_kernels() -> tuple[str, ...]:
+    """Every name expression implicit_gemm_wgmma can ask of this file."""
+    return tuple(name_expression(t, m, v) for m in ("tf32", "fp32") for t in tiles(m).values()
+                 for v in VECTORS)
+
+
+def add_workspace(layout: WorkspaceLayout, problem: ConvProblem) -> WorkspaceLayout:
+    """Reserve the aligned copy of w that a misaligned caller's w is run from (K, C)."""
+    return layout.add("w", (problem.k, problem.c), problem.dtype)
+
+
+def x_vector(problem: ConvProblem, x_ptr: int) -> int:
+    """The kernel's VEC for a call: 4 where a vector of pixels stays in one image and x is
+    16-byte aligned, else 1."""
+    out_h, out_w = problem.out_hw
+    return 4 if (out_h * out_w) % 4 == 0 and x_ptr % 16 == 0 else 1
+
+
+@dataclass(frozen=True)
+class NchwRun:
+    """What one run enqueues, worked out once per (problem, config, VEC): the GEMM kernel's
+    launch, and where a misaligned w is copied first."""
+
+    gemm: GemmLaunch
+    w_bytes: slice
+    w_copy: KernelLaunch
+
+    def enqueue(self, x: Any, w: Any, y: Any, workspace: Any) -> None:
+        """The GEMM kernel on the current stream, after a copy of w if it is misaligned."""
+        if w.data.ptr % 16:
+            aligned = Address(workspace.data.ptr + self.w_bytes.start)
+            _rearrange.enqueue_copy(self.w_copy, w, aligned)
+            w = aligned
+        self.gemm.enqueue(get_kernel, x, w, y, workspace)
+
+
+def nchw_run(problem: ConvProblem, tile: NchwTile, layout: WorkspaceLayout,
+             grid: tuple[int, int, int], kper: int, vec: int) -> NchwRun:
+    """The NchwRun of a tile on `problem` (`layout`: its workspace, with add_workspace's "w"
+    and split K's "part"; `grid` and `kper` as implicit_gemm_wgmma's launch gives them)."""
+    return NchwRun(
+        gemm_launch(problem, layout, KERNEL_FILE, name_expression(tile, problem.math, vec),
+                    tile.smem_bytes(copies(problem.math)), tile.threads, grid, kper, problem.c),
+        layout.byte_ranges()["w"], _rearrange.plain_copy(problem.k, problem.c, problem.itemsize))
