@@ -1,8 +1,9 @@
-// Pointwise convolution (1x1 filter, stride 1, no padding, one group) on Hopper's warpgroup
+// Pointwise convolution (1x1 filter, any stride and padding, one group) on Hopper's warpgroup
 // tensor cores (wgmma.mma_async, sm_90a) straight from NCHW float32: no NHWC copies, and no
 // workspace but split K's partial sums. Per image the layer is the GEMM y[n] (K x P*Q) =
-// W (K x C) . x[n] (C x P*Q); this kernel computes its transpose, y^T (pixels x K) =
-// x^T (pixels x C) . W^T, so that each operand is in a layout wgmma reads: x^T is wgmma's A,
+// W (K x C) . x[n] (C x the P*Q input pixels read); this kernel computes its transpose,
+// y^T (pixels x K) = x^T (pixels x C) . W^T, so that each operand is in a layout wgmma
+// reads: x^T is wgmma's A,
 // loaded into registers from a shared tile that holds x's NCHW rows as they are (channel by
 // channel, pixels contiguous), and W^T is its B, whose K-major layout is W's own rows (C
 // contiguous). Why: TF32 has no transposed wgmma layouts, so implicit_gemm_wgmma.cu reads
@@ -28,9 +29,11 @@
 // after the big one), then x's tile: BK channel rows of BN pixels at a pitch of LDX = BN + 8
 // floats. Why + 8: a warp's fragment load reads channel rows t (0..3) at pixels g (0..7), banks
 // (LDX * t + g) % 32, all distinct with LDX = 8 mod 32. x is copied in vectors of VEC floats:
-// 4 (16 bytes) where P*Q is a multiple of 4, so that a vector's pixels are adjacent in one
-// image and the vector aligned; else 1. Thread tid owns one vector of pixels (its image and
-// offset worked out once) and the channel rows tid / (BN / VEC) + i * X_ROW_STEP of it.
+// 4 (16 bytes) at stride 1 without padding where P*Q is a multiple of 4, so that a vector's
+// pixels are adjacent in one image and the vector aligned; else 1 (a strided layer reads
+// every stride-th pixel). Thread tid owns one vector of output pixels (the input pixel it
+// reads, or that it is padding, worked out once) and the channel rows tid / (BN / VEC) +
+// i * X_ROW_STEP of it.
 //
 // Pipeline as implicit_gemm_wgmma.cu's: STAGES stages of cp.async, and IN_FLIGHT K-steps of
 // wgmma left running at the end of a K-step (1 at 1xTF32 only). A wgmma reads its A registers
@@ -44,7 +47,7 @@
 // (common.cuh sum_split_tile; its tile is channels by pixels, as here).
 //
 // The launch arguments are implicit_gemm_wgmma_conv's (the host builds both launches alike):
-// the divisors of C/groups, S and Q and `pairs` are not used. Needs C a multiple of 4 (16-byte
+// the divisors of C/groups and S and `pairs` are not used. Needs C a multiple of 4 (16-byte
 // W vectors within a row), 16-byte aligned x (VEC 4) and w, all tensors < 2^31 elements.
 #include "common.cuh"
 #include "wgmma.cuh"
@@ -97,12 +100,22 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
         w_ok[i] = m < K;
         w_src[i] = m * C + kv;
     }
-    // x: pixels n0 + VEC * xv .. + VEC - 1 of channel rows xrow0 + i * X_ROW_STEP.
+    // x: output pixels n0 + VEC * xv .. + VEC - 1 of channel rows xrow0 + i * X_ROW_STEP; the
+    // input pixel each reads (a stride, or padding, whose pixels are zeros; VEC 4 only at
+    // stride 1 without padding, where input and output pixels coincide).
+    const int HW = H * W;
     const int xv = tid % X_VECTORS, xrow0 = tid / X_VECTORS;
     const int pixel = n0 + VEC * xv;
-    const bool pixel_ok = pixel < NPQ;
-    const int img = pixel_ok ? fast_div(pixel, pq_mul, pq_shr) : 0;
-    const int x_src = pixel_ok ? (img * C + xrow0) * PQ + (pixel - img * PQ) : 0;
+    bool pixel_ok = pixel < NPQ;
+    int x_src = 0;  // read only where ok
+    if (pixel_ok) {
+        const int img = fast_div(pixel, pq_mul, pq_shr);
+        const int pq = pixel - img * PQ;
+        const int oh = fast_div(pq, q_mul, q_shr);
+        const int ih = oh * str_h - pad_h, iw = (pq - oh * Q) * str_w - pad_w;
+        pixel_ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
+        x_src = (img * C + xrow0) * HW + ih * W + iw;
+    }
     const int x_dst = COPIES * W_BYTES + (xrow0 * LDX + VEC * xv) * 4;
 
     // This block's K-steps: all of them, or split z's slice of kper (the last may be short).
@@ -126,7 +139,7 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
             const int c = k0 + xrow0 + i * X_ROW_STEP;
             const bool ok = pixel_ok & (c < C);
             cp_async<4 * VEC>(base + x_dst + i * X_ROW_STEP * LDX * 4,
-                              x + element(ok, x_src + (k0 + i * X_ROW_STEP) * PQ), ok);
+                              x + element(ok, x_src + (k0 + i * X_ROW_STEP) * HW), ok);
         }
         k0 += BK;
     };

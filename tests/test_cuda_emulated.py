@@ -431,7 +431,8 @@ _WG_BWD = dict(n=8, c=16, h=5, w=6, k=8, r=3, s=3, pad=1, stride=2)
 #: copies of x with partial K-step, channel and pixel tiles (tc_pw_vec), element copies (P*Q
 #: odd), nine K-steps with a split K (wg_pw_long), several blocks each way
 #: (tc_pw_multi_block), misaligned operands (x element-wise, w copied to the workspace first),
-#: and both backward directions on a pointwise layer (wg_pw_bwd).
+#: padding and strides (tc_pw_strided, wg_pw_s23: element copies of the pixels read, zeros
+#: for padding), and both backward directions on a pointwise layer (wg_pw_bwd).
 #: Mutations of the kernel, each injected once and run on seven of these cases (tc_pw_vec,
 #: tc_pw_pq_odd and wg_pw_long at both maths, and tc_pw_vec's near_up), 2026-11-28:
 #:   A fragment words 1 and 2 swapped (channel and pixel halves) -> 7 of 7: error 0.17-1.16
@@ -446,11 +447,17 @@ _WG_BWD = dict(n=8, c=16, h=5, w=6, k=8, r=3, s=3, pad=1, stride=2)
 #:   x's small part dropped at 3xTF32 (no small.big)          -> the 3 fp32 cases: error
 #:                                                                 1.8-2.1e-4 (> 1e-5)
 #:   W's split before its copies' wait (round_w first)        -> 7 of 7: ASan use-after-poison
+#: and of the strided path (on tc_pw_strided and wg_pw_s23 at both maths; tc_pw_vec passes):
+#:   padding's pixels read (no bounds test)                   -> 4 of 4: ASan SEGV
+#:   the input column without its stride                      -> 4 of 4: error 1.43-1.61
+#:   a K-step's channels P*Q apart, not H*W                    -> 4 of 4: error 1.32-1.42
 _WG_NCHW_SHAPES: dict[str, dict[str, Any]] = {
     "tc_pw_vec": _TC_EXTRA_SHAPES["tc_pw_vec"],
     "tc_pw_pq_odd": _TC_EXTRA_SHAPES["tc_pw_pq_odd"],
     "wg_pw_long": dict(n=1, c=264, h=3, w=4, k=24, r=1, s=1),
     "tc_pw_multi_block": _TC_EXTRA_SHAPES["tc_pw_multi_block"],
+    "tc_pw_strided": _TC_EXTRA_SHAPES["tc_pw_strided"],
+    "wg_pw_s23": dict(n=2, c=36, h=9, w=11, k=20, r=1, s=1, stride=(2, 3), pad=(0, 1)),
 }
 _WG_PW_BWD = dict(n=4, c=8, h=3, w=4, k=12, r=1, s=1)
 #: The backward directions on wgmma: 16-bit, and 3xTF32 (the FP32 tolerance).

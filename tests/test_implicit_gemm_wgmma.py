@@ -142,14 +142,13 @@ def test_nchw_configs_run_pointwise_float32_layers_from_x_and_w_as_they_are(math
 
 
 @pytest.mark.parametrize("shape", [
-    dict(RES4_PW, stride=2),                       # strided
-    dict(RES4_PW, pad=1),                          # padded
     dict(RES4_PW, groups=2),                       # grouped
     dict(RES4_PW, r=3, s=3, pad=1),                # not 1x1
+    dict(RES4_PW, c=1022, k=254),                  # C not whole 16-byte W vectors
 ])
-def test_nchw_configs_are_offered_on_pointwise_stride_1_layers_only(shape: dict[str, Any]
-                                                                    ) -> None:
-    assert _wgmma_nchw.offered(make_problem(**RES4_PW, dtype="float32"))
+def test_nchw_configs_are_offered_on_float32_1x1_layers_only(shape: dict[str, Any]) -> None:
+    for pointwise in (RES4_PW, dict(RES4_PW, stride=2), dict(RES4_PW, pad=1, stride=(2, 1))):
+        assert _wgmma_nchw.offered(make_problem(**pointwise, dtype="float32"))
     for dtype in ("float32", "float16"):
         problem = make_problem(**shape, dtype=dtype)
         assert not [c for c in ALG.configs(problem) if _wgmma_nchw.SUFFIX in c]
@@ -164,3 +163,5 @@ def test_nchw_x_copies_are_vectors_where_pixels_and_the_address_allow() -> None:
     assert _wgmma_nchw.x_vector(res4, 4096) == 4
     assert _wgmma_nchw.x_vector(res4, 4096 + 4) == 1   # a caller's sliced buffer
     assert _wgmma_nchw.x_vector(res5, 4096) == 1       # P*Q = 49: a vector would cross images
+    for strided in (dict(RES4_PW, stride=2), dict(RES4_PW, pad=1)):  # input pixels apart
+        assert _wgmma_nchw.x_vector(make_problem(**strided, dtype="float32"), 4096) == 1

@@ -1,16 +1,17 @@
 """implicit_gemm_wgmma's NCHW configurations for pointwise layers
-(kernels/implicit_gemm_wgmma_nchw.cu): a 1x1 filter at stride 1 without padding, one group,
+(kernels/implicit_gemm_wgmma_nchw.cu): a 1x1 filter at any stride and padding, one group,
 float32 at math "tf32" (1xTF32) or "fp32" (3xTF32).
 
 The kernel computes the transposed GEMM (pixels by output channels, K over the input
 channels), with x's tile of NCHW rows loaded into registers as wgmma's A operand and W's rows
 as its K-major B: no NHWC copy of x or w, where the NHWC configurations write both before
 their GEMM (on ResNet-50's late 1x1 layers in TF32 those copies are about a third of the run).
-x is read in 16-byte vectors where P*Q is a multiple of 4 and x is 16-byte aligned, else
-element by element (the kernel's VEC, chosen per call: a caller's sliced buffer may be
-misaligned). W is read in 16-byte vectors only: a misaligned w is first copied to the
-workspace's "w" region (one plain copy launch; it is reserved for every run so that the
-workspace does not depend on an address).
+x is read in 16-byte vectors at stride 1 without padding where P*Q is a multiple of 4 and x
+is 16-byte aligned, else element by element (the kernel's VEC, chosen per call: a caller's
+sliced buffer may be misaligned); a strided layer reads only the pixels its filter does, as
+the NHWC configurations' gathered copy of x does. W is read in 16-byte vectors only: a
+misaligned w is first copied to the workspace's "w" region (one plain copy launch; it is
+reserved for every run so that the workspace does not depend on an address).
 
 Configuration names "BMxBNx32-sS[-f1]-nchw": BM output channels (the wgmma N, 64 or 128) by
 BN output pixels (64 per warpgroup), K-steps of 32 channels, S cp.async stages; "-f1" leaves
@@ -81,11 +82,10 @@ TILES: dict[int, dict[str, NchwTile]] = {
 
 
 def offered(problem: ConvProblem) -> bool:
-    """Whether the NCHW configurations run `problem`: float32, a 1x1 filter at stride 1
-    without padding, one group, C a whole number of 16-byte W vectors."""
+    """Whether the NCHW configurations run `problem`: float32, a 1x1 filter (any stride and
+    padding), one group, C a whole number of 16-byte W vectors."""
     return (problem.dtype == "float32" and problem.groups == 1
-            and (problem.r, problem.s) == (1, 1) and problem.stride == (1, 1)
-            and problem.pad == (0, 0) and problem.c % 4 == 0)
+            and (problem.r, problem.s) == (1, 1) and problem.c % 4 == 0)
 
 
 def copies(math: str) -> int:
@@ -116,10 +116,11 @@ def add_workspace(layout: WorkspaceLayout, problem: ConvProblem) -> WorkspaceLay
 
 
 def x_vector(problem: ConvProblem, x_ptr: int) -> int:
-    """The kernel's VEC for a call: 4 where a vector of pixels stays in one image and x is
-    16-byte aligned, else 1."""
+    """The kernel's VEC for a call: 4 where output pixels are input pixels (stride 1, no
+    padding), a vector of them stays in one image and x is 16-byte aligned, else 1."""
     out_h, out_w = problem.out_hw
-    return 4 if (out_h * out_w) % 4 == 0 and x_ptr % 16 == 0 else 1
+    whole = problem.stride == (1, 1) and problem.pad == (0, 0) and (out_h * out_w) % 4 == 0
+    return 4 if whole and x_ptr % 16 == 0 else 1
 
 
 @dataclass(frozen=True)

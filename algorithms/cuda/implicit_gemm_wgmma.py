@@ -32,9 +32,9 @@ warpgroups) by 128 output pixels per block, K-steps of BK = 128 bytes (64 16-bit
 a block up to 227 KiB). "-f1" leaves each K-step's wgmma running through the next step's
 barrier and copy issue, one stage further from the copies (not at 3xTF32; `TILES`).
 
-NCHW configurations "BMxBNx32-sS[-f1]-nchw" (_wgmma_nchw), on float32 pointwise layers only
-(1x1, stride 1, no padding, one group): a kernel of its own that reads x and w as they are
-(x^T as wgmma's A from registers, W's rows as its B), one launch and no NHWC copies.
+NCHW configurations "BMxBNx32-sS[-f1]-nchw" (_wgmma_nchw), on float32 1x1 layers only (any
+stride and padding, one group): a kernel of its own that reads x and w as they are (x^T as
+wgmma's A from registers, W's rows as its B), one launch and no NHWC copies.
 
 Split K ("TILE-kS", offered where a tile's grid is below one wave: implicit_gemm_tc.k_splits
 with K-steps of 128 bytes): S slices of the K loop run as grid.z, each writing FP32 partial
@@ -242,8 +242,8 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         return gemm_limits(problem, self.configs(problem))
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """The tiles whose grid fits this problem (the NCHW ones too on a pointwise float32
-        layer: _wgmma_nchw.offered), then those split along K where their grid is below one
+        """The tiles whose grid fits this problem (the NCHW ones too on a float32 1x1 layer:
+        _wgmma_nchw.offered), then those split along K where their grid is below one
         wave (implicit_gemm_tc.k_splits)."""
         shipped: dict[str, WgmmaTile | NchwTile] = {**tiles(problem.dtype, problem.math)}
         if _wgmma_nchw.offered(problem):

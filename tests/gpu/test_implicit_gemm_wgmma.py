@@ -18,9 +18,9 @@ pytestmark = pytest.mark.gpu
 #: (dtype, math) pairs the kernel ships: 16-bit, TF32 and 3xTF32.
 MODES = (("float16", "fp32"), ("bfloat16", "fp32"), ("float32", "tf32"), ("float32", "fp32"))
 #: C/groups whole 16-byte vectors in every dtype: stride, dilation, groups, a non-square
-#: filter, channel and pixel tiles with remainders, and network layers; the two pointwise
-#: stride-1 layers run float32's NCHW configurations too (_wgmma_nchw: x in 16-byte vectors
-#: at P*Q = 3136, element-wise at 49, where K is 2048 channels long and split).
+#: filter, channel and pixel tiles with remainders, and network layers; the three 1x1 layers
+#: run float32's NCHW configurations too (_wgmma_nchw: x in 16-byte vectors at P*Q = 3136,
+#: element-wise at 49, where K is 2048 channels long and split, and at stride 2).
 GPU_SHAPES = ("stride2", "dilation_pair", "groups4", "non_square_filter", "many_channels",
               "r50_res4_3x3", "r50_res3_1x1_s2", "vgg_conv3_1", "r50_res2_1x1",
               "r50_res5_1x1a")
