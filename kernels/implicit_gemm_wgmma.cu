@@ -41,8 +41,9 @@
 // that step read, then wgmma.fence, the K-step's wgmma, commit, and wait until IN_FLIGHT
 // groups remain. With IN_FLIGHT 1 the tensor cores work through the barrier and the next
 // step's copy issue; the accumulators chain from one group to the next (wgmma orders
-// same-shape wgmma on the same accumulators). 3xTF32 adds each K-step's partial sums once its
-// group is done, so it runs with IN_FLIGHT 0.
+// same-shape wgmma on the same accumulators). 3xTF32 adds its partial sums to the
+// accumulators once their group is done: at IN_FLIGHT 0 after every K-step, at IN_FLIGHT 1
+// after every FLUSH_STEPS K-steps (and the last), where it waits for none to remain.
 //
 // Epilogue: the FP32 accumulator layout of m64nNkK, whatever K (warp w of the warpgroup holds
 // rows 16w..16w+15; register 4j + 2v + h of lane (g = lane / 4, t = lane % 4) is row
@@ -88,8 +89,11 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                   "tiles split evenly over the threads");
     constexpr int AHEAD = STAGES - 1 - IN_FLIGHT;  // K-steps of copies in flight
     static_assert(AHEAD >= 1, "a pipeline needs a stage beyond those the wgmma read");
-    static_assert(IN_FLIGHT == 0 || (IN_FLIGHT == 1 && COPIES == 1),
-                  "3xTF32 reads its partial sums after each K-step");
+    static_assert(IN_FLIGHT == 0 || IN_FLIGHT == 1, "at most one K-step's wgmma in flight");
+    // 3xTF32's K-steps per partial sum: 1 when each step is waited for; with a group in
+    // flight, FLUSH_STEPS (128 floats of K), where the wait for all groups comes once per
+    // FLUSH_STEPS steps instead of every step.
+    constexpr int FLUSH = COPIES == 2 && IN_FLIGHT == 1 ? FLUSH_STEPS : 1;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned long long smem = smem_addr(smem_raw);
@@ -164,13 +168,13 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         walk.advance(BK, cg, S, W, C, dil_h, dil_w);
     };
 
-    // 3xTF32 sums each K-step's products in `part` first, then adds them to acc in FP32 (round
-    // to nearest): the tensor core rounds its sums toward zero, which summed straight into acc
-    // drifts past the FP32 tolerance over long K (implicit_gemm_tc.cu measured 1.6e-5 at
-    // K = 2304 on an H100). 1xTF32 and 16-bit types, within wider tolerances, use acc alone.
+    // 3xTF32 sums FLUSH K-steps' products in `part` first, then adds them to acc in FP32
+    // (round to nearest): the tensor core rounds its sums toward zero, which summed straight
+    // into acc drifts past the FP32 tolerance over long K (implicit_gemm_tc.cu measured 1.6e-5
+    // at K = 2304 on an H100). 1xTF32 and 16-bit types, within wider tolerances, use acc alone.
     float acc[64], part[64];
 #pragma unroll
-    for (int v = 0; v < 64; ++v) acc[v] = 0.0f;
+    for (int v = 0; v < 64; ++v) acc[v] = part[v] = 0.0f;
     float(&sums)[64] = COPIES == 2 ? part : acc;
 
 #pragma unroll
@@ -197,10 +201,6 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         const unsigned long long a_tile = a_desc0 + read * STAGE_UNITS;
         const unsigned long long b_tile = b_desc0 + read * STAGE_UNITS;
         read = read + 1 == STAGES ? 0 : read + 1;
-        if (COPIES == 2) {
-#pragma unroll
-            for (int v = 0; v < 64; ++v) part[v] = 0.0f;
-        }
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < ROW_BYTES / 32; ++kc) {  // a 32-byte slice of K per wgmma
@@ -212,10 +212,15 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
             wgmma_m64n128(x, sums, a_big, b_big);
         }
         wgmma_commit();
-        wgmma_wait<IN_FLIGHT>();
-        if (COPIES == 2) {
+        if (COPIES == 2 && ((kt + 1) % FLUSH == 0 || kt + 1 == ktiles)) {
+            wgmma_wait<0>();  // every group on `part` is done
 #pragma unroll
-            for (int v = 0; v < 64; ++v) acc[v] += part[v];
+            for (int v = 0; v < 64; ++v) {
+                acc[v] += part[v];
+                part[v] = 0.0f;
+            }
+        } else {
+            wgmma_wait<IN_FLIGHT>();
         }
     }
     wgmma_wait<0>();     // the last K-step's wgmma, before the epilogue reads acc

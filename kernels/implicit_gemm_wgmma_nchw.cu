@@ -36,9 +36,10 @@
 // i * X_ROW_STEP of it.
 //
 // Pipeline as implicit_gemm_wgmma.cu's: STAGES stages of cp.async, and IN_FLIGHT K-steps of
-// wgmma left running at the end of a K-step (1 at 1xTF32 only). A wgmma reads its A registers
-// until its wait, so with one group in flight the K loop alternates two sets of them (unrolled
-// by two, so that each set's index is a constant: registers, not local memory).
+// wgmma left running at the end of a K-step (3xTF32's then add their partial sums every
+// FLUSH_STEPS K-steps, wgmma.cuh). A wgmma reads its A registers until its wait, so with one
+// group in flight the K loop alternates two sets of them (unrolled by two, so that each set's
+// index is a constant: registers, not local memory).
 //
 // Epilogue: accumulator 4j + 2v + h of lane (g = lane / 4, t = lane % 4) of warp w in
 // warpgroup wg is pixel n0 + 64 wg + 16 w + g + 8 v, channel m0 + 8 j + 2 t + h (the FP32
@@ -76,8 +77,8 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     static_assert(COPIES == 1 || COPIES == 2, "1xTF32 or 3xTF32");
     constexpr int AHEAD = STAGES - 1 - IN_FLIGHT;  // K-steps of copies in flight
     static_assert(AHEAD >= 1, "a pipeline needs a stage beyond those the wgmma read");
-    static_assert(IN_FLIGHT == 0 || (IN_FLIGHT == 1 && COPIES == 1),
-                  "3xTF32 reads its partial sums after each K-step");
+    static_assert(IN_FLIGHT == 0 || IN_FLIGHT == 1, "at most one K-step's wgmma in flight");
+    constexpr int FLUSH = COPIES == 2 && IN_FLIGHT == 1 ? FLUSH_STEPS : 1;  // (wgmma.cuh)
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned long long smem = smem_addr(smem_raw);
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
 
     float acc[ACC], part[ACC];
 #pragma unroll
-    for (int v = 0; v < ACC; ++v) acc[v] = 0.0f;
+    for (int v = 0; v < ACC; ++v) acc[v] = part[v] = 0.0f;
     float(&sums)[ACC] = COPIES == 2 ? part : acc;
 
 #pragma unroll
@@ -189,10 +190,10 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     const unsigned long long b_desc0 = wgmma_desc(smem, 1024);
     constexpr unsigned long long STAGE_UNITS = STAGE_BYTES / 16, W_UNITS = W_BYTES / 16;
     int read = 0, write = AHEAD;  // the stages of K-steps kt and kt + AHEAD
-    unsigned int a_big[2][BK / 8][4], a_small[BK / 8][4];
+    unsigned int a_big[2][BK / 8][4], a_small[2][BK / 8][4];
 
-    // K-step kt, with A register set SET (two sets alternate; 3xTF32 waits for each step and
-    // could use one, but the same code serves).
+    // K-step kt, with A register set SET (two sets alternate; where each step is waited for,
+    // one would do, and ptxas gives the dead set's registers to other values).
     auto step = [&](auto set, int kt) {
         constexpr int SET = decltype(set)::value ? 1 : 0;
         cp_async_wait<AHEAD - 1>();  // this thread's copies of step kt have landed
@@ -214,29 +215,31 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
                     a_big[SET][kc][i] = tf32_rna_for_mma(v);
                 } else {
                     a_big[SET][kc][i] = tf32_big(v);
-                    a_small[kc][i] = tf32_rna_for_mma(v - __uint_as_float(a_big[SET][kc][i]));
+                    a_small[SET][kc][i] =
+                        tf32_rna_for_mma(v - __uint_as_float(a_big[SET][kc][i]));
                 }
             }
-        }
-        if (COPIES == 2) {
-#pragma unroll
-            for (int v = 0; v < ACC; ++v) part[v] = 0.0f;
         }
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < BK / 8; ++kc) {  // a k8 slice (32 bytes of a W row) per wgmma
             const unsigned long long b_big = b_tile + 2 * kc;
             if (COPIES == 2) {  // the small terms first, as CUTLASS's 3xTF32 does
-                wgmma_tf32_rs(sums, a_small[kc], b_big);
+                wgmma_tf32_rs(sums, a_small[SET][kc], b_big);
                 wgmma_tf32_rs(sums, a_big[SET][kc], b_big + W_UNITS);
             }
             wgmma_tf32_rs(sums, a_big[SET][kc], b_big);
         }
         wgmma_commit();
-        wgmma_wait<IN_FLIGHT>();
-        if (COPIES == 2) {
+        if (COPIES == 2 && ((kt + 1) % FLUSH == 0 || kt + 1 == ktiles)) {
+            wgmma_wait<0>();  // every group on `part` is done
 #pragma unroll
-            for (int v = 0; v < ACC; ++v) acc[v] += part[v];
+            for (int v = 0; v < ACC; ++v) {
+                acc[v] += part[v];
+                part[v] = 0.0f;
+            }
+        } else {
+            wgmma_wait<IN_FLIGHT>();
         }
     };
     for (int kt = 0; kt < ktiles; kt += 2) {

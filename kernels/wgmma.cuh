@@ -5,6 +5,13 @@
 // tests/cuda_emu/warp.h emulates each). Needs common.cuh (half_t, bf16_t) first.
 #pragma once
 
+// 3xTF32's K-steps (of 32 floats) per partial sum where a kernel leaves a group of wgmma in
+// flight: the partial sums are added to the FP32 accumulators, once every group is done,
+// every FLUSH_STEPS K-steps instead of every one. Their truncation grows with their length:
+// summed straight over K = 2304 they cost 1.4e-5 in emulation and 1.6e-5 on an H100
+// (mma.sync); over 128 floats 1.2e-6 in emulation (tc_long_k: tests/test_cuda_emulated.py).
+constexpr int FLUSH_STEPS = 4;
+
 // The 64 accumulator operands of an m64n128 wgmma, and their constraints (the emulator's
 // translator expands these object-like macros inside inline PTX).
 #define WGMMA_N128_D                                                                           \

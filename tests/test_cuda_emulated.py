@@ -412,6 +412,14 @@ _TC_BWD_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
 #:   the wgmma_wait<0> after the loop removed  tc_deep f16 -> abort: "block ended with wgmma
 #:                                                           operations never waited for"
 #:   split K's slices all from K-step 0 (kbase 0)  tc_long_k f16 -> relative error 2.5 (-k8)
+#: and on 3xTF32 with a group in flight (partial sums added every FLUSH_STEPS = 4 K-steps;
+#: tc_long_k's error 1.2e-6 there against 3.1e-7 at a flush per step, 2026-11-28), each
+#: caught on tc_deep, tc_long_k and tc_multi_block at "fp32":
+#:   partial sums added only after the last K-step         tc_long_k -> error 1.43e-5 (> 1e-5)
+#:   partial sums not reset after each addition            -> 3 of 3: error 2.6-40
+#:   the addition after wait_group 1, not 0                 -> 3 of 3: abort, "a wgmma
+#:                                                            accumulator register was written
+#:                                                            while the wgmma was in flight"
 #: and on the tap walk (common.cuh NhwcTapWalk, nineteenth session):
 #:   a filter column's step without the dilation
 #:     (offset += C - cg)                tc_nhwc_geom f16, bf16 -> all three such cases fail
@@ -442,6 +450,10 @@ _WG_BWD = dict(n=8, c=16, h=5, w=6, k=8, r=3, s=3, pad=1, stride=2)
 #:                                                                 wgmma's A register was
 #:                                                                 written while the wgmma
 #:                                                                 was in flight"
+#:   one set of 3xTF32's small A registers in flight (-f1,
+#:     added later the same day)                              -> the 2 fp32 cases with two
+#:                                                                 or more K-steps: the same
+#:                                                                 abort
 #:   W left unrounded in shared memory at 1xTF32              -> near_up: error 9.3e-4 (> 2e-4)
 #:   x left unrounded in registers at 1xTF32                  -> near_up: error 9.3e-4
 #:   x's small part dropped at 3xTF32 (no small.big)          -> the 3 fp32 cases: error

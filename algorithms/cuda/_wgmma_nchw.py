@@ -15,8 +15,9 @@ reserved for every run so that the workspace does not depend on an address).
 
 Configuration names "BMxBNx32-sS[-f1]-nchw": BM output channels (the wgmma N, 64 or 128) by
 BN output pixels (64 per warpgroup), K-steps of 32 channels, S cp.async stages; "-f1" leaves
-each K-step's wgmma running through the next step's barrier (1xTF32 only, as in the NHWC
-configurations); "-kS" after them splits K as theirs do.
+each K-step's wgmma running through the next step's barrier (as in the NHWC configurations;
+at 3xTF32 between additions of its partial sums, every four K-steps); "-kS" after them
+splits K as theirs do.
 """
 
 from __future__ import annotations
@@ -71,13 +72,16 @@ def _named(tiles: tuple[NchwTile, ...]) -> dict[str, NchwTile]:
 
 #: Shipped tiles per W copies in shared memory (1: 1xTF32, 2: 3xTF32's big and small), in at
 #: most 168 KiB; tests/test_kernels_compile.py builds each for sm_90a. 1xTF32 keeps one group
-#: in flight with five stages (three K-steps of copies ahead); 3xTF32 waits for each K-step,
-#: with the most stages that fit (its 128x128 tile takes 147 KiB in three).
+#: in flight with five stages (three K-steps of copies ahead); 3xTF32 both waits for each
+#: K-step and keeps one in flight (adding its partial sums every four K-steps, as
+#: implicit_gemm_wgmma's NHWC 3xTF32 -f1 tiles do), with the most stages that fit (its
+#: 128x128 tile takes 147 KiB in three).
 TILES: dict[int, dict[str, NchwTile]] = {
     1: _named((NchwTile(128, 128, 5, 1), NchwTile(128, 64, 5, 1), NchwTile(64, 128, 5, 1),
                NchwTile(64, 64, 5, 1))),
     2: _named((NchwTile(128, 128, 3), NchwTile(128, 64, 4), NchwTile(64, 128, 4),
-               NchwTile(64, 64, 4))),
+               NchwTile(64, 64, 4), NchwTile(128, 128, 3, 1), NchwTile(128, 64, 4, 1),
+               NchwTile(64, 128, 4, 1), NchwTile(64, 64, 4, 1))),
 }
 
 

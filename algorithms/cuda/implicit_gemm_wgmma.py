@@ -30,7 +30,8 @@ Configurations "BMx128xBK-sS[-f1]": BM output channels (64, 128 or 256: one, two
 warpgroups) by 128 output pixels per block, K-steps of BK = 128 bytes (64 16-bit values or
 32 floats), S cp.async stages in 96-192 KiB of opted-in dynamic shared memory (Hopper gives
 a block up to 227 KiB). "-f1" leaves each K-step's wgmma running through the next step's
-barrier and copy issue, one stage further from the copies (not at 3xTF32; `TILES`).
+barrier and copy issue, one stage further from the copies (at 3xTF32 through four K-steps
+at a time, between additions of its partial sums; `TILES`).
 
 NCHW configurations "BMxBNx32-sS[-f1]-nchw" (_wgmma_nchw), on float32 1x1 layers only (any
 stride and padding, one group): a kernel of its own that reads x and w as they are (x^T as
@@ -129,12 +130,14 @@ _ONE_COPY = (WgmmaTile(64, 4), WgmmaTile(128, 4), WgmmaTile(256, 3),
 #: of shared memory (Hopper gives a block up to 227 KiB); tests/test_kernels_compile.py
 #: builds each for sm_90a. 3xTF32's two copies take a stage less on the 128-row tile; its
 #: 256-row tile is not shipped: with the K-step's partial sums (64 more registers) it spilled
-#: 228 bytes at the 128 registers that 512 threads leave. 3xTF32 reads its partial sums
-#: after every K-step, so it has no -f1 tiles.
+#: 228 bytes at the 128 registers that 512 threads leave. 3xTF32's -f1 tiles keep the stages
+#: of their wait-0 twins (one K-step of copies less ahead) and add their partial sums every
+#: four K-steps, when all groups are done (the kernel's FLUSH_STEPS), instead of every one.
 TILES: dict[tuple[int, int], dict[str, WgmmaTile]] = {
     (2, 1): _tiles(64, _ONE_COPY),
     (4, 1): _tiles(32, _ONE_COPY),
-    (4, 2): _tiles(32, (WgmmaTile(64, 4), WgmmaTile(128, 3))),
+    (4, 2): _tiles(32, (WgmmaTile(64, 4), WgmmaTile(128, 3), WgmmaTile(64, 4, 1),
+                        WgmmaTile(128, 3, 1))),
 }
 
 
