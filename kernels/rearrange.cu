@@ -174,3 +174,35 @@ __global__ void __launch_bounds__(256)
         __syncthreads();  // the tile is read before the next iteration overwrites it
     }
 }
+
+// NCHW -> NHWC with the channels padded to CP with zeros: dst[b][j][c] = src[b][c][j] for
+// c < C, 0 for C <= c < CP, over (batch, C, cols) -> (batch, cols, CP): x (cols = H*W) and a
+// filter (batch K, cols R*S) of one group whose C is not a whole number of 16-byte vectors
+// (a network's first layer, C = 3), which the NHWC GEMM kernels need (a vector stays in one
+// tap). PARTS as transpose's: 0 bits (T unsigned), 1 TF32-rounded, 2 also the TF32
+// remainders after all `total` rounded elements. One thread per destination element,
+// grid-stride: writes coalesced, and a warp's reads are CP runs of 32 / CP columns.
+template <typename T, int PARTS>
+__global__ void __launch_bounds__(256)
+    pad_channels(const T* __restrict__ src, T* __restrict__ dst, int C, int CP, int cols,
+                 int total, unsigned int cp_mul, unsigned int cp_shr, unsigned int cols_mul,
+                 unsigned int cols_shr) {
+    for (unsigned int u = blockIdx.x * blockDim.x + threadIdx.x; u < static_cast<unsigned int>(total);
+         u += gridDim.x * blockDim.x) {
+        const int idx = static_cast<int>(u);
+        const int pixel = fast_div(idx, cp_mul, cp_shr);  // b * cols + j
+        const int c = idx - pixel * CP;
+        const int b = fast_div(pixel, cols_mul, cols_shr);
+        const int j = pixel - b * cols;
+        const T v = c < C ? src[(static_cast<long long>(b) * C + c) * cols + j] : T(0);
+        if constexpr (PARTS == 0) {
+            dst[idx] = v;
+        } else {
+            const float big = __uint_as_float(tf32_rna(v));
+            dst[idx] = big;
+            if (PARTS == 2) {
+                dst[static_cast<long long>(total) + idx] = __uint_as_float(tf32_rna(v - big));
+            }
+        }
+    }
+}

@@ -105,12 +105,34 @@ def test_nhwc_copies_round_to_tf32_for_float32_only() -> None:
     assert _rearrange.name_expression("transpose", 4) == "transpose<unsigned int, 0>"
 
 
-def test_channels_must_be_whole_16_byte_vectors() -> None:
-    # float32 vectors hold 4 channels, 16-bit ones 8: C = 12 suits only float32.
-    shape: dict[str, Any] = dict(n=1, c=12, h=6, w=6, k=8, r=3, s=3, pad=1)
+def test_channels_must_be_whole_16_byte_vectors_per_group() -> None:
+    # float32 vectors hold 4 channels, 16-bit ones 8: C/groups = 12 suits only float32.
+    shape: dict[str, Any] = dict(n=1, c=24, h=6, w=6, k=8, r=3, s=3, pad=1, groups=2)
     assert ALG.supports(make_problem(**shape, dtype="float32"))
     refused = ALG.supports(make_problem(**shape, dtype="float16"))
     assert not refused and "multiple of 8 for float16" in str(refused.reason)
+
+
+@pytest.mark.parametrize(("dtype", "math"), list(MODES))
+def test_one_groups_channels_are_padded_to_whole_vectors(dtype: str, math: str) -> None:
+    # A first layer (C = 3): the NHWC copies hold 4 (float32) or 8 (16-bit) channels, the
+    # extra ones zeros, and the GEMM runs over them: K-steps, splits and workspace follow.
+    problem = make_problem(n=2, c=3, h=224, w=224, k=64, r=7, s=7, pad=3, stride=2,
+                           dtype=dtype, math=math)
+    assert ALG.supports(problem) and _rearrange.padded(problem)
+    channels = 16 // problem.itemsize
+    gemm = _rearrange.nhwc_problem(problem)
+    assert (gemm.c, gemm.k, gemm.out_hw) == (channels, 64, problem.out_hw)
+    copies = MODES[dtype, math]
+    operands = (prod(gemm.input_shape) + prod(gemm.filter_shape)) * problem.itemsize
+    for config in ALG.configs(problem):
+        cfg = wg.parse_config(dtype, math, config)
+        grid, kper = wg.launch(problem, config)
+        steps = k_steps(gemm, wg.k_step(dtype))  # 49 taps of the padded channels
+        assert steps == -(-49 * channels // wg.k_step(dtype))
+        assert (grid[2] - 1) * kper < steps <= grid[2] * kper
+        partials = cfg.splits * prod(problem.output_shape) * 4 if cfg.splits > 1 else 0
+        assert 0 <= ALG.workspace_bytes(problem, config) - copies * operands - partials < 768
 
 
 #: ResNet-50's res4.1x1a.rest at batch 32 (a pointwise layer, P*Q = 196) and res5.1x1b

@@ -42,12 +42,15 @@ _BIT_COPIES = ("remap", "phase_filter", "phase_shuffle")
 
 
 def name_expression(kernel: str, itemsize: int, parts: int = 0, strided: bool = False) -> str:
-    """The template instance of `kernel` (a bit copy or "transpose") for an element size (and
-    a transpose's TF32 parts, and whether it gathers a strided 1x1 filter's pixels)."""
+    """The template instance of `kernel` (a bit copy, "transpose" or "pad_channels") for an
+    element size (and the TF32 parts of the last two, and whether a transpose gathers a
+    strided 1x1 filter's pixels)."""
     if kernel in _BIT_COPIES:
         return f"{kernel}<{_BITS_TYPES[itemsize]}>"
-    return (f"transpose<{'float' if parts else _BITS_TYPES[itemsize]}, {parts}"
-            f"{', true' if strided else ''}>")
+    value = "float" if parts else _BITS_TYPES[itemsize]
+    if kernel == "pad_channels":
+        return f"pad_channels<{value}, {parts}>"
+    return f"transpose<{value}, {parts}{', true' if strided else ''}>"
 
 
 def shipped_kernels() -> tuple[str, ...]:
@@ -58,7 +61,10 @@ def shipped_kernels() -> tuple[str, ...]:
             # The tensor-core kernels' element sizes (16-bit and 32-bit bits).
             *(name_expression("transpose", size, 0, strided=True) for size in (2, 4)),
             *(name_expression("transpose", 4, parts, strided=True)
-              for parts in TF32_PARTS if parts))
+              for parts in TF32_PARTS if parts),
+            # wgmma's padded copies: 16-bit bits, and float32 in every TF32 part.
+            name_expression("pad_channels", 2),
+            *(name_expression("pad_channels", 4, parts) for parts in TF32_PARTS))
 
 
 def _copy(name: str, grid: tuple[int], args: tuple[Any, ...]) -> KernelLaunch:
@@ -147,6 +153,42 @@ def enqueue_copy(launch: KernelLaunch, src: Any, dst: Any) -> None:
     enqueue(launch, get_kernel, src, dst)
 
 
+def _pad_launch(batch: int, channels: int, padded: int, cols: int, itemsize: int,
+                parts: int) -> KernelLaunch:
+    """One pad_channels launch: (batch, channels, cols) -> (batch, cols, padded)."""
+    total = batch * cols * padded
+    return _copy(name_expression("pad_channels", itemsize, parts),
+                 (grid_stride_blocks(total, _THREADS),),
+                 (*(np.int32(v) for v in (channels, padded, cols, total)),
+                  *fastdiv_args(padded, cols)))
+
+
+#: Bytes per copy of the NHWC GEMM kernels: channels come in whole 16-byte vectors.
+VECTOR_BYTES = 16
+
+
+def nhwc_channels(problem: ConvProblem) -> int:
+    """The channels per group an NHWC copy holds: C/groups, or with one group and C not a
+    whole number of 16-byte vectors (a network's first layer, C = 3), C rounded up to one
+    (`padded`: the extra channels are zeros in both copies, so they add nothing)."""
+    cg, vector = problem.c // problem.groups, VECTOR_BYTES // problem.itemsize
+    return -(-cg // vector) * vector if problem.groups == 1 else cg
+
+
+def padded(problem: ConvProblem) -> bool:
+    """Whether the NHWC copies pad the channels (`nhwc_channels`)."""
+    return nhwc_channels(problem) != problem.c // problem.groups
+
+
+@functools.lru_cache(maxsize=4096)
+def nhwc_problem(problem: ConvProblem) -> ConvProblem:
+    """The problem the NHWC GEMM runs over the copies: `gathered`, or with padded channels
+    the layer with C = nhwc_channels (the padding's zeros add nothing to y)."""
+    if padded(problem):
+        return ConvProblem.from_key({**problem.key(), "c": nhwc_channels(problem)})
+    return gathered(problem)
+
+
 @functools.lru_cache(maxsize=4096)
 def gathered(problem: ConvProblem) -> ConvProblem:
     """The problem an NHWC GEMM runs: `problem` itself, or for a 1x1 filter at a stride
@@ -163,10 +205,10 @@ def gathered(problem: ConvProblem) -> ConvProblem:
 
 def add_nhwc_operands(layout: WorkspaceLayout, problem: ConvProblem,
                       copies: int = 1) -> WorkspaceLayout:
-    """Reserve the NHWC copies of x (N, H, W, C; H, W of `gathered`) and w (K, R*S,
-    C/groups) in `layout`: `copies` of each, one after the other (3xTF32's big and small
+    """Reserve the NHWC copies of x (N, H, W, C; H, W and C of `nhwc_problem`) and w (K,
+    R*S, C/groups) in `layout`: `copies` of each, one after the other (3xTF32's big and small
     parts: 2)."""
-    problem = gathered(problem)
+    problem = nhwc_problem(problem)
     layout.add("x", (copies * problem.n, problem.h, problem.w, problem.c), problem.dtype)
     return layout.add("w", (copies * problem.k, problem.r * problem.s,
                             problem.c // problem.groups), problem.dtype)
@@ -196,9 +238,16 @@ class NhwcCopies:
 @functools.lru_cache(maxsize=4096)  # asked on every NHWC run
 def nhwc_copies(problem: ConvProblem, parts: int = 0) -> NhwcCopies:
     """The copies of x and w into add_nhwc_operands' regions (first in the workspace), with
-    `parts` copies of each (TF32_PARTS; one when 0); x's of `gathered`'s pixels only."""
+    `parts` copies of each (TF32_PARTS; one when 0); x's of `gathered`'s pixels only, or both
+    with their channels padded (`padded`)."""
     ranges = add_nhwc_operands(WorkspaceLayout(), problem, max(parts, 1)).byte_ranges()
     item = problem.itemsize
+    if padded(problem):  # one group (nhwc_channels)
+        channels = nhwc_channels(problem)
+        return NhwcCopies(
+            ranges["x"], ranges["w"],
+            _pad_launch(problem.n, problem.c, channels, problem.h * problem.w, item, parts),
+            _pad_launch(problem.k, problem.c, channels, problem.r * problem.s, item, parts))
     run = gathered(problem)
     pixels = None if run == problem else problem  # not `is`: the cache hands back an equal one
     return NhwcCopies(

@@ -42,7 +42,9 @@ with K-steps of 128 bytes): S slices of the K loop run as grid.z, each writing F
 sums to the workspace; the last slice of a tile to finish adds them in a fixed order into y
 (kernels/common.cuh sum_split_tile, as implicit_gemm_tc's kernel does).
 
-Limits: C/groups a whole number of 16-byte vectors (8 16-bit values, 4 floats); tensors
+Limits: C/groups a whole number of 16-byte vectors (8 16-bit values, 4 floats), which with
+one group the NHWC copies make so by padding the channels with zeros (a network's first
+layer, C = 3: _rearrange.nhwc_channels; the GEMM then runs over the padded K); tensors
 below 2**31 elements; a compute-capability-9.0 GPU (the loader refuses any other with a
 RuntimeError, which the tuner records as a failed candidate, before compiling anything).
 Workspace: the NHWC copies of x and w (both parts of each at 3xTF32), and S x the output in
@@ -70,7 +72,7 @@ from algorithms.cuda._base import (
 )
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._gemm_launch import GemmLaunch, gemm_launch
-from algorithms.cuda._loader import get_kernel
+from algorithms.cuda._loader import get_kernel, tensors_fit_int32
 from algorithms.cuda._wgmma_nchw import NchwTile
 from algorithms.cuda.implicit_gemm_tc import k_splits, passes, split_steps
 from algorithms.problem import DTYPES as DTYPE_BYTES
@@ -216,7 +218,9 @@ def launch(problem: ConvProblem, config: str) -> tuple[tuple[int, int, int], int
     """(grid: pixel tiles, groups x channel tiles, splits launched; K-steps per split)."""
     cfg = parse_config(problem.dtype, problem.math, config)
     gx, gy, _ = gemm_grid(problem, cfg.tile.bm, cfg.tile.bn)
-    kper, launched = split_steps(problem, cfg.splits, k_step(problem.dtype))
+    # K-steps over the GEMM's K: a first layer's padded channels count (nhwc_problem).
+    kper, launched = split_steps(_rearrange.nhwc_problem(problem), cfg.splits,
+                                 k_step(problem.dtype))
     return (gx, gy, launched), kper
 
 
@@ -235,13 +239,19 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
     dtypes: ClassVar[tuple[str, ...]] = tuple(CTYPES)
 
     def _limits(self, problem: ConvProblem) -> Support:
-        """Channels in whole 16-byte vectors per group, 32-bit indexing, a grid that fits."""
+        """Channels in whole 16-byte vectors per group (with one group, the NHWC copies pad
+        them: _rearrange.nhwc_channels), 32-bit indexing (of the padded copies too), a grid
+        that fits."""
         cg = problem.c // problem.groups
         vector = VECTOR_BYTES // problem.itemsize
-        if cg % vector:
+        if _rearrange.nhwc_channels(problem) % vector:
             return unsupported(f"implicit_gemm_wgmma needs C/groups a multiple of {vector} "
-                               f"for {problem.dtype} (16-byte copies within one filter tap), "
-                               f"got {cg}")
+                               f"for {problem.dtype} with groups (16-byte copies within one "
+                               f"filter tap), got {cg}")
+        if not tensors_fit_int32(problem, *(prod(shape) for shape in _rearrange.nhwc_problem(
+                problem).operand_shapes)):
+            return unsupported("a padded NHWC copy has 2**31 elements or more "
+                               "(32-bit indexing)")
         return gemm_limits(problem, self.configs(problem))
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
@@ -252,9 +262,9 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         if _wgmma_nchw.offered(problem):
             shipped.update(_wgmma_nchw.tiles(problem.math))
         whole = fitting_tiles(problem, shipped)
-        bk = k_step(problem.dtype)
+        bk, gemm = k_step(problem.dtype), _rearrange.nhwc_problem(problem)
         return whole + tuple(f"{t}-k{s}" for t in whole
-                             if (s := k_splits(problem, shipped[t], bk)) > 1)
+                             if (s := k_splits(gemm, shipped[t], bk)) > 1)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """The NHWC copies of x and w, and split K's partial sums."""
@@ -298,16 +308,17 @@ def _run_plan(problem: ConvProblem, config: str
               ) -> tuple[_rearrange.NhwcCopies, GemmLaunch]:
     """What `_run` enqueues for one (problem, config), worked out once: the NHWC copies,
     then the GEMM kernel over them (a strided 1x1 layer as the stride-1 one over the pixels
-    the copy of x gathered: `_rearrange.gathered`). K runs (r, s, c): first divisor C/groups."""
+    the copy of x gathered: `_rearrange.gathered`; a first layer's channels padded:
+    `_rearrange.nhwc_problem`). K runs (r, s, c): first divisor C/groups."""
     tile = parse_config(problem.dtype, problem.math, config).tile
     assert isinstance(tile, WgmmaTile), config
     grid, kper = launch(problem, config)
     return (_rearrange.nhwc_copies(problem, tf32_parts(problem)),
             gemm_launch(
-                _rearrange.gathered(problem), workspace_layout(problem, config), KERNEL_FILE,
+                _rearrange.nhwc_problem(problem), workspace_layout(problem, config), KERNEL_FILE,
                 name_expression(problem.dtype, config, problem.math),
                 tile.smem_bytes(copies(problem.dtype, problem.math)), tile.threads, grid, kper,
-                problem.c // problem.groups))
+                _rearrange.nhwc_channels(problem)))
 
 
 class ImplicitGemmWgmmaCuda(CudaByForward, _ImplicitGemmWgmmaCudaForward):
