@@ -45,3 +45,12 @@ def test_a_shipped_instance_issues_its_copies_and_wgmma_once_per_k_step() -> Non
     assert kinds["cp.async"] == 4 + 4 + 1
     assert kinds["wgmma"] == 1 + 4 + 2
     assert sum(line.startswith("wgmma.mma_async") for line in body) == 4
+
+
+def test_the_nchw_loop_starts_at_the_copy_wait_before_the_barrier() -> None:
+    # The NCHW kernel rounds its landed W chunks between the copy wait and the barrier.
+    ptx = ("    cp.async.wait_group 3;\n    mov.u32 %r1, 0;\n    cp.async.wait_group 2;\n"
+           "    st.shared.v4.f32 [%r1], {%f1, %f2, %f3, %f4};\n" + PTX)
+    body = loop_instructions(ptx, from_copy_wait=True)
+    assert body[:2] == ["cp.async.wait_group 2;", "st.shared.v4.f32 [%r1], {%f1, %f2, %f3, %f4};"]
+    assert body[-1] == "wgmma.wait_group.sync.aligned 1;"
