@@ -47,8 +47,8 @@ one group the NHWC copies make so by padding the channels with zeros (a network'
 layer, C = 3: _rearrange.nhwc_channels; the GEMM then runs over the padded K); tensors
 below 2**31 elements; a compute-capability-9.0 GPU (the loader refuses any other with a
 RuntimeError, which the tuner records as a failed candidate, before compiling anything).
-Workspace: the NHWC copies of x and w (both parts of each at 3xTF32), and S x the output in
-float32 for split K.
+Workspace: the NHWC copies of x and w (both parts of each at 3xTF32), or for an NCHW
+configuration an aligned copy of w, and S x the output in float32 for split K.
 
 Resources (ptxas, CUDA 13, sm_90a): see BENCHMARKS.md's table; no spills, no stack; one
 block per SM (`__launch_bounds__(threads, 1)`).
@@ -183,8 +183,8 @@ def k_step(dtype: str) -> int:
 
 @functools.lru_cache(maxsize=256)  # asked on every run
 def name_expression(dtype: str, config: str, math: str = "fp32") -> str:
-    """The kernel template instance of a dtype, configuration and math mode (an NHWC one:
-    _wgmma_nchw names its own)."""
+    """The kernel template instance of a dtype, NHWC configuration and math mode
+    (_wgmma_nchw.name_expression names the NCHW configurations')."""
     tile = parse_config(dtype, math, config).tile
     assert isinstance(tile, WgmmaTile), config
     return (f"implicit_gemm_wgmma_conv<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
