@@ -31,6 +31,7 @@ from algorithms.problem import ConvProblem
 VGG_CONV4_2 = dict(n=16, c=512, h=28, w=28, k=512, r=3, s=3, pad=1)
 RES2_1X1B = dict(n=32, c=64, h=56, w=56, k=256, r=1, s=1)
 RES3_3X3 = dict(n=32, c=128, h=28, w=28, k=128, r=3, s=3, pad=1)
+VGG_CONV1_1 = dict(n=16, c=3, h=224, w=224, k=64, r=3, s=3, pad=1)
 RES3_1X1B = dict(n=32, c=128, h=28, w=28, k=512, r=1, s=1)
 RES4_1X1B = dict(n=32, c=256, h=14, w=14, k=1024, r=1, s=1)
 RES4_1X1A_REST = dict(n=32, c=1024, h=14, w=14, k=256, r=1, s=1)
@@ -114,6 +115,14 @@ CASES: dict[str, Case] = {
     "fp32_res4_1x1b_wgmma_3x": Case(RES4_1X1B, "implicit_gemm_wgmma", "128x128x32-s3"),
     "fp32_res4_1x1b_wgmma_nchw_3x": Case(RES4_1X1B, "implicit_gemm_wgmma",
                                          "128x128x32-s3-nchw"),
+    # 3xTF32 with a group in flight (2026-11-28, not yet on a GPU) beside its wait-0 twin.
+    "fp32_conv4_2_wgmma_3x": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "64x128x32-s4"),
+    "fp32_conv4_2_wgmma_3x_f1": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "64x128x32-s4-f1"),
+    # A first layer on wgmma through channel-padded NHWC copies (2026-11-28, not yet on a
+    # GPU): cuDNN's TF32 time there was 0.17 ms (H100, 2026-11-27).
+    "tf32_conv1_1_wgmma_padded": Case(VGG_CONV1_1, "implicit_gemm_wgmma", "64x128x32-s6-f1",
+                                      {"math": "tf32"}),
+    "tf32_conv1_1_torch": Case(VGG_CONV1_1, "torch", options={"math": "tf32"}),
     "fp32_res4_1x1b_torch": Case(RES4_1X1B, "torch"),
     # FP32's last layer under 0.7x cuDNN (H100, 2026-11-27): GoogLeNet's inception3b.5x5, where
     # cuDNN runs an FFT in 0.052 ms and our best was wgmma 3xTF32 at 0.088 (fft "default":
