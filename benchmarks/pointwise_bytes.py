@@ -67,9 +67,8 @@ def main() -> None:
     for network in args.networks.split(","):
         for math in ("tf32", "fp32"):
             for layer, problem in network_problems(network, args.batch, "float32", math):
-                if not _wgmma_nchw.offered(problem) or problem.stride != (1, 1) or (
-                        problem.pad != (0, 0)):  # strided: nhwc_copy_bytes.py's gathers
-                    continue
+                if not (_wgmma_nchw.offered(problem) and problem.pointwise):
+                    continue  # strided: nhwc_copy_bytes.py's gathers
                 nhwc, nchw = moved(problem)
                 cudnn, best = times.get((network, layer.name, math), (None, None))
                 stored = (f"{cudnn * 1e3:.1f} | {best * 1e3:.1f}" if cudnn is not None

@@ -22,6 +22,7 @@ splits K as theirs do.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from algorithms.cuda import _rearrange
 from algorithms.cuda._gemm_launch import GemmLaunch, gemm_launch
 from algorithms.cuda._launch import Address, KernelLaunch
 from algorithms.cuda._loader import get_kernel
+from algorithms.cuda.implicit_gemm_tc import passes
 from algorithms.problem import ConvProblem
 
 KERNEL_FILE = "implicit_gemm_wgmma_nchw.cu"
@@ -93,8 +95,9 @@ def offered(problem: ConvProblem) -> bool:
 
 
 def copies(math: str) -> int:
-    """W tiles per stage: 3xTF32's big and small (math "fp32"), or 1xTF32's one."""
-    return 2 if math == "fp32" else 1
+    """W tiles per stage: 3xTF32's big and small, or 1xTF32's one (implicit_gemm_tc.passes
+    says which a math mode runs)."""
+    return 2 if passes("float32", math) == 3 else 1
 
 
 def tiles(math: str) -> dict[str, NchwTile]:
@@ -119,12 +122,18 @@ def add_workspace(layout: WorkspaceLayout, problem: ConvProblem) -> WorkspaceLay
     return layout.add("w", (problem.k, problem.c), problem.dtype)
 
 
-def x_vector(problem: ConvProblem, x_ptr: int) -> int:
-    """The kernel's VEC for a call: 4 where output pixels are input pixels (stride 1, no
-    padding), a vector of them stays in one image and x is 16-byte aligned, else 1."""
+@functools.lru_cache(maxsize=4096)  # asked on every run
+def _vector_pixels(problem: ConvProblem) -> bool:
+    """Whether output pixels are input pixels (stride 1, no padding) and a 16-byte vector of
+    them stays in one image."""
     out_h, out_w = problem.out_hw
-    whole = problem.stride == (1, 1) and problem.pad == (0, 0) and (out_h * out_w) % 4 == 0
-    return 4 if whole and x_ptr % 16 == 0 else 1
+    return problem.pointwise and (out_h * out_w) % 4 == 0
+
+
+def x_vector(problem: ConvProblem, x_ptr: int) -> int:
+    """The kernel's VEC for a call: 4 where `_vector_pixels` and x is 16-byte aligned, else
+    1."""
+    return 4 if _vector_pixels(problem) and x_ptr % 16 == 0 else 1
 
 
 @dataclass(frozen=True)

@@ -162,13 +162,19 @@ class WgmmaConfig:
         return isinstance(self.tile, NchwTile)
 
 
+@functools.lru_cache(maxsize=16)
+def _shipped(dtype: str, math: str) -> dict[str, WgmmaTile | NchwTile]:
+    """Every tile shipped for a dtype and math: the NHWC ones, and for float32 the NCHW ones
+    (_wgmma_nchw; offered on 1x1 layers only)."""
+    nchw = _wgmma_nchw.tiles(math) if dtype == "float32" else {}
+    return {**tiles(dtype, math), **nchw}
+
+
 @functools.lru_cache(maxsize=256)  # asked on every run
 def parse_config(dtype: str, math: str, config: str) -> WgmmaConfig:
     """The tile and splits of a configuration name; ValueError for a name not shipped for the
     dtype and math."""
-    shipped: dict[str, WgmmaTile | NchwTile] = {**tiles(dtype, math)}
-    if dtype == "float32":
-        shipped.update(_wgmma_nchw.tiles(math))
+    shipped = _shipped(dtype, math)
     tile, _, splits = config.partition("-k")
     if tile not in shipped or not (splits == "" or (splits.isdigit() and int(splits) >= 2)):
         raise ValueError(f"implicit_gemm_wgmma: unknown config {config!r} for {dtype} at "
@@ -258,9 +264,9 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         """The tiles whose grid fits this problem (the NCHW ones too on a float32 1x1 layer:
         _wgmma_nchw.offered), then those split along K where their grid is below one
         wave (implicit_gemm_tc.k_splits)."""
-        shipped: dict[str, WgmmaTile | NchwTile] = {**tiles(problem.dtype, problem.math)}
-        if _wgmma_nchw.offered(problem):
-            shipped.update(_wgmma_nchw.tiles(problem.math))
+        nchw = _wgmma_nchw.offered(problem)
+        shipped = {name: tile for name, tile in _shipped(problem.dtype, problem.math).items()
+                   if nchw or not isinstance(tile, NchwTile)}
         whole = fitting_tiles(problem, shipped)
         bk, gemm = k_step(problem.dtype), _rearrange.nhwc_problem(problem)
         return whole + tuple(f"{t}-k{s}" for t in whole
