@@ -18,8 +18,16 @@ from typing import Any
 import pytest
 
 from algorithms.cuda import shipped_kernels
-from algorithms.cuda._loader import KERNELS_DIR, NVRTC_OPTIONS, kernel_source, target_arch
+from algorithms.cuda._loader import (
+    KERNELS_DIR,
+    NVRTC_OPTIONS,
+    kernel_source,
+    paste_headers,
+    target_arch,
+)
 from benchmarks.kernel_resources import NVCC, compile_all, usages
+from tests.cuda_emu.warp_cases import WARP_INSTANCES, WARP_KERNELS
+from tests.gpu.test_warp_layouts_gpu import ARCH as WARP_ARCH
 
 ARCHS = ("sm_80", "sm_90")
 
@@ -148,6 +156,26 @@ def test_loader_source_compiles_with_nvrtc(filename: str, arch: str) -> None:
             pytest.fail(f"NVRTC failed on {filename} ({arch}): {exc}\n{nvrtc.getProgramLog(prog)}")
         assert nvrtc.getProgramLog(prog).strip("\x00 \n") == ""
         assert all(nvrtc.getLoweredName(prog, name) for name in names)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def test_warp_kernels_compile_with_nvrtc_as_the_gpu_test_builds_them() -> None:
+    """tests/gpu/test_warp_layouts_gpu.py builds tests/cuda_emu/warp_kernels.cu (headers
+    pasted) with NVRTC for sm_90a on the GPU: a source it refuses fails here first."""
+    nvrtc: Any = _nvrtc()
+    if nvrtc is None:
+        pytest.skip("NVRTC is not loadable (neither CuPy's nor the nvidia-cuda-nvrtc wheel's)")
+    source = paste_headers(Path(WARP_KERNELS).read_text(encoding="utf-8"))
+    prog = nvrtc.createProgram(source, "warp_kernels.cu", (), ())
+    try:
+        for name in WARP_INSTANCES:
+            nvrtc.addNameExpression(prog, name)
+        try:
+            nvrtc.compileProgram(prog, (*NVRTC_OPTIONS, f"-arch={WARP_ARCH}"))
+        except Exception as exc:
+            pytest.fail(f"NVRTC failed on warp_kernels.cu: {exc}\n{nvrtc.getProgramLog(prog)}")
+        assert all(nvrtc.getLoweredName(prog, name) for name in WARP_INSTANCES)
     finally:
         nvrtc.destroyProgram(prog)
 

@@ -98,7 +98,12 @@ def kernel_source(filename: str) -> str:
     Pasting (rather than `-I`) makes the headers part of the text CuPy hashes for its
     on-disk compile cache, so editing a header recompiles every kernel that includes it.
     """
-    text = (KERNELS_DIR / filename).read_text(encoding="utf-8")
+    return paste_headers((KERNELS_DIR / filename).read_text(encoding="utf-8"))
+
+
+def paste_headers(text: str) -> str:
+    """CUDA source `text` with each of kernels/' headers it includes pasted over its
+    #include line (kernel_source's rule; also for test kernels built on those headers)."""
 
     def header(match: re.Match[str]) -> str:
         return (KERNELS_DIR / match.group(1)).read_text(encoding="utf-8").replace(

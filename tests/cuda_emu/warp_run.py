@@ -12,22 +12,13 @@ reads its stderr).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tests.cuda_emu.build import EmulatedKernel
 from tests.cuda_emu.host import dev_at
-
-#: The warp kernels' source, an absolute path (build.translate takes one).
-WARP_KERNELS = str(Path(__file__).resolve().parent / "warp_kernels.cu")
-#: Every instance tests/test_cuda_emu_warp.py launches: built together, as one library.
-WARP_INSTANCES = (
-    "mma_tf32_kernel", "mma_k16_kernel<half_t>", "mma_k16_kernel<bf16_t>", "ldmatrix_kernel",
-    "cp_async_kernel", "dynamic_smem_kernel", "wgmma_kernel<half_t>", "wgmma_kernel<float>",
-    "wgmma_rs_kernel",
-)
+from tests.cuda_emu.warp_cases import WARP_INSTANCES, WARP_KERNELS
 
 
 def main(kernel: str, bug: str, src: str, dst: str, smem: str = "0",
