@@ -55,7 +55,9 @@
 #   sweep sweep_tf32  benchmarks/bench_gpu.py on tuner.networks' synthetic sweep (124 layers
 #              between and around the networks' shapes, batch 32) in fp32 or tf32: training
 #              rows for the cost model that no network holds out (issue 11), and our picks
-#              against cuDNN on shapes no kernel was written for (issue 10)
+#              against cuDNN on shapes no kernel was written for (issue 10); SWEEP_ARGS adds
+#              bench_gpu options (the model's rows alone, cheaper: "--no-torch --warmup 1
+#              --max-reps 10")
 #   targets    benchmarks/issue10_targets.py on this call's bench_{fp32,tf32,fp16,small}.json:
 #              issue 10's table, each target met or not (after those steps)
 #   fp32 tf32 fp16 bf16 bwd_data bwd_filter small small_tf32 small_fp16
@@ -252,8 +254,10 @@ for step in "${steps[@]}"; do
     small) bench small googlenet:32,mobilenet_v2:32 --math fp32 ;;
     small_tf32) bench small_tf32 googlenet:32,mobilenet_v2:32 --math tf32 ;;
     small_fp16) bench small_fp16 googlenet:32,mobilenet_v2:32 --dtype float16 ;;
-    sweep) bench sweep sweep:32 --math fp32 ;;
-    sweep_tf32) bench sweep_tf32 sweep:32 --math tf32 ;;
+    # shellcheck disable=SC2086  # SWEEP_ARGS is a list of bench_gpu options
+    sweep) bench sweep sweep:32 --math fp32 ${SWEEP_ARGS:-} ;;
+    # shellcheck disable=SC2086
+    sweep_tf32) bench sweep_tf32 sweep:32 --math tf32 ${SWEEP_ARGS:-} ;;
     targets)  # issue 10's table from this call's bench_{fp32,tf32,fp16,small}.json
         found=()
         for mode in fp32 tf32 fp16 small; do

@@ -117,3 +117,29 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned long long shar
     return ((shared & 0x3FFFFull) >> 4) | (1ull << 16) |
            (static_cast<unsigned long long>(sbo >> 4) << 32) | (1ull << 62);
 }
+
+// mbarriers (PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier"): an
+// 8-byte shared-memory object counting arrivals per phase, for warp-specialized kernels whose
+// producers and consumers hand stages to each other without __syncthreads. `bar` is a
+// shared-space address (smem_addr), 8-byte aligned.
+__device__ __forceinline__ void mbarrier_init(unsigned long long bar, unsigned int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"l"(bar), "r"(count) : "memory");
+}
+// One arrival (release: this thread's earlier writes are visible to a thread whose wait sees
+// the phase complete).
+__device__ __forceinline__ void mbarrier_arrive(unsigned long long bar) {
+    unsigned long long state;
+    asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "l"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` (0 or 1) has completed (acquire).
+__device__ __forceinline__ void mbarrier_wait(unsigned long long bar, unsigned int parity) {
+    unsigned int done = 0;
+    while (!done) {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+            "selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "l"(bar), "r"(parity)
+            : "memory");
+    }
+}

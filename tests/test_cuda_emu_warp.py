@@ -25,6 +25,9 @@ Each check is shown to bite by an injected bug (the kernels' `bug` argument):
 | wgmma m64n8 f16 | accumulators read before wgmma.wait_group | result != model (NaN) |
 | wgmma m64n8 tf32, A in registers | registers a1 and a2 swapped | result != model |
 | wgmma m64n8 tf32, A in registers | an A register written before the wait | abort: names it |
+| mbarrier arrive / try_wait.parity | the consumer waits on the other parity | abort: deadlock |
+| mbarrier | the producer refills the stage without waiting for it to empty | abort: deadlock |
+| mbarrier | a phase expecting one arrival more than it gets | abort: deadlock |
 
 The emulator's own bookkeeping of wgmma in flight is pinned the same way, by chains the
 kernel runs on request (`bug` 4 to 6: three ops on one set of registers across a
@@ -37,6 +40,9 @@ while a second group is in flight). Each of these emulator bugs fails one of the
 | an op on reordered registers ignores the ops in flight | 5 |
 | a wait writes registers that a younger op in flight also writes | 6 |
 | a wait writes the oldest chained result, not the newest | 4 (f16, tf32) |
+
+And the mbarrier model: an arrival that never flips the phase, or try_wait.parity read the
+other way round, fails mbarrier's bug-free case.
 """
 
 from __future__ import annotations

@@ -111,11 +111,28 @@ def _asm_call(match: re.Match[str]) -> str:
                 if expr is None:
                     raise ValueError(f"cannot read asm operand {operand!r}")
                 operands.append(expr.group(1).strip())
-    instruction = template.strip().rstrip(";")
+    instruction = _predicated(template.strip()) or template.strip().rstrip(";")
     mnemonic = instruction.split()[0]
     order = [operands[int(i)] for i in re.findall(r"%(\d+)", instruction)]
     name = mnemonic.replace("::", "_").replace(".", "_")  # fence.proxy.async.shared::cta
     return f"emu::ptx_{name}({', '.join(order)});"
+
+
+#: A block that turns an instruction's predicate into a register: `{ .reg .pred P; INSTR P,
+#: operands; selp.u32 %N, 1, 0, P; }` (mbarrier.try_wait has no other form).
+_PREDICATED = re.compile(
+    r"\{\s*\.reg\s+\.pred\s+(\w+)\s*;\s*([\w.:]+)\s+\1\s*,\s*([^;]*);\s*"
+    r"selp\.u32\s+(%\d+)\s*,\s*1\s*,\s*0\s*,\s*\1\s*;\s*\}")
+
+
+def _predicated(template: str) -> str | None:
+    """A predicated block's instruction with the register in the predicate's place (the
+    emulator's function sets it to 0 or 1), or None for any other template."""
+    found = _PREDICATED.fullmatch(template)
+    if found is None:
+        return None
+    _, mnemonic, rest, register = found.groups()
+    return f"{mnemonic} {register}, {rest}"
 
 
 _DEFINE = re.compile(r"^#define[ \t]+(\w+)[ \t]+((?:.*\\\n)*.*)$", re.M)
@@ -183,9 +200,9 @@ def translate(filename: str) -> str:
     return text
 
 
-#: What makes a kernel's threads need fibers: a barrier, or a warp-synchronous instruction
-#: (its lanes park until the whole warp or warpgroup has arrived).
-_FIBERS = re.compile(r"__syncthreads|emu::ptx_(?:mma|ldmatrix|wgmma)")
+#: What makes a kernel's threads need fibers: a barrier, a warp-synchronous instruction (its
+#: lanes park until the whole warp or warpgroup has arrived), or an mbarrier wait.
+_FIBERS = re.compile(r"__syncthreads|emu::ptx_(?:mma|ldmatrix|wgmma|mbarrier_try_wait)")
 _NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "return", "sizeof", "alignof",
                             "decltype", "static_assert"})
 #: A name before "(" (a definition's or a call's); a call may pass template arguments.

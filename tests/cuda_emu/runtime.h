@@ -148,8 +148,12 @@ struct Fiber {
     uint3 tid{};
     int barriers = 0;
     bool done = false;
-    int state = 0;  // kRunnable, kAtBarrier or kAtWarp (waiting for its warp's other lanes)
+    int state = 0;  // kRunnable, kAtBarrier, kAtWarp (waiting for its warp's other lanes)
+                    // or kAtMbarrier (waiting for an mbarrier's phase: `ready` says when)
     std::size_t shared_next = 0;  // index of the next __shared__ declaration it reaches
+    bool (*ready)(const void*, unsigned) = nullptr;  // kAtMbarrier: whether it may go on
+    const void* waits_on = nullptr;  // ... the mbarrier
+    unsigned parity = 0;             // ... and the phase parity it waits past
 };
 
 struct Block {
@@ -170,7 +174,7 @@ struct Block {
 
 inline Block* g_block = nullptr;
 
-enum FiberState { kRunnable = 0, kAtBarrier = 1, kAtWarp = 2 };
+enum FiberState { kRunnable = 0, kAtBarrier = 1, kAtWarp = 2, kAtMbarrier = 3 };
 
 inline void enter_fiber_side() {
 #if EMU_ASAN
@@ -290,11 +294,15 @@ inline void run_block(Block& b, int schedule, std::mt19937& rng) {
     for (int phase = 0;; ++phase) {
         if (schedule == kShuffle) std::shuffle(order.begin(), order.end(), rng);
         // Sweep until no fiber can run: one parked at a warp-synchronous instruction
-        // (warp.h) runs again once the last lane of its warp has arrived there.
+        // (warp.h) runs again once the last lane of its warp has arrived there, one waiting
+        // on an mbarrier once the phase it waits past has completed.
         for (bool progress = true; progress;) {
             progress = false;
             for (std::size_t i : order) {
                 Fiber& f = b.fibers[i];
+                if (!f.done && f.state == kAtMbarrier && f.ready(f.waits_on, f.parity)) {
+                    f.state = kRunnable;
+                }
                 if (!f.done && f.state == kRunnable) {
                     resume(f);
                     progress = true;
@@ -307,6 +315,11 @@ inline void run_block(Block& b, int schedule, std::mt19937& rng) {
                 g_block->current = &f;
                 threadIdx = f.tid;
                 fail("a warp-synchronous instruction was not reached by every lane of its warp");
+            }
+            if (f.state == kAtMbarrier) {
+                g_block->current = &f;
+                threadIdx = f.tid;
+                fail("an mbarrier wait that no arrival completes (every thread is waiting)");
             }
             f.state = kRunnable;
             done += f.done;

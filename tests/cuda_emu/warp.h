@@ -1,4 +1,5 @@
-// Warp-level PTX for the CPU execution model of runtime.h: mma.sync, ldmatrix, cp.async.
+// Warp-level PTX for the CPU execution model of runtime.h: mma.sync, ldmatrix, cp.async,
+// mbarrier, wgmma.
 //
 // Warp-synchronous instructions (mma.sync, ldmatrix) are a rendezvous of the 32 fibers of a
 // warp (lanes = consecutive linear thread indices): each lane parks a pointer to its own
@@ -415,6 +416,67 @@ inline void ptx_cp_async_wait_all() {
     ptx_cp_async_wait_group(0);
 }
 
+// --- mbarrier (sm_80+; the try_wait form sm_90) ----------------------------------------------
+// An mbarrier is an 8-byte shared-memory object; the model keeps its state beside it, keyed by
+// its host address: the arrivals a phase expects, those still pending, and the phase's
+// parity. init sets the count; arrive counts one arrival, and the last of a phase completes it
+// (the parity flips, the count starts again); try_wait.parity P, with the PTX ISA's meaning
+// "the phase of parity P has completed", is true once the parity differs from P. A GPU's
+// try_wait gives up after a while and the kernel loops; here the thread parks until it would
+// be true (runtime.h kAtMbarrier), and a block whose every thread waits fails, naming the
+// deadlock a GPU would hang in. Arriving at or waiting on memory no init made a barrier fails.
+// The writes an arrival publishes are ordered by the model's one memory; what the model
+// checks of them is cp.async's (landed only at the writer's wait_group) and wgmma's proxy
+// fence (by the thread that landed them, before its arrival).
+struct Mbarrier {
+    unsigned count = 0, pending = 0, parity = 0;
+};
+inline std::unordered_map<const unsigned char*, Mbarrier> g_mbarriers;
+
+inline Mbarrier& mbarrier_at(unsigned long long addr, const char* what) {
+    const unsigned char* at = shared_host(addr, 8, 8, "mbarrier outside shared memory");
+    auto found = g_mbarriers.find(at);
+    if (found == g_mbarriers.end()) fail(what);
+    return found->second;
+}
+
+inline void ptx_mbarrier_init_shared_cta_b64(unsigned long long addr, unsigned count) {
+    if (count == 0 || count > (1u << 20) - 1) fail("mbarrier.init count outside 1 .. 2^20 - 1");
+    unsigned char* at = shared_host(addr, 8, 8, "mbarrier outside shared memory");
+    std::memset(at, 0, 8);  // opaque on a GPU; a generic write over it is a bug either way
+    g_mbarriers[at] = {count, count, 0};
+}
+
+inline void ptx_mbarrier_arrive_shared_cta_b64(unsigned long long& state, unsigned long long addr) {
+    Mbarrier& m = mbarrier_at(addr, "mbarrier.arrive on memory no mbarrier.init made a barrier");
+    state = m.parity;  // the token of the phase arrived at
+    if (--m.pending == 0) {
+        m.parity ^= 1u;
+        m.pending = m.count;
+    }
+}
+
+inline bool mbarrier_passed(const void* at, unsigned parity) {
+    return g_mbarriers.at(static_cast<const unsigned char*>(at)).parity != parity;
+}
+
+// `done` = 1 once the phase of parity `parity` has completed (parking this thread until then).
+inline void ptx_mbarrier_try_wait_parity_shared_cta_b64(unsigned& done, unsigned long long addr,
+                                                        unsigned parity) {
+    mbarrier_at(addr, "mbarrier.try_wait on memory no mbarrier.init made a barrier");
+    const unsigned char* at = shared_host(addr, 8, 8, "mbarrier outside shared memory");
+    if (!mbarrier_passed(at, parity & 1u)) {
+        if (!g_block->fibers_on) fail("mbarrier wait in a kernel launched without fibers");
+        Fiber& f = *g_block->current;
+        f.state = kAtMbarrier;
+        f.ready = &mbarrier_passed;
+        f.waits_on = at;
+        f.parity = parity & 1u;
+        to_scheduler(f, false);
+    }
+    done = 1;
+}
+
 // --- wgmma (sm_90a) -------------------------------------------------------------------------------
 // wgmma.mma_async is a warpgroup instruction (128 lanes, four consecutive warps) whose A and B
 // come from shared memory through 64-bit matrix descriptors and whose accumulators are the
@@ -761,6 +823,7 @@ inline void end_block_async(Block& b) {
         if (!s.ops.empty()) fail("block ended with wgmma operations never waited for");
     }
     g_async.clear();
+    g_mbarriers.clear();
     g_warps.clear();
     g_warpgroups.clear();
     g_wgmma.clear();

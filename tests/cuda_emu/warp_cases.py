@@ -28,7 +28,7 @@ WARP_KERNELS = str(Path(__file__).resolve().parent / "warp_kernels.cu")
 WARP_INSTANCES = (
     "mma_tf32_kernel", "mma_k16_kernel<half_t>", "mma_k16_kernel<bf16_t>", "ldmatrix_kernel",
     "cp_async_kernel", "dynamic_smem_kernel", "wgmma_kernel<half_t>", "wgmma_kernel<float>",
-    "wgmma_rs_kernel",
+    "wgmma_rs_kernel", "mbarrier_kernel",
 )
 
 #: The dynamic shared memory of the wgmma cases and the opt-in their kernels run with.
@@ -227,6 +227,24 @@ def wgmma_rs(bug: int) -> WarpCase:
                     threads=128)
 
 
+def mbarrier(bug: int) -> WarpCase:
+    """A producer warp handing three rounds to a consumer warp through mbarriers (see
+    warp_kernels.cu for the bugs). Each bug leaves the block waiting on a phase that never
+    completes, which the emulator reports (a GPU would hang): a consumer waiting on the other
+    parity passes round 0 early and then waits a phase behind; a producer that does not wait
+    for the stage to empty completes all three phases of `full` before the consumer reads,
+    which then waits for a fourth; `full` expecting 33 arrivals never completes its first."""
+    src = np.random.default_rng(7).standard_normal(96).astype(np.float32)
+    arrays = (src, _nan(96))
+    if bug:
+        return WarpCase("mbarrier_kernel", bug, arrays,
+                        aborts="an mbarrier wait that no arrival completes", threads=64,
+                        gpu="undefined")
+    want = src.reshape(3, 32)[:, (np.arange(32) + 1) % 32].ravel()
+    return WarpCase("mbarrier_kernel", bug, arrays,
+                    lambda out: np.array_equal(out[1], want), threads=64)
+
+
 #: Every case, by test id.
 CASES: dict[str, WarpCase] = dict([
     *((f"mma_tf32-bug{b}", mma_tf32(b)) for b in (0, 1, 2)),
@@ -245,4 +263,5 @@ CASES: dict[str, WarpCase] = dict([
     *((f"wgmma-half_t-bug{b}", wgmma("half_t", b)) for b in range(7)),
     *((f"wgmma-float-bug{b}", wgmma("float", b)) for b in (0, 1, 2, 4)),
     *((f"wgmma_rs-bug{b}", wgmma_rs(b)) for b in (0, 1, 2)),
+    *((f"mbarrier-bug{b}", mbarrier(b)) for b in (0, 1, 2, 3)),
 ])

@@ -3,6 +3,7 @@
 // PTX ISA layout, runs the instruction, and scatters the result, so the test can compare it
 // with a NumPy model. `bug` injects one mistake (0: none) that the tests must catch.
 #include "common.cuh"
+#include "wgmma.cuh"
 
 // D (16x8) = A (16x8) . B (8x8) + C, TF32 m16n8k8. bug 1: a1 and a2 swapped (wrong fragment
 // index); bug 2: raw floats instead of cvt.rna (the low 13 bits are dropped, not rounded).
@@ -248,4 +249,37 @@ __global__ void __launch_bounds__(128) wgmma_rs_kernel(const float* a, const flo
     if (bug == 2) frag[0] = 0u;
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(0) : "memory");
     for (int i = 0; i < 4; ++i) d[(16 * w + g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = acc[i];
+}
+
+// A producer warp (threads 32..63) hands ROUNDS rounds of 32 floats to a consumer warp
+// (threads 0..31) through one shared stage and two mbarriers, as a warp-specialized kernel's
+// stages go: the producer waits until the stage is empty (from round 1 on), copies its round
+// in with cp.async, waits for its own copies and arrives on `full`; the consumer waits on
+// `full` with the round's parity, writes lane (l + 1) % 32's value to out (another thread's
+// copy), and arrives on `empty`. bug 1: the consumer waits on the other parity; 2: the
+// producer never waits for `empty`; 3: `full` expects one arrival more than the 32 it gets.
+__global__ void __launch_bounds__(64) mbarrier_kernel(const float* src, float* out, int bug) {
+    constexpr int ROUNDS = 3;
+    __shared__ __align__(16) float stage[32];
+    __shared__ __align__(8) unsigned long long bars[2];
+    const int tid = threadIdx.x, lane = tid % 32;
+    const unsigned long long full = smem_addr(&bars[0]), empty = smem_addr(&bars[1]);
+    if (tid == 0) {
+        mbarrier_init(full, bug == 3 ? 33 : 32);
+        mbarrier_init(empty, 32);
+    }
+    __syncthreads();
+    for (int r = 0; r < ROUNDS; ++r) {
+        if (tid >= 32) {
+            if (r > 0 && bug != 2) mbarrier_wait(empty, (r - 1) & 1);
+            cp_async<4>(smem_addr(&stage[lane]), src + r * 32 + lane, true);
+            cp_async_commit();
+            cp_async_wait<0>();
+            mbarrier_arrive(full);
+        } else {
+            mbarrier_wait(full, (r & 1) ^ (bug == 1 ? 1 : 0));
+            out[r * 32 + lane] = stage[(lane + 1) % 32];
+            mbarrier_arrive(empty);
+        }
+    }
 }
