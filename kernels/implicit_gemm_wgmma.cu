@@ -64,6 +64,164 @@
 #include "common.cuh"
 #include "wgmma.cuh"
 
+// One block's copies of its K-steps into the stages (the layout of the file comment), made by
+// COPY_THREADS threads (every thread of the block, or a warp-specialized kernel's producers),
+// `ct` the copying thread's index among them: chunk ct % 8 of rows ct / 8 + i * ROW_STEP. A
+// thread's k offset is fixed and its rows are all congruent mod 8 (ROW_STEP a multiple of 8),
+// so one XOR serves them: its pixels are decomposed once, and its K index walks from K-step to
+// K-step with its tap (common.cuh NhwcTapWalk), so that a copy's source is one add.
+template <typename T, int BM, int COPIES, int COPY_THREADS>
+struct NhwcStageCopies {
+    static constexpr int BN = 128, ROW_BYTES = 128, BK = ROW_BYTES / sizeof(T);
+    static constexpr int VEC = 16 / sizeof(T);  // elements per 16-byte copy
+    static constexpr int A_BYTES = BM * ROW_BYTES, COPY_BYTES = (BM + BN) * ROW_BYTES;
+    static constexpr int STAGE_BYTES = COPIES * COPY_BYTES;
+    static constexpr int ROW_STEP = COPY_THREADS / 8;  // rows between a thread's vectors
+    static constexpr int A_LOADS = BM / ROW_STEP, B_LOADS = BN / ROW_STEP;
+    static_assert(ROW_STEP % 8 == 0 && BN % ROW_STEP == 0 && BM % ROW_STEP == 0,
+                  "tiles split evenly over the copying threads, rows congruent mod 8");
+
+    int swizzled;  // byte of this thread's first vector in a tile
+    int cg, crs;   // channels per group, and the GEMM's K (C/groups * R * S)
+    long long x_small, w_small;  // 3xTF32: each operand's small copy follows its big one
+    NhwcPixels<B_LOADS> pixels;
+    // Each vector's source before its tap, worked out once: a pixel's NHWC offset at its
+    // receptive field's corner (NhwcPixels), a filter row's offset in w; `walk` then carries
+    // this thread's K index (kv past the step's first) from K-step to K-step.
+    int a_row[A_LOADS];
+    bool a_ok[A_LOADS];
+    NhwcTapWalk walk;
+
+    __device__ __forceinline__ void init(int ct, const ConvShape& shape, int m0, int n0, int grp,
+                                         int kfirst, unsigned int cg_mul, unsigned int cg_shr,
+                                         unsigned int s_mul, unsigned int s_shr,
+                                         unsigned int pq_mul, unsigned int pq_shr,
+                                         unsigned int q_mul, unsigned int q_shr) {
+        CONV_SHAPE_FIELDS;
+        cg = C / groups;
+        crs = cg * R * S;
+        const int kg = K / groups, CRS = crs;
+        const int row0 = ct / 8;
+        swizzled = row0 * ROW_BYTES + ((ct % 8) ^ (row0 % 8)) * 16;
+        x_small = static_cast<long long>(N) * H * W * C;
+        w_small = static_cast<long long>(K) * CRS;
+        pixels.init(n0 + row0, ROW_STEP, N * P * Q, P * Q, Q, H * W * C, W, C, grp * cg, str_h,
+                    str_w, pad_h, pad_w, pq_mul, pq_shr, q_mul, q_shr);
+#pragma unroll
+        for (int i = 0; i < A_LOADS; ++i) {
+            const int m = m0 + row0 + i * ROW_STEP;
+            a_ok[i] = m < kg;
+            a_row[i] = (grp * kg + m) * CRS;  // in w, not wg: one base for every copy
+        }
+        walk.init(kfirst * BK + VEC * (ct % 8), cg, S, W, C, dil_h, dil_w, cg_mul, cg_shr, s_mul,
+                  s_shr);
+    }
+
+    // Fills stage st (at shared-space address `smem`) with the K-step `walk` is at, then moves
+    // it on by one K-step (stages are filled in K order, one K-step after another).
+    __device__ __forceinline__ void load(const T* __restrict__ x, const T* __restrict__ w,
+                                         unsigned long long smem, int st, const ConvShape& shape) {
+        const int H = shape.H, W = shape.W, C = shape.C, S = shape.S;
+        // Bitwise & rather than &&: every term is cheap, and a branch per copy is not. The
+        // GEMM's K is a multiple of VEC, so a vector is all inside K or all past it.
+        const bool k_ok = walk.kk < crs;
+#pragma unroll
+        for (int copy = 0; copy < COPIES; ++copy) {
+            const unsigned long long a_dst =
+                smem + st * STAGE_BYTES + copy * COPY_BYTES + swizzled;
+            const T* w_copy = w + copy * w_small;  // 3xTF32's small copies follow the big
+            const T* x_copy = x + copy * x_small;
+#pragma unroll
+            for (int i = 0; i < A_LOADS; ++i) {
+                const bool ok = a_ok[i] & k_ok;
+                const T* src = w_copy + element(ok, a_row[i] + walk.kk);
+                cp_async<16>(a_dst + i * COPY_THREADS * 16ull, src, ok);
+            }
+            const unsigned long long b_dst = a_dst + A_BYTES;
+#pragma unroll
+            for (int i = 0; i < B_LOADS; ++i) {
+                bool ok;
+                const T* src = pixels.source(x_copy, i, walk, k_ok, H, W, ok);
+                cp_async<16>(b_dst + i * COPY_THREADS * 16ull, src, ok);
+            }
+        }
+        walk.advance(BK, cg, S, W, C, shape.dil_h, shape.dil_w);
+    }
+};
+
+// A warpgroup's 64 x 128 FP32 accumulators (the m64nNk layout of the file comment; `row` this
+// lane's first row, t = lane % 4) into NCHW `out`: y, or with `split` the FP32 partial sums of
+// split K (laid out like y), in pairs of adjacent pixels where `pairs`.
+template <typename T>
+__device__ __forceinline__ void store_wgmma_tile(const float (&acc)[64], T* __restrict__ y,
+                                                 float* __restrict__ split_sums, bool split,
+                                                 const ConvShape& shape, int row, int n0, int t,
+                                                 int grp, int kg, unsigned int pq_mul,
+                                                 unsigned int pq_shr, int pairs) {
+    constexpr int BN = 128;
+    const int K = shape.K, PQ = shape.P * shape.Q, NPQ = shape.N * PQ;
+    if (pairs) {
+        // The two columns of a pair share an image, and N*P*Q being even the second exists
+        // whenever the first does.
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int n = n0 + j * 8 + 2 * t;
+            if (n >= NPQ) continue;
+            const int img = fast_div(n, pq_mul, pq_shr);
+            const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+                const int m = row + 8 * v;
+                if (m >= kg) continue;
+                const float a = acc[4 * j + 2 * v], b = acc[4 * j + 2 * v + 1];
+                if (split) {
+                    store_acc2(split_sums + base + m * PQ, a, b);
+                } else {
+                    store_acc2(y + base + m * PQ, a, b);
+                }
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + j * 8 + 2 * t + h;
+            if (n >= NPQ) continue;
+            const int img = fast_div(n, pq_mul, pq_shr);
+            const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+                const int m = row + 8 * v;
+                if (m >= kg) continue;
+                if (split) {
+                    split_sums[base + m * PQ] = acc[4 * j + 2 * v + h];
+                } else {
+                    store_acc(y + base + m * PQ, acc[4 * j + 2 * v + h]);
+                }
+            }
+        }
+    }
+}
+
+// One K-step of wgmma on a warpgroup's 64 rows of stage tiles a_tile and b_tile (descriptors):
+// four 32-byte slices of K, at 3xTF32 each as small.big + big.small + big.big.
+template <typename T, int COPIES, int COPY_UNITS>
+__device__ __forceinline__ void wgmma_k_step(float (&sums)[64], unsigned long long a_tile,
+                                             unsigned long long b_tile) {
+    const T* kind = nullptr;  // selects wgmma_m64n128's operand type
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {  // a 32-byte slice of K per wgmma
+        const unsigned long long a_big = a_tile + 2 * kc, b_big = b_tile + 2 * kc;
+        if (COPIES == 2) {  // the small terms first, as CUTLASS's 3xTF32 does
+            wgmma_m64n128(kind, sums, a_big + COPY_UNITS, b_big);
+            wgmma_m64n128(kind, sums, a_big, b_big + COPY_UNITS);
+        }
+        wgmma_m64n128(kind, sums, a_big, b_big);
+    }
+}
+
 template <typename T, int BM, int STAGES, int COPIES, int IN_FLIGHT>
 __global__ void __launch_bounds__(BM / 64 * 128, 1)
     implicit_gemm_wgmma_conv(const T* __restrict__ x, const T* __restrict__ w,
@@ -73,20 +231,15 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
                              unsigned int q_shr, void* __restrict__ partials,
                              void* __restrict__ counters, int kper, int pairs) {
     CONV_SHAPE_FIELDS;
-    constexpr int BN = 128, ROW_BYTES = 128, BK = ROW_BYTES / sizeof(T);  // K-step, elements
-    constexpr int VEC = 16 / sizeof(T);   // elements per 16-byte copy
     constexpr int THREADS = BM / 64 * 128;
-    constexpr int SBO = 8 * ROW_BYTES;    // 8-row groups: one 1024-byte swizzle atom
-    constexpr int A_BYTES = BM * ROW_BYTES, COPY_BYTES = (BM + BN) * ROW_BYTES;
-    constexpr int STAGE_BYTES = COPIES * COPY_BYTES;
-    constexpr int ROW_STEP = THREADS / 8;  // rows between a thread's vectors (8 per row)
-    constexpr int A_LOADS = BM / ROW_STEP, B_LOADS = BN / ROW_STEP;
+    using Copies = NhwcStageCopies<T, BM, COPIES, THREADS>;
+    constexpr int BN = Copies::BN, BK = Copies::BK, ROW_BYTES = Copies::ROW_BYTES;
+    constexpr int SBO = 8 * ROW_BYTES;  // 8-row groups: one 1024-byte swizzle atom
+    constexpr int STAGE_BYTES = Copies::STAGE_BYTES;
     static_assert(sizeof(T) == 2 || (sizeof(T) == 4 && COPIES <= 2),
                   "16-bit operands, or float32 as TF32 (1 copy) or 3xTF32 (2 copies)");
     static_assert(sizeof(T) == 4 || COPIES == 1, "16-bit operands have one copy");
-    static_assert(BM % 64 == 0 && THREADS % 64 == 0 && BN % ROW_STEP == 0 &&
-                      BM % ROW_STEP == 0,
-                  "tiles split evenly over the threads");
+    static_assert(BM % 64 == 0, "a warpgroup per 64 rows");
     constexpr int AHEAD = STAGES - 1 - IN_FLIGHT;  // K-steps of copies in flight
     static_assert(AHEAD >= 1, "a pipeline needs a stage beyond those the wgmma read");
     static_assert(IN_FLIGHT == 0 || IN_FLIGHT == 1, "at most one K-step's wgmma in flight");
@@ -102,71 +255,18 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     const int kg = K / groups;
     const int CRS = cg * R * S;
     const int PQ = P * Q;
-    const int NPQ = N * PQ;
-    const int HW = H * W;
     const int mblocks = (kg + BM - 1) / BM;
     const int grp = blockIdx.y / mblocks;
     const int m0 = (blockIdx.y - grp * mblocks) * BM;
     const int n0 = blockIdx.x * BN;
     const int tid = threadIdx.x;
-    // 3xTF32: each operand's small copy follows its big one (the host's layout).
-    const long long x_small = static_cast<long long>(N) * HW * C;
-    const long long w_small = static_cast<long long>(K) * CRS;
 
-    // This thread's vectors: chunk tid % 8 (k offset kv) of rows row0 + i * ROW_STEP, at byte
-    // `swizzled` of its first row (see the file comment; ROW_STEP is a multiple of 8).
-    const int kv = VEC * (tid % 8);
-    const int row0 = tid / 8;
-    const int swizzled = row0 * ROW_BYTES + ((tid % 8) ^ (row0 % 8)) * 16;
-    NhwcPixels<B_LOADS> pixels;
-    pixels.init(n0 + row0, ROW_STEP, NPQ, PQ, Q, HW * C, W, C, grp * cg, str_h, str_w, pad_h,
-                pad_w, pq_mul, pq_shr, q_mul, q_shr);
-    // Each vector's source before its tap, worked out once: a pixel's NHWC offset at its
-    // receptive field's corner (NhwcPixels), a filter row's offset in w; `walk` then carries
-    // this thread's K index (kv past the step's first) from K-step to K-step, so that a copy
-    // costs an add, its bounds and the copy.
-    int a_row[A_LOADS];
-    bool a_ok[A_LOADS];
-#pragma unroll
-    for (int i = 0; i < A_LOADS; ++i) {
-        const int m = m0 + row0 + i * ROW_STEP;
-        a_ok[i] = m < kg;
-        a_row[i] = (grp * kg + m) * CRS;  // in w, not wg: one base for every copy
-    }
     // This block's K-steps: all of them, or split z's slice of kper (the last may be short).
     const int kfirst = blockIdx.z * kper;
     const int ktiles = min((CRS + BK - 1) / BK - kfirst, kper);
-    NhwcTapWalk walk;
-    walk.init(kfirst * BK + kv, cg, S, W, C, dil_h, dil_w, cg_mul, cg_shr, s_mul, s_shr);
-
-    // Fills stage st with the K-step `walk` is at, then moves it on by one K-step (stages are
-    // filled in K order, one K-step after another).
-    auto load_stage = [&](int st) {
-        // Bitwise & rather than &&: every term is cheap, and a branch per copy is not. CRS
-        // is a multiple of VEC, so a vector is all inside K or all past it.
-        const bool k_ok = walk.kk < CRS;
-#pragma unroll
-        for (int copy = 0; copy < COPIES; ++copy) {
-            const unsigned long long a_dst =
-                smem + st * STAGE_BYTES + copy * COPY_BYTES + swizzled;
-            const T* w_copy = w + copy * w_small;  // 3xTF32's small copies follow the big
-            const T* x_copy = x + copy * x_small;
-#pragma unroll
-            for (int i = 0; i < A_LOADS; ++i) {
-                const bool ok = a_ok[i] & k_ok;
-                const T* src = w_copy + element(ok, a_row[i] + walk.kk);
-                cp_async<16>(a_dst + i * THREADS * 16ull, src, ok);
-            }
-            const unsigned long long b_dst = a_dst + A_BYTES;
-#pragma unroll
-            for (int i = 0; i < B_LOADS; ++i) {
-                bool ok;
-                const T* src = pixels.source(x_copy, i, walk, k_ok, H, W, ok);
-                cp_async<16>(b_dst + i * THREADS * 16ull, src, ok);
-            }
-        }
-        walk.advance(BK, cg, S, W, C, dil_h, dil_w);
-    };
+    Copies copies;
+    copies.init(tid, shape, m0, n0, grp, kfirst, cg_mul, cg_shr, s_mul, s_shr, pq_mul, pq_shr,
+                q_mul, q_shr);
 
     // 3xTF32 sums FLUSH K-steps' products in `part` first, then adds them to acc in FP32
     // (round to nearest): the tensor core rounds its sums toward zero, which summed straight
@@ -179,7 +279,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
-        if (s < ktiles) load_stage(s);
+        if (s < ktiles) copies.load(x, w, smem, s, shape);
         cp_async_commit();  // one group per stage, empty past the end, so the count is fixed
     }
     const int wgroup = tid / 128;
@@ -188,29 +288,22 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     // which never carries out of its 14 bits (shared memory is below 256 KiB): an add, where
     // building each descriptor anew took four instructions, eight times a K-step.
     const unsigned long long a_desc0 = wgmma_desc(smem + wgroup * 64 * ROW_BYTES, SBO);
-    const unsigned long long b_desc0 = wgmma_desc(smem + A_BYTES, SBO);
-    constexpr unsigned long long STAGE_UNITS = STAGE_BYTES / 16, COPY_UNITS = COPY_BYTES / 16;
+    const unsigned long long b_desc0 = wgmma_desc(smem + Copies::A_BYTES, SBO);
+    constexpr unsigned long long STAGE_UNITS = STAGE_BYTES / 16;
+    constexpr int COPY_UNITS = Copies::COPY_BYTES / 16;
     int read = 0, write = AHEAD;  // the stages of K-steps kt and kt + AHEAD (AHEAD < STAGES)
     for (int kt = 0; kt < ktiles; ++kt) {
         cp_async_wait<AHEAD - 1>();  // this thread's copies of step kt have landed
         fence_proxy_async();         // ... and are visible to the tensor cores
         __syncthreads();             // ... everyone's; step kt - 1 - IN_FLIGHT's wgmma are done
-        if (kt + AHEAD < ktiles) load_stage(write);
+        if (kt + AHEAD < ktiles) copies.load(x, w, smem, write, shape);
         cp_async_commit();
         write = write + 1 == STAGES ? 0 : write + 1;
         const unsigned long long a_tile = a_desc0 + read * STAGE_UNITS;
         const unsigned long long b_tile = b_desc0 + read * STAGE_UNITS;
         read = read + 1 == STAGES ? 0 : read + 1;
         wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < ROW_BYTES / 32; ++kc) {  // a 32-byte slice of K per wgmma
-            const unsigned long long a_big = a_tile + 2 * kc, b_big = b_tile + 2 * kc;
-            if (COPIES == 2) {  // the small terms first, as CUTLASS's 3xTF32 does
-                wgmma_m64n128(x, sums, a_big + COPY_UNITS, b_big);
-                wgmma_m64n128(x, sums, a_big, b_big + COPY_UNITS);
-            }
-            wgmma_m64n128(x, sums, a_big, b_big);
-        }
+        wgmma_k_step<T, COPIES, COPY_UNITS>(sums, a_tile, b_tile);
         wgmma_commit();
         if (COPIES == 2 && ((kt + 1) % FLUSH == 0 || kt + 1 == ktiles)) {
             wgmma_wait<0>();  // every group on `part` is done
@@ -231,55 +324,146 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
     // sum's first barrier, so its flag goes there).
     float* split_sums =
         static_cast<float*>(partials) + static_cast<long long>(blockIdx.z) * N * K * PQ;
-    const auto sum_splits = [&] {
+    const int lane = tid % 32, t = lane % 4;
+    const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + lane / 4;
+    store_wgmma_tile(acc, y, split_sums, gridDim.z > 1, shape, row, n0, t, grp, kg, pq_mul,
+                     pq_shr, pairs);
+    if (gridDim.z > 1) {
         sum_split_tile<BM, BN, THREADS>(shape, partials, y, counters, smem_raw, m0, n0, grp,
                                         kg, pq_mul, pq_shr);
-    };
-    const int lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + g;
-    if (pairs) {
-        // The two columns of a pair share an image, and N*P*Q being even the second exists
-        // whenever the first does.
+    }
+}
+
+// The warp-specialized kernel ("-ws" configurations): the same tiles, shared-memory layout,
+// wgmma and epilogue, but the copies are two producer warps' alone (threads BM / 64 * 128 on),
+// handed to the BM / 64 consumer warpgroups through mbarriers instead of a block barrier per
+// K-step. Why: Nsight Compute put the one-role kernel's warps mostly at its barrier and its
+// copy waits (VGG-16 conv4_2 float16, H200, 2026-11-25: barrier 1.82 and wait 1.45 stall
+// cycles per instruction, the tensor cores idle between), every warp issuing both roles.
+//
+// Stage st has two mbarriers after the stages in dynamic shared memory: full[st] (64
+// arrivals: each producer thread once its copies of the stage have landed and it ran
+// fence.proxy.async) and empty[st] (one arrival per consumer thread once the wgmma that read
+// the stage are done). K-step kt uses stage kt % STAGES in its (kt / STAGES)-th use, so
+// consumers wait on full[st] with parity (kt / STAGES) & 1 and the producers, before refilling,
+// on empty[st] with the parity of the previous use. A producer keeps LAG = STAGES - 2 K-steps
+// of copies in flight after the one it issued: it signals step kt - LAG once it has issued
+// step kt. LAG must stay below STAGES - 1: consumers release step j's stage only once step
+// j + 1 has arrived (one wgmma group in flight), so a producer waiting for a stage must
+// already have signalled the step after it. Consumers keep one K-step's wgmma in flight (3xTF32:
+// its partial sums added every FLUSH_STEPS K-steps). No split K (the grid's z is 1).
+template <typename T, int BM, int STAGES, int COPIES>
+__global__ void __launch_bounds__(BM / 64 * 128 + 64, 1)
+    implicit_gemm_wgmma_ws(const T* __restrict__ x, const T* __restrict__ w,
+                           T* __restrict__ y, CONV_SHAPE_STRUCT, unsigned int cg_mul,
+                           unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,
+                           unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul,
+                           unsigned int q_shr, void* __restrict__ partials,
+                           void* __restrict__ counters, int kper, int pairs) {
+    CONV_SHAPE_FIELDS;
+    constexpr int CONSUMERS = BM / 64 * 128, PRODUCERS = 64;
+    using Copies = NhwcStageCopies<T, BM, COPIES, PRODUCERS>;
+    constexpr int BN = Copies::BN, BK = Copies::BK, ROW_BYTES = Copies::ROW_BYTES;
+    constexpr int SBO = 8 * ROW_BYTES, STAGE_BYTES = Copies::STAGE_BYTES;
+    constexpr int LAG = STAGES - 2;
+    static_assert(sizeof(T) == 2 || (sizeof(T) == 4 && COPIES <= 2),
+                  "16-bit operands, or float32 as TF32 (1 copy) or 3xTF32 (2 copies)");
+    static_assert(sizeof(T) == 4 || COPIES == 1, "16-bit operands have one copy");
+    static_assert(BM % 64 == 0 && LAG >= 1, "a warpgroup per 64 rows; three stages or more");
+    constexpr int FLUSH = COPIES == 2 ? FLUSH_STEPS : 1;
+    (void)partials, (void)counters, (void)kper;
+
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const unsigned long long smem = smem_addr(smem_raw);
+    const unsigned long long bars = smem + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES]
+
+    const int cg = C / groups;
+    const int kg = K / groups;
+    const int CRS = cg * R * S;
+    const int mblocks = (kg + BM - 1) / BM;
+    const int grp = blockIdx.y / mblocks;
+    const int m0 = (blockIdx.y - grp * mblocks) * BM;
+    const int n0 = blockIdx.x * BN;
+    const int tid = threadIdx.x;
+    const int ktiles = (CRS + BK - 1) / BK;
+
+    if (tid == 0) {
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int n = n0 + j * 8 + 2 * t;
-            if (n >= NPQ) continue;
-            const int img = fast_div(n, pq_mul, pq_shr);
-            const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
-#pragma unroll
-            for (int v = 0; v < 2; ++v) {
-                const int m = row + 8 * v;
-                if (m >= kg) continue;
-                const float a = acc[4 * j + 2 * v], b = acc[4 * j + 2 * v + 1];
-                if (gridDim.z > 1) {
-                    store_acc2(split_sums + base + m * PQ, a, b);
-                } else {
-                    store_acc2(y + base + m * PQ, a, b);
-                }
+        for (int st = 0; st < STAGES; ++st) {
+            mbarrier_init(bars + 8 * st, PRODUCERS);
+            mbarrier_init(bars + 8 * (STAGES + st), CONSUMERS);
+        }
+    }
+    __syncthreads();  // the barriers are initialized before anyone uses them
+
+    if (tid >= CONSUMERS) {  // the producers
+        Copies copies;
+        copies.init(tid - CONSUMERS, shape, m0, n0, grp, 0, cg_mul, cg_shr, s_mul, s_shr,
+                    pq_mul, pq_shr, q_mul, q_shr);
+        int st = 0;
+        unsigned int use = 0;  // parity of stage st's use by step kt: (kt / STAGES) & 1
+        for (int kt = 0; kt < ktiles; ++kt) {
+            // The previous use's release: empty[st]'s phase of parity use ^ 1.
+            if (kt >= STAGES) mbarrier_wait(bars + 8 * (STAGES + st), use ^ 1u);
+            copies.load(x, w, smem, st, shape);
+            cp_async_commit();
+            if (kt >= LAG) {
+                cp_async_wait<LAG>();  // step kt - LAG's copies have landed
+                fence_proxy_async();   // ... and are visible to the tensor cores
+                const int done = st >= LAG ? st - LAG : st + STAGES - LAG;
+                mbarrier_arrive(bars + 8 * done);
+            }
+            if (++st == STAGES) {
+                st = 0;
+                use ^= 1u;
             }
         }
-        if (gridDim.z > 1) sum_splits();
+        cp_async_wait<0>();
+        fence_proxy_async();
+        for (int kt = max(ktiles - LAG, 0); kt < ktiles; ++kt) {
+            mbarrier_arrive(bars + 8 * (kt % STAGES));
+        }
         return;
     }
+
+    float acc[64], part[64];
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
+    for (int v = 0; v < 64; ++v) acc[v] = part[v] = 0.0f;
+    float(&sums)[64] = COPIES == 2 ? part : acc;
+    const int wgroup = tid / 128;
+    const unsigned long long a_desc0 = wgmma_desc(smem + wgroup * 64 * ROW_BYTES, SBO);
+    const unsigned long long b_desc0 = wgmma_desc(smem + Copies::A_BYTES, SBO);
+    constexpr unsigned long long STAGE_UNITS = STAGE_BYTES / 16;
+    constexpr int COPY_UNITS = Copies::COPY_BYTES / 16;
+    int st = 0, last = 0;
+    unsigned int use = 0;  // parity of stage st's current use
+    for (int kt = 0; kt < ktiles; ++kt) {
+        mbarrier_wait(bars + 8 * st, use);  // step kt's copies have landed and are visible
+        wgmma_fence();
+        wgmma_k_step<T, COPIES, COPY_UNITS>(sums, a_desc0 + st * STAGE_UNITS,
+                                            b_desc0 + st * STAGE_UNITS);
+        wgmma_commit();
+        if (COPIES == 2 && ((kt + 1) % FLUSH == 0 || kt + 1 == ktiles)) {
+            wgmma_wait<0>();  // every group on `part` is done
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int n = n0 + j * 8 + 2 * t + h;
-            if (n >= NPQ) continue;
-            const int img = fast_div(n, pq_mul, pq_shr);
-            const int base = (img * K + grp * kg) * PQ + (n - img * PQ);
-#pragma unroll
-            for (int v = 0; v < 2; ++v) {
-                const int m = row + 8 * v;
-                if (m >= kg) continue;
-                if (gridDim.z > 1) {
-                    split_sums[base + m * PQ] = acc[4 * j + 2 * v + h];
-                } else {
-                    store_acc(y + base + m * PQ, acc[4 * j + 2 * v + h]);
-                }
+            for (int v = 0; v < 64; ++v) {
+                acc[v] += part[v];
+                part[v] = 0.0f;
             }
+        } else {
+            wgmma_wait<1>();  // step kt - 1's wgmma are done
+        }
+        if (kt > 0) mbarrier_arrive(bars + 8 * (STAGES + last));  // its stage is free
+        last = st;
+        if (++st == STAGES) {
+            st = 0;
+            use ^= 1u;
         }
     }
-    if (gridDim.z > 1) sum_splits();
+    wgmma_wait<0>();  // the last K-step's wgmma, before the epilogue reads acc
+
+    const int lane = tid % 32;
+    const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + lane / 4;
+    store_wgmma_tile(acc, y, static_cast<float*>(nullptr), false, shape, row, n0, lane % 4, grp,
+                     kg, pq_mul, pq_shr, pairs);
 }

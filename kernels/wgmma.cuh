@@ -126,10 +126,11 @@ __device__ __forceinline__ void mbarrier_init(unsigned long long bar, unsigned i
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"l"(bar), "r"(count) : "memory");
 }
 // One arrival (release: this thread's earlier writes are visible to a thread whose wait sees
-// the phase complete).
-__device__ __forceinline__ void mbarrier_arrive(unsigned long long bar) {
+// the phase complete). Returns the phase's token, which only mbarrier.test_wait would read.
+__device__ __forceinline__ unsigned long long mbarrier_arrive(unsigned long long bar) {
     unsigned long long state;
     asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "l"(bar) : "memory");
+    return state;
 }
 // Waits until the phase of parity `parity` (0 or 1) has completed (acquire).
 __device__ __forceinline__ void mbarrier_wait(unsigned long long bar, unsigned int parity) {

@@ -71,7 +71,7 @@ def _run(tmp_path: Path, case: WarpCase) -> tuple[list[np.ndarray] | None, str]:
     np.savez(src, **named)
     done = subprocess.run(
         [sys.executable, "-m", "tests.cuda_emu.warp_run", case.kernel, str(case.bug), str(src),
-         str(dst), *map(str, case.smem), str(case.threads)],
+         str(dst), *map(str, case.smem), str(case.threads), str(case.schedule)],
         capture_output=True, text=True, cwd=ROOT_DIR, env=sanitizer_env(), timeout=600)
     if done.returncode != 0:
         return None, done.stderr

@@ -427,6 +427,26 @@ _TC_BWD_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
 #:     (offset += dil_h * W * C)         tc_deep f16, bf16 -> fails
 #: and on the NHWC transpose's tile numbering (kernels/rearrange.cu, nineteenth session):
 #:   the host's two divisors swapped     tc_long_k f16    -> fails
+#: and on the warp-specialized "-ws" tiles (producer warps and mbarriers, 2026-11-28; the
+#: forward schedule defers each arrival until no other thread can run, the reverse one does
+#: not: warp.h), each caught on the case named, the -ws configurations alone run:
+#:   consumers wait on `full` at K-step 0 only  tc_deep f16 -> abort: ASan use-after-poison
+#:                                                             (a stage read before it landed)
+#:   producers wait on `empty` with the parity of the
+#:     current use, not the previous (written so
+#:     first; the emulator caught it)     tc_deep tf32     -> abort: "shared memory read by a
+#:                                                            wgmma was overwritten before its
+#:                                                            wgmma.wait_group"
+#:   producers without fence.proxy.async  tc_long_k f16    -> abort: "wgmma reads shared
+#:                                                            memory a cp.async wrote without
+#:                                                            fence.proxy.async"
+#:   consumers release the stage they just issued
+#:     wgmma on, not the previous one     tc_long_k f16    -> abort: ASan use-after-poison
+#:   LAG = STAGES - 1 (a producer waiting for a stage
+#:     before signalling the step after it) tc_long_k f16  -> abort: "an mbarrier wait that no
+#:                                                            arrival completes"
+#:   3xTF32's partial sums added only after the last
+#:     K-step                              tc_long_k f32    -> relative error 1.38e-5 (> 1e-5)
 _WG_SHAPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("float16", "fp32"): ("tc_deep", "tc_long_k", "tc_nhwc_geom", "tc_multi_block", "tc_pw_s2"),
     ("bfloat16", "fp32"): ("tc_deep", "tc_nhwc_groups"),

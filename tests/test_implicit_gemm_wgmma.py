@@ -45,12 +45,32 @@ def test_each_mode_has_its_own_k_step_and_tiles() -> None:
     assert wg.k_step("float16") == 64 and wg.k_step("float32") == 32
     assert set(wg.tiles("float16", "fp32")) == {
         "64x128x64-s4", "128x128x64-s4", "256x128x64-s3",
-        "64x128x64-s6-f1", "128x128x64-s5-f1", "256x128x64-s4-f1"}
+        "64x128x64-s6-f1", "128x128x64-s5-f1", "256x128x64-s4-f1",
+        "64x128x64-s6-ws", "128x128x64-s4-ws", "128x128x64-s5-ws"}
     assert {t.replace("x32", "x64") for t in wg.tiles("float32", "tf32")} == set(
         wg.tiles("float16", "fp32"))
     # 3xTF32: two copies per stage, in flight at the same stages, no 256-row tile.
     assert set(wg.tiles("float32", "fp32")) == {"64x128x32-s4", "128x128x32-s3",
-                                                 "64x128x32-s4-f1", "128x128x32-s3-f1"}
+                                                 "64x128x32-s4-f1", "128x128x32-s3-f1",
+                                                 "64x128x32-s4-ws", "128x128x32-s3-ws"}
+
+
+@pytest.mark.parametrize(("dtype", "math"), list(MODES))
+def test_warp_specialized_tiles_add_producers_and_their_mbarriers(dtype: str, math: str) -> None:
+    # "-ws": two producer warps besides the BM / 64 warpgroups, two 8-byte mbarriers per stage
+    # after the stages, at least three stages (the producers keep STAGES - 2 K-steps of copies
+    # in flight after the one they issue), and their own kernel.
+    copies = MODES[dtype, math]
+    for name, tile in wg.tiles(dtype, math).items():
+        if not name.endswith("-ws"):
+            assert tile.producers == 0 and tile.threads == tile.bm // 64 * 128
+            continue
+        assert tile.producers == wg.PRODUCERS == 64 and tile.in_flight == 1
+        assert tile.threads == tile.bm // 64 * 128 + 64 and tile.stages >= 3
+        stages = copies * tile.stages * (tile.bm + 128) * 128
+        assert tile.smem_bytes(copies) == stages + 16 * tile.stages <= HOPPER_SMEM
+        assert wg.name_expression(dtype, name, math) == (
+            f"implicit_gemm_wgmma_ws<{wg.CTYPES[dtype]}, {tile.bm}, {tile.stages}, {copies}>")
 
 
 @pytest.mark.parametrize(("dtype", "math", "config"), [
@@ -60,6 +80,7 @@ def test_each_mode_has_its_own_k_step_and_tiles() -> None:
     ("float16", "fp32", "64x128x64-s4-k1"),    # a split of one
     ("float16", "fp32", "64x128x64-s4-kx"),
     ("float16", "fp32", "64x128x64"),
+    ("float16", "fp32", "128x128x64-s4-ws-k2"),  # the warp-specialized kernel splits no K
 ])
 def test_unknown_configs_are_refused(dtype: str, math: str, config: str) -> None:
     with pytest.raises(ValueError, match="implicit_gemm_wgmma: unknown config"):
@@ -71,7 +92,8 @@ def test_k_is_split_only_where_the_grid_is_below_one_wave(dtype: str, math: str)
     small, large = (make_problem(**kw, dtype=dtype, math=math) for kw in (RES5, RES2))
     assert not [c for c in ALG.configs(large) if "-k" in c]
     split = [c for c in ALG.configs(small) if "-k" in c]
-    assert {c.partition("-k")[0] for c in split} == set(wg.tiles(dtype, math))
+    assert {c.partition("-k")[0] for c in split} == {
+        t for t in wg.tiles(dtype, math) if not t.endswith("-ws")}
     for config in split:
         cfg = wg.parse_config(dtype, math, config)
         grid, kper = wg.launch(small, config)

@@ -67,13 +67,15 @@ def test_compiles_without_warnings_or_spills(
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize(("filename", "kernel"), [("implicit_gemm_tc.cu", "implicit_gemm_tc_conv"),
                                                   ("implicit_gemm_wgmma.cu",
-                                                   "implicit_gemm_wgmma_conv")])
+                                                   "implicit_gemm_wgmma_conv"),
+                                                  ("implicit_gemm_wgmma.cu",
+                                                   "implicit_gemm_wgmma_ws")])
 def test_tensor_core_kernels_keep_their_stages_in_dynamic_shared_memory(
     reports: dict[tuple[str, str], str], filename: str, kernel: str, arch: str
 ) -> None:
     """ptxas allocates them no static shared memory: the launch's shared_mem (smem_bytes) is
-    all a block has, so a launch that passes too little overruns it (the emulator's ASan
-    catches that: tests/test_cuda_emulated.py)."""
+    all a block has (the warp-specialized kernel's mbarriers too), so a launch that passes too
+    little overruns it (the emulator's ASan catches that: tests/test_cuda_emulated.py)."""
     found = [u for u in usages(reports[(filename, arch)]) if kernel in u.entry]
     assert len(found) == sum(n.startswith(f"{kernel}<") for n in shipped_kernels()[filename])
     assert [u.shared_bytes for u in found] == [0] * len(found)

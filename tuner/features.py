@@ -32,16 +32,18 @@ from algorithms.problem import DIRECTIONS, DTYPES, MATHS, ConvProblem
 from algorithms.registry import get_algorithm
 
 #: What a config name says, by field: its leading tile "AxB[xC]" ("256x128x32"), "-sN"
-#: pipeline stages, "-kN" split-K slices, "-fN" wgmma groups left in flight, "nhwc" (1 or
-#: 0), then up to two other numbers in order ("chunk=16", "f4x4", direct's "16x16k8").
+#: pipeline stages, "-kN" split-K slices, "-fN" wgmma groups left in flight, "nhwc" and "-ws"
+#: (warp-specialized) (1 or 0 each), then up to two other numbers in order ("chunk=16",
+#: "f4x4", direct's "16x16k8").
 CONFIG_COLUMNS: tuple[str, ...] = ("tile0", "tile1", "tile2", "stages", "split", "in_flight",
-                                   "nhwc", "number0", "number1")
+                                   "nhwc", "ws", "number0", "number1")
 #: What "all" in a config ("chunk=all": the whole batch at once) reads as: larger than
 #: any batch, so a tree puts it past every numeric chunk.
 _ALL = float(2**30)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?|all")
 _TILE = re.compile(r"(\d+)x(\d+)(?:x(\d+))?")
 _TAGGED = re.compile(r"-([skf])(\d+)")
+_WS = re.compile(r"-ws\b")
 
 PROBLEM_COLUMNS: tuple[str, ...] = (
     "n", "c", "h", "w", "k", "r", "s", "stride_h", "stride_w", "pad_h", "pad_w",
@@ -115,7 +117,7 @@ def config_numbers(config: str) -> tuple[float, ...]:
     rest = _TAGGED.sub("", rest)
     others = [_ALL if t == "all" else float(t) for t in _NUMBER.findall(rest)][:2]
     return (*tile, tags["s"], tags["k"], tags["f"], float("nhwc" in rest),
-            *others, *[NO_NUMBER] * (2 - len(others)))
+            float(_WS.search(rest) is not None), *others, *[NO_NUMBER] * (2 - len(others)))
 
 
 @functools.lru_cache(maxsize=65536)

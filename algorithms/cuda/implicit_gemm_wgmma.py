@@ -33,12 +33,21 @@ a block up to 227 KiB). "-f1" leaves each K-step's wgmma running through the nex
 barrier and copy issue, one stage further from the copies (at 3xTF32 through four K-steps
 at a time, between additions of its partial sums; `TILES`).
 
+Warp-specialized configurations "BMx128xBK-sS-ws" (kernel implicit_gemm_wgmma_ws): the same
+tiles, but two producer warps alone copy and the BM / 64 warpgroups alone multiply, handing
+stages to each other through mbarriers (full and empty, one of each per stage) instead of a
+block barrier per K-step; the consumers keep one K-step's wgmma in flight. Why: Nsight Compute
+had the one-role kernel's warps waiting mostly at that barrier and on their own copies (VGG-16
+conv4_2 float16, H200, 2026-11-25), the tensor cores idle in between. No split K; not yet
+measured on a GPU.
+
 NCHW configurations "BMxBNx32-sS[-f1]-nchw" (_wgmma_nchw), on float32 1x1 layers only (any
 stride and padding, one group): a kernel of its own that reads x and w as they are (x^T as
 wgmma's A from registers, W's rows as its B), one launch and no NHWC copies.
 
-Split K ("TILE-kS", offered where a tile's grid is below one wave: implicit_gemm_tc.k_splits
-with K-steps of 128 bytes): S slices of the K loop run as grid.z, each writing FP32 partial
+Split K ("TILE-kS", not for "-ws" tiles; offered where a tile's grid is below one wave:
+implicit_gemm_tc.k_splits with K-steps of 128 bytes): S slices of the K loop run as grid.z,
+each writing FP32 partial
 sums to the workspace; the last slice of a tile to finish adds them in a fixed order into y
 (kernels/common.cuh sum_split_tile, as implicit_gemm_tc's kernel does).
 
@@ -88,12 +97,14 @@ ROW_BYTES, VECTOR_BYTES = 128, 16
 
 @dataclass(frozen=True)
 class WgmmaTile:
-    """One configuration: BM output channels (64 per warpgroup), its pipeline depth, and the
-    K-steps of wgmma it leaves running across the next step's barrier (0 or 1)."""
+    """One configuration: BM output channels (64 per warpgroup), its pipeline depth, the
+    K-steps of wgmma it leaves running across the next step's barrier (0 or 1), and the
+    producer threads of a warp-specialized tile (0: every thread copies and multiplies)."""
 
     bm: int
     stages: int
     in_flight: int = 0
+    producers: int = 0
 
     @property
     def bn(self) -> int:
@@ -102,12 +113,20 @@ class WgmmaTile:
 
     @property
     def threads(self) -> int:
-        """Threads per block: a warpgroup per 64 rows."""
-        return self.bm // 64 * 128
+        """Threads per block: a warpgroup per 64 rows, and the producers."""
+        return self.bm // 64 * 128 + self.producers
 
     def smem_bytes(self, copies: int) -> int:
-        """Dynamic shared memory: the stages' A (BM x BK) and B (BN x BK) tiles, per copy."""
-        return copies * self.stages * (self.bm + self.bn) * ROW_BYTES
+        """Dynamic shared memory: the stages' A (BM x BK) and B (BN x BK) tiles, per copy,
+        and a warp-specialized tile's two 8-byte mbarriers per stage after them."""
+        barriers = 2 * 8 * self.stages if self.producers else 0
+        return copies * self.stages * (self.bm + self.bn) * ROW_BYTES + barriers
+
+    @property
+    def suffix(self) -> str:
+        """What the configuration name says after "-sS": "-ws" (warp-specialized, one
+        K-step's wgmma in flight), "-f1" or nothing."""
+        return "-ws" if self.producers else "-f1" if self.in_flight else ""
 
 
 #: Storage dtype -> C++ type (kernels/common.cuh; float32 runs as TF32).
@@ -120,13 +139,23 @@ def copies(dtype: str, math: str) -> int:
 
 
 def _tiles(bk: int, tiles: tuple[WgmmaTile, ...]) -> dict[str, WgmmaTile]:
-    return {f"{t.bm}x{BN}x{bk}-s{t.stages}{'-f1' if t.in_flight else ''}": t for t in tiles}
+    return {f"{t.bm}x{BN}x{bk}-s{t.stages}{t.suffix}": t for t in tiles}
 
+
+#: The producers of a warp-specialized tile: two warps (the kernel's PRODUCERS), so that a
+#: producer's rows stay congruent mod 8 (one swizzle XOR serves them) and its copy state fits
+#: the registers a block of BM / 64 * 128 + 64 threads leaves.
+PRODUCERS = 64
+#: Warp-specialized tiles ("-ws", kernels/implicit_gemm_wgmma.cu implicit_gemm_wgmma_ws): two
+#: producer warps copy, BM / 64 warpgroups multiply, through mbarriers. Not yet measured on a
+#: GPU: they ship beside the one-role tiles for the tuner to choose.
+_WS_ONE_COPY = (WgmmaTile(64, 6, 1, PRODUCERS), WgmmaTile(128, 4, 1, PRODUCERS),
+                WgmmaTile(128, 5, 1, PRODUCERS))
 
 #: One wgmma group waited for per K-step, and one left running (-f1) with the stages to keep
 #: the same copies in flight or more. Both ship until a GPU has measured which wins.
 _ONE_COPY = (WgmmaTile(64, 4), WgmmaTile(128, 4), WgmmaTile(256, 3),
-             WgmmaTile(64, 6, 1), WgmmaTile(128, 5, 1), WgmmaTile(256, 4, 1))
+             WgmmaTile(64, 6, 1), WgmmaTile(128, 5, 1), WgmmaTile(256, 4, 1), *_WS_ONE_COPY)
 
 #: Shipped configurations "BMx128xBK-sS[-f1]" per (element bytes, copies), in at most 192 KiB
 #: of shared memory (Hopper gives a block up to 227 KiB); tests/test_kernels_compile.py
@@ -139,7 +168,8 @@ TILES: dict[tuple[int, int], dict[str, WgmmaTile]] = {
     (2, 1): _tiles(64, _ONE_COPY),
     (4, 1): _tiles(32, _ONE_COPY),
     (4, 2): _tiles(32, (WgmmaTile(64, 4), WgmmaTile(128, 3), WgmmaTile(64, 4, 1),
-                        WgmmaTile(128, 3, 1))),
+                        WgmmaTile(128, 3, 1), WgmmaTile(64, 4, 1, PRODUCERS),
+                        WgmmaTile(128, 3, 1, PRODUCERS))),
 }
 
 
@@ -176,10 +206,16 @@ def parse_config(dtype: str, math: str, config: str) -> WgmmaConfig:
     dtype and math."""
     shipped = _shipped(dtype, math)
     tile, _, splits = config.partition("-k")
-    if tile not in shipped or not (splits == "" or (splits.isdigit() and int(splits) >= 2)):
+    split = splits.isdigit() and int(splits) >= 2 and not _warp_specialized(shipped.get(tile))
+    if tile not in shipped or not (splits == "" or split):
         raise ValueError(f"implicit_gemm_wgmma: unknown config {config!r} for {dtype} at "
                          f"math {math!r}")
     return WgmmaConfig(shipped[tile], int(splits or 1))
+
+
+def _warp_specialized(tile: WgmmaTile | NchwTile | None) -> bool:
+    """Whether `tile` is a "-ws" one (whose kernel does not split K)."""
+    return isinstance(tile, WgmmaTile) and tile.producers > 0
 
 
 def k_step(dtype: str) -> int:
@@ -193,6 +229,9 @@ def name_expression(dtype: str, config: str, math: str = "fp32") -> str:
     (_wgmma_nchw.name_expression names the NCHW configurations')."""
     tile = parse_config(dtype, math, config).tile
     assert isinstance(tile, WgmmaTile), config
+    if tile.producers:
+        return (f"implicit_gemm_wgmma_ws<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
+                f"{copies(dtype, math)}>")
     return (f"implicit_gemm_wgmma_conv<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
             f"{copies(dtype, math)}, {tile.in_flight}>")
 
@@ -269,8 +308,8 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
                    if nchw or not isinstance(tile, NchwTile)}
         whole = fitting_tiles(problem, shipped)
         bk, gemm = k_step(problem.dtype), _rearrange.nhwc_problem(problem)
-        return whole + tuple(f"{t}-k{s}" for t in whole
-                             if (s := k_splits(gemm, shipped[t], bk)) > 1)
+        return whole + tuple(f"{t}-k{s}" for t in whole if not _warp_specialized(shipped[t])
+                             and (s := k_splits(gemm, shipped[t], bk)) > 1)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """The NHWC copies of x and w, and split K's partial sums."""

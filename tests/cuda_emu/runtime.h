@@ -154,6 +154,7 @@ struct Fiber {
     bool (*ready)(const void*, unsigned) = nullptr;  // kAtMbarrier: whether it may go on
     const void* waits_on = nullptr;  // ... the mbarrier
     unsigned parity = 0;             // ... and the phase parity it waits past
+    bool deferred = false;  // runs again only once no other fiber can (set by an arrival)
 };
 
 struct Block {
@@ -168,6 +169,10 @@ struct Block {
     std::size_t dynamic_bytes = 0;
     std::size_t dynamic_limit = kSharedLimit;  // the kernel's opt-in, or 48 KiB
     bool fibers_on = true;  // false: a barrier-free kernel, its threads run one after another
+    // Whether an mbarrier arrival defers its thread until no other can run (warp.h): in every
+    // schedule but the reverse one, so that of a case's two runs (forward, reverse) one has
+    // producers as slow as they can be and the other as fast.
+    bool defer_arrivals = true;
     const void* main_stack_bottom = nullptr;
     std::size_t main_stack_size = 0;
 };
@@ -296,6 +301,7 @@ inline void run_block(Block& b, int schedule, std::mt19937& rng) {
         // Sweep until no fiber can run: one parked at a warp-synchronous instruction
         // (warp.h) runs again once the last lane of its warp has arrived there, one waiting
         // on an mbarrier once the phase it waits past has completed.
+        // A fiber that arrived at an mbarrier waits until no other fiber can run (warp.h).
         for (bool progress = true; progress;) {
             progress = false;
             for (std::size_t i : order) {
@@ -303,9 +309,15 @@ inline void run_block(Block& b, int schedule, std::mt19937& rng) {
                 if (!f.done && f.state == kAtMbarrier && f.ready(f.waits_on, f.parity)) {
                     f.state = kRunnable;
                 }
-                if (!f.done && f.state == kRunnable) {
+                if (!f.done && f.state == kRunnable && !f.deferred) {
                     resume(f);
                     progress = true;
+                }
+            }
+            for (Fiber& f : b.fibers) {
+                if (!progress && f.deferred) {
+                    f.deferred = false;
+                    progress = progress || !f.done;
                 }
             }
         }
@@ -420,6 +432,7 @@ void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,
     b.body = [&] { call(kernel, args, std::index_sequence_for<Ps...>{}); };
     b.fibers.resize(threads);
     b.fibers_on = fibers;
+    b.defer_arrivals = schedule != kReverse;
     if (fibers) {
         for (Fiber& f : b.fibers) f.stack = static_cast<char*>(std::malloc(kStackBytes));
     }
@@ -454,6 +467,7 @@ void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,
                     f.done = false;
                     f.shared_next = 0;
                     f.state = kRunnable;
+                    f.deferred = false;
                     if (fibers) start_fiber(f);
                 }
             }

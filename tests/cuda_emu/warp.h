@@ -103,9 +103,11 @@ inline void warp_collective(const char* op, const void* in, void* out, F&& compu
     Block& b = *g_block;
     Fiber& f = *b.current;
     const std::size_t t = static_cast<std::size_t>(&f - b.fibers.data());
-    if (b.fibers.size() % SIZE != 0) {
+    // A warpgroup is four whole warps from a warp index that is a multiple of 4: a block may
+    // end in a partial one (a warp-specialized kernel's producer warps) that issues none.
+    if (SIZE == 32 ? b.fibers.size() % SIZE != 0 : (t / SIZE + 1) * SIZE > b.fibers.size()) {
         fail(SIZE == 32 ? "warp instruction in a block of partial warps"
-                        : "warpgroup instruction in a block of partial warpgroups");
+                        : "warpgroup instruction from a partial warpgroup");
     }
     auto& groups = [&]() -> std::vector<GroupState<SIZE>>& {
         if constexpr (SIZE == 32) {
@@ -421,7 +423,9 @@ inline void ptx_cp_async_wait_all() {
 // its host address: the arrivals a phase expects, those still pending, and the phase's
 // parity. init sets the count; arrive counts one arrival, and the last of a phase completes it
 // (the parity flips, the count starts again); try_wait.parity P, with the PTX ISA's meaning
-// "the phase of parity P has completed", is true once the parity differs from P. A GPU's
+// "the phase of parity P has completed", is true once the parity differs from P. An arriving
+// thread yields until no other can run (but in the reverse schedule, where it goes on), so
+// that a case's two schedules run producers as late and as early as a GPU could. A GPU's
 // try_wait gives up after a while and the kernel loops; here the thread parks until it would
 // be true (runtime.h kAtMbarrier), and a block whose every thread waits fails, naming the
 // deadlock a GPU would hang in. Arriving at or waiting on memory no init made a barrier fails.
@@ -453,6 +457,14 @@ inline void ptx_mbarrier_arrive_shared_cta_b64(unsigned long long& state, unsign
     if (--m.pending == 0) {
         m.parity ^= 1u;
         m.pending = m.count;
+    }
+    // Yield, and go on only once no other thread can: fibers run until they block, and a
+    // producer that never blocked would otherwise fill every stage it may before a consumer
+    // looked, hiding a consumer that reads a stage it did not wait for. So the arriving thread
+    // falls as far behind as a GPU could let it (runtime.h `deferred`).
+    if (g_block->fibers_on && g_block->defer_arrivals) {
+        g_block->current->deferred = true;
+        to_scheduler(*g_block->current, false);
     }
 }
 

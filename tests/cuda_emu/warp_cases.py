@@ -47,6 +47,7 @@ class WarpCase:
     smem: tuple[int, int] = (0, 48 * 1024)  # the launch's dynamic shared memory, opt-in
     threads: int = 32
     gpu: str = "same"  # "same", "refused" or "undefined" (see the module's docstring)
+    schedule: int = 0  # the emulator's thread order (runtime.h: 0 forward, 1 reverse)
 
 
 def tf32(x: np.ndarray) -> np.ndarray:
@@ -232,14 +233,15 @@ def mbarrier(bug: int) -> WarpCase:
     warp_kernels.cu for the bugs). Each bug leaves the block waiting on a phase that never
     completes, which the emulator reports (a GPU would hang): a consumer waiting on the other
     parity passes round 0 early and then waits a phase behind; a producer that does not wait
-    for the stage to empty completes all three phases of `full` before the consumer reads,
-    which then waits for a fourth; `full` expecting 33 arrivals never completes its first."""
+    for the stage to empty, run first and not deferred at its arrivals (the reverse
+    schedule), completes all three phases of `full` before the consumer reads, which then
+    waits for a fourth; `full` expecting 33 arrivals never completes its first."""
     src = np.random.default_rng(7).standard_normal(96).astype(np.float32)
     arrays = (src, _nan(96))
     if bug:
         return WarpCase("mbarrier_kernel", bug, arrays,
                         aborts="an mbarrier wait that no arrival completes", threads=64,
-                        gpu="undefined")
+                        gpu="undefined", schedule=1 if bug == 2 else 0)
     want = src.reshape(3, 32)[:, (np.arange(32) + 1) % 32].ravel()
     return WarpCase("mbarrier_kernel", bug, arrays,
                     lambda out: np.array_equal(out[1], want), threads=64)

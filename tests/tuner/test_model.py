@@ -413,17 +413,20 @@ def test_config_numbers_are_read_by_field() -> None:
     no = -1.0
     columns = dict(zip(CONFIG_COLUMNS, config_numbers("256x128x32-nhwc-s3-k2"), strict=True))
     assert columns == {"tile0": 256.0, "tile1": 128.0, "tile2": 32.0, "stages": 3.0,
-                       "split": 2.0, "in_flight": no, "nhwc": 1.0, "number0": no,
+                       "split": 2.0, "in_flight": no, "nhwc": 1.0, "ws": 0.0, "number0": no,
                        "number1": no}
     # Regression: read positionally, "128x128-nhwc-s4" (TF32) had its stage count where
     # "128x128x32-nhwc" (16-bit) has its K-step, and NHWC tiles read like NCHW ones.
     assert config_numbers("128x128-nhwc-s4")[2:4] == (no, 4.0)
     assert config_numbers("128x128")[6] == 0.0
     assert config_numbers("64x128x64-s6-f1-k2")[3:6] == (6.0, 2.0, 1.0)
-    assert config_numbers("16x16k8")[:3] + config_numbers("16x16k8")[7:] == (16.0, 16.0, no,
+    assert config_numbers("16x16k8")[:3] + config_numbers("16x16k8")[8:] == (16.0, 16.0, no,
                                                                              8.0, no)
-    assert config_numbers("chunk=all")[7] > config_numbers("chunk=16")[7]
-    assert config_numbers("default") == (no,) * 6 + (0.0, no, no)
+    assert config_numbers("chunk=all")[8] > config_numbers("chunk=16")[8]
+    assert config_numbers("default") == (no,) * 6 + (0.0, 0.0, no, no)
+    # A warp-specialized tile reads apart from its one-role twin of as many stages.
+    assert config_numbers("128x128x32-s3-ws")[7] == 1.0
+    assert config_numbers("128x128x32-s3-ws")[:7] == config_numbers("128x128x32-s3")[:7]
 
 
 def test_winograd_tiles_are_families_of_their_own() -> None:
