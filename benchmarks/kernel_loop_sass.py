@@ -9,12 +9,13 @@ gives both, under site-packages/nvidia/cu13/bin; set CUOBJDUMP or PATH), and cou
 instructions of the loop that holds the kernel's tensor-core instructions (HMMA or HGMMA):
 what each warp issues per K-step, by opcode. With `--per-store` the loop is the one holding
 the most global stores (STG) instead, for copy kernels (im2col.cu's): instructions per
-stored element, where ptxas may unroll several elements a trip. Counts are static: where a
-branch inside the loop picks one of two paths (a runtime case, say), both count. Unlike
-`kernel_loop_ptx.py`, this is the code the GPU runs, after ptxas's scheduling and folding
-(ptxas drops cvt.rna's mask before a TF32 HMMA, for one). Compare instances and trees
-(`--kernels` at a `git worktree` of an older commit), not cycles: issue rate and stalls
-need the GPU.
+stored element, where ptxas may unroll several elements a trip. With `--per-copy`, the loop
+holding the most cp.async (LDGSTS): a warp-specialized kernel's producers, per copy. Counts
+are static: where a branch inside the loop picks one of two paths (a runtime case, say),
+both count. Unlike `kernel_loop_ptx.py`, this is the code the GPU runs, after ptxas's
+scheduling and folding (ptxas drops cvt.rna's mask before a TF32 HMMA, for one). Compare
+instances and trees (`--kernels` at a `git worktree` of an older commit), not cycles: issue
+rate and stalls need the GPU.
 """
 
 from __future__ import annotations
@@ -136,8 +137,11 @@ def main() -> None:
                         help="of loops with as many tensor-core instructions, the largest")
     parser.add_argument("--per-store", action="store_true",
                         help="the loop with the most global stores, per store (copies)")
+    parser.add_argument("--per-copy", action="store_true",
+                        help="the loop with the most cp.async (LDGSTS), per cp.async (a "
+                             "warp-specialized kernel's producers)")
     args = parser.parse_args()
-    key = ("STG",) if args.per_store else MMA
+    key = ("STG",) if args.per_store else ("LDGSTS",) if args.per_copy else MMA
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         sys.exit("kernel_loop_sass: nvcc is not on the PATH")
@@ -148,7 +152,7 @@ def main() -> None:
                                   if all(m in e for m in args.match)]
     print(f"kernels: {args.kernels}, {args.arch}\n")
     # ptxas may unroll a K loop (two K-steps a trip): compare instances per mma instruction.
-    per = "per STG" if args.per_store else "per HMMA/HGMMA"
+    per = f"per {key[0]}" if key != MMA else "per HMMA/HGMMA"
     print(f"| instance | SASS per loop trip | {per} | " + " | ".join(COLUMNS) +
           " | other |")
     print("|---|---|---|" + "---|" * (len(COLUMNS) + 1))

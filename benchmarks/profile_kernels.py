@@ -68,6 +68,10 @@ CASES: dict[str, Case] = {
                                {"dtype": "float16"}),
     "fp16_conv4_2_wgmma_f1": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "128x128x64-s5-f1",
                                   {"dtype": "float16"}),
+    # Warp-specialized (2026-11-28, not yet on a GPU): producers and consumers through
+    # mbarriers, beside the one-role -f1 tile whose barrier and copy waits ncu measured.
+    "fp16_conv4_2_wgmma_ws": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "128x128x64-s5-ws",
+                                  {"dtype": "float16"}),
     "fp16_conv4_2_torch": Case(VGG_CONV4_2, "torch", options={"dtype": "float16"}),
     "tf32_conv4_2_wgmma_f1": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "128x128x32-s5-f1",
                                   {"math": "tf32"}),
@@ -118,6 +122,7 @@ CASES: dict[str, Case] = {
     # 3xTF32 with a group in flight (2026-11-28, not yet on a GPU) beside its wait-0 twin.
     "fp32_conv4_2_wgmma_3x": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "64x128x32-s4"),
     "fp32_conv4_2_wgmma_3x_f1": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "64x128x32-s4-f1"),
+    "fp32_conv4_2_wgmma_3x_ws": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "128x128x32-s3-ws"),
     # A first layer on wgmma through channel-padded NHWC copies (2026-11-28, not yet on a
     # GPU): cuDNN's TF32 time there was 0.17 ms (H100, 2026-11-27).
     "tf32_conv1_1_wgmma_padded": Case(VGG_CONV1_1, "implicit_gemm_wgmma", "64x128x32-s6-f1",

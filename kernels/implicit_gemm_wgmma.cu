@@ -335,13 +335,14 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 }
 
 // The warp-specialized kernel ("-ws" configurations): the same tiles, shared-memory layout,
-// wgmma and epilogue, but the copies are two producer warps' alone (threads BM / 64 * 128 on),
-// handed to the BM / 64 consumer warpgroups through mbarriers instead of a block barrier per
-// K-step. Why: Nsight Compute put the one-role kernel's warps mostly at its barrier and its
+// wgmma and epilogue, but the copies are PRODUCERS threads' alone (threads BM / 64 * 128 on:
+// a warpgroup, or two warps at 3xTF32, whose consumers need the registers a larger block would
+// not leave them), handed to the BM / 64 consumer warpgroups through mbarriers instead of a
+// block barrier per K-step. Why: Nsight Compute put the one-role kernel's warps mostly at its barrier and its
 // copy waits (VGG-16 conv4_2 float16, H200, 2026-11-25: barrier 1.82 and wait 1.45 stall
 // cycles per instruction, the tensor cores idle between), every warp issuing both roles.
 //
-// Stage st has two mbarriers after the stages in dynamic shared memory: full[st] (64
+// Stage st has two mbarriers after the stages in dynamic shared memory: full[st] (PRODUCERS
 // arrivals: each producer thread once its copies of the stage have landed and it ran
 // fence.proxy.async) and empty[st] (one arrival per consumer thread once the wgmma that read
 // the stage are done). K-step kt uses stage kt % STAGES in its (kt / STAGES)-th use, so
@@ -352,8 +353,8 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 // j + 1 has arrived (one wgmma group in flight), so a producer waiting for a stage must
 // already have signalled the step after it. Consumers keep one K-step's wgmma in flight (3xTF32:
 // its partial sums added every FLUSH_STEPS K-steps). No split K (the grid's z is 1).
-template <typename T, int BM, int STAGES, int COPIES>
-__global__ void __launch_bounds__(BM / 64 * 128 + 64, 1)
+template <typename T, int BM, int STAGES, int COPIES, int PRODUCERS>
+__global__ void __launch_bounds__(BM / 64 * 128 + PRODUCERS, 1)
     implicit_gemm_wgmma_ws(const T* __restrict__ x, const T* __restrict__ w,
                            T* __restrict__ y, CONV_SHAPE_STRUCT, unsigned int cg_mul,
                            unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,
@@ -361,7 +362,7 @@ __global__ void __launch_bounds__(BM / 64 * 128 + 64, 1)
                            unsigned int q_shr, void* __restrict__ partials,
                            void* __restrict__ counters, int kper, int pairs) {
     CONV_SHAPE_FIELDS;
-    constexpr int CONSUMERS = BM / 64 * 128, PRODUCERS = 64;
+    constexpr int CONSUMERS = BM / 64 * 128;
     using Copies = NhwcStageCopies<T, BM, COPIES, PRODUCERS>;
     constexpr int BN = Copies::BN, BK = Copies::BK, ROW_BYTES = Copies::ROW_BYTES;
     constexpr int SBO = 8 * ROW_BYTES, STAGE_BYTES = Copies::STAGE_BYTES;
@@ -370,6 +371,7 @@ __global__ void __launch_bounds__(BM / 64 * 128 + 64, 1)
                   "16-bit operands, or float32 as TF32 (1 copy) or 3xTF32 (2 copies)");
     static_assert(sizeof(T) == 4 || COPIES == 1, "16-bit operands have one copy");
     static_assert(BM % 64 == 0 && LAG >= 1, "a warpgroup per 64 rows; three stages or more");
+    static_assert(PRODUCERS == 64 || PRODUCERS == 128, "two producer warps or a warpgroup");
     constexpr int FLUSH = COPIES == 2 ? FLUSH_STEPS : 1;
     (void)partials, (void)counters, (void)kper;
 

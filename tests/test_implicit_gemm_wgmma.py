@@ -57,20 +57,21 @@ def test_each_mode_has_its_own_k_step_and_tiles() -> None:
 
 @pytest.mark.parametrize(("dtype", "math"), list(MODES))
 def test_warp_specialized_tiles_add_producers_and_their_mbarriers(dtype: str, math: str) -> None:
-    # "-ws": two producer warps besides the BM / 64 warpgroups, two 8-byte mbarriers per stage
-    # after the stages, at least three stages (the producers keep STAGES - 2 K-steps of copies
-    # in flight after the one they issue), and their own kernel.
+    # "-ws": producers besides the BM / 64 warpgroups (a warpgroup, two warps at 3xTF32), two
+    # 8-byte mbarriers per stage after the stages, at least three stages (the producers keep
+    # STAGES - 2 K-steps of copies in flight after the one they issue), and their own kernel.
     copies = MODES[dtype, math]
     for name, tile in wg.tiles(dtype, math).items():
         if not name.endswith("-ws"):
             assert tile.producers == 0 and tile.threads == tile.bm // 64 * 128
             continue
-        assert tile.producers == wg.PRODUCERS == 64 and tile.in_flight == 1
-        assert tile.threads == tile.bm // 64 * 128 + 64 and tile.stages >= 3
+        assert tile.producers == {1: 128, 2: 64}[copies] and tile.in_flight == 1
+        assert tile.threads == tile.bm // 64 * 128 + tile.producers and tile.stages >= 3
         stages = copies * tile.stages * (tile.bm + 128) * 128
         assert tile.smem_bytes(copies) == stages + 16 * tile.stages <= HOPPER_SMEM
         assert wg.name_expression(dtype, name, math) == (
-            f"implicit_gemm_wgmma_ws<{wg.CTYPES[dtype]}, {tile.bm}, {tile.stages}, {copies}>")
+            f"implicit_gemm_wgmma_ws<{wg.CTYPES[dtype]}, {tile.bm}, {tile.stages}, {copies}, "
+            f"{tile.producers}>")
 
 
 @pytest.mark.parametrize(("dtype", "math", "config"), [

@@ -34,7 +34,8 @@ barrier and copy issue, one stage further from the copies (at 3xTF32 through fou
 at a time, between additions of its partial sums; `TILES`).
 
 Warp-specialized configurations "BMx128xBK-sS-ws" (kernel implicit_gemm_wgmma_ws): the same
-tiles, but two producer warps alone copy and the BM / 64 warpgroups alone multiply, handing
+tiles, but producers alone copy (a warpgroup; two warps at 3xTF32: `PRODUCERS`) and the
+BM / 64 warpgroups alone multiply, handing
 stages to each other through mbarriers (full and empty, one of each per stage) instead of a
 block barrier per K-step; the consumers keep one K-step's wgmma in flight. Why: Nsight Compute
 had the one-role kernel's warps waiting mostly at that barrier and on their own copies (VGG-16
@@ -142,15 +143,18 @@ def _tiles(bk: int, tiles: tuple[WgmmaTile, ...]) -> dict[str, WgmmaTile]:
     return {f"{t.bm}x{BN}x{bk}-s{t.stages}{t.suffix}": t for t in tiles}
 
 
-#: The producers of a warp-specialized tile: two warps (the kernel's PRODUCERS), so that a
-#: producer's rows stay congruent mod 8 (one swizzle XOR serves them) and its copy state fits
-#: the registers a block of BM / 64 * 128 + 64 threads leaves.
-PRODUCERS = 64
-#: Warp-specialized tiles ("-ws", kernels/implicit_gemm_wgmma.cu implicit_gemm_wgmma_ws): two
-#: producer warps copy, BM / 64 warpgroups multiply, through mbarriers. Not yet measured on a
-#: GPU: they ship beside the one-role tiles for the tuner to choose.
-_WS_ONE_COPY = (WgmmaTile(64, 6, 1, PRODUCERS), WgmmaTile(128, 4, 1, PRODUCERS),
-                WgmmaTile(128, 5, 1, PRODUCERS))
+#: The producers of a warp-specialized tile (the kernel's PRODUCERS): a warpgroup, whose
+#: copy issue per K-step (about 10 instructions a 16-byte copy, BENCHMARKS.md) stays below a
+#: 128 x 128 tile's tensor time at one copy; two warps at 3xTF32, with three times the tensor
+#: time per copy, so that the consumers keep the registers their partial sums need (a block
+#: of 384 threads leaves 168 each). A multiple of 64 either way: a producer's rows stay
+#: congruent mod 8, and one swizzle XOR serves them.
+PRODUCERS = {1: 128, 2: 64}
+#: Warp-specialized tiles ("-ws", kernels/implicit_gemm_wgmma.cu implicit_gemm_wgmma_ws):
+#: producers copy, BM / 64 warpgroups multiply, through mbarriers. Not yet measured on a GPU:
+#: they ship beside the one-role tiles for the tuner to choose.
+_WS_ONE_COPY = (WgmmaTile(64, 6, 1, PRODUCERS[1]), WgmmaTile(128, 4, 1, PRODUCERS[1]),
+                WgmmaTile(128, 5, 1, PRODUCERS[1]))
 
 #: One wgmma group waited for per K-step, and one left running (-f1) with the stages to keep
 #: the same copies in flight or more. Both ship until a GPU has measured which wins.
@@ -168,8 +172,8 @@ TILES: dict[tuple[int, int], dict[str, WgmmaTile]] = {
     (2, 1): _tiles(64, _ONE_COPY),
     (4, 1): _tiles(32, _ONE_COPY),
     (4, 2): _tiles(32, (WgmmaTile(64, 4), WgmmaTile(128, 3), WgmmaTile(64, 4, 1),
-                        WgmmaTile(128, 3, 1), WgmmaTile(64, 4, 1, PRODUCERS),
-                        WgmmaTile(128, 3, 1, PRODUCERS))),
+                        WgmmaTile(128, 3, 1), WgmmaTile(64, 4, 1, PRODUCERS[2]),
+                        WgmmaTile(128, 3, 1, PRODUCERS[2]))),
 }
 
 
@@ -231,7 +235,7 @@ def name_expression(dtype: str, config: str, math: str = "fp32") -> str:
     assert isinstance(tile, WgmmaTile), config
     if tile.producers:
         return (f"implicit_gemm_wgmma_ws<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
-                f"{copies(dtype, math)}>")
+                f"{copies(dtype, math)}, {tile.producers}>")
     return (f"implicit_gemm_wgmma_conv<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
             f"{copies(dtype, math)}, {tile.in_flight}>")
 
