@@ -64,6 +64,13 @@
 #include "common.cuh"
 #include "wgmma.cuh"
 
+// The parameters of both NHWC kernels (one launcher packs them: _gemm_launch.GemmLaunch).
+#define WGMMA_NHWC_PARAMS                                                                     \
+    const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y, CONV_SHAPE_STRUCT,   \
+        unsigned int cg_mul, unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,     \
+        unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,     \
+        void *__restrict__ partials, void *__restrict__ counters, int kper, int pairs
+
 // One block's copies of its K-steps into the stages (the layout of the file comment), made by
 // COPY_THREADS threads (every thread of the block, or a warp-specialized kernel's producers),
 // `ct` the copying thread's index among them: chunk ct % 8 of rows ct / 8 + i * ROW_STEP. A
@@ -80,6 +87,10 @@ struct NhwcStageCopies {
     static constexpr int A_LOADS = BM / ROW_STEP, B_LOADS = BN / ROW_STEP;
     static_assert(ROW_STEP % 8 == 0 && BN % ROW_STEP == 0 && BM % ROW_STEP == 0,
                   "tiles split evenly over the copying threads, rows congruent mod 8");
+    static_assert(sizeof(T) == 2 || (sizeof(T) == 4 && COPIES <= 2),
+                  "16-bit operands, or float32 as TF32 (1 copy) or 3xTF32 (2 copies)");
+    static_assert(sizeof(T) == 4 || COPIES == 1, "16-bit operands have one copy");
+    static_assert(BM % 64 == 0, "a warpgroup per 64 rows");
 
     int swizzled;  // byte of this thread's first vector in a tile
     int cg, crs;   // channels per group, and the GEMM's K (C/groups * R * S)
@@ -224,22 +235,13 @@ __device__ __forceinline__ void wgmma_k_step(float (&sums)[64], unsigned long lo
 
 template <typename T, int BM, int STAGES, int COPIES, int IN_FLIGHT>
 __global__ void __launch_bounds__(BM / 64 * 128, 1)
-    implicit_gemm_wgmma_conv(const T* __restrict__ x, const T* __restrict__ w,
-                             T* __restrict__ y, CONV_SHAPE_STRUCT, unsigned int cg_mul,
-                             unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,
-                             unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul,
-                             unsigned int q_shr, void* __restrict__ partials,
-                             void* __restrict__ counters, int kper, int pairs) {
+    implicit_gemm_wgmma_conv(WGMMA_NHWC_PARAMS) {
     CONV_SHAPE_FIELDS;
     constexpr int THREADS = BM / 64 * 128;
     using Copies = NhwcStageCopies<T, BM, COPIES, THREADS>;
     constexpr int BN = Copies::BN, BK = Copies::BK, ROW_BYTES = Copies::ROW_BYTES;
     constexpr int SBO = 8 * ROW_BYTES;  // 8-row groups: one 1024-byte swizzle atom
     constexpr int STAGE_BYTES = Copies::STAGE_BYTES;
-    static_assert(sizeof(T) == 2 || (sizeof(T) == 4 && COPIES <= 2),
-                  "16-bit operands, or float32 as TF32 (1 copy) or 3xTF32 (2 copies)");
-    static_assert(sizeof(T) == 4 || COPIES == 1, "16-bit operands have one copy");
-    static_assert(BM % 64 == 0, "a warpgroup per 64 rows");
     constexpr int AHEAD = STAGES - 1 - IN_FLIGHT;  // K-steps of copies in flight
     static_assert(AHEAD >= 1, "a pipeline needs a stage beyond those the wgmma read");
     static_assert(IN_FLIGHT == 0 || IN_FLIGHT == 1, "at most one K-step's wgmma in flight");
@@ -355,22 +357,14 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 // its partial sums added every FLUSH_STEPS K-steps). No split K (the grid's z is 1).
 template <typename T, int BM, int STAGES, int COPIES, int PRODUCERS>
 __global__ void __launch_bounds__(BM / 64 * 128 + PRODUCERS, 1)
-    implicit_gemm_wgmma_ws(const T* __restrict__ x, const T* __restrict__ w,
-                           T* __restrict__ y, CONV_SHAPE_STRUCT, unsigned int cg_mul,
-                           unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,
-                           unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul,
-                           unsigned int q_shr, void* __restrict__ partials,
-                           void* __restrict__ counters, int kper, int pairs) {
+    implicit_gemm_wgmma_ws(WGMMA_NHWC_PARAMS) {
     CONV_SHAPE_FIELDS;
     constexpr int CONSUMERS = BM / 64 * 128;
     using Copies = NhwcStageCopies<T, BM, COPIES, PRODUCERS>;
     constexpr int BN = Copies::BN, BK = Copies::BK, ROW_BYTES = Copies::ROW_BYTES;
     constexpr int SBO = 8 * ROW_BYTES, STAGE_BYTES = Copies::STAGE_BYTES;
     constexpr int LAG = STAGES - 2;
-    static_assert(sizeof(T) == 2 || (sizeof(T) == 4 && COPIES <= 2),
-                  "16-bit operands, or float32 as TF32 (1 copy) or 3xTF32 (2 copies)");
-    static_assert(sizeof(T) == 4 || COPIES == 1, "16-bit operands have one copy");
-    static_assert(BM % 64 == 0 && LAG >= 1, "a warpgroup per 64 rows; three stages or more");
+    static_assert(LAG >= 1, "three stages or more");
     static_assert(PRODUCERS == 64 || PRODUCERS == 128, "two producer warps or a warpgroup");
     constexpr int FLUSH = COPIES == 2 ? FLUSH_STEPS : 1;
     (void)partials, (void)counters, (void)kper;
