@@ -340,9 +340,10 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
 // wgmma and epilogue, but the copies are PRODUCERS threads' alone (threads BM / 64 * 128 on:
 // a warpgroup, or two warps at 3xTF32, whose consumers need the registers a larger block would
 // not leave them), handed to the BM / 64 consumer warpgroups through mbarriers instead of a
-// block barrier per K-step. Why: Nsight Compute put the one-role kernel's warps mostly at its barrier and its
-// copy waits (VGG-16 conv4_2 float16, H200, 2026-11-25: barrier 1.82 and wait 1.45 stall
-// cycles per instruction, the tensor cores idle between), every warp issuing both roles.
+// block barrier per K-step. Why: Nsight Compute put the one-role kernel's warps mostly at
+// its barrier and its copy waits (VGG-16 conv4_2 float16, H200, 2026-11-25: barrier 1.82 and
+// wait 1.45 stall cycles per instruction, the tensor cores idle between), every warp issuing
+// both roles.
 //
 // Stage st has two mbarriers after the stages in dynamic shared memory: full[st] (PRODUCERS
 // arrivals: each producer thread once its copies of the stage have landed and it ran
