@@ -26,6 +26,11 @@ of boosted trees, bootstrap of problems and features (VariantModel):
   the training problems of the candidate's category (filter, stride, math, dtype,
   direction, depthwise), its family's mean log(time / fastest) and how often the family
   was within 10% of the fastest; for a training row, its own problem left out.
+- lambdarank, xendcg: learning to rank instead of regressing (LightGBM's LGBMRanker, each
+  problem a query, the same bootstrap of problems and inputs): relevance 8 at the
+  problem's fastest down to 0 at twice its time (8 - 8 log2(time / fastest)), and the
+  members' mean score ranks. Needs `pip install lightgbm` (not a dependency: it did not
+  rank better, BENCHMARKS.md).
 Networks named by --train-only (default: the synthetic sweep) are trained on, never held out.
 Prints one line per variant: top-1 within 10% and top-3 hit per seed and their means.
 """
@@ -33,6 +38,7 @@ Prints one line per variant: top-1 within 10% and top-3 hit per seed and their m
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import sys
 from collections import defaultdict
@@ -117,6 +123,8 @@ VARIANTS: dict[str, Variant] = {
     "relative_near": Variant(baseline=lambda s: 0.0, target=relative(None),
                              near=math.log(1.5)),
     "family_prior": Variant(baseline=lambda s: 0.0, target=relative(None), prior=True),
+    "lambdarank": Variant(),  # placeholder: `fit` builds a RankModel for it
+    "xendcg": Variant(),
     "traffic": Variant(extra=(lambda s: math.log(traffic(s) / s.problem.flops),)),
     "workspace": Variant(extra=(lambda s: math.log1p(s.workspace_bytes)
                                 - math.log(s.problem.flops),)),
@@ -208,13 +216,61 @@ class VariantModel(M.CostModel):
                 for s, t in zip(samples, logs.mean(axis=0), strict=True)]
 
 
+@dataclass(frozen=True)
+class RankModel(M.CostModel):
+    """A bag of LightGBM rankers; `predict` gives exp(-mean score) as each candidate's "time",
+    which orders the candidates as the scores do (no times, spread or confidence)."""
+
+    def predict(self, samples: Sequence[Sample]) -> list[M.Prediction]:
+        """The candidates' pseudo-times, lower for a higher mean score."""
+        x = self.encoder.matrix(samples)
+        scores = np.mean([m.predict(x) for m in self.members], axis=0)
+        return [M.Prediction(s.algorithm, s.config, float(math.exp(-v)), 0.0, 0.0)
+                for s, v in zip(samples, scores, strict=True)]
+
+
+def fit_ranker(samples: Sequence[Sample], objective: str, seed: int) -> RankModel:
+    """MEMBERS LGBMRankers, each on a bootstrap of problems (a drawn problem is a query of
+    its own, repeated as often as drawn), relevance from log(time / fastest)."""
+    try:  # by name: not a dependency, so neither mypy nor the test extra knows it
+        lightgbm: Any = importlib.import_module("lightgbm")
+    except ImportError:
+        sys.exit(f"model_variants: the {objective} variant needs lightgbm "
+                 "(pip install lightgbm)")
+    problems = sorted({s.problem for s in samples}, key=repr)
+    index = {p: i for i, p in enumerate(problems)}
+    encoder = Encoder.for_samples(samples)
+    x = encoder.matrix(samples)
+    label = np.clip(np.floor(8 - 8 * relative(None)(samples) / math.log(2)), 0, 8).astype(int)
+    of_row = np.array([index[s.problem] for s in samples])
+    rows_of = [np.nonzero(of_row == p)[0] for p in range(len(problems))]
+    rng = np.random.default_rng(seed)
+    members = []
+    for m in range(M.MEMBERS):
+        draws = np.bincount(rng.integers(0, len(problems), len(problems)),
+                            minlength=len(problems))
+        queries = [rows_of[p] for p in range(len(problems)) for _ in range(draws[p])]
+        rows = np.concatenate(queries)
+        ranker = lightgbm.LGBMRanker(
+            objective=objective, n_estimators=200, num_leaves=31, learning_rate=0.05,
+            min_child_samples=5, random_state=seed + m, verbose=-1, n_jobs=1,
+            **({"label_gain": list(range(9))} if objective == "lambdarank" else {}))
+        members.append(ranker.fit(x[rows], label[rows], group=[len(q) for q in queries]))
+    return RankModel(encoder, tuple(members), len(samples), len(problems))
+
+
 def fit(samples: Sequence[Sample], variant: Variant, seed: int) -> M.CostModel:
     """The shipped fit (tuner.model's bootstrap of problems and regressors) on the variant's
-    data; for "shipped", tuner.model.fit's own model."""
+    data; for "shipped", tuner.model.fit's own model; for the ranking variants, LightGBM's
+    rankers (`fit_ranker`)."""
     if variant is VARIANTS["shipped"]:
         model = M.fit(samples, seed=seed)
         assert model is not None, "too few samples to fit"
         return model
+    for objective in ("lambdarank", "xendcg"):
+        if variant is VARIANTS[objective]:
+            return fit_ranker(samples, "rank_xendcg" if objective == "xendcg" else objective,
+                              seed)
     problems = sorted({s.problem for s in samples}, key=repr)
     index = {p: i for i, p in enumerate(problems)}
     shell = VariantModel(Encoder.for_samples(samples), (), len(samples), len(problems),
