@@ -22,15 +22,14 @@
 // at byte 16 * (c ^ (r % 8)) of the row; 8-row groups are 1024-byte atoms (stride byte offset
 // 1024; the leading byte offset is unused), every tile starts on a 1024-byte boundary, and a
 // wgmma's 32-byte slice kc of K starts 32 * kc bytes into the tile (the hardware applies the
-// XOR to the address bits). Thread tid copies chunk tid % 8 of rows tid / 8 + i * THREADS / 8:
-// 8 lanes fetch one row's 128 contiguous bytes (a whole line of the NHWC copy when the row's
-// K-step lies in one filter tap), and a warp's 32 16-byte writes fall in 32 distinct banks.
+// XOR to the address bits). Copying thread ct (every thread of the one-role kernel, the
+// producers of the warp-specialized one below) copies chunk ct % 8 of rows
+// ct / 8 + i * ROW_STEP (NhwcStageCopies): 8 lanes fetch one row's 128 contiguous bytes (a
+// whole line of the NHWC copy when the row's K-step lies in one filter tap), and a warp's 32
+// 16-byte writes fall in 32 distinct banks.
 // Why: the unswizzled core-matrix layout (16 * e for vector e) had a warp fetch 64 bytes of 8
 // rows, and Nsight Compute counted 33.6 M bank conflicts on those cp.async writes (48% of the
 // kernel's shared-memory wavefronts) on VGG-16's conv4_2 in float16, H200, 2026-11-25.
-// A thread's k offset is fixed and its rows are tid / 8 + i * THREADS / 8 (all congruent mod
-// 8, so one XOR serves them): its pixels are decomposed once, and its K index walks from
-// K-step to K-step with its tap (common.cuh NhwcTapWalk), so a copy's source is one add.
 //
 // Pipeline: STAGES stages of cp.async (16 bytes, zero-fill at padding and edges), and
 // IN_FLIGHT (0 or 1) K-steps of wgmma left running at the end of a K-step, so AHEAD = STAGES -
