@@ -12,6 +12,7 @@ import pytest
 
 from algorithms.cuda.implicit_gemm_wgmma import ImplicitGemmWgmmaCuda
 from tests.gpu.conftest import assert_every_config_passes, assert_split_k_repeats, math_errors
+from tests.precision import make_problem, nan_storage, to_storage
 
 pytestmark = pytest.mark.gpu
 
@@ -52,3 +53,35 @@ def test_tf32_is_less_accurate_than_3xtf32() -> None:
 @pytest.mark.parametrize(("dtype", "math"), MODES)
 def test_split_k_sums_in_the_kernel_run_after_run(dtype: str, math: str) -> None:
     assert_split_k_repeats(ALGORITHM, dtype, math)
+
+
+@pytest.mark.parametrize(("dtype", "math"), MODES)
+def test_warp_specialized_tiles_give_their_one_role_twins_bits(dtype: str, math: str) -> None:
+    """A "-ws" tile runs the same wgmma on the same stages in the same order as the one-role
+    "-f1" tile of its BM (at 3xTF32 the same partial sums too), so it gives the same bits,
+    run after run (as it does in the emulator); a race between its producers and consumers
+    would show as a difference. 72-144 K-steps: the stage ring wraps many times."""
+    import cupy
+    import numpy as np
+
+    problem = make_problem(n=2, c=512, h=14, w=14, k=128, r=3, s=3, pad=1, dtype=dtype,
+                           math=math)
+    configs = [c for c in ALGORITHM.configs(problem) if "-k" not in c]
+    ws = [c for c in configs if c.endswith("-ws")]
+    assert ws
+    rng = np.random.default_rng()
+    x = cupy.asarray(to_storage(rng.standard_normal(problem.input_shape), dtype))
+    w = cupy.asarray(to_storage(rng.standard_normal(problem.filter_shape), dtype))
+
+    def run(config: str) -> bytes:
+        workspace = cupy.full(ALGORITHM.workspace_bytes(problem, config), 0xFF, cupy.uint8)
+        y = cupy.asarray(nan_storage(problem.output_shape, dtype))
+        ALGORITHM.run(x, w, y, workspace, problem, config)
+        return bytes(cupy.asnumpy(y).tobytes())
+
+    for config in ws:
+        bm = config.partition("x")[0]
+        twin = next(c for c in configs if c.startswith(f"{bm}x") and c.endswith("-f1"))
+        expected = run(twin)
+        for _ in range(3):
+            assert run(config) == expected, f"{config} against {twin}"
