@@ -90,6 +90,8 @@ class Variant:
     #: inputs from the training rows: the candidate's family's mean log(time / fastest)
     #: and its share of wins over the training problems of the same category (FamilyPrior)
     prior: bool = False
+    #: a LightGBM ranking objective instead of the regressors (`fit_ranker`), or None
+    ranking: str | None = None
 
 
 def relative(cap: float | None) -> Callable[[Sequence[Sample]], np.ndarray]:
@@ -123,8 +125,8 @@ VARIANTS: dict[str, Variant] = {
     "relative_near": Variant(baseline=lambda s: 0.0, target=relative(None),
                              near=math.log(1.5)),
     "family_prior": Variant(baseline=lambda s: 0.0, target=relative(None), prior=True),
-    "lambdarank": Variant(),  # placeholder: `fit` builds a RankModel for it
-    "xendcg": Variant(),
+    "lambdarank": Variant(ranking="lambdarank"),
+    "xendcg": Variant(ranking="rank_xendcg"),
     "traffic": Variant(extra=(lambda s: math.log(traffic(s) / s.problem.flops),)),
     "workspace": Variant(extra=(lambda s: math.log1p(s.workspace_bytes)
                                 - math.log(s.problem.flops),)),
@@ -267,10 +269,8 @@ def fit(samples: Sequence[Sample], variant: Variant, seed: int) -> M.CostModel:
         model = M.fit(samples, seed=seed)
         assert model is not None, "too few samples to fit"
         return model
-    for objective in ("lambdarank", "xendcg"):
-        if variant is VARIANTS[objective]:
-            return fit_ranker(samples, "rank_xendcg" if objective == "xendcg" else objective,
-                              seed)
+    if variant.ranking is not None:
+        return fit_ranker(samples, variant.ranking, seed)
     problems = sorted({s.problem for s in samples}, key=repr)
     index = {p: i for i, p in enumerate(problems)}
     shell = VariantModel(Encoder.for_samples(samples), (), len(samples), len(problems),

@@ -232,6 +232,22 @@ __device__ __forceinline__ void wgmma_k_step(float (&sums)[64], unsigned long lo
     }
 }
 
+// After a K-step's commit: wait until IN_FLIGHT groups remain; or, at 3xTF32 where `flush`,
+// until none do, and add the partial sums `part` to `acc` (starting `part` again from zero).
+template <int COPIES, int IN_FLIGHT>
+__device__ __forceinline__ void wgmma_retire(float (&acc)[64], float (&part)[64], bool flush) {
+    if (COPIES == 2 && flush) {
+        wgmma_wait<0>();  // every group on `part` is done
+#pragma unroll
+        for (int v = 0; v < 64; ++v) {
+            acc[v] += part[v];
+            part[v] = 0.0f;
+        }
+    } else {
+        wgmma_wait<IN_FLIGHT>();
+    }
+}
+
 template <typename T, int BM, int STAGES, int COPIES, int IN_FLIGHT>
 __global__ void __launch_bounds__(BM / 64 * 128, 1)
     implicit_gemm_wgmma_conv(WGMMA_NHWC_PARAMS) {
@@ -306,16 +322,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         wgmma_fence();
         wgmma_k_step<T, COPIES, COPY_UNITS>(sums, a_tile, b_tile);
         wgmma_commit();
-        if (COPIES == 2 && ((kt + 1) % FLUSH == 0 || kt + 1 == ktiles)) {
-            wgmma_wait<0>();  // every group on `part` is done
-#pragma unroll
-            for (int v = 0; v < 64; ++v) {
-                acc[v] += part[v];
-                part[v] = 0.0f;
-            }
-        } else {
-            wgmma_wait<IN_FLIGHT>();
-        }
+        wgmma_retire<COPIES, IN_FLIGHT>(acc, part, (kt + 1) % FLUSH == 0 || kt + 1 == ktiles);
     }
     wgmma_wait<0>();     // the last K-step's wgmma, before the epilogue reads acc
     cp_async_wait<0>();  // only empty groups remain; nothing may be in flight at exit
@@ -439,16 +446,8 @@ __global__ void __launch_bounds__(BM / 64 * 128 + PRODUCERS, 1)
         wgmma_k_step<T, COPIES, COPY_UNITS>(sums, a_desc0 + st * STAGE_UNITS,
                                             b_desc0 + st * STAGE_UNITS);
         wgmma_commit();
-        if (COPIES == 2 && ((kt + 1) % FLUSH == 0 || kt + 1 == ktiles)) {
-            wgmma_wait<0>();  // every group on `part` is done
-#pragma unroll
-            for (int v = 0; v < 64; ++v) {
-                acc[v] += part[v];
-                part[v] = 0.0f;
-            }
-        } else {
-            wgmma_wait<1>();  // step kt - 1's wgmma are done
-        }
+        // Step kt - 1's wgmma are done after this (and at a flush, step kt's too).
+        wgmma_retire<COPIES, 1>(acc, part, (kt + 1) % FLUSH == 0 || kt + 1 == ktiles);
         if (kt > 0) mbarrier_arrive(bars + 8 * (STAGES + last));  // its stage is free
         last = st;
         if (++st == STAGES) {

@@ -26,8 +26,7 @@ from algorithms.cuda._loader import (
     target_arch,
 )
 from benchmarks.kernel_resources import NVCC, compile_all, usages
-from tests.cuda_emu.warp_cases import WARP_INSTANCES, WARP_KERNELS
-from tests.gpu.test_warp_layouts_gpu import ARCH as WARP_ARCH
+from tests.cuda_emu.warp_cases import WARP_ARCH, WARP_INSTANCES, WARP_KERNELS
 
 ARCHS = ("sm_80", "sm_90")
 

@@ -314,10 +314,12 @@ inline void run_block(Block& b, int schedule, std::mt19937& rng) {
                     progress = true;
                 }
             }
+            // Nothing else could run: release the first deferred fiber still running.
             for (Fiber& f : b.fibers) {
-                if (!progress && f.deferred) {
+                if (progress) break;
+                if (f.deferred) {
                     f.deferred = false;
-                    progress = progress || !f.done;
+                    progress = !f.done;
                 }
             }
         }

@@ -468,21 +468,23 @@ inline void ptx_mbarrier_arrive_shared_cta_b64(unsigned long long& state, unsign
     }
 }
 
-inline bool mbarrier_passed(const void* at, unsigned parity) {
-    return g_mbarriers.at(static_cast<const unsigned char*>(at)).parity != parity;
+// Whether the phase of parity `parity` of mbarrier `m` (an Mbarrier: a map's node, which
+// stays where it is while the map grows) has completed.
+inline bool mbarrier_passed(const void* m, unsigned parity) {
+    return static_cast<const Mbarrier*>(m)->parity != parity;
 }
 
 // `done` = 1 once the phase of parity `parity` has completed (parking this thread until then).
 inline void ptx_mbarrier_try_wait_parity_shared_cta_b64(unsigned& done, unsigned long long addr,
                                                         unsigned parity) {
-    mbarrier_at(addr, "mbarrier.try_wait on memory no mbarrier.init made a barrier");
-    const unsigned char* at = shared_host(addr, 8, 8, "mbarrier outside shared memory");
-    if (!mbarrier_passed(at, parity & 1u)) {
+    const Mbarrier& m =
+        mbarrier_at(addr, "mbarrier.try_wait on memory no mbarrier.init made a barrier");
+    if (!mbarrier_passed(&m, parity & 1u)) {
         if (!g_block->fibers_on) fail("mbarrier wait in a kernel launched without fibers");
         Fiber& f = *g_block->current;
         f.state = kAtMbarrier;
         f.ready = &mbarrier_passed;
-        f.waits_on = at;
+        f.waits_on = &m;
         f.parity = parity & 1u;
         to_scheduler(f, false);
     }

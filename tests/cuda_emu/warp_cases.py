@@ -24,6 +24,8 @@ import numpy as np
 
 #: The warp kernels' source, an absolute path (build.translate takes one).
 WARP_KERNELS = str(Path(__file__).resolve().parent / "warp_kernels.cu")
+#: What a GPU builds them for: they hold wgmma, which only sm_90a has.
+WARP_ARCH = "sm_90a"
 #: Every instance the cases launch (built together: one library in the emulator).
 WARP_INSTANCES = (
     "mma_tf32_kernel", "mma_k16_kernel<half_t>", "mma_k16_kernel<bf16_t>", "ldmatrix_kernel",

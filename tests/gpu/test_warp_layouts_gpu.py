@@ -19,13 +19,9 @@ import numpy as np
 import pytest
 
 from algorithms.cuda._loader import MAX_DYNAMIC_SHARED_SIZE_BYTES, NVRTC_OPTIONS, paste_headers
-from tests.cuda_emu.warp_cases import CASES, WARP_KERNELS, WarpCase
+from tests.cuda_emu.warp_cases import CASES, WARP_ARCH, WARP_KERNELS, WarpCase
 
 _ON_GPU = [name for name, case in CASES.items() if case.gpu != "undefined"]
-
-
-#: What the warp kernels are built for: they hold wgmma, which only sm_90a has.
-ARCH = "sm_90a"
 
 
 def _require_sm90() -> None:
@@ -33,7 +29,8 @@ def _require_sm90() -> None:
 
     capability = str(cupy.cuda.Device().compute_capability)
     if capability != "90":
-        pytest.skip(f"the warp kernels hold wgmma ({ARCH} only); this GPU is sm_{capability}")
+        pytest.skip(f"the warp kernels hold wgmma ({WARP_ARCH} only); this GPU is "
+                    f"sm_{capability}")
 
 
 _compiled: dict[str, Any] = {}
@@ -48,7 +45,7 @@ def _kernel(name: str) -> Any:
 
         source = paste_headers(Path(WARP_KERNELS).read_text(encoding="utf-8"))
         lowered, cubin = nvrtc_compile(source, "warp_kernels.cu", name,
-                                       (*NVRTC_OPTIONS, f"-arch={ARCH}"))
+                                       (*NVRTC_OPTIONS, f"-arch={WARP_ARCH}"))
         module = function.Module()
         module.load(cubin)
         _compiled[name] = module.get_function(lowered)  # the Function holds its Module
