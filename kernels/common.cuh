@@ -295,6 +295,13 @@ struct NhwcPixels {
 // --- Warp-level tensor-core and async-copy PTX (sm_80+), one instruction per inline-PTX statement so
 // tests/cuda_emu can emulate each (tests/cuda_emu/warp.h documents the fragment layouts). ---
 
+// The GPU's global timer, in nanoseconds (%globaltimer).
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    return now;
+}
+
 // The shared-space address of a generic pointer into shared memory.
 __device__ __forceinline__ unsigned long long smem_addr(const void* p) {
     unsigned long long a;

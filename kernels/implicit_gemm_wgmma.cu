@@ -406,8 +406,12 @@ __global__ void __launch_bounds__(BM / 64 * 128 + PRODUCERS, 1)
         int st = 0;
         unsigned int use = 0;  // parity of stage st's use by step kt: (kt / STAGES) & 1
         for (int kt = 0; kt < ktiles; ++kt) {
-            // The previous use's release: empty[st]'s phase of parity use ^ 1.
-            if (kt >= STAGES) mbarrier_wait(bars + 8 * (STAGES + st), use ^ 1u);
+            // The previous use's release: empty[st]'s phase of parity use ^ 1 (or a give-up:
+            // the consumers then give up too, at the latest when they wait for this step).
+            if (kt >= STAGES && !mbarrier_wait(bars + 8 * (STAGES + st), use ^ 1u)) {
+                cp_async_wait<0>();
+                return;
+            }
             copies.load(x, w, smem, st, shape);
             cp_async_commit();
             if (kt >= LAG) {
@@ -440,8 +444,14 @@ __global__ void __launch_bounds__(BM / 64 * 128 + PRODUCERS, 1)
     constexpr int COPY_UNITS = Copies::COPY_BYTES / 16;
     int st = 0, last = 0;
     unsigned int use = 0;  // parity of stage st's current use
+    bool gave_up = false;
     for (int kt = 0; kt < ktiles; ++kt) {
-        mbarrier_wait(bars + 8 * st, use);  // step kt's copies have landed and are visible
+        // Step kt's copies have landed and are visible (or the wait gave up: see
+        // MBARRIER_GIVE_UP_NS).
+        if (!mbarrier_wait(bars + 8 * st, use)) {
+            gave_up = true;
+            break;
+        }
         wgmma_fence();
         wgmma_k_step<T, COPIES, COPY_UNITS>(sums, a_desc0 + st * STAGE_UNITS,
                                             b_desc0 + st * STAGE_UNITS);
@@ -456,6 +466,10 @@ __global__ void __launch_bounds__(BM / 64 * 128 + PRODUCERS, 1)
         }
     }
     wgmma_wait<0>();  // the last K-step's wgmma, before the epilogue reads acc
+    if (gave_up) {  // a tile that is not the product is NaN, never a plausible number
+#pragma unroll
+        for (int v = 0; v < 64; ++v) acc[v] = __uint_as_float(0x7FC00000u);
+    }
 
     const int lane = tid % 32;
     const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + lane / 4;

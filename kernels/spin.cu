@@ -4,9 +4,7 @@
 #include "common.cuh"
 
 __global__ void __launch_bounds__(32) spin(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
+    const unsigned long long start = global_timer_ns();
+    while (global_timer_ns() - start < ns) {
+    }
 }

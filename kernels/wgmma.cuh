@@ -132,15 +132,31 @@ __device__ __forceinline__ unsigned long long mbarrier_arrive(unsigned long long
     asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "l"(bar) : "memory");
     return state;
 }
-// Waits until the phase of parity `parity` (0 or 1) has completed (acquire).
-__device__ __forceinline__ void mbarrier_wait(unsigned long long bar, unsigned int parity) {
-    unsigned int done = 0;
-    while (!done) {
-        asm volatile(
-            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-            "selp.u32 %0, 1, 0, p; }"
-            : "=r"(done)
-            : "l"(bar), "r"(parity)
-            : "memory");
+// How long a wait may last before its kernel gives up, in nanoseconds of the global timer. A
+// stage's copies land in microseconds, so only a deadlock (a bug, or hardware not doing what
+// the emulator's model says) waits this long; the kernel then finishes with NaN where it gave
+// up, and a tuning run records a wrong result instead of hanging the GPU for good.
+constexpr unsigned long long MBARRIER_GIVE_UP_NS = 1000000000ull;
+
+// One try_wait.parity: whether the phase of parity `parity` has completed (the hardware may
+// suspend the thread a while first).
+__device__ __forceinline__ bool mbarrier_try_wait(unsigned long long bar, unsigned int parity) {
+    unsigned int done;
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+        "selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "l"(bar), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+// Waits until the phase of parity `parity` (0 or 1) has completed (acquire): true, or false
+// once MBARRIER_GIVE_UP_NS have passed without it (the caller then gives up its work).
+__device__ __forceinline__ bool mbarrier_wait(unsigned long long bar, unsigned int parity) {
+    if (mbarrier_try_wait(bar, parity)) return true;
+    const unsigned long long start = global_timer_ns();
+    while (!mbarrier_try_wait(bar, parity)) {
+        if (global_timer_ns() - start > MBARRIER_GIVE_UP_NS) return false;
     }
+    return true;
 }

@@ -28,6 +28,7 @@ Each check is shown to bite by an injected bug (the kernels' `bug` argument):
 | mbarrier arrive / try_wait.parity | the consumer waits on the other parity | abort: deadlock |
 | mbarrier | the producer refills the stage without waiting for it to empty | abort: deadlock |
 | mbarrier | a phase expecting one arrival more than it gets | abort: deadlock |
+| mbarrier, waits timing out (kExpireWaits) | a wait that never gives up | abort: deadlock |
 
 The emulator's own bookkeeping of wgmma in flight is pinned the same way, by chains the
 kernel runs on request (`bug` 4 to 6: three ops on one set of registers across a
@@ -42,7 +43,9 @@ while a second group is in flight). Each of these emulator bugs fails one of the
 | a wait writes the oldest chained result, not the newest | 4 (f16, tf32) |
 
 And the mbarrier model: an arrival that never flips the phase, or try_wait.parity read the
-other way round, fails mbarrier's bug-free case.
+other way round, fails mbarrier's bug-free case; a timed-out try_wait that says the phase
+completed, or a timeout that lets no time pass on the global timer, fails the give-up case
+(mbarrier-bug3-gives-up).
 """
 
 from __future__ import annotations

@@ -173,6 +173,10 @@ struct Block {
     // schedule but the reverse one, so that of a case's two runs (forward, reverse) one has
     // producers as slow as they can be and the other as fast.
     bool defer_arrivals = true;
+    // Whether a block whose every thread waits on an mbarrier lets time pass instead of failing
+    // (the kExpireWaits flag of a schedule): see run_block.
+    bool expire_waits = false;
+    int expiries = 0;  // ... and how often it has (per block)
     const void* main_stack_bottom = nullptr;
     std::size_t main_stack_size = 0;
 };
@@ -284,7 +288,30 @@ inline void syncthreads() {
     to_scheduler(f, false);  // resume() restores threadIdx before switching back
 }
 
-enum Schedule { kForward = 0, kReverse = 1, kShuffle = 2 };
+// kExpireWaits is a flag added to a schedule: it runs a kernel's give-up path (run_block).
+enum Schedule { kForward = 0, kReverse = 1, kShuffle = 2, kExpireWaits = 4 };
+
+// The time the emulator let pass (kExpireWaits), added to the host's clock when a kernel reads
+// %globaltimer.
+inline unsigned long long g_time_passed_ns = 0;
+
+// Wakes every thread waiting on an mbarrier with its try_wait false, an hour later on the
+// global timer, as a GPU's try_wait gives up after its time limit and the kernel's loop reads
+// the timer; returns whether any was waiting. Only a kernel that gives up after a while gets
+// past a deadlock this way: one that waits forever parks again, and after kMaxExpiries hours
+// of a block's time the block fails as it would without the flag.
+constexpr int kMaxExpiries = 16;
+
+inline bool expire_mbarrier_waits(Block& b) {
+    bool any = false;
+    for (Fiber& f : b.fibers) any = any || (!f.done && f.state == kAtMbarrier);
+    if (!any || ++b.expiries > kMaxExpiries) return false;
+    for (Fiber& f : b.fibers) {
+        if (!f.done && f.state == kAtMbarrier) f.state = kRunnable;
+    }
+    g_time_passed_ns += 3600ull * 1000000000ull;
+    return true;
+}
 
 // Thread indices in launch order, or reversed (kShuffle reshuffles them per phase).
 inline std::vector<std::size_t> thread_order(std::size_t threads, int schedule) {
@@ -322,6 +349,8 @@ inline void run_block(Block& b, int schedule, std::mt19937& rng) {
                     progress = !f.done;
                 }
             }
+            // Nor could a deferred one: with kExpireWaits, time passes for the waiting ones.
+            if (!progress && b.expire_waits) progress = expire_mbarrier_waits(b);
         }
         std::size_t done = 0;
         for (Fiber& f : b.fibers) {
@@ -410,6 +439,8 @@ void call(void (*kernel)(Ps...), void** args, std::index_sequence<I...>) {
 template <typename... Ps>
 void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,
             std::size_t smem_limit, void** args, int schedule, unsigned int seed, bool fibers) {
+    const bool expire_waits = (schedule & kExpireWaits) != 0;
+    schedule &= ~kExpireWaits;
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
         grid.x > 2147483647u) {
         fail("grid dimensions out of range");
@@ -435,6 +466,7 @@ void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,
     b.fibers.resize(threads);
     b.fibers_on = fibers;
     b.defer_arrivals = schedule != kReverse;
+    b.expire_waits = expire_waits;
     if (fibers) {
         for (Fiber& f : b.fibers) f.stack = static_cast<char*>(std::malloc(kStackBytes));
     }
@@ -459,6 +491,7 @@ void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,
             b.dynamic_shared = static_cast<unsigned char*>(std::malloc(smem));
             std::memset(b.dynamic_shared, 0xFF, smem);
         }
+        b.expiries = 0;
         std::size_t t = 0;
         for (unsigned int z = 0; z < block.z; ++z) {
             for (unsigned int y = 0; y < block.y; ++y) {
@@ -502,11 +535,11 @@ inline void ptx_cvt_rn_f16_f32(unsigned short& out, float value) {
     std::memcpy(&out, &h, sizeof out);
 }
 
-// The kernels' only mov.u64 reads %globaltimer (kernels/spin.cu): nanoseconds, here of the
-// host's steady clock.
+// The kernels' only mov.u64 reads %globaltimer (common.cuh global_timer_ns): nanoseconds, here
+// of the host's steady clock plus the time kExpireWaits let pass.
 inline void ptx_mov_u64(unsigned long long& out) {
     out = static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::steady_clock::now().time_since_epoch()).count());
+        std::chrono::steady_clock::now().time_since_epoch()).count()) + g_time_passed_ns;
 }
 
 inline void ptx_st_global_v2_f32(float* p, float a, float b) {

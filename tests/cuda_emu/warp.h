@@ -428,7 +428,9 @@ inline void ptx_cp_async_wait_all() {
 // that a case's two schedules run producers as late and as early as a GPU could. A GPU's
 // try_wait gives up after a while and the kernel loops; here the thread parks until it would
 // be true (runtime.h kAtMbarrier), and a block whose every thread waits fails, naming the
-// deadlock a GPU would hang in. Arriving at or waiting on memory no init made a barrier fails.
+// deadlock a GPU would hang in (unless the launch's schedule has kExpireWaits: then the waits
+// time out, try_wait false, runtime.h expire_mbarrier_waits). Arriving at or waiting on
+// memory no init made a barrier fails.
 // The writes an arrival publishes are ordered by the model's one memory; what the model
 // checks of them is cp.async's (landed only at the writer's wait_group) and wgmma's proxy
 // fence (by the thread that landed them, before its arrival).
@@ -474,7 +476,8 @@ inline bool mbarrier_passed(const void* m, unsigned parity) {
     return static_cast<const Mbarrier*>(m)->parity != parity;
 }
 
-// `done` = 1 once the phase of parity `parity` has completed (parking this thread until then).
+// `done` = 1 once the phase of parity `parity` has completed (parking this thread until then,
+// or until time is let pass: then 0).
 inline void ptx_mbarrier_try_wait_parity_shared_cta_b64(unsigned& done, unsigned long long addr,
                                                         unsigned parity) {
     const Mbarrier& m =
@@ -488,7 +491,7 @@ inline void ptx_mbarrier_try_wait_parity_shared_cta_b64(unsigned& done, unsigned
         f.parity = parity & 1u;
         to_scheduler(f, false);
     }
-    done = 1;
+    done = mbarrier_passed(&m, parity & 1u) ? 1u : 0u;
 }
 
 // --- wgmma (sm_90a) -------------------------------------------------------------------------------

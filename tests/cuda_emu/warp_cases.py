@@ -33,6 +33,10 @@ WARP_INSTANCES = (
     "wgmma_rs_kernel", "mbarrier_kernel",
 )
 
+#: runtime.h kExpireWaits: a schedule flag under which a deadlocked block's mbarrier waits
+#: time out (try_wait false, the global timer an hour on) instead of failing.
+EXPIRE_WAITS = 4
+
 #: The dynamic shared memory of the wgmma cases and the opt-in their kernels run with.
 _WGMMA_SMEM = (2304, 48 * 1024)
 
@@ -49,7 +53,8 @@ class WarpCase:
     smem: tuple[int, int] = (0, 48 * 1024)  # the launch's dynamic shared memory, opt-in
     threads: int = 32
     gpu: str = "same"  # "same", "refused" or "undefined" (see the module's docstring)
-    schedule: int = 0  # the emulator's thread order (runtime.h: 0 forward, 1 reverse)
+    schedule: int = 0  # the emulator's thread order (runtime.h: 0 forward, 1 reverse), and
+    # EXPIRE_WAITS where mbarrier waits time out instead of failing a deadlocked block
 
 
 def tf32(x: np.ndarray) -> np.ndarray:
@@ -249,6 +254,20 @@ def mbarrier(bug: int) -> WarpCase:
                     lambda out: np.array_equal(out[1], want), threads=64)
 
 
+def mbarrier_gives_up() -> WarpCase:
+    """mbarrier's bug 3 (`full` never completes) where waits time out, as a GPU's do: each
+    side's wait gives up after MBARRIER_GIVE_UP_NS instead of hanging, the consumer writing -1
+    over round 0 and neither touching the rest. The emulator lets time pass (runtime.h
+    kExpireWaits); on a GPU the launch must end in about two seconds."""
+    src = np.random.default_rng(7).standard_normal(96).astype(np.float32)
+
+    def holds(out: list[np.ndarray]) -> bool:
+        return bool((out[1][:32] == -1.0).all() and np.isnan(out[1][32:]).all())
+
+    return WarpCase("mbarrier_kernel", 3, (src, _nan(96)), holds, threads=64,
+                    schedule=EXPIRE_WAITS)
+
+
 #: Every case, by test id.
 CASES: dict[str, WarpCase] = dict([
     *((f"mma_tf32-bug{b}", mma_tf32(b)) for b in (0, 1, 2)),
@@ -268,4 +287,5 @@ CASES: dict[str, WarpCase] = dict([
     *((f"wgmma-float-bug{b}", wgmma("float", b)) for b in (0, 1, 2, 4)),
     *((f"wgmma_rs-bug{b}", wgmma_rs(b)) for b in (0, 1, 2)),
     *((f"mbarrier-bug{b}", mbarrier(b)) for b in (0, 1, 2, 3)),
+    ("mbarrier-bug3-gives-up", mbarrier_gives_up()),
 ])

@@ -258,6 +258,8 @@ __global__ void __launch_bounds__(128) wgmma_rs_kernel(const float* a, const flo
 // `full` with the round's parity, writes lane (l + 1) % 32's value to out (another thread's
 // copy), and arrives on `empty`. bug 1: the consumer waits on the other parity; 2: the
 // producer never waits for `empty`; 3: `full` expects one arrival more than the 32 it gets.
+// A wait that gives up (wgmma.cuh MBARRIER_GIVE_UP_NS) ends its thread; the consumer's first
+// writes -1 - r over its round r of out.
 __global__ void __launch_bounds__(64) mbarrier_kernel(const float* src, float* out, int bug) {
     constexpr int ROUNDS = 3;
     __shared__ __align__(16) float stage[32];
@@ -271,13 +273,16 @@ __global__ void __launch_bounds__(64) mbarrier_kernel(const float* src, float* o
     __syncthreads();
     for (int r = 0; r < ROUNDS; ++r) {
         if (tid >= 32) {
-            if (r > 0 && bug != 2) mbarrier_wait(empty, (r - 1) & 1);
+            if (r > 0 && bug != 2 && !mbarrier_wait(empty, (r - 1) & 1)) return;
             cp_async<4>(smem_addr(&stage[lane]), src + r * 32 + lane, true);
             cp_async_commit();
             cp_async_wait<0>();
             mbarrier_arrive(full);
         } else {
-            mbarrier_wait(full, (r & 1) ^ (bug == 1 ? 1 : 0));
+            if (!mbarrier_wait(full, (r & 1) ^ (bug == 1 ? 1 : 0))) {
+                out[r * 32 + lane] = -1.0f - r;
+                return;
+            }
             out[r * 32 + lane] = stage[(lane + 1) % 32];
             mbarrier_arrive(empty);
         }

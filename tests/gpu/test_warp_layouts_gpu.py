@@ -3,9 +3,11 @@ which the emulator passes (tests/test_cuda_emu_warp.py), run on hardware with th
 kernels and the same NumPy oracle.
 
 Every emulated kernel test rests on the emulator's models of mma.sync, ldmatrix, cp.async,
-wgmma (both operands in shared memory, or A in registers: the NCHW tiles' form) and the
-shared-memory opt-in. A fragment layout that the emulator and its oracle got wrong together
-would pass on the CPU and give wrong numbers only here; this file says which instruction.
+wgmma (both operands in shared memory, or A in registers: the NCHW tiles' form), mbarriers
+(and a deadlocked wait's give-up after wgmma.cuh's MBARRIER_GIVE_UP_NS: that launch ends in
+about two seconds) and the shared-memory opt-in. A fragment layout that the emulator and its
+oracle got wrong together would pass on the CPU and give wrong numbers only here; this file
+says which instruction.
 The injected bugs that give wrong numbers must disagree with the model here too; cases whose
 outcome the PTX ISA leaves undefined (races, faults) are the emulator's alone.
 """
