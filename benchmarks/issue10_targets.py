@@ -56,7 +56,8 @@ TARGETS = (
 #: bench_gpu's summary keys of the 3xTF32 tensor-core GEMMs against cupy.matmul, and the bar
 #: (issue 10 names implicit_gemm_tc; wgmma is its Hopper variant, shown beside it).
 MATMUL_KEYS = ("implicit_gemm_tc/cupy.matmul FP32, 3x3",
-               "implicit_gemm_wgmma/cupy.matmul FP32, 3x3")
+               "implicit_gemm_wgmma/cupy.matmul FP32, 3x3",
+               "implicit_gemm_wgmma 3xBF16/cupy.matmul FP32, 3x3")
 MATMUL_TARGET = 2.0
 
 
@@ -124,11 +125,12 @@ def markdown(results: list[dict[str, Any]], matmul: dict[str, float | None]) -> 
         lines.append(f"| {found['target']} | {found['layers']} | {found['geomean']:.3f} | "
                      f"{found['slowest']:.3f} ({found['slowest_layer']}) | "
                      f"{'yes' if found['met'] else 'no'}{extra} |")
-    tc, wgmma = (matmul.get(key) for key in MATMUL_KEYS)
+    tc, wgmma, bf16 = (matmul.get(key) for key in MATMUL_KEYS)
     if tc is not None:
+        also = f", wgmma 3xBF16 {bf16:.3f}" if bf16 is not None else ""
         lines.append(f"| 3xTF32 implicit_gemm_tc / cupy.matmul FP32, 3x3 GEMMs (>= "
-                     f"{MATMUL_TARGET}) | | {tc:.3f} (wgmma {wgmma or float('nan'):.3f}) | | "
-                     f"{'yes' if tc >= MATMUL_TARGET else 'no'} |")
+                     f"{MATMUL_TARGET}) | | {tc:.3f} (wgmma {wgmma or float('nan'):.3f}{also}) "
+                     f"| | {'yes' if tc >= MATMUL_TARGET else 'no'} |")
     return "\n".join(lines)
 
 

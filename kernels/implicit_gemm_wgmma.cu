@@ -8,7 +8,12 @@
 //   "fp32", 3xTF32: the host's copies are big = tf32(v) then small = tf32(v - big), each
 //   operand's small copy right after its big one, and each product is small.big + big.small
 //   + big.big (small.small, below 2^-22 of the product, is dropped), summed per K-step from
-//   zero and then added to the FP32 accumulators.
+//   zero and then added to the FP32 accumulators;
+// - float32 as two bfloat16 parts, 3xBF16 (math "fp32", T bf16_t, COPIES 2, y float): the
+//   host's copies are big = bf16(v) then small = bf16(v - big), the products as 3xTF32's on
+//   m64n128k16 (half the tensor work and bytes of 3xTF32 per element: 16 bits of mantissa
+//   where 3xTF32 has 22, 4.5e-6 against 1.2e-6 in benchmarks/split_accuracy.py, within the
+//   1e-5 of math "fp32").
 //
 // Block tile BM (output channels) x BN = 128 (output pixels over the batch), K-step BK = 128
 // bytes of elements (64 16-bit values, 32 floats); BM / 64 warpgroups, warpgroup j computing
@@ -63,9 +68,21 @@
 #include "common.cuh"
 #include "wgmma.cuh"
 
+// The output's type: the operands', but float for float32 run as two bfloat16 parts (3xBF16:
+// T bf16_t, COPIES 2).
+template <typename T, int COPIES>
+struct WgmmaOutput {
+    typedef T type;
+};
+template <>
+struct WgmmaOutput<bf16_t, 2> {
+    typedef float type;
+};
+
 // The parameters of both NHWC kernels (one launcher packs them: _gemm_launch.GemmLaunch).
 #define WGMMA_NHWC_PARAMS                                                                     \
-    const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y, CONV_SHAPE_STRUCT,   \
+    const T *__restrict__ x, const T *__restrict__ w,                                         \
+        typename WgmmaOutput<T, COPIES>::type *__restrict__ y, CONV_SHAPE_STRUCT,             \
         unsigned int cg_mul, unsigned int cg_shr, unsigned int s_mul, unsigned int s_shr,     \
         unsigned int pq_mul, unsigned int pq_shr, unsigned int q_mul, unsigned int q_shr,     \
         void *__restrict__ partials, void *__restrict__ counters, int kper, int pairs
@@ -86,9 +103,8 @@ struct NhwcStageCopies {
     static constexpr int A_LOADS = BM / ROW_STEP, B_LOADS = BN / ROW_STEP;
     static_assert(ROW_STEP % 8 == 0 && BN % ROW_STEP == 0 && BM % ROW_STEP == 0,
                   "tiles split evenly over the copying threads, rows congruent mod 8");
-    static_assert(sizeof(T) == 2 || (sizeof(T) == 4 && COPIES <= 2),
-                  "16-bit operands, or float32 as TF32 (1 copy) or 3xTF32 (2 copies)");
-    static_assert(sizeof(T) == 4 || COPIES == 1, "16-bit operands have one copy");
+    static_assert(COPIES == 1 || COPIES == 2,
+                  "one copy, or two parts (3xTF32: float; 3xBF16: bfloat16)");
     static_assert(BM % 64 == 0, "a warpgroup per 64 rows");
 
     int swizzled;  // byte of this thread's first vector in a tile

@@ -107,7 +107,9 @@ __global__ void __launch_bounds__(256)
 // operands of the tensor-core kernels' NHWC configurations. PARTS 0: bits, like remap (T an
 // unsigned type). PARTS 1 and 2, T float, for wgmma's TF32 operands (which the tensor core
 // would truncate): dst holds tf32(v) (cvt.rna), and with PARTS 2 the whole batch's
-// tf32(v - tf32(v)) follows it (3xTF32's big and small parts). One 32x32 tile per
+// tf32(v - tf32(v)) follows it (3xTF32's big and small parts). PARTS 3, T float: dst is
+// bfloat16, bf16(v) then the whole batch's bf16(v - bf16(v)) (3xBF16's parts, both rounded
+// to nearest even; `TransposeDst`). One 32x32 tile per
 // block iteration (grid-stride over batch x row tiles x column tiles) through shared memory,
 // so that reads and writes are both coalesced; the +1 column keeps the transposed reads off
 // a single bank.
@@ -116,9 +118,19 @@ __global__ void __launch_bounds__(256)
 // of src_row (H*W) elements (step_h = stride_h * W, step_w = stride_w), so that cols = P*Q
 // and the NHWC copy holds only the pixels the GEMM reads (a quarter at stride 2), which then
 // runs as a stride-1 1x1 layer (algorithms/cuda/_rearrange.py `gathered`). Unused otherwise.
+template <typename T, int PARTS>
+struct TransposeDst {
+    typedef T type;
+};
+template <>
+struct TransposeDst<float, 3> {
+    typedef bf16_t type;
+};
+
 template <typename T, int PARTS, bool STRIDED = false>
 __global__ void __launch_bounds__(256)
-    transpose(const T* __restrict__ src, T* __restrict__ dst, int rows, int cols,
+    transpose(const T* __restrict__ src, typename TransposeDst<T, PARTS>::type* __restrict__ dst,
+              int rows, int cols,
               int row_tiles, int col_tiles, int tiles, unsigned int plane_mul,
               unsigned int plane_shr, unsigned int col_mul, unsigned int col_shr, int src_row,
               unsigned int q_mul, unsigned int q_shr, int q, int step_h, int step_w) {
@@ -164,6 +176,12 @@ __global__ void __launch_bounds__(256)
                 const long long at = base + static_cast<long long>(j0 + k) * rows + i0 + tx;
                 if constexpr (PARTS == 0) {
                     dst[at] = tile[tx][k];
+                } else if constexpr (PARTS == 3) {
+                    bf16_t big, small;
+                    store_acc(&big, tile[tx][k]);
+                    store_acc(&small, tile[tx][k] - load_acc(&big));
+                    dst[at] = big;
+                    dst[plane + at] = small;
                 } else {
                     const float big = __uint_as_float(tf32_rna(tile[tx][k]));
                     dst[at] = big;

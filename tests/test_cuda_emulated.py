@@ -506,6 +506,20 @@ _WG_FIRST_LAYERS: dict[str, dict[str, Any]] = {
 }
 #: The backward directions on wgmma: 16-bit, and 3xTF32 (the FP32 tolerance).
 _WG_BWD_DTYPES = ("float16", "float32")
+#: implicit_gemm_wgmma's 3xBF16 configurations (float32 as two bfloat16 parts, offered from
+#: BF16_PARTS_MIN_OUTPUTS outputs on; tc_multi_block and tc_pw_multi_block run them too): 18
+#: K-steps with split K, the strided 1x1 layer's gathered copy (transpose<float, 3, true>),
+#: groups, and NaN in x. Mutations, each injected once on these four cases and the two
+#: multi_block ones (2026-11-28; every case failed each time, on its first 3xBF16 tile):
+#:   the small part the value again, not its remainder (rearrange.cu) -> error 2.0
+#:   the small copy of x read at twice its offset (as if the parts
+#:     were floats)                          -> error 0.99-1.16; the strided ones: ASan abort
+#:   the host writing 3xTF32's float parts for a 3xBF16 tile  -> NaN or inf in y
+_WG_BF16_PARTS: dict[str, dict[str, Any]] = {
+    "wg_bf16_long": dict(n=1, c=128, h=12, w=12, k=128, r=3, s=3, pad=1),
+    "wg_bf16_pw_s2": dict(n=4, c=64, h=16, w=16, k=64, r=1, s=1, stride=2),
+    "wg_bf16_groups": dict(n=2, c=16, h=12, w=12, k=64, r=3, s=3, pad=1, groups=2),
+}
 
 
 #: fft's "fused" configuration (its own N x N transforms, kernels/fft_helpers.cu) runs on every
@@ -666,6 +680,10 @@ def _cases() -> list[dict[str, Any]]:
                        "implicit_gemm_wgmma", {**_TC_EXTRA_SHAPES["tc_pw_vec"],
                                                "dtype": "float32", "math": "tf32"},
                        inputs="tf32_near_up"))
+    cases += [_case(f"implicit_gemm_wgmma-{shape}-float32-fp32{'-nan_x' if nan else ''}",
+                    "implicit_gemm_wgmma", {**kw, "dtype": "float32", "math": "fp32"},
+                    inputs="nan_x" if nan else None)
+              for shape, kw in _WG_BF16_PARTS.items() for nan in (False, shape.endswith("s2"))]
     # cuBLAS at math "tf32" (fake_gemm truncates TF32 operands, as the tensor cores do with
     # unrounded ones): im2col_gemm in every direction must hand it operands its kernels
     # rounded (held to 2e-4 on inputs where one truncated operand costs 9.5e-4), and

@@ -497,7 +497,9 @@ def test_nhwc_copies_write_where_the_views_would() -> None:
         layout = implicit_gemm_wgmma.workspace_layout(problem, config)
         workspace: Any = dev(np.zeros(layout.nbytes, np.uint8))
         views = layout.views(workspace)
-        copies = _rearrange.nhwc_copies(problem, implicit_gemm_wgmma.tf32_parts(problem))
+        tile = implicit_gemm_wgmma.parse_config("float32", "fp32", config).tile
+        assert isinstance(tile, implicit_gemm_wgmma.WgmmaTile)
+        copies = _rearrange.nhwc_copies(problem, implicit_gemm_wgmma.nhwc_parts(problem, tile))
         for name, span in (("x", copies.x_bytes), ("w", copies.w_bytes)):
             part = workspace[span]
             assert part.data.ptr == views[name].data.ptr and part.nbytes == views[name].nbytes

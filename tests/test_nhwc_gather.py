@@ -16,7 +16,7 @@ def test_a_strided_1x1_layer_runs_as_the_stride_1_layer_over_its_pixels() -> Non
     assert run.out_hw == problem.out_hw and run.output_shape == problem.output_shape
     assert (run.n, run.c, run.k, run.groups, run.dtype) == (2, 32, 24, 2, "float16")
     # The workspace holds the gathered pixels only, in both parts of 3xTF32.
-    layout = _rearrange.add_nhwc_operands(WorkspaceLayout(), problem, copies=2)
+    layout = _rearrange.add_nhwc_operands(WorkspaceLayout(), problem, parts=2)
     assert layout.byte_ranges()["x"].stop == 2 * 2 * 5 * 4 * 32 * 2
 
 

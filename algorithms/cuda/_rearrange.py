@@ -3,9 +3,9 @@
 `transpose` (the tensor-core kernels' NHWC operands, `nhwc_copies`).
 
 Both copy bits through an unsigned type of the element's size, so every float format comes
-through exactly, except where a float32 transpose is asked to round to TF32 (wgmma's
-operands, `tf32_parts`); both enqueue on the current stream and allocate nothing. Every
-tensor they touch is below 2**31 elements (the callers' `_limits` check it).
+through exactly, except where a float32 transpose is asked to round to TF32 or split into
+bfloat16 parts (wgmma's operands, `PARTS`); both enqueue on the current stream and allocate
+nothing. Every tensor they touch is below 2**31 elements (the callers' `_limits` check it).
 """
 
 from __future__ import annotations
@@ -32,9 +32,14 @@ _THREADS = 256
 _BITS_TYPES: dict[int, str] = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
 
-#: TF32 parts of a float32 transpose: 0 copies bits, 1 rounds to TF32, 2 also writes each
-#: value's TF32 remainder after the whole rounded batch (3xTF32's big and small parts).
-TF32_PARTS = (0, 1, 2)
+#: What a float32 transpose writes: 0 copies bits, 1 rounds to TF32, 2 also writes each
+#: value's TF32 remainder after the whole rounded batch (3xTF32's big and small parts), 3
+#: the value and its remainder as bfloat16 (3xBF16's parts, kernels/rearrange.cu).
+PARTS = (0, 1, 2, 3)
+#: The copies each of PARTS writes of an operand, and their element type (None: the
+#: problem's).
+PART_COPIES: dict[int, tuple[int, str | None]] = {0: (1, None), 1: (1, None), 2: (2, None),
+                                                  3: (2, "bfloat16")}
 
 
 #: The copies that move bits of one element size, whatever the float format.
@@ -57,14 +62,14 @@ def shipped_kernels() -> tuple[str, ...]:
     """Every name expression this module can ask for."""
     return (*(name_expression(kernel, size) for kernel in (*_BIT_COPIES, "transpose")
               for size in _BITS_TYPES),
-            *(name_expression("transpose", 4, parts) for parts in TF32_PARTS if parts),
+            *(name_expression("transpose", 4, parts) for parts in PARTS if parts),
             # The tensor-core kernels' element sizes (16-bit and 32-bit bits).
             *(name_expression("transpose", size, 0, strided=True) for size in (2, 4)),
-            *(name_expression("transpose", 4, parts, strided=True)
-              for parts in TF32_PARTS if parts),
-            # wgmma's padded copies: 16-bit bits, and float32 in every TF32 part.
+            *(name_expression("transpose", 4, parts, strided=True) for parts in PARTS if parts),
+            # wgmma's padded copies: 16-bit bits, and float32 in every TF32 part (3xBF16 is
+            # not offered where channels are padded).
             name_expression("pad_channels", 2),
-            *(name_expression("pad_channels", 4, parts) for parts in TF32_PARTS))
+            *(name_expression("pad_channels", 4, parts) for parts in PARTS if parts < 3))
 
 
 def _copy(name: str, grid: tuple[int], args: tuple[Any, ...]) -> KernelLaunch:
@@ -124,8 +129,8 @@ def _phase_shuffle_launch(found: Phases, problem: ConvProblem) -> KernelLaunch:
 def _transpose_launch(batch: int, rows: int, cols: int, itemsize: int, parts: int,
                       pixels: ConvProblem | None = None) -> KernelLaunch:
     """(instance, grid, scalar arguments) of one transpose launch: dst[b][j][i] =
-    src[b][i][j] for a (batch, rows, cols) source (rounded to TF32 in `parts`, see
-    TF32_PARTS); with `pixels`, a strided 1x1 problem whose x this is, column j of a source
+    src[b][i][j] for a (batch, rows, cols) source (rounded or split in `parts`, see PARTS);
+    with `pixels`, a strided 1x1 problem whose x this is, column j of a source
     row is the pixel its output pixel j reads (cols = P*Q of its H*W)."""
     row_tiles, col_tiles = ceil_div(rows, 32), ceil_div(cols, 32)
     tiles = batch * row_tiles * col_tiles
@@ -170,7 +175,9 @@ VECTOR_BYTES = 16
 def nhwc_channels(problem: ConvProblem) -> int:
     """The channels per group an NHWC copy holds: C/groups, or with one group and C not a
     whole number of 16-byte vectors (a network's first layer, C = 3), C rounded up to one
-    (`padded`: the extra channels are zeros in both copies, so they add nothing)."""
+    (`padded`: the extra channels are zeros in both copies, so they add nothing). The
+    vectors of the problem's own dtype: a copy in bfloat16 parts needs C/groups whole
+    vectors of its own (callers check)."""
     cg, vector = problem.c // problem.groups, VECTOR_BYTES // problem.itemsize
     return -(-cg // vector) * vector if problem.groups == 1 else cg
 
@@ -204,14 +211,16 @@ def gathered(problem: ConvProblem) -> ConvProblem:
 
 
 def add_nhwc_operands(layout: WorkspaceLayout, problem: ConvProblem,
-                      copies: int = 1) -> WorkspaceLayout:
+                      parts: int = 0) -> WorkspaceLayout:
     """Reserve the NHWC copies of x (N, H, W, C; H, W and C of `nhwc_problem`) and w (K,
-    R*S, C/groups) in `layout`: `copies` of each, one after the other (3xTF32's big and small
-    parts: 2)."""
+    R*S, C/groups) in `layout`: the copies of each that `parts` writes, one after the other
+    (PART_COPIES: 3xTF32's big and small parts, 3xBF16's in bfloat16)."""
+    copies, dtype = PART_COPIES[parts]
     problem = nhwc_problem(problem)
-    layout.add("x", (copies * problem.n, problem.h, problem.w, problem.c), problem.dtype)
+    dtype = dtype or problem.dtype
+    layout.add("x", (copies * problem.n, problem.h, problem.w, problem.c), dtype)
     return layout.add("w", (copies * problem.k, problem.r * problem.s,
-                            problem.c // problem.groups), problem.dtype)
+                            problem.c // problem.groups), dtype)
 
 
 @dataclass(frozen=True)
@@ -238,9 +247,9 @@ class NhwcCopies:
 @functools.lru_cache(maxsize=4096)  # asked on every NHWC run
 def nhwc_copies(problem: ConvProblem, parts: int = 0) -> NhwcCopies:
     """The copies of x and w into add_nhwc_operands' regions (first in the workspace), with
-    `parts` copies of each (TF32_PARTS; one when 0); x's of `gathered`'s pixels only, or both
-    with their channels padded (`padded`)."""
-    ranges = add_nhwc_operands(WorkspaceLayout(), problem, max(parts, 1)).byte_ranges()
+    the copies of each that `parts` writes (PARTS); x's of `gathered`'s pixels only, or both
+    with their channels padded (`padded`; not at parts 3)."""
+    ranges = add_nhwc_operands(WorkspaceLayout(), problem, parts).byte_ranges()
     item = problem.itemsize
     if padded(problem):  # one group (nhwc_channels)
         channels = nhwc_channels(problem)

@@ -1,6 +1,6 @@
 """GPU implicit GEMM on Hopper's warpgroup tensor cores (kernels/implicit_gemm_wgmma.cu):
-wgmma.mma_async, sm_90a only, float16 and bfloat16, and float32 as TF32 or 3xTF32, all with
-FP32 accumulation.
+wgmma.mma_async, sm_90a only, float16 and bfloat16, and float32 as TF32, 3xTF32 or 3xBF16,
+all with FP32 accumulation.
 
 The same GEMM as implicit_gemm_tc's NHWC configurations (x copied to NHWC, only the pixels a
 strided 1x1 filter reads, and the filter to (K, R, S, C/groups) in the workspace,
@@ -25,6 +25,15 @@ Precision (`problem.math`), as implicit_gemm_tc's:
   runs small.big + big.small + big.big, summed per K-step from zero and then added to the
   accumulators in FP32 (the tensor core's sums round toward zero, which over long K cost the
   mma.sync kernel its FP32 accuracy on an H100).
+- float32, math "fp32", "-3xbf16" configurations: the same three products of two bfloat16
+  parts, big = bf16(v) and small = bf16(v - big), which the NHWC copies write (`nhwc_parts`
+  3): BF16 wgmma runs K = 16 where TF32 runs 8, and a part takes 2 bytes, so half 3xTF32's
+  tensor work and bytes per element. The price is 16 bits of mantissa where 3xTF32 has 22:
+  4.5e-6 against 1.2e-6 on every kind of input benchmarks/split_accuracy.py simulates,
+  inside math "fp32"'s 1e-5 (Winograd F(4x4) ships at 4.5e-6 too); BF16 keeps FP32's range,
+  so nothing is scaled. Offered where C/groups is a whole number of 8-element vectors (no
+  padded first layers) and y has BF16_PARTS_MIN_OUTPUTS elements or more. Not yet measured
+  on a GPU.
 
 Configurations "BMx128xBK-sS[-f1]": BM output channels (64, 128 or 256: one, two or four
 warpgroups) by 128 output pixels per block, K-steps of BK = 128 bytes (64 16-bit values or
@@ -99,13 +108,15 @@ ROW_BYTES, VECTOR_BYTES = 128, 16
 @dataclass(frozen=True)
 class WgmmaTile:
     """One configuration: BM output channels (64 per warpgroup), its pipeline depth, the
-    K-steps of wgmma it leaves running across the next step's barrier (0 or 1), and the
-    producer threads of a warp-specialized tile (0: every thread copies and multiplies)."""
+    K-steps of wgmma it leaves running across the next step's barrier (0 or 1), the
+    producer threads of a warp-specialized tile (0: every thread copies and multiplies), and
+    whether float32 runs as two bfloat16 parts (3xBF16)."""
 
     bm: int
     stages: int
     in_flight: int = 0
     producers: int = 0
+    bf16_parts: bool = False
 
     @property
     def bn(self) -> int:
@@ -126,8 +137,13 @@ class WgmmaTile:
     @property
     def suffix(self) -> str:
         """What the configuration name says after "-sS": "-ws" (warp-specialized, one
-        K-step's wgmma in flight), "-f1" or nothing."""
-        return "-ws" if self.producers else "-f1" if self.in_flight else ""
+        K-step's wgmma in flight), "-f1" or nothing; then "-3xbf16" for bfloat16 parts."""
+        pipeline = "-ws" if self.producers else "-f1" if self.in_flight else ""
+        return pipeline + ("-3xbf16" if self.bf16_parts else "")
+
+    def operands(self, dtype: str) -> str:
+        """The dtype of the NHWC copies the kernel reads for a problem of `dtype`."""
+        return "bfloat16" if self.bf16_parts else dtype
 
 
 #: Storage dtype -> C++ type (kernels/common.cuh; float32 runs as TF32).
@@ -168,18 +184,25 @@ _ONE_COPY = (WgmmaTile(64, 4), WgmmaTile(128, 4), WgmmaTile(256, 3),
 #: 228 bytes at the 128 registers that 512 threads leave. 3xTF32's -f1 tiles keep the stages
 #: of their wait-0 twins (one K-step of copies less ahead) and add their partial sums every
 #: four K-steps, when all groups are done (the kernel's FLUSH_STEPS), instead of every one.
+#: 3xBF16 (two bfloat16 parts, (2, 2)) takes 3xTF32's stages: its 16-bit parts fill the
+#: same 128-byte rows, and its consumers the same two sets of accumulators.
 TILES: dict[tuple[int, int], dict[str, WgmmaTile]] = {
     (2, 1): _tiles(64, _ONE_COPY),
     (4, 1): _tiles(32, _ONE_COPY),
     (4, 2): _tiles(32, (WgmmaTile(64, 4), WgmmaTile(128, 3), WgmmaTile(64, 4, 1),
                         WgmmaTile(128, 3, 1), WgmmaTile(64, 4, 1, PRODUCERS[2]),
                         WgmmaTile(128, 3, 1, PRODUCERS[2]))),
+    (2, 2): _tiles(64, tuple(WgmmaTile(bm, stages, flight, bf16_parts=True)
+                             for flight in (0, 1) for bm, stages in ((64, 4), (128, 3)))),
 }
 
 
 def tiles(dtype: str, math: str) -> dict[str, WgmmaTile]:
-    """The configurations shipped for a dtype and math mode."""
-    return TILES[DTYPE_BYTES[dtype], copies(dtype, math)]
+    """The configurations shipped for a dtype and math mode (float32 at math "fp32": 3xTF32's
+    and 3xBF16's)."""
+    parts = copies(dtype, math)
+    found = TILES[DTYPE_BYTES[dtype], parts]
+    return {**found, **TILES[2, 2]} if parts == 2 else found
 
 
 @dataclass(frozen=True)
@@ -233,10 +256,11 @@ def name_expression(dtype: str, config: str, math: str = "fp32") -> str:
     (_wgmma_nchw.name_expression names the NCHW configurations')."""
     tile = parse_config(dtype, math, config).tile
     assert isinstance(tile, WgmmaTile), config
+    operands = CTYPES[tile.operands(dtype)]
     if tile.producers:
-        return (f"implicit_gemm_wgmma_ws<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
+        return (f"implicit_gemm_wgmma_ws<{operands}, {tile.bm}, {tile.stages}, "
                 f"{copies(dtype, math)}, {tile.producers}>")
-    return (f"implicit_gemm_wgmma_conv<{CTYPES[dtype]}, {tile.bm}, {tile.stages}, "
+    return (f"implicit_gemm_wgmma_conv<{operands}, {tile.bm}, {tile.stages}, "
             f"{copies(dtype, math)}, {tile.in_flight}>")
 
 
@@ -248,15 +272,15 @@ def shipped_kernels() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=4096)  # asked on every run
 def workspace_layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
-    """The NHWC copies of x and w (two of each for 3xTF32: big, then small), or an NCHW
-    configuration's aligned copy of w (_wgmma_nchw.add_workspace); and split K's FP32
+    """The NHWC copies of x and w (two of each for 3xTF32 and 3xBF16: big, then small), or
+    an NCHW configuration's aligned copy of w (_wgmma_nchw.add_workspace); and split K's FP32
     partial outputs (S, N, K, P, Q)."""
     cfg = parse_config(problem.dtype, problem.math, config)
-    if cfg.nchw:
+    if isinstance(cfg.tile, NchwTile):
         layout = _wgmma_nchw.add_workspace(WorkspaceLayout(), problem)
     else:
         layout = _rearrange.add_nhwc_operands(WorkspaceLayout(), problem,
-                                              copies(problem.dtype, problem.math))
+                                              nhwc_parts(problem, cfg.tile))
     if cfg.splits > 1:
         layout.add("part", (cfg.splits, *problem.output_shape), "float32")
     return layout
@@ -269,16 +293,40 @@ def launch(problem: ConvProblem, config: str) -> tuple[tuple[int, int, int], int
     gx, gy, _ = gemm_grid(problem, cfg.tile.bm, cfg.tile.bn)
     # K-steps over the GEMM's K: a first layer's padded channels count (nhwc_problem).
     kper, launched = split_steps(_rearrange.nhwc_problem(problem), cfg.splits,
-                                 k_step(problem.dtype))
+                                 tile_k_step(problem.dtype, cfg.tile))
     return (gx, gy, launched), kper
 
 
-def tf32_parts(problem: ConvProblem) -> int:
-    """What the NHWC transposes do (_rearrange.TF32_PARTS): copy 16-bit bits (0), round
-    float32 to TF32 (1), or also write the TF32 remainder (2, 3xTF32)."""
+def tile_k_step(dtype: str, tile: WgmmaTile | NchwTile) -> int:
+    """Elements of K per K-step of a tile's operands (an NCHW tile's are the problem's)."""
+    return k_step(tile.operands(dtype) if isinstance(tile, WgmmaTile) else dtype)
+
+
+def nhwc_parts(problem: ConvProblem, tile: WgmmaTile) -> int:
+    """What the NHWC transposes write for a tile (_rearrange.PARTS): 16-bit bits (0),
+    float32 rounded to TF32 (1), also the TF32 remainder (2, 3xTF32), or two bfloat16 parts
+    (3, 3xBF16)."""
     if problem.dtype != "float32":
         return 0
-    return copies(problem.dtype, problem.math)
+    return 3 if tile.bf16_parts else copies(problem.dtype, problem.math)
+
+
+#: The least output 3xBF16 is offered for. Why: its 2.2x margin to the 1e-5 of math "fp32" is
+#: thinnest over few outputs, where one cancelling sum carries the norm: on small random
+#: problems (benchmarks/split_accuracy.py --conv-draws) 4 of 3,000 went past 1e-5, and 2 of
+#: 8,000 with 32 outputs or more (worst 1.25e-5), where 3xTF32 went past on none. Over many
+#: outputs the norm-wise error settles at 4.3-4.5e-6 (its GEMM simulation, the emulated
+#: cases), and on small layers the tensor work it halves is a few microseconds.
+BF16_PARTS_MIN_OUTPUTS = 16384
+
+
+def _bf16_parts_fit(problem: ConvProblem) -> bool:
+    """Whether 3xBF16 is offered: y of BF16_PARTS_MIN_OUTPUTS or more, and copies that take
+    the problem as it is (C/groups whole 16-byte vectors of 2-byte parts, 8 channels, which
+    no padding provides: _rearrange.padded pads to the float32 vector)."""
+    return (prod(problem.output_shape) >= BF16_PARTS_MIN_OUTPUTS
+            and (problem.c // problem.groups) % (VECTOR_BYTES // 2) == 0
+            and not _rearrange.padded(problem))
 
 
 class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
@@ -307,13 +355,15 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         """The tiles whose grid fits this problem (the NCHW ones too on a float32 1x1 layer:
         _wgmma_nchw.offered), then those split along K where their grid is below one
         wave (implicit_gemm_tc.k_splits)."""
-        nchw = _wgmma_nchw.offered(problem)
+        nchw, parts_fit = _wgmma_nchw.offered(problem), _bf16_parts_fit(problem)
         shipped = {name: tile for name, tile in _shipped(problem.dtype, problem.math).items()
-                   if nchw or not isinstance(tile, NchwTile)}
+                   if (nchw or not isinstance(tile, NchwTile))
+                   and (parts_fit or not getattr(tile, "bf16_parts", False))}
         whole = fitting_tiles(problem, shipped)
-        bk, gemm = k_step(problem.dtype), _rearrange.nhwc_problem(problem)
-        return whole + tuple(f"{t}-k{s}" for t in whole if not _warp_specialized(shipped[t])
-                             and (s := k_splits(gemm, shipped[t], bk)) > 1)
+        gemm = _rearrange.nhwc_problem(problem)
+        return whole + tuple(
+            f"{t}-k{s}" for t in whole if not _warp_specialized(shipped[t])
+            and (s := k_splits(gemm, shipped[t], tile_k_step(problem.dtype, shipped[t]))) > 1)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """The NHWC copies of x and w, and split K's partial sums."""
@@ -362,7 +412,7 @@ def _run_plan(problem: ConvProblem, config: str
     tile = parse_config(problem.dtype, problem.math, config).tile
     assert isinstance(tile, WgmmaTile), config
     grid, kper = launch(problem, config)
-    return (_rearrange.nhwc_copies(problem, tf32_parts(problem)),
+    return (_rearrange.nhwc_copies(problem, nhwc_parts(problem, tile)),
             gemm_launch(
                 _rearrange.nhwc_problem(problem), workspace_layout(problem, config), KERNEL_FILE,
                 name_expression(problem.dtype, config, problem.math),
