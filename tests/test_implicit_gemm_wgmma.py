@@ -54,7 +54,8 @@ def test_each_mode_has_its_own_k_step_and_tiles() -> None:
     assert set(wg.tiles("float32", "fp32")) == {
         "64x128x32-s4", "128x128x32-s3", "64x128x32-s4-f1", "128x128x32-s3-f1",
         "64x128x32-s4-ws", "128x128x32-s3-ws", "64x128x64-s4-3xbf16", "128x128x64-s3-3xbf16",
-        "64x128x64-s4-f1-3xbf16", "128x128x64-s3-f1-3xbf16"}
+        "64x128x64-s4-f1-3xbf16", "128x128x64-s3-f1-3xbf16", "64x128x64-s4-ws-3xbf16",
+        "128x128x64-s3-ws-3xbf16"}
 
 
 @pytest.mark.parametrize(("dtype", "math"), list(MODES))
@@ -64,7 +65,7 @@ def test_warp_specialized_tiles_add_producers_and_their_mbarriers(dtype: str, ma
     # STAGES - 2 K-steps of copies in flight after the one they issue), and their own kernel.
     copies = MODES[dtype, math]
     for name, tile in wg.tiles(dtype, math).items():
-        if not name.endswith("-ws"):
+        if "-ws" not in name:
             assert tile.producers == 0 and tile.threads == tile.bm // 64 * 128
             continue
         assert tile.producers == {1: 128, 2: 64}[copies] and tile.in_flight == 1
@@ -72,8 +73,8 @@ def test_warp_specialized_tiles_add_producers_and_their_mbarriers(dtype: str, ma
         stages = copies * tile.stages * (tile.bm + 128) * 128
         assert tile.smem_bytes(copies) == stages + 16 * tile.stages <= HOPPER_SMEM
         assert wg.name_expression(dtype, name, math) == (
-            f"implicit_gemm_wgmma_ws<{wg.CTYPES[dtype]}, {tile.bm}, {tile.stages}, {copies}, "
-            f"{tile.producers}>")
+            f"implicit_gemm_wgmma_ws<{wg.CTYPES[tile.operands(dtype)]}, {tile.bm}, "
+            f"{tile.stages}, {copies}, {tile.producers}>")
 
 
 @pytest.mark.parametrize(("dtype", "math", "config"), [
@@ -98,7 +99,7 @@ def test_k_is_split_only_where_the_grid_is_below_one_wave(dtype: str, math: str)
     assert not [c for c in ALG.configs(large) if "-k" in c]
     split = [c for c in ALG.configs(small) if "-k" in c]
     assert {c.partition("-k")[0] for c in split} == {
-        t for t in wg.tiles(dtype, math) if not t.endswith("-ws")}
+        t for t in wg.tiles(dtype, math) if "-ws" not in t}
     for config in split:
         cfg = wg.parse_config(dtype, math, config)
         grid, kper = wg.launch(small, config)
@@ -140,13 +141,14 @@ def test_3xbf16_runs_float32_as_two_bfloat16_parts() -> None:
     bf16 = [c for c in ALG.configs(problem) if "3xbf16" in c]
     assert {c.partition("-k")[0] for c in bf16} == {
         "64x128x64-s4-3xbf16", "128x128x64-s3-3xbf16", "64x128x64-s4-f1-3xbf16",
-        "128x128x64-s3-f1-3xbf16"}
+        "128x128x64-s3-f1-3xbf16", "64x128x64-s4-ws-3xbf16", "128x128x64-s3-ws-3xbf16"}
     for config in bf16:
         tile = wg.parse_config("float32", "fp32", config).tile
         assert isinstance(tile, wg.WgmmaTile) and wg.nhwc_parts(problem, tile) == 3
         assert wg.tile_k_step("float32", tile) == 64  # bfloat16 K-steps
+        kernel = "implicit_gemm_wgmma_ws" if tile.producers else "implicit_gemm_wgmma_conv"
         assert wg.name_expression("float32", config).startswith(
-            f"implicit_gemm_wgmma_conv<bf16_t, {tile.bm}, {tile.stages}, 2, ")
+            f"{kernel}<bf16_t, {tile.bm}, {tile.stages}, 2, ")
         assert tile.smem_bytes(2) <= HOPPER_SMEM
     # The copies split float32 into bfloat16 (the gathered one of a strided 1x1 layer too).
     copies = _rearrange.nhwc_copies(problem, 3)

@@ -184,16 +184,18 @@ _ONE_COPY = (WgmmaTile(64, 4), WgmmaTile(128, 4), WgmmaTile(256, 3),
 #: 228 bytes at the 128 registers that 512 threads leave. 3xTF32's -f1 tiles keep the stages
 #: of their wait-0 twins (one K-step of copies less ahead) and add their partial sums every
 #: four K-steps, when all groups are done (the kernel's FLUSH_STEPS), instead of every one.
-#: 3xBF16 (two bfloat16 parts, (2, 2)) takes 3xTF32's stages: its 16-bit parts fill the
-#: same 128-byte rows, and its consumers the same two sets of accumulators.
+#: 3xBF16 (two bfloat16 parts, (2, 2)) takes 3xTF32's tiles and stages, warp-specialized
+#: ones included: its 16-bit parts fill the same 128-byte rows, and its consumers the same
+#: two sets of accumulators.
 TILES: dict[tuple[int, int], dict[str, WgmmaTile]] = {
     (2, 1): _tiles(64, _ONE_COPY),
     (4, 1): _tiles(32, _ONE_COPY),
     (4, 2): _tiles(32, (WgmmaTile(64, 4), WgmmaTile(128, 3), WgmmaTile(64, 4, 1),
                         WgmmaTile(128, 3, 1), WgmmaTile(64, 4, 1, PRODUCERS[2]),
                         WgmmaTile(128, 3, 1, PRODUCERS[2]))),
-    (2, 2): _tiles(64, tuple(WgmmaTile(bm, stages, flight, bf16_parts=True)
-                             for flight in (0, 1) for bm, stages in ((64, 4), (128, 3)))),
+    (2, 2): _tiles(64, tuple(WgmmaTile(bm, stages, flight, producers, bf16_parts=True)
+                             for flight, producers in ((0, 0), (1, 0), (1, PRODUCERS[2]))
+                             for bm, stages in ((64, 4), (128, 3)))),
 }
 
 

@@ -67,7 +67,7 @@ def test_warp_specialized_tiles_give_their_one_role_twins_bits(dtype: str, math:
     problem = make_problem(n=2, c=512, h=14, w=14, k=128, r=3, s=3, pad=1, dtype=dtype,
                            math=math)
     configs = [c for c in ALGORITHM.configs(problem) if "-k" not in c]
-    ws = [c for c in configs if c.endswith("-ws")]
+    ws = [c for c in configs if "-ws" in c]
     assert ws
     rng = np.random.default_rng()
     x = cupy.asarray(to_storage(rng.standard_normal(problem.input_shape), dtype))
@@ -79,9 +79,10 @@ def test_warp_specialized_tiles_give_their_one_role_twins_bits(dtype: str, math:
         ALGORITHM.run(x, w, y, workspace, problem, config)
         return bytes(cupy.asnumpy(y).tobytes())
 
-    for config in ws:
-        bm = config.partition("x")[0]
-        twin = next(c for c in configs if c.startswith(f"{bm}x") and c.endswith("-f1"))
+    for config in ws:  # the twin of a 3xBF16 tile (float32's) is a 3xBF16 one
+        bm, parts = config.partition("x")[0], config.endswith("-3xbf16")
+        twin = next(c for c in configs if c.startswith(f"{bm}x") and "-f1" in c
+                    and c.endswith("-3xbf16") == parts)
         expected = run(twin)
         for _ in range(3):
             assert run(config) == expected, f"{config} against {twin}"
