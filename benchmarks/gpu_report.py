@@ -176,14 +176,14 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     out["implicit_gemm/cupy.matmul, 3x3"] = _geomean(ratios)
     out["layers counted, 3x3 GEMM"] = float(len(ratios))
     # The tensor-core kernels on the same GEMM shapes, in the run's own math against FP32
-    # cupy.matmul (issue 10 bars 3xTF32 implicit_gemm_tc at 2x that rate); wgmma's 3xBF16
-    # tiles apart from its 3xTF32 ones.
-    for label, name, bf16 in (("implicit_gemm_tc", "implicit_gemm_tc", False),
-                              ("implicit_gemm_wgmma", "implicit_gemm_wgmma", False),
-                              ("implicit_gemm_wgmma 3xBF16", "implicit_gemm_wgmma", True)):
+    # cupy.matmul (issue 10 bars 3xTF32 implicit_gemm_tc at 2x that rate); wgmma's tiles of
+    # 16-bit parts (3xFP16) apart from its 3xTF32 ones.
+    for label, name, parts in (("implicit_gemm_tc", "implicit_gemm_tc", ""),
+                               ("implicit_gemm_wgmma", "implicit_gemm_wgmma", ""),
+                               ("implicit_gemm_wgmma 3xFP16", "implicit_gemm_wgmma", "3xfp16")):
         rates = [tflops / r["gemm"]["matmul_tflops"] for r in rows
                  if r.get("gemm", {}).get("matmul_tflops")
-                 and (tflops := _best_tflops(r.get("algorithms", {}).get(name, {}), bf16))]
+                 and (tflops := _best_tflops(r.get("algorithms", {}).get(name, {}), parts))]
         out[f"{label}/cupy.matmul FP32, 3x3"] = _geomean(rates)
         out[f"layers counted, 3x3 GEMM, {label}"] = float(len(rates))
     fractions = [r["bandwidth"]["depthwise_vs_hbm"] for r in rows
@@ -193,15 +193,20 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
-def _best_tflops(entry: dict[str, Any], bf16_parts: bool) -> float | None:
-    """An algorithm's best TFLOP/s over its configurations that are ("-3xbf16") or are not
-    3xBF16 ones; a file without per-configuration rows gives the algorithm's own, as the
-    configurations that are not."""
+#: The name parts of configurations that run float32 as 16-bit parts (wgmma's "-3xfp16"; its
+#: "-3xbf16", withdrawn, ran only in emulation).
+PART_TAGS = ("3xfp16",)
+
+
+def _best_tflops(entry: dict[str, Any], parts: str) -> float | None:
+    """An algorithm's best TFLOP/s over its configurations of 16-bit `parts` (a PART_TAGS
+    tag), or with "" over those of none; a file without per-configuration rows gives the
+    algorithm's own, as the configurations of none."""
     configs = entry.get("configs")
     if not configs:
-        return None if bf16_parts else entry.get("tflops")
-    found = [c["tflops"] for name, c in configs.items()
-             if c.get("tflops") and ("3xbf16" in name) == bf16_parts]
+        return None if parts else entry.get("tflops")
+    found = [c["tflops"] for name, c in configs.items() if c.get("tflops")
+             and (parts in name if parts else not any(tag in name for tag in PART_TAGS))]
     return max(found) if found else None
 
 

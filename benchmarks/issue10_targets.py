@@ -57,7 +57,7 @@ TARGETS = (
 #: (issue 10 names implicit_gemm_tc; wgmma is its Hopper variant, shown beside it).
 MATMUL_KEYS = ("implicit_gemm_tc/cupy.matmul FP32, 3x3",
                "implicit_gemm_wgmma/cupy.matmul FP32, 3x3",
-               "implicit_gemm_wgmma 3xBF16/cupy.matmul FP32, 3x3")
+               "implicit_gemm_wgmma 3xFP16/cupy.matmul FP32, 3x3")
 MATMUL_TARGET = 2.0
 
 
@@ -125,9 +125,9 @@ def markdown(results: list[dict[str, Any]], matmul: dict[str, float | None]) -> 
         lines.append(f"| {found['target']} | {found['layers']} | {found['geomean']:.3f} | "
                      f"{found['slowest']:.3f} ({found['slowest_layer']}) | "
                      f"{'yes' if found['met'] else 'no'}{extra} |")
-    tc, wgmma, bf16 = (matmul.get(key) for key in MATMUL_KEYS)
+    tc, wgmma, fp16 = (matmul.get(key) for key in MATMUL_KEYS)
     if tc is not None:
-        also = f", wgmma 3xBF16 {bf16:.3f}" if bf16 is not None else ""
+        also = f", wgmma 3xFP16 {fp16:.3f}" if fp16 is not None else ""
         lines.append(f"| 3xTF32 implicit_gemm_tc / cupy.matmul FP32, 3x3 GEMMs (>= "
                      f"{MATMUL_TARGET}) | | {tc:.3f} (wgmma {wgmma or float('nan'):.3f}{also}) "
                      f"| | {'yes' if tc >= MATMUL_TARGET else 'no'} |")

@@ -123,9 +123,9 @@ CASES: dict[str, Case] = {
     "fp32_conv4_2_wgmma_3x": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "64x128x32-s4"),
     "fp32_conv4_2_wgmma_3x_f1": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "64x128x32-s4-f1"),
     "fp32_conv4_2_wgmma_3x_ws": Case(VGG_CONV4_2, "implicit_gemm_wgmma", "128x128x32-s3-ws"),
-    # 3xBF16 (float32 as two bfloat16 parts, 2026-11-28, not yet on a GPU).
-    "fp32_conv4_2_wgmma_3xbf16": Case(VGG_CONV4_2, "implicit_gemm_wgmma",
-                                      "128x128x64-s3-f1-3xbf16"),
+    # 3xFP16 (float32 as two scaled float16 parts, 2026-11-28, not yet on a GPU).
+    "fp32_conv4_2_wgmma_3xfp16": Case(VGG_CONV4_2, "implicit_gemm_wgmma",
+                                      "128x128x64-s3-f1-3xfp16"),
     # A first layer on wgmma through channel-padded NHWC copies (2026-11-28, not yet on a
     # GPU): cuDNN's TF32 time there was 0.17 ms (H100, 2026-11-27).
     "tf32_conv1_1_wgmma_padded": Case(VGG_CONV1_1, "implicit_gemm_wgmma", "64x128x32-s6-f1",

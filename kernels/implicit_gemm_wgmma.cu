@@ -9,11 +9,10 @@
 //   operand's small copy right after its big one, and each product is small.big + big.small
 //   + big.big (small.small, below 2^-22 of the product, is dropped), summed per K-step from
 //   zero and then added to the FP32 accumulators;
-// - float32 as two bfloat16 parts, 3xBF16 (math "fp32", T bf16_t, COPIES 2, y float): the
-//   host's copies are big = bf16(v) then small = bf16(v - big), the products as 3xTF32's on
-//   m64n128k16 (half the tensor work and bytes of 3xTF32 per element: 16 bits of mantissa
-//   where 3xTF32 has 22, 4.5e-6 against 1.2e-6 in benchmarks/split_accuracy.py, within the
-//   1e-5 of math "fp32").
+// - float32 as two float16 parts of v * s, 3xFP16 (math "fp32", T half_t, COPIES 2, y
+//   float): the same products on m64n128k16, half 3xTF32's tensor work and bytes per
+//   element for as many bits (11 + 11), s a power of two per tensor that keeps the parts in
+//   FP16's range (`WgmmaOutput`).
 //
 // Block tile BM (output channels) x BN = 128 (output pixels over the batch), K-step BK = 128
 // bytes of elements (64 16-bit values, 32 floats); BM / 64 warpgroups, warpgroup j computing
@@ -68,16 +67,32 @@
 #include "common.cuh"
 #include "wgmma.cuh"
 
-// The output's type: the operands', but float for float32 run as two bfloat16 parts (3xBF16:
-// T bf16_t, COPIES 2).
+// The output's type, and whether the copies are scaled: the operands' type, unscaled; or
+// float for two float16 parts (3xFP16: T half_t, COPIES 2), whose copies hold each operand
+// times its tensor's power of two, s, in the float right after the operand's two copies
+// (rearrange.cu transpose PARTS 3): its products come out times both, undone exactly before
+// the tile is stored.
 template <typename T, int COPIES>
 struct WgmmaOutput {
     typedef T type;
+    static constexpr bool scaled = false;
 };
 template <>
-struct WgmmaOutput<bf16_t, 2> {
+struct WgmmaOutput<half_t, 2> {
     typedef float type;
+    static constexpr bool scaled = true;
 };
+
+template <typename T, int COPIES>
+__device__ __forceinline__ void unscale_parts(float (&acc)[64], const T* x, const T* w,
+                                              long long x_small, long long w_small) {
+    if constexpr (WgmmaOutput<T, COPIES>::scaled) {
+        const float inv = (1.0f / *reinterpret_cast<const float*>(x + 2 * x_small)) *
+                          (1.0f / *reinterpret_cast<const float*>(w + 2 * w_small));
+#pragma unroll
+        for (int v = 0; v < 64; ++v) acc[v] *= inv;
+    }
+}
 
 // The parameters of both NHWC kernels (one launcher packs them: _gemm_launch.GemmLaunch).
 #define WGMMA_NHWC_PARAMS                                                                     \
@@ -104,7 +119,7 @@ struct NhwcStageCopies {
     static_assert(ROW_STEP % 8 == 0 && BN % ROW_STEP == 0 && BM % ROW_STEP == 0,
                   "tiles split evenly over the copying threads, rows congruent mod 8");
     static_assert(COPIES == 1 || COPIES == 2,
-                  "one copy, or two parts (3xTF32: float; 3xBF16: bfloat16)");
+                  "one copy, or two parts (3xTF32: float; 3xFP16: float16)");
     static_assert(BM % 64 == 0, "a warpgroup per 64 rows");
 
     int swizzled;  // byte of this thread's first vector in a tile
@@ -350,6 +365,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         static_cast<float*>(partials) + static_cast<long long>(blockIdx.z) * N * K * PQ;
     const int lane = tid % 32, t = lane % 4;
     const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + lane / 4;
+    unscale_parts<T, COPIES>(acc, x, w, copies.x_small, copies.w_small);
     store_wgmma_tile(acc, y, split_sums, gridDim.z > 1, shape, row, n0, t, grp, kg, pq_mul,
                      pq_shr, pairs);
     if (gridDim.z > 1) {
@@ -489,6 +505,8 @@ __global__ void __launch_bounds__(BM / 64 * 128 + PRODUCERS, 1)
 
     const int lane = tid % 32;
     const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + lane / 4;
+    unscale_parts<T, COPIES>(acc, x, w, static_cast<long long>(N) * H * W * C,
+                             static_cast<long long>(K) * CRS);
     store_wgmma_tile(acc, y, static_cast<float*>(nullptr), false, shape, row, n0, lane % 4, grp,
                      kg, pq_mul, pq_shr, pairs);
 }

@@ -108,8 +108,11 @@ __global__ void __launch_bounds__(256)
 // unsigned type). PARTS 1 and 2, T float, for wgmma's TF32 operands (which the tensor core
 // would truncate): dst holds tf32(v) (cvt.rna), and with PARTS 2 the whole batch's
 // tf32(v - tf32(v)) follows it (3xTF32's big and small parts). PARTS 3, T float: dst is
-// bfloat16, bf16(v) then the whole batch's bf16(v - bf16(v)) (3xBF16's parts, both rounded
-// to nearest even; `TransposeDst`). One 32x32 tile per
+// float16 (`TransposeDst`), h(v * s) then the whole batch's h(v * s - h(v * s)), h rounding
+// to nearest even (3xFP16's big and small parts), s the power of two that takes the
+// tensor's largest |v| to [2^14, 2^15) (FP16's range ends at 65504), worked out from
+// absmax_parts' maxima in the tail after the two copies, where block 0 also leaves s for
+// the GEMM to undo. One 32x32 tile per
 // block iteration (grid-stride over batch x row tiles x column tiles) through shared memory,
 // so that reads and writes are both coalesced; the +1 column keeps the transposed reads off
 // a single bank.
@@ -124,8 +127,44 @@ struct TransposeDst {
 };
 template <>
 struct TransposeDst<float, 3> {
-    typedef bf16_t type;
+    typedef half_t type;
 };
+
+// Blocks of absmax_parts per operand (_rearrange.SCALE_BLOCKS): the partial maxima each
+// transpose block of 3xFP16 reads back.
+constexpr int SCALE_BLOCKS = 64;
+
+// 3xFP16's scale of a tensor: the power of two s with max |v| * s in [2^14, 2^15), from the
+// SCALE_BLOCKS partial maxima absmax_parts left in its copy's tail; 1 where the maximum is
+// 0, infinite or NaN, and capped at 2^127 (a maximum below 2^-113 is all but zero).
+__device__ __forceinline__ float parts_scale(float peak) {
+    const int e = static_cast<int>((__float_as_uint(peak) >> 23) & 0xFF);  // biased exponent
+    if (peak == 0.0f || e == 0xFF) return 1.0f;
+    const int scaled = min(127 + 14 - (e - 127), 254);  // biased exponent of 2^(14 - log2)
+    return __uint_as_float(static_cast<unsigned int>(max(scaled, 1)) << 23);
+}
+
+// Each operand's partial maxima of |v| for 3xFP16's scales: blocks [0, SCALE_BLOCKS) over x,
+// the next SCALE_BLOCKS over w, block b writing tail[1 + b % SCALE_BLOCKS] of its operand
+// (tail: the floats after its two float16 copies; tail[0] is the scale, transpose's). fmaxf
+// passes over NaN: a NaN element comes through its own parts as NaN.
+__global__ void __launch_bounds__(256)
+    absmax_parts(const float* __restrict__ x, float* __restrict__ x_tail, int nx,
+                 const float* __restrict__ w, float* __restrict__ w_tail, int nw) {
+    __shared__ float best[256];
+    const bool of_x = blockIdx.x < SCALE_BLOCKS;
+    const float* src = of_x ? x : w;
+    const int n = of_x ? nx : nw, b = blockIdx.x % SCALE_BLOCKS;
+    float m = 0.0f;
+    for (int i = b * 256 + threadIdx.x; i < n; i += SCALE_BLOCKS * 256) m = fmaxf(m, fabsf(src[i]));
+    best[threadIdx.x] = m;
+    __syncthreads();
+    for (int half = 128; half > 0; half /= 2) {
+        if (threadIdx.x < half) best[threadIdx.x] = fmaxf(best[threadIdx.x], best[threadIdx.x + half]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) (of_x ? x_tail : w_tail)[1 + b] = best[0];
+}
 
 template <typename T, int PARTS, bool STRIDED = false>
 __global__ void __launch_bounds__(256)
@@ -144,6 +183,18 @@ __global__ void __launch_bounds__(256)
     const int per_plane = row_tiles * col_tiles;
     const long long plane =
         static_cast<long long>(fast_div(tiles, plane_mul, plane_shr)) * rows * cols;
+    float scale = 1.0f;
+    if constexpr (PARTS == 3) {  // the tensor's scale from its partial maxima
+        float* tail = reinterpret_cast<float*>(dst + 2 * plane);
+        float* maxima = &tile[0][0];  // the tile's first SCALE_BLOCKS floats, for a moment
+        if (threadIdx.x < SCALE_BLOCKS) maxima[threadIdx.x] = tail[1 + threadIdx.x];
+        __syncthreads();
+        float peak = 0.0f;
+        for (int i = 0; i < SCALE_BLOCKS; ++i) peak = fmaxf(peak, maxima[i]);
+        scale = parts_scale(peak);
+        if (blockIdx.x == 0 && threadIdx.x == 0) tail[0] = scale;  // for the GEMM
+        __syncthreads();  // every thread has read the maxima before the tiles overwrite them
+    }
     for (int u = blockIdx.x; u < tiles; u += gridDim.x) {
         const int b = fast_div(u, plane_mul, plane_shr);
         const int rest = u - b * per_plane;
@@ -177,9 +228,10 @@ __global__ void __launch_bounds__(256)
                 if constexpr (PARTS == 0) {
                     dst[at] = tile[tx][k];
                 } else if constexpr (PARTS == 3) {
-                    bf16_t big, small;
-                    store_acc(&big, tile[tx][k]);
-                    store_acc(&small, tile[tx][k] - load_acc(&big));
+                    typename TransposeDst<T, PARTS>::type big, small;
+                    const float v = tile[tx][k] * scale;  // exact: a power of two
+                    store_acc(&big, v);
+                    store_acc(&small, v - load_acc(&big));
                     dst[at] = big;
                     dst[plane + at] = small;
                 } else {

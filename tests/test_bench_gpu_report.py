@@ -75,17 +75,17 @@ def test_tensor_core_rates_over_matmul() -> None:
     assert summary["implicit_gemm_tc/cupy.matmul FP32, 3x3"] == pytest.approx(1.0)  # 2, 0.5
     assert summary["layers counted, 3x3 GEMM, implicit_gemm_tc"] == 2
     assert summary["implicit_gemm_wgmma/cupy.matmul FP32, 3x3"] == pytest.approx(0.5)
-    assert summary["implicit_gemm_wgmma 3xBF16/cupy.matmul FP32, 3x3"] is None
+    assert summary["implicit_gemm_wgmma 3xFP16/cupy.matmul FP32, 3x3"] is None
 
 
-def test_3xbf16_tiles_are_rated_apart_from_3xtf32() -> None:
+def test_16_bit_part_tiles_are_rated_apart_from_3xtf32() -> None:
     row = _row("resnet50", "a", 1.0, 0.5)
     row["algorithms"] = {"implicit_gemm_wgmma": {"tflops": 90.0, "configs": {
         "128x128x32-s3": {"tflops": 30.0}, "64x128x32-s4": {"tflops": 20.0},
-        "128x128x64-s3-3xbf16": {"tflops": 90.0}, "64x128x64-s4-3xbf16": {"status": "wrong"}}}}
+        "128x128x64-s3-3xfp16": {"tflops": 80.0}, "64x128x64-s4-3xfp16": {"status": "wrong"}}}}
     summary = summarize([row])
     assert summary["implicit_gemm_wgmma/cupy.matmul FP32, 3x3"] == pytest.approx(0.75)
-    assert summary["implicit_gemm_wgmma 3xBF16/cupy.matmul FP32, 3x3"] == pytest.approx(2.25)
+    assert summary["implicit_gemm_wgmma 3xFP16/cupy.matmul FP32, 3x3"] == pytest.approx(2.0)
 
 
 def test_markdown_lists_every_layer_and_the_summary() -> None:

@@ -506,19 +506,36 @@ _WG_FIRST_LAYERS: dict[str, dict[str, Any]] = {
 }
 #: The backward directions on wgmma: 16-bit, and 3xTF32 (the FP32 tolerance).
 _WG_BWD_DTYPES = ("float16", "float32")
-#: implicit_gemm_wgmma's 3xBF16 configurations (float32 as two bfloat16 parts, offered from
-#: BF16_PARTS_MIN_OUTPUTS outputs on; tc_multi_block and tc_pw_multi_block run them too): 18
-#: K-steps with split K, the strided 1x1 layer's gathered copy (transpose<float, 3, true>),
-#: groups, and NaN in x. Mutations, each injected once on these four cases and the two
-#: multi_block ones (2026-11-28; every case failed each time, on its first 3xBF16 tile):
+#: implicit_gemm_wgmma's tiles of float32 as two 16-bit parts (3xFP16: float16 parts of v * s,
+#: s a power of two per tensor and call) run on every float32 "fp32" wgmma case with C/groups
+#: % 8 == 0, and on these: 18 K-steps with split K, the strided 1x1 layer's gathered copy
+#: (transpose<float, 3, true>), groups, and NaN in x; then on data past FP16's range (x and w
+#: 1e5 or 1e-6 times the usual) and with outliers 10^4 times the rest (cases.py).
+#: Mutations of the copy and GEMM code the parts share, injected once each on the first four
+#: cases and the two multi_block ones while the parts were bfloat16 ("-3xbf16", 2914fa9,
+#: withdrawn: 1.21e-5 on wg_parts_long-outlier), every case failing each time:
 #:   the small part the value again, not its remainder (rearrange.cu) -> error 2.0
 #:   the small copy of x read at twice its offset (as if the parts
 #:     were floats)                          -> error 0.99-1.16; the strided ones: ASan abort
-#:   the host writing 3xTF32's float parts for a 3xBF16 tile  -> NaN or inf in y
-_WG_BF16_PARTS: dict[str, dict[str, Any]] = {
-    "wg_bf16_long": dict(n=1, c=128, h=12, w=12, k=128, r=3, s=3, pad=1),
-    "wg_bf16_pw_s2": dict(n=4, c=64, h=16, w=16, k=64, r=1, s=1, stride=2),
-    "wg_bf16_groups": dict(n=2, c=16, h=12, w=12, k=64, r=3, s=3, pad=1, groups=2),
+#:   the host writing 3xTF32's float parts for a tile of 16-bit parts -> NaN or inf in y
+#: and of 3xFP16's scales, on the nine range and outlier cases (2026-11-28):
+#:   the scale left at 1 (transpose PARTS 3)     -> the six huge and tiny cases: NaN (overflow)
+#:                                                  or error 2.4-2.6e-2 (small parts lost)
+#:   the epilogue's unscaling dropped           -> all nine: error 1.0 to 4e19
+#:   maxima over half of each tensor (absmax_parts' stride doubled)
+#:                                               -> wg_parts_long-outlier: NaN (its last
+#:                                                  element, an outlier, missed); tc_deep's
+#:                                                  tensors fit the first pass, and
+#:                                                  wg_parts_pw_s2's last pixel is one its
+#:                                                  stride skips
+_WG_PARTS: dict[str, dict[str, Any]] = {
+    "wg_parts_long": dict(n=1, c=128, h=12, w=12, k=128, r=3, s=3, pad=1),
+    "wg_parts_pw_s2": dict(n=4, c=64, h=16, w=16, k=64, r=1, s=1, stride=2),
+    "wg_parts_groups": dict(n=2, c=16, h=12, w=12, k=64, r=3, s=3, pad=1, groups=2),
+}
+_WG_SCALED: dict[str, dict[str, Any]] = {
+    "tc_deep": _TC_EXTRA_SHAPES["tc_deep"],
+    **{shape: _WG_PARTS[shape] for shape in ("wg_parts_long", "wg_parts_pw_s2")},
 }
 
 
@@ -683,7 +700,10 @@ def _cases() -> list[dict[str, Any]]:
     cases += [_case(f"implicit_gemm_wgmma-{shape}-float32-fp32{'-nan_x' if nan else ''}",
                     "implicit_gemm_wgmma", {**kw, "dtype": "float32", "math": "fp32"},
                     inputs="nan_x" if nan else None)
-              for shape, kw in _WG_BF16_PARTS.items() for nan in (False, shape.endswith("s2"))]
+              for shape, kw in _WG_PARTS.items() for nan in (False, shape.endswith("s2"))]
+    cases += [_case(f"implicit_gemm_wgmma-{shape}-float32-fp32-{inputs}", "implicit_gemm_wgmma",
+                    {**kw, "dtype": "float32", "math": "fp32"}, inputs=inputs)
+              for shape, kw in _WG_SCALED.items() for inputs in ("huge", "tiny", "outlier")]
     # cuBLAS at math "tf32" (fake_gemm truncates TF32 operands, as the tensor cores do with
     # unrounded ones): im2col_gemm in every direction must hand it operands its kernels
     # rounded (held to 2e-4 on inputs where one truncated operand costs 9.5e-4), and

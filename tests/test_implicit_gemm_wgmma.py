@@ -49,13 +49,12 @@ def test_each_mode_has_its_own_k_step_and_tiles() -> None:
         "64x128x64-s6-ws", "128x128x64-s4-ws", "128x128x64-s5-ws"}
     assert {t.replace("x32", "x64") for t in wg.tiles("float32", "tf32")} == set(
         wg.tiles("float16", "fp32"))
-    # 3xTF32: two copies per stage, in flight at the same stages, no 256-row tile; 3xBF16
-    # the same tiles (but -ws) in 16-bit K-steps.
-    assert set(wg.tiles("float32", "fp32")) == {
-        "64x128x32-s4", "128x128x32-s3", "64x128x32-s4-f1", "128x128x32-s3-f1",
-        "64x128x32-s4-ws", "128x128x32-s3-ws", "64x128x64-s4-3xbf16", "128x128x64-s3-3xbf16",
-        "64x128x64-s4-f1-3xbf16", "128x128x64-s3-f1-3xbf16", "64x128x64-s4-ws-3xbf16",
-        "128x128x64-s3-ws-3xbf16"}
+    # 3xTF32: two copies per stage, in flight at the same stages, no 256-row tile; 3xFP16 the
+    # same tiles in 16-bit K-steps.
+    three_tf32 = {"64x128x32-s4", "128x128x32-s3", "64x128x32-s4-f1", "128x128x32-s3-f1",
+                  "64x128x32-s4-ws", "128x128x32-s3-ws"}
+    assert set(wg.tiles("float32", "fp32")) == three_tf32 | {
+        t.replace("x32", "x64") + "-3xfp16" for t in three_tf32}
 
 
 @pytest.mark.parametrize(("dtype", "math"), list(MODES))
@@ -85,8 +84,9 @@ def test_warp_specialized_tiles_add_producers_and_their_mbarriers(dtype: str, ma
     ("float16", "fp32", "64x128x64-s4-kx"),
     ("float16", "fp32", "64x128x64"),
     ("float16", "fp32", "128x128x64-s4-ws-k2"),  # the warp-specialized kernel splits no K
-    ("float32", "tf32", "64x128x64-s4-3xbf16"),  # bfloat16 parts only for math "fp32"
-    ("bfloat16", "fp32", "64x128x64-s4-3xbf16"),
+    ("float32", "tf32", "64x128x64-s4-3xfp16"),  # float16 parts only for math "fp32"
+    ("float16", "fp32", "64x128x64-s4-3xfp16"),
+    ("float32", "fp32", "64x128x64-s4-3xbf16"),  # withdrawn before any GPU ran it
 ])
 def test_unknown_configs_are_refused(dtype: str, math: str, config: str) -> None:
     with pytest.raises(ValueError, match="implicit_gemm_wgmma: unknown config"):
@@ -119,11 +119,14 @@ def test_workspace_is_the_nhwc_copies_and_the_partial_sums(dtype: str, math: str
     elements = prod(problem.input_shape) + prod(problem.filter_shape)
     for config in ALG.configs(problem):
         cfg = wg.parse_config(dtype, math, config)
-        # 3xBF16's two parts take 2 bytes each.
-        operands = elements * (2 if getattr(cfg.tile, "bf16_parts", False) else problem.itemsize)
+        # 16-bit parts take 2 bytes each; 3xFP16's copies each end in a scale tail.
+        parts = getattr(cfg.tile, "parts", "")
+        operands = elements * (2 if parts else problem.itemsize)
+        tails = 2 * 2 * _rearrange.SCALE_TAIL if parts == "float16" else 0
         partials = cfg.splits * prod(problem.output_shape) * 4 if cfg.splits > 1 else 0
         # Each buffer is padded to an alignment boundary: at most 256 bytes each.
-        assert 0 <= ALG.workspace_bytes(problem, config) - copies * operands - partials < 3 * 256
+        assert 0 <= (ALG.workspace_bytes(problem, config) - copies * operands - tails
+                     - partials) < 3 * 256
 
 
 def test_nhwc_copies_round_to_tf32_for_float32_only() -> None:
@@ -136,30 +139,37 @@ def test_nhwc_copies_round_to_tf32_for_float32_only() -> None:
     assert _rearrange.name_expression("transpose", 4) == "transpose<unsigned int, 0>"
 
 
-def test_3xbf16_runs_float32_as_two_bfloat16_parts() -> None:
+def test_3xfp16_runs_float32_on_the_16_bit_kernels() -> None:
+    tag, ctype, parts = "3xfp16", "half_t", 3
     problem = make_problem(**RES2, dtype="float32", math="fp32")
-    bf16 = [c for c in ALG.configs(problem) if "3xbf16" in c]
-    assert {c.partition("-k")[0] for c in bf16} == {
-        "64x128x64-s4-3xbf16", "128x128x64-s3-3xbf16", "64x128x64-s4-f1-3xbf16",
-        "128x128x64-s3-f1-3xbf16", "64x128x64-s4-ws-3xbf16", "128x128x64-s3-ws-3xbf16"}
-    for config in bf16:
+    found = [c for c in ALG.configs(problem) if tag in c]
+    assert {c.partition("-k")[0] for c in found} == {
+        f"64x128x64-s4-{tag}", f"128x128x64-s3-{tag}", f"64x128x64-s4-f1-{tag}",
+        f"128x128x64-s3-f1-{tag}", f"64x128x64-s4-ws-{tag}", f"128x128x64-s3-ws-{tag}"}
+    for config in found:
         tile = wg.parse_config("float32", "fp32", config).tile
-        assert isinstance(tile, wg.WgmmaTile) and wg.nhwc_parts(problem, tile) == 3
-        assert wg.tile_k_step("float32", tile) == 64  # bfloat16 K-steps
+        assert isinstance(tile, wg.WgmmaTile) and wg.nhwc_parts(problem, tile) == parts
+        assert wg.tile_k_step("float32", tile) == 64  # 16-bit K-steps
         kernel = "implicit_gemm_wgmma_ws" if tile.producers else "implicit_gemm_wgmma_conv"
         assert wg.name_expression("float32", config).startswith(
-            f"{kernel}<bf16_t, {tile.bm}, {tile.stages}, 2, ")
+            f"{kernel}<{ctype}, {tile.bm}, {tile.stages}, 2, ")
         assert tile.smem_bytes(2) <= HOPPER_SMEM
-    # The copies split float32 into bfloat16 (the gathered one of a strided 1x1 layer too).
-    copies = _rearrange.nhwc_copies(problem, 3)
-    assert (copies.x_launch.name, copies.w_launch.name) == ("transpose<float, 3>",) * 2
+    # The copies split float32 into 16-bit parts (the gathered one of a strided 1x1 layer
+    # too); 3xFP16 works out the operands' maxima first, into the tails after their copies.
+    copies = _rearrange.nhwc_copies(problem, parts)
+    assert (copies.x_launch.name, copies.w_launch.name) == (f"transpose<float, {parts}>",) * 2
     strided = make_problem(**{**RES5_PW, "h": 14, "w": 14, "stride": 2}, dtype="float32")
-    assert _rearrange.nhwc_copies(strided, 3).x_launch.name == "transpose<float, 3, true>"
+    assert _rearrange.nhwc_copies(strided, parts).x_launch.name == (
+        f"transpose<float, {parts}, true>")
+    assert copies.scale is not None and copies.scale.name == "absmax_parts"
+    x_items = 2 * prod(problem.input_shape)  # the two float16 copies of x, then its tail
+    assert copies.tails == (copies.x_bytes.start + 2 * x_items,
+                            copies.w_bytes.start + 2 * 2 * prod(problem.filter_shape))
+    assert copies.x_bytes.stop == copies.tails[0] + 2 * _rearrange.SCALE_TAIL
+    assert _rearrange.nhwc_copies(problem, 2).scale is None  # 3xTF32: nothing to scale
 
 
 @pytest.mark.parametrize(("why", "shape", "dtype", "math"), [
-    ("16,384 outputs or more", dict(n=1, c=64, h=8, w=8, k=64, r=3, s=3, pad=1), "float32",
-     "fp32"),
     ("C/groups whole 8-channel vectors", dict(n=8, c=24, h=16, w=16, k=64, r=3, s=3, pad=1,
                                               groups=2), "float32", "fp32"),
     ("no padded channels", dict(n=8, c=3, h=32, w=32, k=64, r=3, s=3, pad=1), "float32",
@@ -167,11 +177,12 @@ def test_3xbf16_runs_float32_as_two_bfloat16_parts() -> None:
     ("math fp32", RES2, "float32", "tf32"),
     ("float32", RES2, "float16", "fp32"),
 ])
-def test_3xbf16_is_offered_only_where_it_fits(why: str, shape: dict[str, Any], dtype: str,
-                                               math: str) -> None:
+def test_16_bit_parts_are_offered_only_where_they_fit(why: str, shape: dict[str, Any],
+                                                      dtype: str, math: str) -> None:
     problem = make_problem(**shape, dtype=dtype, math=math)
     assert ALG.supports(problem), why
-    assert not [c for c in ALG.configs(problem) if "3xbf16" in c], why
+    assert not [c for c in ALG.configs(problem) if "-3x" in c], why
+
 
 
 def test_channels_must_be_whole_16_byte_vectors_per_group() -> None:

@@ -4,7 +4,7 @@
 
 Both copy bits through an unsigned type of the element's size, so every float format comes
 through exactly, except where a float32 transpose is asked to round to TF32 or split into
-bfloat16 parts (wgmma's operands, `PARTS`); both enqueue on the current stream and allocate
+float16 parts (wgmma's operands, `PARTS`); both enqueue on the current stream and allocate
 nothing. Every tensor they touch is below 2**31 elements (the callers' `_limits` check it).
 """
 
@@ -34,12 +34,17 @@ _BITS_TYPES: dict[int, str] = {2: "unsigned short", 4: "unsigned int", 8: "unsig
 
 #: What a float32 transpose writes: 0 copies bits, 1 rounds to TF32, 2 also writes each
 #: value's TF32 remainder after the whole rounded batch (3xTF32's big and small parts), 3
-#: the value and its remainder as bfloat16 (3xBF16's parts, kernels/rearrange.cu).
+#: the value times its tensor's power-of-two scale and its remainder, as float16 (3xFP16's
+#: parts; kernels/rearrange.cu).
 PARTS = (0, 1, 2, 3)
 #: The copies each of PARTS writes of an operand, and their element type (None: the
 #: problem's).
 PART_COPIES: dict[int, tuple[int, str | None]] = {0: (1, None), 1: (1, None), 2: (2, None),
-                                                  3: (2, "bfloat16")}
+                                                  3: (2, "float16")}
+#: 3xFP16 (PARTS 3): absmax_parts' blocks per operand (rearrange.cu's SCALE_BLOCKS), and the
+#: float16 elements after an operand's two copies that hold its scale and their maxima.
+SCALE_BLOCKS = 64
+SCALE_TAIL = 2 * (1 + SCALE_BLOCKS)
 
 
 #: The copies that move bits of one element size, whatever the float format.
@@ -66,10 +71,11 @@ def shipped_kernels() -> tuple[str, ...]:
             # The tensor-core kernels' element sizes (16-bit and 32-bit bits).
             *(name_expression("transpose", size, 0, strided=True) for size in (2, 4)),
             *(name_expression("transpose", 4, parts, strided=True) for parts in PARTS if parts),
-            # wgmma's padded copies: 16-bit bits, and float32 in every TF32 part (3xBF16 is
+            # wgmma's padded copies: 16-bit bits, and float32 in every TF32 part (3xFP16 is
             # not offered where channels are padded).
             name_expression("pad_channels", 2),
-            *(name_expression("pad_channels", 4, parts) for parts in PARTS if parts < 3))
+            *(name_expression("pad_channels", 4, parts) for parts in PARTS if parts < 3),
+            "absmax_parts")
 
 
 def _copy(name: str, grid: tuple[int], args: tuple[Any, ...]) -> KernelLaunch:
@@ -176,7 +182,7 @@ def nhwc_channels(problem: ConvProblem) -> int:
     """The channels per group an NHWC copy holds: C/groups, or with one group and C not a
     whole number of 16-byte vectors (a network's first layer, C = 3), C rounded up to one
     (`padded`: the extra channels are zeros in both copies, so they add nothing). The
-    vectors of the problem's own dtype: a copy in bfloat16 parts needs C/groups whole
+    vectors of the problem's own dtype: a copy in float16 parts needs C/groups whole
     vectors of its own (callers check)."""
     cg, vector = problem.c // problem.groups, VECTOR_BYTES // problem.itemsize
     return -(-cg // vector) * vector if problem.groups == 1 else cg
@@ -214,31 +220,43 @@ def add_nhwc_operands(layout: WorkspaceLayout, problem: ConvProblem,
                       parts: int = 0) -> WorkspaceLayout:
     """Reserve the NHWC copies of x (N, H, W, C; H, W and C of `nhwc_problem`) and w (K,
     R*S, C/groups) in `layout`: the copies of each that `parts` writes, one after the other
-    (PART_COPIES: 3xTF32's big and small parts, 3xBF16's in bfloat16)."""
+    (PART_COPIES: 3xTF32's big and small parts, 3xFP16's in float16, each then followed by
+    its SCALE_TAIL)."""
     copies, dtype = PART_COPIES[parts]
     problem = nhwc_problem(problem)
     dtype = dtype or problem.dtype
-    layout.add("x", (copies * problem.n, problem.h, problem.w, problem.c), dtype)
-    return layout.add("w", (copies * problem.k, problem.r * problem.s,
-                            problem.c // problem.groups), dtype)
+    x_shape: tuple[int, ...] = (copies * problem.n, problem.h, problem.w, problem.c)
+    w_shape: tuple[int, ...] = (copies * problem.k, problem.r * problem.s,
+                                problem.c // problem.groups)
+    if parts == 3:  # flat: the tail is no whole row
+        x_shape, w_shape = (prod(x_shape) + SCALE_TAIL,), (prod(w_shape) + SCALE_TAIL,)
+    layout.add("x", x_shape, dtype)
+    return layout.add("w", w_shape, dtype)
 
 
 @dataclass(frozen=True)
 class NhwcCopies:
     """The two transposes that write the NHWC operands, worked out once per problem: where
-    in the workspace each copy goes (bytes of add_nhwc_operands' layout) and each launch."""
+    in the workspace each copy goes (bytes of add_nhwc_operands' layout) and each launch;
+    for 3xFP16 also the launch of the operands' partial maxima before them, and where their
+    tails are (bytes)."""
 
     x_bytes: slice
     w_bytes: slice
     x_launch: KernelLaunch
     w_launch: KernelLaunch
+    scale: KernelLaunch | None = None
+    tails: tuple[int, int] = (0, 0)
 
     def enqueue(self, x: Any, w: Any, workspace: Any) -> tuple[Any, Any]:
-        """Enqueue both copies; (x, w) as copied: the Addresses of byte ranges of the
-        workspace, which the kernels take as plain pointers (views would cost host time on
-        every run)."""
+        """Enqueue the copies (the maxima first, where scaled); (x, w) as copied: the
+        Addresses of byte ranges of the workspace, which the kernels take as plain pointers
+        (views would cost host time on every run)."""
         base = workspace.data.ptr
         xs, ws = Address(base + self.x_bytes.start), Address(base + self.w_bytes.start)
+        if self.scale is not None:
+            enqueue(self.scale, get_kernel, x, Address(base + self.tails[0]), w,
+                    Address(base + self.tails[1]))
         enqueue(self.x_launch, get_kernel, x, xs)
         enqueue(self.w_launch, get_kernel, w, ws)
         return xs, ws
@@ -259,8 +277,15 @@ def nhwc_copies(problem: ConvProblem, parts: int = 0) -> NhwcCopies:
             _pad_launch(problem.k, problem.c, channels, problem.r * problem.s, item, parts))
     run = gathered(problem)
     pixels = None if run == problem else problem  # not `is`: the cache hands back an equal one
-    return NhwcCopies(
-        ranges["x"], ranges["w"],
-        _transpose_launch(problem.n, problem.c, run.h * run.w, item, parts, pixels),
-        _transpose_launch(problem.k, problem.c // problem.groups, problem.r * problem.s,
-                          item, parts))
+    x_launch = _transpose_launch(problem.n, problem.c, run.h * run.w, item, parts, pixels)
+    w_launch = _transpose_launch(problem.k, problem.c // problem.groups, problem.r * problem.s,
+                                 item, parts)
+    if parts != 3:
+        return NhwcCopies(ranges["x"], ranges["w"], x_launch, w_launch)
+    # 3xFP16: each tail right after its operand's two float16 copies.
+    tails = (ranges["x"].start + 2 * 2 * prod(run.input_shape),
+             ranges["w"].start + 2 * 2 * prod(problem.filter_shape))
+    nx, nw = prod(problem.input_shape), prod(problem.filter_shape)
+    scale = KernelLaunch(KERNEL_FILE, "absmax_parts", (2 * SCALE_BLOCKS,), (_THREADS,),
+                         (POINTER, POINTER, np.int32(nx), POINTER, POINTER, np.int32(nw)))
+    return NhwcCopies(ranges["x"], ranges["w"], x_launch, w_launch, scale, tails)

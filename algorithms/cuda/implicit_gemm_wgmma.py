@@ -1,5 +1,5 @@
 """GPU implicit GEMM on Hopper's warpgroup tensor cores (kernels/implicit_gemm_wgmma.cu):
-wgmma.mma_async, sm_90a only, float16 and bfloat16, and float32 as TF32, 3xTF32 or 3xBF16,
+wgmma.mma_async, sm_90a only, float16 and bfloat16, and float32 as TF32, 3xTF32 or 3xFP16,
 all with FP32 accumulation.
 
 The same GEMM as implicit_gemm_tc's NHWC configurations (x copied to NHWC, only the pixels a
@@ -25,15 +25,17 @@ Precision (`problem.math`), as implicit_gemm_tc's:
   runs small.big + big.small + big.big, summed per K-step from zero and then added to the
   accumulators in FP32 (the tensor core's sums round toward zero, which over long K cost the
   mma.sync kernel its FP32 accuracy on an H100).
-- float32, math "fp32", "-3xbf16" configurations: the same three products of two bfloat16
-  parts, big = bf16(v) and small = bf16(v - big), which the NHWC copies write (`nhwc_parts`
-  3): BF16 wgmma runs K = 16 where TF32 runs 8, and a part takes 2 bytes, so half 3xTF32's
-  tensor work and bytes per element. The price is 16 bits of mantissa where 3xTF32 has 22:
-  4.5e-6 against 1.2e-6 on every kind of input benchmarks/split_accuracy.py simulates,
-  inside math "fp32"'s 1e-5 (Winograd F(4x4) ships at 4.5e-6 too); BF16 keeps FP32's range,
-  so nothing is scaled. Offered where C/groups is a whole number of 8-element vectors (no
-  padded first layers) and y has BF16_PARTS_MIN_OUTPUTS elements or more. Not yet measured
-  on a GPU.
+- float32, math "fp32", "-3xfp16" configurations: the same three products of two float16
+  parts of v * s, big = h(v s) and small = h(v s - big), s the power of two that takes the
+  tensor's largest |v| to [2^14, 2^15) (FP16 ends at 65504), one per operand and call
+  (`nhwc_parts` 3: a launch of partial maxima before the copies, _rearrange.NhwcCopies.scale),
+  undone exactly in the epilogue. FP16 wgmma runs K = 16 where TF32 runs 8 and a part takes
+  2 bytes: half 3xTF32's tensor work and bytes per element, for as many bits (11 + 11), as
+  accurate as 3xTF32 on every kind of input benchmarks/split_accuracy.py tries (outliers,
+  32 binades, data past FP16's range either way). Offered where C/groups is a whole number
+  of 8-element vectors (no padded first layers). Not yet measured on a GPU. Two bfloat16
+  parts need no scale but carry 16 bits: shipped as "-3xbf16" at 2914fa9 and withdrawn the
+  same day, when an emulated case with outliers came to 1.2e-5 (BENCHMARKS.md).
 
 Configurations "BMx128xBK-sS[-f1]": BM output channels (64, 128 or 256: one, two or four
 warpgroups) by 128 output pixels per block, K-steps of BK = 128 bytes (64 16-bit values or
@@ -110,13 +112,13 @@ class WgmmaTile:
     """One configuration: BM output channels (64 per warpgroup), its pipeline depth, the
     K-steps of wgmma it leaves running across the next step's barrier (0 or 1), the
     producer threads of a warp-specialized tile (0: every thread copies and multiplies), and
-    whether float32 runs as two bfloat16 parts (3xBF16)."""
+    the 16-bit dtype whose two parts float32 runs as ("float16": 3xFP16; "": none)."""
 
     bm: int
     stages: int
     in_flight: int = 0
     producers: int = 0
-    bf16_parts: bool = False
+    parts: str = ""
 
     @property
     def bn(self) -> int:
@@ -137,13 +139,17 @@ class WgmmaTile:
     @property
     def suffix(self) -> str:
         """What the configuration name says after "-sS": "-ws" (warp-specialized, one
-        K-step's wgmma in flight), "-f1" or nothing; then "-3xbf16" for bfloat16 parts."""
+        K-step's wgmma in flight), "-f1" or nothing; then "-3xfp16" for float16 parts."""
         pipeline = "-ws" if self.producers else "-f1" if self.in_flight else ""
-        return pipeline + ("-3xbf16" if self.bf16_parts else "")
+        return pipeline + (PART_SUFFIXES[self.parts] if self.parts else "")
 
     def operands(self, dtype: str) -> str:
         """The dtype of the NHWC copies the kernel reads for a problem of `dtype`."""
-        return "bfloat16" if self.bf16_parts else dtype
+        return self.parts or dtype
+
+
+#: The name suffix of float32 run as two parts of a 16-bit dtype.
+PART_SUFFIXES = {"float16": "-3xfp16"}
 
 
 #: Storage dtype -> C++ type (kernels/common.cuh; float32 runs as TF32).
@@ -184,27 +190,31 @@ _ONE_COPY = (WgmmaTile(64, 4), WgmmaTile(128, 4), WgmmaTile(256, 3),
 #: 228 bytes at the 128 registers that 512 threads leave. 3xTF32's -f1 tiles keep the stages
 #: of their wait-0 twins (one K-step of copies less ahead) and add their partial sums every
 #: four K-steps, when all groups are done (the kernel's FLUSH_STEPS), instead of every one.
-#: 3xBF16 (two bfloat16 parts, (2, 2)) takes 3xTF32's tiles and stages, warp-specialized
-#: ones included: its 16-bit parts fill the same 128-byte rows, and its consumers the same
-#: two sets of accumulators.
 TILES: dict[tuple[int, int], dict[str, WgmmaTile]] = {
     (2, 1): _tiles(64, _ONE_COPY),
     (4, 1): _tiles(32, _ONE_COPY),
     (4, 2): _tiles(32, (WgmmaTile(64, 4), WgmmaTile(128, 3), WgmmaTile(64, 4, 1),
                         WgmmaTile(128, 3, 1), WgmmaTile(64, 4, 1, PRODUCERS[2]),
                         WgmmaTile(128, 3, 1, PRODUCERS[2]))),
-    (2, 2): _tiles(64, tuple(WgmmaTile(bm, stages, flight, producers, bf16_parts=True)
-                             for flight, producers in ((0, 0), (1, 0), (1, PRODUCERS[2]))
-                             for bm, stages in ((64, 4), (128, 3)))),
 }
+#: float32 at math "fp32" as two 16-bit parts (3xFP16): 3xTF32's tiles and stages,
+#: warp-specialized ones included (16-bit parts fill the same 128-byte rows, and the
+#: consumers keep the same two sets of accumulators), in 16-bit K-steps.
+PART_TILES: dict[str, dict[str, WgmmaTile]] = {
+    parts: _tiles(64, tuple(WgmmaTile(bm, stages, flight, producers, parts)
+                            for flight, producers in ((0, 0), (1, 0), (1, PRODUCERS[2]))
+                            for bm, stages in ((64, 4), (128, 3))))
+    for parts in PART_SUFFIXES}
 
 
 def tiles(dtype: str, math: str) -> dict[str, WgmmaTile]:
     """The configurations shipped for a dtype and math mode (float32 at math "fp32": 3xTF32's
-    and 3xBF16's)."""
-    parts = copies(dtype, math)
-    found = TILES[DTYPE_BYTES[dtype], parts]
-    return {**found, **TILES[2, 2]} if parts == 2 else found
+    and 3xFP16's)."""
+    copied = copies(dtype, math)
+    found = TILES[DTYPE_BYTES[dtype], copied]
+    if copied == 1:
+        return found
+    return {**found, **{name: t for parts in PART_TILES.values() for name, t in parts.items()}}
 
 
 @dataclass(frozen=True)
@@ -274,7 +284,7 @@ def shipped_kernels() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=4096)  # asked on every run
 def workspace_layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
-    """The NHWC copies of x and w (two of each for 3xTF32 and 3xBF16: big, then small), or
+    """The NHWC copies of x and w (two of each for 3xTF32 and 3xFP16: big, then small), or
     an NCHW configuration's aligned copy of w (_wgmma_nchw.add_workspace); and split K's FP32
     partial outputs (S, N, K, P, Q)."""
     cfg = parse_config(problem.dtype, problem.math, config)
@@ -306,29 +316,21 @@ def tile_k_step(dtype: str, tile: WgmmaTile | NchwTile) -> int:
 
 def nhwc_parts(problem: ConvProblem, tile: WgmmaTile) -> int:
     """What the NHWC transposes write for a tile (_rearrange.PARTS): 16-bit bits (0),
-    float32 rounded to TF32 (1), also the TF32 remainder (2, 3xTF32), or two bfloat16 parts
-    (3, 3xBF16)."""
+    float32 rounded to TF32 (1), also the TF32 remainder (2, 3xTF32), or two scaled float16
+    parts (3, 3xFP16)."""
     if problem.dtype != "float32":
         return 0
-    return 3 if tile.bf16_parts else copies(problem.dtype, problem.math)
+    return 3 if tile.parts else copies(problem.dtype, problem.math)
 
 
-#: The least output 3xBF16 is offered for. Why: its 2.2x margin to the 1e-5 of math "fp32" is
-#: thinnest over few outputs, where one cancelling sum carries the norm: on small random
-#: problems (benchmarks/split_accuracy.py --conv-draws) 4 of 3,000 went past 1e-5, and 2 of
-#: 8,000 with 32 outputs or more (worst 1.25e-5), where 3xTF32 went past on none. Over many
-#: outputs the norm-wise error settles at 4.3-4.5e-6 (its GEMM simulation, the emulated
-#: cases), and on small layers the tensor work it halves is a few microseconds.
-BF16_PARTS_MIN_OUTPUTS = 16384
-
-
-def _bf16_parts_fit(problem: ConvProblem) -> bool:
-    """Whether 3xBF16 is offered: y of BF16_PARTS_MIN_OUTPUTS or more, and copies that take
-    the problem as it is (C/groups whole 16-byte vectors of 2-byte parts, 8 channels, which
-    no padding provides: _rearrange.padded pads to the float32 vector)."""
-    return (prod(problem.output_shape) >= BF16_PARTS_MIN_OUTPUTS
-            and (problem.c // problem.groups) % (VECTOR_BYTES // 2) == 0
-            and not _rearrange.padded(problem))
+def _parts_fit(problem: ConvProblem, tile: WgmmaTile | NchwTile) -> bool:
+    """Whether a tile is offered as far as 16-bit parts go: one of float16 parts needs copies
+    that take the problem as it is (C/groups whole 16-byte vectors of 2-byte parts, 8
+    channels, which no padding provides: _rearrange.padded pads to the float32 vector)."""
+    if not getattr(tile, "parts", ""):
+        return True
+    return (problem.c // problem.groups) % (VECTOR_BYTES // 2) == 0 and not _rearrange.padded(
+        problem)
 
 
 class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
@@ -357,10 +359,9 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         """The tiles whose grid fits this problem (the NCHW ones too on a float32 1x1 layer:
         _wgmma_nchw.offered), then those split along K where their grid is below one
         wave (implicit_gemm_tc.k_splits)."""
-        nchw, parts_fit = _wgmma_nchw.offered(problem), _bf16_parts_fit(problem)
+        nchw = _wgmma_nchw.offered(problem)
         shipped = {name: tile for name, tile in _shipped(problem.dtype, problem.math).items()
-                   if (nchw or not isinstance(tile, NchwTile))
-                   and (parts_fit or not getattr(tile, "bf16_parts", False))}
+                   if (nchw or not isinstance(tile, NchwTile)) and _parts_fit(problem, tile)}
         whole = fitting_tiles(problem, shipped)
         gemm = _rearrange.nhwc_problem(problem)
         return whole + tuple(

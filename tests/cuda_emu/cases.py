@@ -127,7 +127,16 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             # either by about 9.5e-4 (TIGHT_LIMITS holds such cases to 2e-4), so each operand
             # that reaches a TF32 GEMM unrounded shows.
             return 1.0 + rng.uniform(0.95, 1.0, shape) * 2.0**-10
-        return rng.standard_normal(shape)
+        # 3xFP16's scales (the float16 parts of v * s, s from the tensor's largest |v|): data
+        # past FP16's range either way, and outliers 10^4 times the rest, the last element
+        # and one anywhere (a maximum that missed one would overflow its parts; a partial
+        # scan misses the end first).
+        scale = {"huge": 1e5, "tiny": 1e-6}.get(case.get("inputs") or "", 1.0)
+        drawn = rng.standard_normal(shape) * scale
+        if case.get("inputs") == "outlier":
+            flat = drawn.reshape(-1)
+            flat[[flat.size - 1, int(rng.integers(flat.size))]] *= 1e4
+        return drawn
 
     # The direction's operands (x, w; dy, w; or x, dy) and its float64 reference.
     a_shape, b_shape, out_shape = problem.operand_shapes

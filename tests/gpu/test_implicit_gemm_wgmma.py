@@ -79,10 +79,40 @@ def test_warp_specialized_tiles_give_their_one_role_twins_bits(dtype: str, math:
         ALGORITHM.run(x, w, y, workspace, problem, config)
         return bytes(cupy.asnumpy(y).tobytes())
 
-    for config in ws:  # the twin of a 3xBF16 tile (float32's) is a 3xBF16 one
-        bm, parts = config.partition("x")[0], config.endswith("-3xbf16")
+    def parts(config: str) -> str:  # "-3xfp16" (float32's 16-bit parts) or ""
+        return config[config.find("-3x"):] if "-3x" in config else ""
+
+    for config in ws:  # the twin of a tile of 16-bit parts has the same parts
+        bm = config.partition("x")[0]
         twin = next(c for c in configs if c.startswith(f"{bm}x") and "-f1" in c
-                    and c.endswith("-3xbf16") == parts)
+                    and parts(c) == parts(config))
         expected = run(twin)
         for _ in range(3):
             assert run(config) == expected, f"{config} against {twin}"
+
+
+@pytest.mark.parametrize("scale", [1e5, 1e-6])
+def test_3xfp16_keeps_fp32_accuracy_past_fp16s_range(scale: float) -> None:
+    """3xFP16's float16 parts hold x * s and w * s', s and s' powers of two worked out on the
+    GPU from each tensor's largest |v|: data far past FP16's range (65504, or its normal
+    numbers from 6e-5) must come out as accurate as 3xTF32's, and with one element 10^4
+    times the rest (a maximum that missed it would overflow its parts)."""
+    import cupy
+    import numpy as np
+
+    from algorithms.reference import reference, relative_error
+
+    problem = make_problem(n=2, c=64, h=14, w=14, k=64, r=3, s=3, pad=1, dtype="float32",
+                           math="fp32")
+    rng = np.random.default_rng()
+    x = (rng.standard_normal(problem.input_shape) * scale).astype(np.float32)
+    w = (rng.standard_normal(problem.filter_shape) * scale).astype(np.float32)
+    x.reshape(-1)[rng.integers(x.size)] *= 1e4
+    ref = reference(x.astype(np.float64), w.astype(np.float64), problem)
+    configs = [c for c in ALGORITHM.configs(problem) if "3xfp16" in c]
+    assert configs
+    for config in configs:
+        workspace = cupy.full(ALGORITHM.workspace_bytes(problem, config), 0xFF, cupy.uint8)
+        y = cupy.full(problem.output_shape, cupy.nan, cupy.float32)
+        ALGORITHM.run(cupy.asarray(x), cupy.asarray(w), y, workspace, problem, config)
+        assert relative_error(cupy.asnumpy(y), ref) <= 1e-5, config
