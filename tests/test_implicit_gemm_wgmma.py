@@ -8,6 +8,7 @@ under the emulator by tests/test_cuda_emulated.py.
 from __future__ import annotations
 
 from math import prod
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -270,3 +271,14 @@ def test_nchw_x_copies_are_vectors_where_pixels_and_the_address_allow() -> None:
     assert _wgmma_nchw.x_vector(res5, 4096) == 1       # P*Q = 49: a vector would cross images
     for strided in (dict(RES4_PW, stride=2), dict(RES4_PW, pad=1)):  # input pixels apart
         assert _wgmma_nchw.x_vector(make_problem(**strided, dtype="float32"), 4096) == 1
+
+
+def test_the_scale_tail_is_sized_as_the_kernels_fill_it() -> None:
+    # absmax_parts writes SCALE_BLOCKS maxima per operand after its scale: the host's count
+    # (the tail it reserves, the blocks it launches) is the kernel file's.
+    source = (Path(__file__).resolve().parents[1] / "kernels" / "rearrange.cu").read_text()
+    assert f"constexpr int SCALE_BLOCKS = {_rearrange.SCALE_BLOCKS};" in source
+    assert _rearrange.SCALE_TAIL == 2 * (1 + _rearrange.SCALE_BLOCKS)  # floats as float16s
+    problem = make_problem(**RES2, dtype="float32", math="fp32")
+    scale = _rearrange.nhwc_copies(problem, 3).scale
+    assert scale is not None and scale.grid == (2 * _rearrange.SCALE_BLOCKS,)
