@@ -110,7 +110,8 @@ def test_k_is_split_only_where_the_grid_is_below_one_wave(dtype: str, math: str)
         steps = k_steps(small, wg.tile_k_step(dtype, cfg.tile))
         # Every K-step in exactly one launched split, none empty.
         assert grid[2] == cfg.splits and (grid[2] - 1) * kper < steps <= grid[2] * kper
-        assert ALG.work(small, config).launches == 3  # the split K summed in the kernel
+        # The split K summed in the kernel; 3xFP16 works out the operands' maxima first.
+        assert ALG.work(small, config).launches == (4 if "3xfp16" in config else 3)
 
 
 @pytest.mark.parametrize(("dtype", "math"), list(MODES))

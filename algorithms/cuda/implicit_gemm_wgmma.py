@@ -374,11 +374,11 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
 
     def work(self, problem: ConvProblem, config: str) -> Work:
         """The GEMM kernel's tiles times its K splits (which it sums itself), after the two
-        NHWC copies (none for an NCHW configuration)."""
+        NHWC copies (none for an NCHW configuration) and, for 3xFP16, the operands' maxima."""
         cfg = parse_config(problem.dtype, problem.math, config)
         grid, _ = launch(problem, config)
-        return Work(prod(grid), gemm_fill(problem, cfg.tile.bm, cfg.tile.bn),
-                    1 if cfg.nchw else 3)
+        copies = 0 if cfg.nchw else 3 if getattr(cfg.tile, "parts", "") else 2
+        return Work(prod(grid), gemm_fill(problem, cfg.tile.bm, cfg.tile.bn), 1 + copies)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
