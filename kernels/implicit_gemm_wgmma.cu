@@ -83,12 +83,22 @@ struct WgmmaOutput<half_t, 2> {
     static constexpr bool scaled = true;
 };
 
+// Elements of one copy of x (N*H*W*C) and of w (K * C/groups * R*S): a two-part operand's
+// small copy starts this far after its big one, and 3xFP16's scale twice as far.
+__device__ __forceinline__ long long x_copy_elements(const ConvShape& shape) {
+    return static_cast<long long>(shape.N) * shape.H * shape.W * shape.C;
+}
+__device__ __forceinline__ long long w_copy_elements(const ConvShape& shape) {
+    return static_cast<long long>(shape.K) * (shape.C / shape.groups) * shape.R * shape.S;
+}
+
 template <typename T, int COPIES>
 __device__ __forceinline__ void unscale_parts(float (&acc)[64], const T* x, const T* w,
-                                              long long x_small, long long w_small) {
+                                              const ConvShape& shape) {
     if constexpr (WgmmaOutput<T, COPIES>::scaled) {
-        const float inv = (1.0f / *reinterpret_cast<const float*>(x + 2 * x_small)) *
-                          (1.0f / *reinterpret_cast<const float*>(w + 2 * w_small));
+        const float inv =
+            (1.0f / *reinterpret_cast<const float*>(x + 2 * x_copy_elements(shape))) *
+            (1.0f / *reinterpret_cast<const float*>(w + 2 * w_copy_elements(shape)));
 #pragma unroll
         for (int v = 0; v < 64; ++v) acc[v] *= inv;
     }
@@ -144,8 +154,8 @@ struct NhwcStageCopies {
         const int kg = K / groups, CRS = crs;
         const int row0 = ct / 8;
         swizzled = row0 * ROW_BYTES + ((ct % 8) ^ (row0 % 8)) * 16;
-        x_small = static_cast<long long>(N) * H * W * C;
-        w_small = static_cast<long long>(K) * CRS;
+        x_small = x_copy_elements(shape);
+        w_small = w_copy_elements(shape);
         pixels.init(n0 + row0, ROW_STEP, N * P * Q, P * Q, Q, H * W * C, W, C, grp * cg, str_h,
                     str_w, pad_h, pad_w, pq_mul, pq_shr, q_mul, q_shr);
 #pragma unroll
@@ -365,7 +375,7 @@ __global__ void __launch_bounds__(BM / 64 * 128, 1)
         static_cast<float*>(partials) + static_cast<long long>(blockIdx.z) * N * K * PQ;
     const int lane = tid % 32, t = lane % 4;
     const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + lane / 4;
-    unscale_parts<T, COPIES>(acc, x, w, copies.x_small, copies.w_small);
+    unscale_parts<T, COPIES>(acc, x, w, shape);
     store_wgmma_tile(acc, y, split_sums, gridDim.z > 1, shape, row, n0, t, grp, kg, pq_mul,
                      pq_shr, pairs);
     if (gridDim.z > 1) {
@@ -505,8 +515,7 @@ __global__ void __launch_bounds__(BM / 64 * 128 + PRODUCERS, 1)
 
     const int lane = tid % 32;
     const int row = m0 + wgroup * 64 + (tid % 128) / 32 * 16 + lane / 4;
-    unscale_parts<T, COPIES>(acc, x, w, static_cast<long long>(N) * H * W * C,
-                             static_cast<long long>(K) * CRS);
+    unscale_parts<T, COPIES>(acc, x, w, shape);
     store_wgmma_tile(acc, y, static_cast<float*>(nullptr), false, shape, row, n0, lane % 4, grp,
                      kg, pq_mul, pq_shr, pairs);
 }

@@ -102,34 +102,6 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-// A batch of transposes, dst[b][j][i] = src[b][i][j] over (batch, rows, cols): NCHW -> NHWC
-// with (rows, cols) = (C, H*W), and a filter (K, C/groups, R*S) -> (K, R*S, C/groups), the
-// operands of the tensor-core kernels' NHWC configurations. PARTS 0: bits, like remap (T an
-// unsigned type). PARTS 1 and 2, T float, for wgmma's TF32 operands (which the tensor core
-// would truncate): dst holds tf32(v) (cvt.rna), and with PARTS 2 the whole batch's
-// tf32(v - tf32(v)) follows it (3xTF32's big and small parts). PARTS 3, T float: dst is
-// float16 (`TransposeDst`), h(v * s) then the whole batch's h(v * s - h(v * s)), h rounding
-// to nearest even (3xFP16's big and small parts), s the power of two that takes the
-// tensor's largest |v| to [2^14, 2^15) (FP16's range ends at 65504), worked out from
-// absmax_parts' maxima in the tail after the two copies, where block 0 also leaves s for
-// the GEMM to undo. One 32x32 tile per
-// block iteration (grid-stride over batch x row tiles x column tiles) through shared memory,
-// so that reads and writes are both coalesced; the +1 column keeps the transposed reads off
-// a single bank.
-// STRIDED: column j of a source row is not element j but the pixel a 1x1 filter at a stride
-// reads for output pixel j = p*Q + q: element (j / Q) * step_h + (j % Q) * step_w of a row
-// of src_row (H*W) elements (step_h = stride_h * W, step_w = stride_w), so that cols = P*Q
-// and the NHWC copy holds only the pixels the GEMM reads (a quarter at stride 2), which then
-// runs as a stride-1 1x1 layer (algorithms/cuda/_rearrange.py `gathered`). Unused otherwise.
-template <typename T, int PARTS>
-struct TransposeDst {
-    typedef T type;
-};
-template <>
-struct TransposeDst<float, 3> {
-    typedef half_t type;
-};
-
 // Blocks of absmax_parts per operand (_rearrange.SCALE_BLOCKS): the partial maxima each
 // transpose block of 3xFP16 reads back.
 constexpr int SCALE_BLOCKS = 64;
@@ -166,6 +138,34 @@ __global__ void __launch_bounds__(256)
     if (threadIdx.x == 0) (of_x ? x_tail : w_tail)[1 + b] = best[0];
 }
 
+// transpose's destination type: T's, or float16 for 3xFP16's parts (PARTS 3).
+template <typename T, int PARTS>
+struct TransposeDst {
+    typedef T type;
+};
+template <>
+struct TransposeDst<float, 3> {
+    typedef half_t type;
+};
+
+// A batch of transposes, dst[b][j][i] = src[b][i][j] over (batch, rows, cols): NCHW -> NHWC
+// with (rows, cols) = (C, H*W), and a filter (K, C/groups, R*S) -> (K, R*S, C/groups), the
+// operands of the tensor-core kernels' NHWC configurations. PARTS 0: bits, like remap (T an
+// unsigned type). PARTS 1 and 2, T float, for wgmma's TF32 operands (which the tensor core
+// would truncate): dst holds tf32(v) (cvt.rna), and with PARTS 2 the whole batch's
+// tf32(v - tf32(v)) follows it (3xTF32's big and small parts). PARTS 3, T float: dst is
+// float16 (`TransposeDst`), h(v * s) then the whole batch's h(v * s - h(v * s)), h rounding
+// to nearest even (3xFP16's big and small parts), s the power of two that takes the
+// tensor's largest |v| to [2^14, 2^15) (FP16's range ends at 65504), worked out from
+// absmax_parts' maxima in the tail after the two copies, where block 0 also leaves s for
+// the GEMM to undo. One 32x32 tile per block iteration (grid-stride over batch x row tiles
+// x column tiles) through shared memory, so that reads and writes are both coalesced; the +1
+// column keeps the transposed reads off a single bank.
+// STRIDED: column j of a source row is not element j but the pixel a 1x1 filter at a stride
+// reads for output pixel j = p*Q + q: element (j / Q) * step_h + (j % Q) * step_w of a row
+// of src_row (H*W) elements (step_h = stride_h * W, step_w = stride_w), so that cols = P*Q
+// and the NHWC copy holds only the pixels the GEMM reads (a quarter at stride 2), which then
+// runs as a stride-1 1x1 layer (algorithms/cuda/_rearrange.py `gathered`). Unused otherwise.
 template <typename T, int PARTS, bool STRIDED = false>
 __global__ void __launch_bounds__(256)
     transpose(const T* __restrict__ src, typename TransposeDst<T, PARTS>::type* __restrict__ dst,

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from tests.cuda_emu.build import missing_tools, sanitizer_env
+from tests.cuda_emu.warp_cases import EXPIRE_WAITS
 from tests.precision import tolerance_for
 
 ROOT_DIR = Path(__file__).resolve().parents[1]
@@ -83,7 +84,7 @@ def _run(kernel_file: str, schedule: int) -> dict[str, float]:
     return result
 
 
-@pytest.mark.parametrize("schedule", [4, 5])  # kExpireWaits, forward and reverse
+@pytest.mark.parametrize("schedule", [EXPIRE_WAITS, EXPIRE_WAITS | 1])  # forward, reverse
 def test_a_deadlocked_warp_specialized_tile_gives_up_with_nan(tmp_path: Path,
                                                                 schedule: int) -> None:
     source = (ROOT_DIR / "kernels" / "implicit_gemm_wgmma.cu").read_text(encoding="utf-8")
@@ -95,7 +96,7 @@ def test_a_deadlocked_warp_specialized_tile_gives_up_with_nan(tmp_path: Path,
 
 
 def test_the_shipped_tile_under_the_same_schedule_gives_the_product() -> None:
-    shipped = _run("", 4)
+    shipped = _run("", EXPIRE_WAITS)
     limit = tolerance_for("float16", "fp32", "implicit_gemm_wgmma")
     assert shipped["nan"] == 0 and shipped["error"] is not None and shipped["error"] <= limit, \
         shipped

@@ -141,15 +141,12 @@ class WgmmaTile:
         """What the configuration name says after "-sS": "-ws" (warp-specialized, one
         K-step's wgmma in flight), "-f1" or nothing; then "-3xfp16" for float16 parts."""
         pipeline = "-ws" if self.producers else "-f1" if self.in_flight else ""
-        return pipeline + (PART_SUFFIXES[self.parts] if self.parts else "")
+        return pipeline + ("-3xfp16" if self.parts else "")
 
     def operands(self, dtype: str) -> str:
         """The dtype of the NHWC copies the kernel reads for a problem of `dtype`."""
         return self.parts or dtype
 
-
-#: The name suffix of float32 run as two parts of a 16-bit dtype.
-PART_SUFFIXES = {"float16": "-3xfp16"}
 
 
 #: Storage dtype -> C++ type (kernels/common.cuh; float32 runs as TF32).
@@ -200,11 +197,10 @@ TILES: dict[tuple[int, int], dict[str, WgmmaTile]] = {
 #: float32 at math "fp32" as two 16-bit parts (3xFP16): 3xTF32's tiles and stages,
 #: warp-specialized ones included (16-bit parts fill the same 128-byte rows, and the
 #: consumers keep the same two sets of accumulators), in 16-bit K-steps.
-PART_TILES: dict[str, dict[str, WgmmaTile]] = {
-    parts: _tiles(64, tuple(WgmmaTile(bm, stages, flight, producers, parts)
-                            for flight, producers in ((0, 0), (1, 0), (1, PRODUCERS[2]))
-                            for bm, stages in ((64, 4), (128, 3))))
-    for parts in PART_SUFFIXES}
+PART_TILES: dict[str, WgmmaTile] = _tiles(64, tuple(
+    WgmmaTile(bm, stages, flight, producers, "float16")
+    for flight, producers in ((0, 0), (1, 0), (1, PRODUCERS[2]))
+    for bm, stages in ((64, 4), (128, 3))))
 
 
 def tiles(dtype: str, math: str) -> dict[str, WgmmaTile]:
@@ -212,9 +208,7 @@ def tiles(dtype: str, math: str) -> dict[str, WgmmaTile]:
     and 3xFP16's)."""
     copied = copies(dtype, math)
     found = TILES[DTYPE_BYTES[dtype], copied]
-    if copied == 1:
-        return found
-    return {**found, **{name: t for parts in PART_TILES.values() for name, t in parts.items()}}
+    return {**found, **PART_TILES} if copied == 2 else found
 
 
 @dataclass(frozen=True)
@@ -323,11 +317,16 @@ def nhwc_parts(problem: ConvProblem, tile: WgmmaTile) -> int:
     return 3 if tile.parts else copies(problem.dtype, problem.math)
 
 
+def _split16(tile: WgmmaTile | NchwTile) -> bool:
+    """Whether a tile runs float32 as 16-bit parts (3xFP16)."""
+    return isinstance(tile, WgmmaTile) and bool(tile.parts)
+
+
 def _parts_fit(problem: ConvProblem, tile: WgmmaTile | NchwTile) -> bool:
     """Whether a tile is offered as far as 16-bit parts go: one of float16 parts needs copies
     that take the problem as it is (C/groups whole 16-byte vectors of 2-byte parts, 8
     channels, which no padding provides: _rearrange.padded pads to the float32 vector)."""
-    if not getattr(tile, "parts", ""):
+    if not _split16(tile):
         return True
     return (problem.c // problem.groups) % (VECTOR_BYTES // 2) == 0 and not _rearrange.padded(
         problem)
@@ -377,8 +376,8 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         NHWC copies (none for an NCHW configuration) and, for 3xFP16, the operands' maxima."""
         cfg = parse_config(problem.dtype, problem.math, config)
         grid, _ = launch(problem, config)
-        copies = 0 if cfg.nchw else 3 if getattr(cfg.tile, "parts", "") else 2
-        return Work(prod(grid), gemm_fill(problem, cfg.tile.bm, cfg.tile.bn), 1 + copies)
+        before = 0 if cfg.nchw else 3 if _split16(cfg.tile) else 2  # launches before the GEMM
+        return Work(prod(grid), gemm_fill(problem, cfg.tile.bm, cfg.tile.bn), 1 + before)
 
     def _run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
