@@ -1,14 +1,17 @@
-"""Bytes a wgmma run of a stride-1 pointwise layer moves through DRAM at least, with NHWC
-copies of the operands and with implicit_gemm_wgmma's NCHW configurations (no GPU).
+"""Bytes a wgmma run of a stride-1 pointwise layer (with --taps, of a layer whose filter has
+taps) moves through DRAM at least, with NHWC copies of the operands and with
+implicit_gemm_wgmma's NCHW configurations (no GPU).
 
-Usage: python benchmarks/pointwise_bytes.py [--batch 32] [--networks resnet50,...]
+Usage: python benchmarks/pointwise_bytes.py [--batch 32] [--networks resnet50,...] [--taps]
                                             [--results bench_tf32.json ...]
 
 An NHWC configuration of `implicit_gemm_wgmma` copies x and w before its GEMM (one part at
 math "tf32", TF32 big and small parts at "fp32", each as large as the operand) and the GEMM
 reads the copies; an NCHW configuration ("-nchw", `algorithms/cuda/_wgmma_nchw.py`) reads x
-and w as they are. Both write y once. Each operand is counted once per pass over it (the
-least either can move: a GEMM re-reads tiles through L2, not DRAM, when they fit). With
+and w as they are, but for a filter with taps, which it transposes first (w read, then
+written, then read by the GEMM). Both write y once. Each operand is counted once per pass
+over it (the least either can move: a GEMM re-reads tiles through L2, not DRAM, when they
+fit). With
 `--results` (bench_gpu JSON files), each layer's row also gives cuDNN's time and the best
 NHWC wgmma time of that run, next to the time the NCHW bytes alone take at the copy
 bandwidth the H100 reached (BANDWIDTH). Arithmetic on shapes, not a measurement.
@@ -35,7 +38,8 @@ def moved(problem: ConvProblem) -> tuple[int, int]:
     x, w, y = (prod(s) * item for s in problem.operand_shapes)
     parts = _wgmma_nchw.copies(problem.math)
     nhwc = (x + parts * x) + (w + parts * w) + parts * (x + w) + y
-    return nhwc, x + w + y
+    transpose = 2 * w if _wgmma_nchw.taps(problem) else 0
+    return nhwc, x + w + y + transpose
 
 
 def stored_times(paths: list[str]) -> dict[tuple[str, str, str], tuple[float, float]]:
@@ -59,6 +63,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--networks", default="resnet50,googlenet,mobilenet_v2,vgg16")
     parser.add_argument("--results", nargs="*", default=[])
+    parser.add_argument("--taps", action="store_true",
+                        help="the layers whose filter has taps, not the pointwise ones")
     args = parser.parse_args()
     times = stored_times(args.results)
     print("| network | layer | problem | math | MB NHWC | MB NCHW | NCHW/NHWC | "
@@ -67,8 +73,9 @@ def main() -> None:
     for network in args.networks.split(","):
         for math in ("tf32", "fp32"):
             for layer, problem in network_problems(network, args.batch, "float32", math):
-                if not (_wgmma_nchw.offered(problem) and problem.pointwise):
-                    continue  # strided: nhwc_copy_bytes.py's gathers
+                wanted = _wgmma_nchw.taps(problem) if args.taps else problem.pointwise
+                if not (_wgmma_nchw.offered(problem) and wanted):
+                    continue  # strided 1x1: nhwc_copy_bytes.py's gathers
                 nhwc, nchw = moved(problem)
                 cudnn, best = times.get((network, layer.name, math), (None, None))
                 stored = (f"{cudnn * 1e3:.1f} | {best * 1e3:.1f}" if cudnn is not None

@@ -32,6 +32,7 @@ VGG_CONV4_2 = dict(n=16, c=512, h=28, w=28, k=512, r=3, s=3, pad=1)
 RES2_1X1B = dict(n=32, c=64, h=56, w=56, k=256, r=1, s=1)
 RES3_3X3 = dict(n=32, c=128, h=28, w=28, k=128, r=3, s=3, pad=1)
 VGG_CONV1_1 = dict(n=16, c=3, h=224, w=224, k=64, r=3, s=3, pad=1)
+VGG_CONV1_2 = dict(n=16, c=64, h=224, w=224, k=64, r=3, s=3, pad=1)
 RES3_1X1B = dict(n=32, c=128, h=28, w=28, k=512, r=1, s=1)
 RES4_1X1B = dict(n=32, c=256, h=14, w=14, k=1024, r=1, s=1)
 RES4_1X1A_REST = dict(n=32, c=1024, h=14, w=14, k=256, r=1, s=1)
@@ -126,6 +127,16 @@ CASES: dict[str, Case] = {
     # 3xFP16 (float32 as two scaled float16 parts, 2026-11-28, not yet on a GPU).
     "fp32_conv4_2_wgmma_3xfp16": Case(VGG_CONV4_2, "implicit_gemm_wgmma",
                                       "128x128x64-s3-f1-3xfp16"),
+    # wgmma from NCHW on a 3x3 layer (2026-11-28, not yet on a GPU): w transposed, x read
+    # element by element at each tap, beside the NHWC tiles, whose copies of x are a fifth of
+    # VGG-16's early layers' bytes at TF32 and two thirds at 3xTF32.
+    "tf32_conv1_2_wgmma_nchw": Case(VGG_CONV1_2, "implicit_gemm_wgmma", "64x128x32-s5-f1-nchw",
+                                    {"math": "tf32"}),
+    "tf32_conv1_2_wgmma_f1": Case(VGG_CONV1_2, "implicit_gemm_wgmma", "64x128x32-s6-f1",
+                                  {"math": "tf32"}),
+    "tf32_conv1_2_torch": Case(VGG_CONV1_2, "torch", options={"math": "tf32"}),
+    "fp32_conv4_2_wgmma_nchw": Case(VGG_CONV4_2, "implicit_gemm_wgmma",
+                                    "128x128x32-s3-f1-nchw"),
     # A first layer on wgmma through channel-padded NHWC copies (2026-11-28, not yet on a
     # GPU): cuDNN's TF32 time there was 0.17 ms (H100, 2026-11-27).
     "tf32_conv1_1_wgmma_padded": Case(VGG_CONV1_1, "implicit_gemm_wgmma", "64x128x32-s6-f1",

@@ -1,7 +1,9 @@
-// Pointwise convolution (1x1 filter, any stride and padding, one group) on Hopper's warpgroup
-// tensor cores (wgmma.mma_async, sm_90a) straight from NCHW float32: no NHWC copies, and no
-// workspace but split K's partial sums. Per image the layer is the GEMM y[n] (K x P*Q) =
-// W (K x C) . x[n] (C x the P*Q input pixels read); this kernel computes its transpose,
+// Convolution with one group on Hopper's warpgroup tensor cores (wgmma.mma_async, sm_90a)
+// straight from NCHW float32 x: no NHWC copy of x, and for a 1x1 filter (any stride and
+// padding) none of W either, nor any workspace but split K's partial sums. Per image a 1x1
+// layer is the GEMM y[n] (K x P*Q) = W (K x C) . x[n] (C x the P*Q input pixels read); a
+// filter with taps (TAPS) is the sum of one such GEMM per tap (r, s), each over the input
+// pixels that tap reads (zeros where it reads padding). This kernel computes the transpose,
 // y^T (pixels x K) = x^T (pixels x C) . W^T, so that each operand is in a layout wgmma
 // reads: x^T is wgmma's A,
 // loaded into registers from a shared tile that holds x's NCHW rows as they are (channel by
@@ -12,7 +14,12 @@
 // in registers has no layout in memory to satisfy.
 //
 // Tiles: BM output channels (the wgmma N, 64 or 128) by BN output pixels over the batch (64
-// per warpgroup: BN / 64 warpgroups), K-steps of BK = 32 channels (128 bytes of a W row).
+// per warpgroup: BN / 64 warpgroups), K-steps of BK = 32 channels (128 bytes of a W row) of
+// one tap: with taps, K runs tap by tap ((r, s) row-major), ceil(C / BK) K-steps each, and W
+// is read from the host's copy of it laid out (K, R*S, C) (one transpose launch before this
+// one; a tap's C channels are then one contiguous piece of a W row, as a 1x1 filter's are).
+// Why taps: on 3x3 layers the NHWC configurations copy x (and at 3xTF32 write two parts of
+// it) before their GEMM, a fifth of VGG-16's early layers' run at TF32 by bytes moved.
 // Precision (COPIES):
 // - 1, 1xTF32 (math "tf32"): x rounded to TF32 in registers, W in shared memory (both as
 //   tf32_rna_for_mma: ties away, the low bits left for the tensor core to drop);
@@ -32,8 +39,9 @@
 // 4 (16 bytes) at stride 1 without padding where P*Q is a multiple of 4, so that a vector's
 // pixels are adjacent in one image and the vector aligned; else 1 (a strided layer reads
 // every stride-th pixel). Thread tid owns one vector of output pixels (the input pixel it
-// reads, or that it is padding, worked out once) and the channel rows tid / (BN / VEC) +
-// i * X_ROW_STEP of it.
+// reads, or that it is padding, worked out once, and with taps again per K-step from the
+// tap's offsets) and the channel rows tid / (BN / VEC) + i * X_ROW_STEP of it. With taps
+// VEC is 1: a tap's pixels are shifted by its column, off any 16-byte grid.
 //
 // Pipeline as implicit_gemm_wgmma.cu's: STAGES stages of cp.async, and IN_FLIGHT K-steps of
 // wgmma left running at the end of a K-step (3xTF32's then add their partial sums every
@@ -49,11 +57,12 @@
 //
 // The launch arguments are implicit_gemm_wgmma_conv's (the host builds both launches alike):
 // the divisors of C/groups and S and `pairs` are not used. Needs C a multiple of 4 (16-byte
-// W vectors within a row), 16-byte aligned x (VEC 4) and w, all tensors < 2^31 elements.
+// W vectors within a row, and within a tap's piece of it), 16-byte aligned x (VEC 4) and w,
+// all tensors < 2^31 elements.
 #include "common.cuh"
 #include "wgmma.cuh"
 
-template <int BM, int BN, int STAGES, int COPIES, int IN_FLIGHT, int VEC>
+template <int BM, int BN, int STAGES, int COPIES, int IN_FLIGHT, int VEC, bool TAPS = false>
 __global__ void __launch_bounds__(BN / 64 * 128, 1)
     implicit_gemm_wgmma_nchw(const float* __restrict__ x, const float* __restrict__ w,
                              float* __restrict__ y, CONV_SHAPE_STRUCT, unsigned int cg_mul,
@@ -75,6 +84,7 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
                       BK % X_ROW_STEP == 0,
                   "tiles split evenly over the threads");
     static_assert(COPIES == 1 || COPIES == 2, "1xTF32 or 3xTF32");
+    static_assert(!TAPS || VEC == 1, "a tap's pixels are shifted off the 16-byte grid");
     constexpr int AHEAD = STAGES - 1 - IN_FLIGHT;  // K-steps of copies in flight
     static_assert(AHEAD >= 1, "a pipeline needs a stage beyond those the wgmma read");
     static_assert(IN_FLIGHT == 0 || IN_FLIGHT == 1, "at most one K-step's wgmma in flight");
@@ -93,13 +103,14 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     const int kv = 4 * (tid % 8);
     const int wrow0 = tid / 8;
     const int w_swizzled = wrow0 * 128 + ((tid % 8) ^ (wrow0 % 8)) * 16;
+    const int w_row = TAPS ? R * S * C : C;  // a W row: the host's (K, R*S, C) copy with taps
     int w_src[W_LOADS];
     bool w_ok[W_LOADS];
 #pragma unroll
     for (int i = 0; i < W_LOADS; ++i) {
         const int m = m0 + wrow0 + i * W_ROW_STEP;
         w_ok[i] = m < K;
-        w_src[i] = m * C + kv;
+        w_src[i] = m * w_row + kv;
     }
     // x: output pixels n0 + VEC * xv .. + VEC - 1 of channel rows xrow0 + i * X_ROW_STEP; the
     // input pixel each reads (a stride, or padding, whose pixels are zeros; VEC 4 only at
@@ -107,33 +118,47 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     const int HW = H * W;
     const int xv = tid % X_VECTORS, xrow0 = tid / X_VECTORS;
     const int pixel = n0 + VEC * xv;
-    bool pixel_ok = pixel < NPQ;
+    const bool pixel_in = pixel < NPQ;
+    bool pixel_ok = pixel_in;
     int x_src = 0;  // read only where ok
-    if (pixel_ok) {
+    int ih0 = 0, iw0 = 0, x_image = 0;  // with taps: tap (0, 0)'s input pixel, channel xrow0
+    if (pixel_in) {
         const int img = fast_div(pixel, pq_mul, pq_shr);
         const int pq = pixel - img * PQ;
         const int oh = fast_div(pq, q_mul, q_shr);
-        const int ih = oh * str_h - pad_h, iw = (pq - oh * Q) * str_w - pad_w;
-        pixel_ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
-        x_src = (img * C + xrow0) * HW + ih * W + iw;
+        ih0 = oh * str_h - pad_h;
+        iw0 = (pq - oh * Q) * str_w - pad_w;
+        x_image = (img * C + xrow0) * HW;
+        pixel_ok = ih0 >= 0 && ih0 < H && iw0 >= 0 && iw0 < W;
+        x_src = x_image + ih0 * W + iw0;
     }
     const int x_dst = COPIES * W_BYTES + (xrow0 * LDX + VEC * xv) * 4;
 
     // This block's K-steps: all of them, or split z's slice of kper (the last may be short).
+    // With taps the first is tap `tap`'s K-step k0 / BK.
+    const int csteps = (C + BK - 1) / BK;  // K-steps per tap
     const int kfirst = blockIdx.z * kper;
-    const int ktiles = min((C + BK - 1) / BK - kfirst, kper);
-    int k0 = kfirst * BK;  // the first channel of the next K-step to load
+    const int ktiles = min((TAPS ? R * S : 1) * csteps - kfirst, kper);
+    const int tap = TAPS ? kfirst / csteps : 0;
+    int k0 = (kfirst - tap * csteps) * BK;  // the first channel of the next K-step to load
+    int tap_r = TAPS ? tap / S : 0, tap_s = TAPS ? tap - tap / S * S : 0;
+    int w_tap = tap * C;  // where the tap's channels start in a W row
 
     // Fills stage st with the next K-step. C is a multiple of 4: a W vector is all inside C or
     // all past it.
     auto load_stage = [&](int st) {
         const unsigned long long base = smem + st * STAGE_BYTES;
+        if (TAPS) {  // the input pixel this tap reads for this thread's output pixel
+            const int ih = ih0 + tap_r * dil_h, iw = iw0 + tap_s * dil_w;
+            pixel_ok = pixel_in && ih >= 0 && ih < H && iw >= 0 && iw < W;
+            x_src = x_image + ih * W + iw;
+        }
         const bool k_ok = k0 + kv < C;
 #pragma unroll
         for (int i = 0; i < W_LOADS; ++i) {
             const bool ok = w_ok[i] & k_ok;
-            cp_async<16>(base + w_swizzled + i * W_ROW_STEP * 128, w + element(ok, w_src[i] + k0),
-                         ok);
+            cp_async<16>(base + w_swizzled + i * W_ROW_STEP * 128,
+                         w + element(ok, w_src[i] + w_tap + k0), ok);
         }
 #pragma unroll
         for (int i = 0; i < X_LOADS; ++i) {
@@ -143,6 +168,14 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
                               x + element(ok, x_src + (k0 + i * X_ROW_STEP) * HW), ok);
         }
         k0 += BK;
+        if (TAPS && k0 >= C) {  // the tap's channels are done: the next tap's first K-step
+            k0 = 0;
+            w_tap += C;
+            if (++tap_s == S) {
+                tap_s = 0;
+                ++tap_r;
+            }
+        }
     };
 
     // Rounds (1xTF32) or splits (3xTF32) the W chunks this thread copied into stage st, once

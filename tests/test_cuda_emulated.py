@@ -492,6 +492,17 @@ _WG_NCHW_SHAPES: dict[str, dict[str, Any]] = {
     "wg_pw_s23": dict(n=2, c=36, h=9, w=11, k=20, r=1, s=1, stride=(2, 3), pad=(0, 1)),
 }
 _WG_PW_BWD = dict(n=4, c=8, h=3, w=4, k=12, r=1, s=1)
+#: The NCHW configurations on filters with taps (TAPS: K tap by tap over the host's (K, R*S, C)
+#: copy of W, x element by element at each tap's shifted pixels): a 3x3 layer with two
+#: K-steps a tap and two pixel tiles (each tile's pixels in two images) and split K, whose
+#: slices start inside a tap; a 5x5 with C not a whole K-step (each tap's second K-step
+#: partial); stride, asymmetric padding and dilation, whose taps read padding on every side.
+_WG_NCHW_TAPS: dict[str, dict[str, Any]] = {
+    "wg_taps_3x3": dict(n=2, c=64, h=9, w=10, k=20, r=3, s=3, pad=1),
+    "wg_taps_5x5": dict(n=1, c=36, h=7, w=6, k=72, r=5, s=5, pad=2),
+    "wg_taps_s2_dil": dict(n=2, c=8, h=11, w=9, k=24, r=3, s=2, pad=(2, 1), stride=(2, 1),
+                           dilation=(2, 3)),
+}
 #: implicit_gemm_wgmma on first layers (C = 3, one group): the NHWC copies pad the channels
 #: to a whole 16-byte vector with zeros (kernels/rearrange.cu pad_channels; 4 in float32, 8
 #: in 16-bit), in every dtype and math, on a 3x3 layer and a 7x7 one at stride 2 (ResNet-50's
@@ -682,7 +693,7 @@ def _cases() -> list[dict[str, Any]]:
     for math in ("fp32", "tf32"):
         cases += [_case(f"implicit_gemm_wgmma-{shape}-float32-{math}", "implicit_gemm_wgmma",
                         {**kw, "dtype": "float32", "math": math})
-                  for shape, kw in _WG_NCHW_SHAPES.items()]
+                  for shape, kw in (_WG_NCHW_SHAPES | _WG_NCHW_TAPS).items()]
         cases.append(_case(f"implicit_gemm_wgmma-tc_pw_vec-float32-{math}-offset",
                            "implicit_gemm_wgmma", {**_TC_EXTRA_SHAPES["tc_pw_vec"],
                                                    "dtype": "float32", "math": math}, [4, 4, 4]))
@@ -813,9 +824,11 @@ def test_split_k_is_summed_in_the_gemm_kernel(verdicts: dict[str, dict[str, Any]
         algorithm, problem = ALGORITHMS[name], make_problem(**case["problem"])
         assert isinstance(algorithm, AlgorithmBase)  # `work` is AlgorithmBase's
         configs = algorithm.configs(problem)
-        # An NCHW wgmma configuration copies a misaligned w to the workspace first.
+        # An NCHW wgmma configuration copies a misaligned w to the workspace first (with taps
+        # it always does, and `work` counts that transpose).
         w_copies = sum(c.split("-k")[0].endswith(_wgmma_nchw.SUFFIX) for c in configs
-                       ) if (case["offsets"] or (0, 0))[1] % 16 else 0
+                       ) if (case["offsets"] or (0, 0))[1] % 16 and not _wgmma_nchw.taps(
+                           problem) else 0
         assert len(verdict["launches"]) == len(SCHEDULES) * (w_copies + sum(
             algorithm.work(problem, c).launches for c in configs)), case_id
         split_cases += any("-k" in c for c in configs)

@@ -39,7 +39,11 @@ def test_every_offered_config_parses_and_fits_hopper(dtype: str, math: str) -> N
     for config in configs:
         cfg = wg.parse_config(dtype, math, config)
         assert cfg.tile.smem_bytes(MODES[dtype, math]) <= HOPPER_SMEM
-        assert wg.name_expression(dtype, config, math) in wg.shipped_kernels()
+        if isinstance(cfg.tile, _wgmma_nchw.NchwTile):  # with taps: x element by element
+            assert _wgmma_nchw.name_expression(cfg.tile, math, 1, True) in (
+                _wgmma_nchw.shipped_kernels())
+        else:
+            assert wg.name_expression(dtype, config, math) in wg.shipped_kernels()
 
 
 def test_each_mode_has_its_own_k_step_and_tiles() -> None:
@@ -99,8 +103,9 @@ def test_k_is_split_only_where_the_grid_is_below_one_wave(dtype: str, math: str)
     small, large = (make_problem(**kw, dtype=dtype, math=math) for kw in (RES5, RES2))
     assert not [c for c in ALG.configs(large) if "-k" in c]
     split = [c for c in ALG.configs(small) if "-k" in c]
+    nchw = set(_wgmma_nchw.TAP_TILES[_wgmma_nchw.copies(math)]) if dtype == "float32" else set()
     assert {c.partition("-k")[0] for c in split} == {
-        t for t in wg.tiles(dtype, math) if "-ws" not in t}
+        t for t in wg.tiles(dtype, math) if "-ws" not in t} | nchw
     for config in split:
         cfg = wg.parse_config(dtype, math, config)
         grid, kper = wg.launch(small, config)
@@ -110,8 +115,10 @@ def test_k_is_split_only_where_the_grid_is_below_one_wave(dtype: str, math: str)
         steps = k_steps(small, wg.tile_k_step(dtype, cfg.tile))
         # Every K-step in exactly one launched split, none empty.
         assert grid[2] == cfg.splits and (grid[2] - 1) * kper < steps <= grid[2] * kper
-        # The split K summed in the kernel; 3xFP16 works out the operands' maxima first.
-        assert ALG.work(small, config).launches == (4 if "3xfp16" in config else 3)
+        # The split K summed in the kernel; 3xFP16 works out the operands' maxima first, an
+        # NCHW tile transposes w alone.
+        assert ALG.work(small, config).launches == (
+            4 if "3xfp16" in config else 2 if cfg.nchw else 3)
 
 
 @pytest.mark.parametrize(("dtype", "math"), list(MODES))
@@ -121,6 +128,8 @@ def test_workspace_is_the_nhwc_copies_and_the_partial_sums(dtype: str, math: str
     elements = prod(problem.input_shape) + prod(problem.filter_shape)
     for config in ALG.configs(problem):
         cfg = wg.parse_config(dtype, math, config)
+        if cfg.nchw:  # w's copy alone (test_nchw_configs_run_filters_with_taps_...)
+            continue
         # 16-bit parts take 2 bytes each; 3xFP16's copies each end in a scale tail.
         parts = getattr(cfg.tile, "parts", "")
         operands = elements * (2 if parts else problem.itemsize)
@@ -248,14 +257,47 @@ def test_nchw_configs_run_pointwise_float32_layers_from_x_and_w_as_they_are(math
         {1} if math == "tf32" else {0, 1})
 
 
+#: VGG-16's conv3_2 at batch 16: a 3x3 layer.
+VGG_3X3: dict[str, Any] = dict(n=16, c=256, h=56, w=56, k=256, r=3, s=3, pad=1)
+
+
+@pytest.mark.parametrize("math", ["fp32", "tf32"])
+def test_nchw_configs_run_filters_with_taps_after_one_transpose_of_w(math: str) -> None:
+    for shape in (VGG_3X3, dict(VGG_3X3, c=36, r=5, s=5, pad=2),
+                  dict(VGG_3X3, stride=2, dilation=(2, 1), pad=(0, 3))):
+        problem = make_problem(**shape, dtype="float32", math=math)
+        nchw = [c for c in ALG.configs(problem) if _wgmma_nchw.SUFFIX in c]
+        # The large tiles only, each with the kernel's TAPS instance.
+        assert {c for c in nchw if "-k" not in c} == set(
+            _wgmma_nchw.TAP_TILES[_wgmma_nchw.copies(math)])
+        for config in nchw:
+            cfg = wg.parse_config("float32", math, config)
+            assert isinstance(cfg.tile, _wgmma_nchw.NchwTile)
+            assert _wgmma_nchw.name_expression(cfg.tile, math, 1, True) in (
+                _wgmma_nchw.shipped_kernels())
+            # w's transpose, then the GEMM; the workspace is w's copy (K, R*S, C) and any
+            # partial sums.
+            assert ALG.work(problem, config).launches == 2
+            partials = cfg.splits * prod(problem.output_shape) * 4 if cfg.splits > 1 else 0
+            w_copy = prod(problem.filter_shape) * 4
+            assert 0 <= ALG.workspace_bytes(problem, config) - w_copy - partials < 2 * 256
+    # K-steps of whole taps: C = 36 takes two a tap (the second holds 4 channels).
+    five = make_problem(**dict(VGG_3X3, c=36, r=5, s=5, pad=2), dtype="float32", math=math)
+    name = _wgmma_nchw.TAP_TILES[_wgmma_nchw.copies(math)][0]
+    assert wg.launch(five, name)[1] == 25 * 2
+
+
 @pytest.mark.parametrize("shape", [
     dict(RES4_PW, groups=2),                       # grouped
-    dict(RES4_PW, r=3, s=3, pad=1),                # not 1x1
+    dict(VGG_3X3, groups=2),                       # grouped, with taps
     dict(RES4_PW, c=1022, k=254),                  # C not whole 16-byte W vectors
+    dict(VGG_3X3, c=254),                          # the same with taps
 ])
-def test_nchw_configs_are_offered_on_float32_1x1_layers_only(shape: dict[str, Any]) -> None:
+def test_nchw_configs_are_offered_on_float32_layers_with_one_group(
+        shape: dict[str, Any]) -> None:
     for pointwise in (RES4_PW, dict(RES4_PW, stride=2), dict(RES4_PW, pad=1, stride=(2, 1))):
-        assert _wgmma_nchw.offered(make_problem(**pointwise, dtype="float32"))
+        problem = make_problem(**pointwise, dtype="float32")
+        assert _wgmma_nchw.offered(problem) == set(_wgmma_nchw.tiles("fp32"))
     for dtype in ("float32", "float16"):
         problem = make_problem(**shape, dtype=dtype)
         assert not [c for c in ALG.configs(problem) if _wgmma_nchw.SUFFIX in c]

@@ -159,6 +159,13 @@ def plain_copy(rows: int, cols: int, itemsize: int) -> KernelLaunch:
     return _transpose_launch(rows, cols, 1, itemsize, 0)
 
 
+def filter_transpose(problem: ConvProblem) -> KernelLaunch:
+    """The launch that copies w (K, C/groups, R, S) to (K, R*S, C/groups), its bits as they
+    are: the NHWC filter, whose taps each hold C/groups contiguous channels."""
+    return _transpose_launch(problem.k, problem.c // problem.groups, problem.r * problem.s,
+                             problem.itemsize, 0)
+
+
 def enqueue_copy(launch: KernelLaunch, src: Any, dst: Any) -> None:
     """Enqueue one of this module's copy launches from src to dst."""
     enqueue(launch, get_kernel, src, dst)

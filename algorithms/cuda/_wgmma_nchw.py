@@ -1,6 +1,7 @@
-"""implicit_gemm_wgmma's NCHW configurations for pointwise layers
-(kernels/implicit_gemm_wgmma_nchw.cu): a 1x1 filter at any stride and padding, one group,
-float32 at math "tf32" (1xTF32) or "fp32" (3xTF32).
+"""implicit_gemm_wgmma's NCHW configurations (kernels/implicit_gemm_wgmma_nchw.cu): one
+group, float32 at math "tf32" (1xTF32) or "fp32" (3xTF32); a 1x1 filter at any stride and
+padding with every tile, a filter with taps (any stride, padding and dilation) with the
+large tiles of TAP_TILES.
 
 The kernel computes the transposed GEMM (pixels by output channels, K over the input
 channels), with x's tile of NCHW rows loaded into registers as wgmma's A operand and W's rows
@@ -12,6 +13,13 @@ sliced buffer may be misaligned); a strided layer reads only the pixels its filt
 the NHWC configurations' gathered copy of x does. W is read in 16-byte vectors only: a
 misaligned w is first copied to the workspace's "w" region (one plain copy launch; it is
 reserved for every run so that the workspace does not depend on an address).
+
+With taps, K runs tap by tap, ceil(C / 32) K-steps each, and W is first transposed to
+(K, R*S, C) in that region on every run (one launch; a filter is small next to x: VGG-16's
+conv3_2 reads 2.4 MB of W against 51 MB of x), so that a tap's channels are contiguous in
+a W row as a 1x1 filter's are; x is read element by element (a tap's pixels are shifted off
+the 16-byte grid). Why: on 3x3 layers the NHWC configurations write a copy of x (two at
+3xTF32) before their GEMM, about a fifth of VGG-16's early layers' bytes at TF32.
 
 Configuration names "BMxBNx32-sS[-f1]-nchw": BM output channels (the wgmma N, 64 or 128) by
 BN output pixels (64 per warpgroup), K-steps of 32 channels, S cp.async stages; "-f1" leaves
@@ -87,11 +95,34 @@ TILES: dict[int, dict[str, NchwTile]] = {
 }
 
 
-def offered(problem: ConvProblem) -> bool:
-    """Whether the NCHW configurations run `problem`: float32, a 1x1 filter (any stride and
-    padding), one group, C a whole number of 16-byte W vectors."""
-    return (problem.dtype == "float32" and problem.groups == 1
-            and (problem.r, problem.s) == (1, 1) and problem.c % 4 == 0)
+#: The tiles offered on filters with taps, per W copies: the largest of each, as on 3x3
+#: layers the NHWC configurations' winners are their large tiles (TF32 and 3xTF32, H200,
+#: 2026-11-27), and each tile offered costs every such layer a measurement.
+TAP_TILES: dict[int, tuple[str, ...]] = {1: ("128x128x32-s5-f1-nchw", "64x128x32-s5-f1-nchw"),
+                                         2: ("128x128x32-s3-f1-nchw", "64x128x32-s4-f1-nchw")}
+
+
+def taps(problem: ConvProblem) -> bool:
+    """Whether a problem's filter has more than one tap (the kernel's TAPS)."""
+    return problem.r * problem.s > 1
+
+
+def offered(problem: ConvProblem) -> frozenset[str]:
+    """The NCHW configurations (tile names) that run `problem`: float32, one group, C a
+    whole number of 16-byte W vectors; every tile on a 1x1 filter, TAP_TILES' with taps."""
+    if not (problem.dtype == "float32" and problem.groups == 1 and problem.c % 4 == 0):
+        return frozenset()
+    shipped = tiles(problem.math)
+    return frozenset(TAP_TILES[copies(problem.math)] if taps(problem) else shipped)
+
+
+@functools.lru_cache(maxsize=4096)
+def k_problem(problem: ConvProblem) -> ConvProblem:
+    """The problem whose implicit_gemm_tc.k_steps counts the NCHW kernel's K-steps: C
+    rounded up to whole K-steps, as each tap takes ceil(C / BK) of them."""
+    channels = -(-problem.c // BK) * BK
+    return problem if channels == problem.c else ConvProblem.from_key(
+        {**problem.key(), "c": channels})
 
 
 def copies(math: str) -> int:
@@ -105,21 +136,24 @@ def tiles(math: str) -> dict[str, NchwTile]:
     return TILES[copies(math)]
 
 
-def name_expression(tile: NchwTile, math: str, vec: int) -> str:
-    """The kernel template instance of a tile, math mode and x copy width."""
+def name_expression(tile: NchwTile, math: str, vec: int, with_taps: bool = False) -> str:
+    """The kernel template instance of a tile, math mode, x copy width and filter kind."""
     return (f"implicit_gemm_wgmma_nchw<{tile.bm}, {tile.bn}, {tile.stages}, {copies(math)}, "
-            f"{tile.in_flight}, {vec}>")
+            f"{tile.in_flight}, {vec}{', true' if with_taps else ''}>")
 
 
 def shipped_kernels() -> tuple[str, ...]:
     """Every name expression implicit_gemm_wgmma can ask of this file."""
-    return tuple(name_expression(t, m, v) for m in ("tf32", "fp32") for t in tiles(m).values()
-                 for v in VECTORS)
+    return (*(name_expression(t, m, v) for m in ("tf32", "fp32") for t in tiles(m).values()
+              for v in VECTORS),
+            *(name_expression(tiles(m)[name], m, 1, True) for m in ("tf32", "fp32")
+              for name in TAP_TILES[copies(m)]))
 
 
 def add_workspace(layout: WorkspaceLayout, problem: ConvProblem) -> WorkspaceLayout:
-    """Reserve the aligned copy of w that a misaligned caller's w is run from (K, C)."""
-    return layout.add("w", (problem.k, problem.c), problem.dtype)
+    """Reserve w's copy (K, R*S, C): with taps the transposed filter every run reads, else
+    the aligned copy that a misaligned caller's w is run from."""
+    return layout.add("w", (problem.k, problem.r * problem.s, problem.c), problem.dtype)
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every run
@@ -139,15 +173,17 @@ def x_vector(problem: ConvProblem, x_ptr: int) -> int:
 @dataclass(frozen=True)
 class NchwRun:
     """What one run enqueues, worked out once per (problem, config, VEC): the GEMM kernel's
-    launch, and where a misaligned w is copied first."""
+    launch, and where w is copied first: on every run with taps (transposed), else where it
+    is misaligned."""
 
     gemm: GemmLaunch
     w_bytes: slice
     w_copy: KernelLaunch
+    with_taps: bool = False
 
     def enqueue(self, x: Any, w: Any, y: Any, workspace: Any) -> None:
-        """The GEMM kernel on the current stream, after a copy of w if it is misaligned."""
-        if w.data.ptr % 16:
+        """The GEMM kernel on the current stream, after w's copy where it needs one."""
+        if self.with_taps or w.data.ptr % 16:
             aligned = Address(workspace.data.ptr + self.w_bytes.start)
             _rearrange.enqueue_copy(self.w_copy, w, aligned)
             w = aligned
@@ -158,7 +194,12 @@ def nchw_run(problem: ConvProblem, tile: NchwTile, layout: WorkspaceLayout,
              grid: tuple[int, int, int], kper: int, vec: int) -> NchwRun:
     """The NchwRun of a tile on `problem` (`layout`: its workspace, with add_workspace's "w"
     and split K's "part"; `grid` and `kper` as implicit_gemm_wgmma's launch gives them)."""
+    with_taps = taps(problem)
     return NchwRun(
-        gemm_launch(problem, layout, KERNEL_FILE, name_expression(tile, problem.math, vec),
+        gemm_launch(problem, layout, KERNEL_FILE,
+                    name_expression(tile, problem.math, vec, with_taps),
                     tile.smem_bytes(copies(problem.math)), tile.threads, grid, kper, problem.c),
-        layout.byte_ranges()["w"], _rearrange.plain_copy(problem.k, problem.c, problem.itemsize))
+        layout.byte_ranges()["w"],
+        _rearrange.filter_transpose(problem) if with_taps else _rearrange.plain_copy(
+            problem.k, problem.c, problem.itemsize),
+        with_taps)

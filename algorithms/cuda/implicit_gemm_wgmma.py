@@ -53,9 +53,10 @@ had the one-role kernel's warps waiting mostly at that barrier and on their own 
 conv4_2 float16, H200, 2026-11-25), the tensor cores idle in between. No split K; not yet
 measured on a GPU.
 
-NCHW configurations "BMxBNx32-sS[-f1]-nchw" (_wgmma_nchw), on float32 1x1 layers only (any
-stride and padding, one group): a kernel of its own that reads x and w as they are (x^T as
-wgmma's A from registers, W's rows as its B), one launch and no NHWC copies.
+NCHW configurations "BMxBNx32-sS[-f1]-nchw" (_wgmma_nchw), on float32 layers with one group:
+a kernel of its own that reads x as it is (x^T as wgmma's A from registers, W's rows as its
+B): on a 1x1 layer (any stride and padding) one launch and no copies; with taps, after one
+transpose of w (its large tiles only).
 
 Split K ("TILE-kS", not for "-ws" tiles; offered where a tile's grid is below one wave:
 implicit_gemm_tc.k_splits with K-steps of 128 bytes): S slices of the K loop run as grid.z,
@@ -228,7 +229,7 @@ class WgmmaConfig:
 @functools.lru_cache(maxsize=16)
 def _shipped(dtype: str, math: str) -> dict[str, WgmmaTile | NchwTile]:
     """Every tile shipped for a dtype and math: the NHWC ones, and for float32 the NCHW ones
-    (_wgmma_nchw; offered on 1x1 layers only)."""
+    (_wgmma_nchw, which says where each is offered)."""
     nchw = _wgmma_nchw.tiles(math) if dtype == "float32" else {}
     return {**tiles(dtype, math), **nchw}
 
@@ -297,10 +298,18 @@ def launch(problem: ConvProblem, config: str) -> tuple[tuple[int, int, int], int
     """(grid: pixel tiles, groups x channel tiles, splits launched; K-steps per split)."""
     cfg = parse_config(problem.dtype, problem.math, config)
     gx, gy, _ = gemm_grid(problem, cfg.tile.bm, cfg.tile.bn)
-    # K-steps over the GEMM's K: a first layer's padded channels count (nhwc_problem).
-    kper, launched = split_steps(_rearrange.nhwc_problem(problem), cfg.splits,
+    kper, launched = split_steps(k_problem(problem, cfg.tile), cfg.splits,
                                  tile_k_step(problem.dtype, cfg.tile))
     return (gx, gy, launched), kper
+
+
+def k_problem(problem: ConvProblem, tile: WgmmaTile | NchwTile) -> ConvProblem:
+    """The problem whose K-steps a tile's GEMM runs: a first layer's padded channels count
+    (_rearrange.nhwc_problem), and an NCHW tile's whole K-steps per tap
+    (_wgmma_nchw.k_problem)."""
+    if isinstance(tile, NchwTile):
+        return _wgmma_nchw.k_problem(problem)
+    return _rearrange.nhwc_problem(problem)
 
 
 def tile_k_step(dtype: str, tile: WgmmaTile | NchwTile) -> int:
@@ -355,17 +364,18 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
         return gemm_limits(problem, self.configs(problem))
 
     def configs(self, problem: ConvProblem) -> tuple[str, ...]:
-        """The tiles whose grid fits this problem (the NCHW ones too on a float32 1x1 layer:
-        _wgmma_nchw.offered), then those split along K where their grid is below one
-        wave (implicit_gemm_tc.k_splits)."""
+        """The tiles whose grid fits this problem (with the NCHW ones _wgmma_nchw.offered
+        for it), then those split along K where their grid is below one wave
+        (implicit_gemm_tc.k_splits)."""
         nchw = _wgmma_nchw.offered(problem)
         shipped = {name: tile for name, tile in _shipped(problem.dtype, problem.math).items()
-                   if (nchw or not isinstance(tile, NchwTile)) and _parts_fit(problem, tile)}
+                   if (name in nchw or not isinstance(tile, NchwTile))
+                   and _parts_fit(problem, tile)}
         whole = fitting_tiles(problem, shipped)
-        gemm = _rearrange.nhwc_problem(problem)
         return whole + tuple(
             f"{t}-k{s}" for t in whole if not _warp_specialized(shipped[t])
-            and (s := k_splits(gemm, shipped[t], tile_k_step(problem.dtype, shipped[t]))) > 1)
+            and (s := k_splits(k_problem(problem, shipped[t]), shipped[t],
+                               tile_k_step(problem.dtype, shipped[t]))) > 1)
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
         """The NHWC copies of x and w, and split K's partial sums."""
@@ -373,10 +383,13 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
 
     def work(self, problem: ConvProblem, config: str) -> Work:
         """The GEMM kernel's tiles times its K splits (which it sums itself), after the two
-        NHWC copies (none for an NCHW configuration) and, for 3xFP16, the operands' maxima."""
+        NHWC copies (an NCHW configuration: none, or with taps w's) and, for 3xFP16, the
+        operands' maxima."""
         cfg = parse_config(problem.dtype, problem.math, config)
         grid, _ = launch(problem, config)
-        before = 0 if cfg.nchw else 3 if _split16(cfg.tile) else 2  # launches before the GEMM
+        # Launches before the GEMM.
+        before = (int(_wgmma_nchw.taps(problem)) if cfg.nchw
+                  else 3 if _split16(cfg.tile) else 2)
         return Work(prod(grid), gemm_fill(problem, cfg.tile.bm, cfg.tile.bn), 1 + before)
 
     def _run(

@@ -21,7 +21,8 @@ MODES = (("float16", "fp32"), ("bfloat16", "fp32"), ("float32", "tf32"), ("float
 #: C/groups whole 16-byte vectors in every dtype: stride, dilation, groups, a non-square
 #: filter, channel and pixel tiles with remainders, and network layers; the three 1x1 layers
 #: run float32's NCHW configurations too (_wgmma_nchw: x in 16-byte vectors at P*Q = 3136,
-#: element-wise at 49, where K is 2048 channels long and split, and at stride 2); the two
+#: element-wise at 49, where K is 2048 channels long and split, and at stride 2), and the
+#: float32 layers with taps and one group its two large NCHW tiles tap by tap; the two
 #: first layers (C = 3) run on NHWC copies with their channels padded to a 16-byte vector.
 GPU_SHAPES = ("stride2", "dilation_pair", "groups4", "non_square_filter", "many_channels",
               "r50_res4_3x3", "r50_res3_1x1_s2", "vgg_conv3_1", "r50_res2_1x1",
