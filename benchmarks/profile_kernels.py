@@ -128,7 +128,7 @@ CASES: dict[str, Case] = {
     "fp32_conv4_2_wgmma_3xfp16": Case(VGG_CONV4_2, "implicit_gemm_wgmma",
                                       "128x128x64-s3-f1-3xfp16"),
     # wgmma from NCHW on a 3x3 layer (2026-11-28, not yet on a GPU): w transposed, x read
-    # element by element at each tap, beside the NHWC tiles, whose copies of x are a fifth of
+    # element by element at each tap, beside the NHWC tiles, whose copies of x are half of
     # VGG-16's early layers' bytes at TF32 and two thirds at 3xTF32.
     "tf32_conv1_2_wgmma_nchw": Case(VGG_CONV1_2, "implicit_gemm_wgmma", "64x128x32-s5-f1-nchw",
                                     {"math": "tf32"}),

@@ -17,9 +17,11 @@
 // per warpgroup: BN / 64 warpgroups), K-steps of BK = 32 channels (128 bytes of a W row) of
 // one tap: with taps, K runs tap by tap ((r, s) row-major), ceil(C / BK) K-steps each, and W
 // is read from the host's copy of it laid out (K, R*S, C) (one transpose launch before this
-// one; a tap's C channels are then one contiguous piece of a W row, as a 1x1 filter's are).
+// one, which also rounds or splits it; a tap's C channels are then one contiguous piece of a
+// W row, as a 1x1 filter's are).
 // Why taps: on 3x3 layers the NHWC configurations copy x (and at 3xTF32 write two parts of
-// it) before their GEMM, a fifth of VGG-16's early layers' run at TF32 by bytes moved.
+// it) before their GEMM: half the bytes VGG-16's early layers move at TF32, two thirds at
+// 3xTF32.
 // Precision (COPIES):
 // - 1, 1xTF32 (math "tf32"): x rounded to TF32 in registers, W in shared memory (both as
 //   tf32_rna_for_mma: ties away, the low bits left for the tensor core to drop);
@@ -29,7 +31,10 @@
 //   rounds its sums toward zero: implicit_gemm_wgmma.cu says why this matters).
 // W's tile lands by cp.async in FP32, and each thread rounds (or splits) the 16-byte chunks it
 // copied itself once they have landed, before fence.proxy.async and the barrier: W needs no
-// copy kernel and no workspace.
+// copy kernel and no workspace. With taps W is copied anyway (below), so the copy rounds it
+// (or writes its big part, then the small one after all K*R*S*C of it) and the tiles land
+// ready: about a fifth of the K-loop's instructions less (kernel_loop_sass.py), where TF32
+// with taps would otherwise issue more than its wgmma take.
 //
 // Shared memory, per stage: the W tile(s) (BM rows x 128 bytes each, in the 128-byte-swizzled
 // K-major layout and thread mapping of implicit_gemm_wgmma.cu's filter tile; the small tile
@@ -104,6 +109,7 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     const int wrow0 = tid / 8;
     const int w_swizzled = wrow0 * 128 + ((tid % 8) ^ (wrow0 % 8)) * 16;
     const int w_row = TAPS ? R * S * C : C;  // a W row: the host's (K, R*S, C) copy with taps
+    const int w_small = K * w_row;  // with taps at 3xTF32: where the copy's small parts start
     int w_src[W_LOADS];
     bool w_ok[W_LOADS];
 #pragma unroll
@@ -157,8 +163,12 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
 #pragma unroll
         for (int i = 0; i < W_LOADS; ++i) {
             const bool ok = w_ok[i] & k_ok;
-            cp_async<16>(base + w_swizzled + i * W_ROW_STEP * 128,
-                         w + element(ok, w_src[i] + w_tap + k0), ok);
+            const unsigned long long to = base + w_swizzled + i * W_ROW_STEP * 128;
+            cp_async<16>(to, w + element(ok, w_src[i] + w_tap + k0), ok);
+            if (TAPS && COPIES == 2) {  // the copy's small part, into the small tile
+                cp_async<16>(to + W_BYTES, w + element(ok, w_small + w_src[i] + w_tap + k0),
+                             ok);
+            }
         }
 #pragma unroll
         for (int i = 0; i < X_LOADS; ++i) {
@@ -179,8 +189,9 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     };
 
     // Rounds (1xTF32) or splits (3xTF32) the W chunks this thread copied into stage st, once
-    // they have landed.
+    // they have landed (with taps they came rounded or split).
     auto round_w = [&](int st) {
+        if (TAPS) return;
         unsigned char* base = smem_raw + st * STAGE_BYTES + w_swizzled;
 #pragma unroll
         for (int i = 0; i < W_LOADS; ++i) {

@@ -704,10 +704,11 @@ def _cases() -> list[dict[str, Any]]:
     cases += [_case(f"implicit_gemm_wgmma-{shape}-{dtype}-{math}", "implicit_gemm_wgmma",
                     {**kw, "dtype": dtype, "math": math})
               for shape, kw in _WG_FIRST_LAYERS.items() for dtype, math in _WG_SHAPES]
-    cases.append(_case("implicit_gemm_wgmma-tc_pw_vec-float32-tf32-near_up",
-                       "implicit_gemm_wgmma", {**_TC_EXTRA_SHAPES["tc_pw_vec"],
-                                               "dtype": "float32", "math": "tf32"},
-                       inputs="tf32_near_up"))
+    # The NCHW tiles round W in shared memory on a 1x1 layer, and with taps in w's transpose.
+    cases += [_case(f"implicit_gemm_wgmma-{shape}-float32-tf32-near_up", "implicit_gemm_wgmma",
+                    {**kw, "dtype": "float32", "math": "tf32"}, inputs="tf32_near_up")
+              for shape, kw in (("tc_pw_vec", _TC_EXTRA_SHAPES["tc_pw_vec"]),
+                                ("wg_taps_3x3", _WG_NCHW_TAPS["wg_taps_3x3"]))]
     cases += [_case(f"implicit_gemm_wgmma-{shape}-float32-fp32{'-nan_x' if nan else ''}",
                     "implicit_gemm_wgmma", {**kw, "dtype": "float32", "math": "fp32"},
                     inputs="nan_x" if nan else None)

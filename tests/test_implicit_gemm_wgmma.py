@@ -275,11 +275,11 @@ def test_nchw_configs_run_filters_with_taps_after_one_transpose_of_w(math: str) 
             assert isinstance(cfg.tile, _wgmma_nchw.NchwTile)
             assert _wgmma_nchw.name_expression(cfg.tile, math, 1, True) in (
                 _wgmma_nchw.shipped_kernels())
-            # w's transpose, then the GEMM; the workspace is w's copy (K, R*S, C) and any
-            # partial sums.
+            # w's transpose, then the GEMM; the workspace is w's copy (K, R*S, C: its big and
+            # small parts at 3xTF32) and any partial sums.
             assert ALG.work(problem, config).launches == 2
             partials = cfg.splits * prod(problem.output_shape) * 4 if cfg.splits > 1 else 0
-            w_copy = prod(problem.filter_shape) * 4
+            w_copy = prod(problem.filter_shape) * 4 * _wgmma_nchw.copies(math)
             assert 0 <= ALG.workspace_bytes(problem, config) - w_copy - partials < 2 * 256
     # K-steps of whole taps: C = 36 takes two a tap (the second holds 4 channels).
     five = make_problem(**dict(VGG_3X3, c=36, r=5, s=5, pad=2), dtype="float32", math=math)

@@ -159,11 +159,12 @@ def plain_copy(rows: int, cols: int, itemsize: int) -> KernelLaunch:
     return _transpose_launch(rows, cols, 1, itemsize, 0)
 
 
-def filter_transpose(problem: ConvProblem) -> KernelLaunch:
-    """The launch that copies w (K, C/groups, R, S) to (K, R*S, C/groups), its bits as they
-    are: the NHWC filter, whose taps each hold C/groups contiguous channels."""
+def filter_transpose(problem: ConvProblem, parts: int) -> KernelLaunch:
+    """The launch that copies w (K, C/groups, R, S) to (K, R*S, C/groups), the NHWC filter
+    whose taps each hold C/groups contiguous channels, in `parts` (PARTS: 1 rounded to TF32,
+    2 also the TF32 remainders after all of it)."""
     return _transpose_launch(problem.k, problem.c // problem.groups, problem.r * problem.s,
-                             problem.itemsize, 0)
+                             problem.itemsize, parts)
 
 
 def enqueue_copy(launch: KernelLaunch, src: Any, dst: Any) -> None:

@@ -17,9 +17,12 @@ reserved for every run so that the workspace does not depend on an address).
 With taps, K runs tap by tap, ceil(C / 32) K-steps each, and W is first transposed to
 (K, R*S, C) in that region on every run (one launch; a filter is small next to x: VGG-16's
 conv3_2 reads 2.4 MB of W against 51 MB of x), so that a tap's channels are contiguous in
-a W row as a 1x1 filter's are; x is read element by element (a tap's pixels are shifted off
-the 16-byte grid). Why: on 3x3 layers the NHWC configurations write a copy of x (two at
-3xTF32) before their GEMM, about a fifth of VGG-16's early layers' bytes at TF32.
+a W row as a 1x1 filter's are; the transpose also rounds W to TF32, or at 3xTF32 writes its
+big part and then its small one (_rearrange.PARTS 1 and 2, as the NHWC copies do), which
+the kernel then need not do in shared memory. x is read element by element (a tap's pixels
+are shifted off the 16-byte grid). Why: on 3x3 layers the NHWC configurations write a copy
+of x (two at 3xTF32) before their GEMM: on VGG-16's early layers half the bytes moved at
+TF32, two thirds at 3xTF32 (benchmarks/pointwise_bytes.py --taps).
 
 Configuration names "BMxBNx32-sS[-f1]-nchw": BM output channels (the wgmma N, 64 or 128) by
 BN output pixels (64 per warpgroup), K-steps of 32 channels, S cp.async stages; "-f1" leaves
@@ -151,9 +154,12 @@ def shipped_kernels() -> tuple[str, ...]:
 
 
 def add_workspace(layout: WorkspaceLayout, problem: ConvProblem) -> WorkspaceLayout:
-    """Reserve w's copy (K, R*S, C): with taps the transposed filter every run reads, else
-    the aligned copy that a misaligned caller's w is run from."""
-    return layout.add("w", (problem.k, problem.r * problem.s, problem.c), problem.dtype)
+    """Reserve w's copy (K, R*S, C): with taps the transposed filter every run reads (its
+    big and small parts at 3xTF32), else the aligned copy that a misaligned caller's w is
+    run from."""
+    parts = copies(problem.math) if taps(problem) else 1
+    return layout.add("w", (parts * problem.k, problem.r * problem.s, problem.c),
+                      problem.dtype)
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every run
@@ -200,6 +206,6 @@ def nchw_run(problem: ConvProblem, tile: NchwTile, layout: WorkspaceLayout,
                     name_expression(tile, problem.math, vec, with_taps),
                     tile.smem_bytes(copies(problem.math)), tile.threads, grid, kper, problem.c),
         layout.byte_ranges()["w"],
-        _rearrange.filter_transpose(problem) if with_taps else _rearrange.plain_copy(
-            problem.k, problem.c, problem.itemsize),
+        _rearrange.filter_transpose(problem, copies(problem.math)) if with_taps
+        else _rearrange.plain_copy(problem.k, problem.c, problem.itemsize),
         with_taps)
