@@ -33,8 +33,8 @@
 // copied itself once they have landed, before fence.proxy.async and the barrier: W needs no
 // copy kernel and no workspace. With taps W is copied anyway (below), so the copy rounds it
 // (or writes its big part, then the small one after all K*R*S*C of it) and the tiles land
-// ready: about a fifth of the K-loop's instructions less (kernel_loop_sass.py), where TF32
-// with taps would otherwise issue more than its wgmma take.
+// ready: 15% of the K-loop's instructions less at TF32, 12% at 3xTF32 (kernel_loop_sass.py),
+// where TF32 with taps would otherwise issue more than its wgmma take.
 //
 // Shared memory, per stage: the W tile(s) (BM rows x 128 bytes each, in the 128-byte-swizzled
 // K-major layout and thread mapping of implicit_gemm_wgmma.cu's filter tile; the small tile
@@ -170,12 +170,25 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
                              ok);
             }
         }
+        if (k0 + BK <= C) {
+            // Every channel row of the K-step is in C (every K-step where C % 32 == 0): one
+            // test, the pixel's, and a fixed step between rows, a multiply-add per copy where
+            // a test, a select and an address each took two to six instructions (SASS).
+            const float* src = x + element(pixel_ok, x_src + k0 * HW);
+            const int step = pixel_ok ? X_ROW_STEP * HW : 0;
 #pragma unroll
-        for (int i = 0; i < X_LOADS; ++i) {
-            const int c = k0 + xrow0 + i * X_ROW_STEP;
-            const bool ok = pixel_ok & (c < C);
-            cp_async<4 * VEC>(base + x_dst + i * X_ROW_STEP * LDX * 4,
-                              x + element(ok, x_src + (k0 + i * X_ROW_STEP) * HW), ok);
+            for (int i = 0; i < X_LOADS; ++i) {
+                cp_async<4 * VEC>(base + x_dst + i * X_ROW_STEP * LDX * 4, src, pixel_ok);
+                src += step;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < X_LOADS; ++i) {
+                const int c = k0 + xrow0 + i * X_ROW_STEP;
+                const bool ok = pixel_ok & (c < C);
+                cp_async<4 * VEC>(base + x_dst + i * X_ROW_STEP * LDX * 4,
+                                  x + element(ok, x_src + (k0 + i * X_ROW_STEP) * HW), ok);
+            }
         }
         k0 += BK;
         if (TAPS && k0 >= C) {  // the tap's channels are done: the next tap's first K-step
