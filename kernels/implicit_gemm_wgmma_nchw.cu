@@ -39,8 +39,10 @@
 // Shared memory, per stage: the W tile(s) (BM rows x 128 bytes each, in the 128-byte-swizzled
 // K-major layout and thread mapping of implicit_gemm_wgmma.cu's filter tile; the small tile
 // after the big one), then x's tile: BK channel rows of BN pixels at a pitch of LDX = BN + 8
-// floats. Why + 8: a warp's fragment load reads channel rows t (0..3) at pixels g (0..7), banks
-// (LDX * t + g) % 32, all distinct with LDX = 8 mod 32. x is copied in vectors of VEC floats:
+// floats. Why + 8: a warp's fragment load reads channel rows t (0..3) at pixel pairs 2g, 2g + 1
+// (g 0..7; below), 8 bytes a lane, which the hardware serves half a warp at a time: banks
+// (LDX * t + 2g) % 32 and the next, all distinct in each half with LDX = 8 mod 32. x is copied
+// in vectors of VEC floats:
 // 4 (16 bytes) at stride 1 without padding where P*Q is a multiple of 4, so that a vector's
 // pixels are adjacent in one image and the vector aligned; else 1 (a strided layer reads
 // every stride-th pixel). Thread tid owns one vector of output pixels (the input pixel it
@@ -54,14 +56,18 @@
 // group in flight the K loop alternates two sets of them (unrolled by two, so that each set's
 // index is a constant: registers, not local memory).
 //
+// Pixel order: the GEMM's rows may be any order of the output pixels, so row g + 8 v of each
+// warp's 16 (the m64nNk8 fragments' row halves) is pixel 2g + v: a lane's two A words of a
+// channel are adjacent in x's tile (one 8-byte load), and so are its two outputs of a channel.
 // Epilogue: accumulator 4j + 2v + h of lane (g = lane / 4, t = lane % 4) of warp w in
-// warpgroup wg is pixel n0 + 64 wg + 16 w + g + 8 v, channel m0 + 8 j + 2 t + h (the FP32
-// layout of m64nNk8): a thread's two pixels are decomposed once, and each store of a warp
-// writes 8 adjacent pixels of 4 channels. Split K (grid.z > 1) as implicit_gemm_wgmma.cu's
-// (common.cuh sum_split_tile; its tile is channels by pixels, as here).
+// warpgroup wg is pixel n0 + 64 wg + 16 w + 2g + v, channel m0 + 8 j + 2 t + h (the FP32
+// layout of m64nNk8): a thread stores its two pixels of a channel as one 8-byte pair where
+// `pairs` says they are in one image and aligned (P*Q even, y or split K's partials 8-byte
+// aligned), else one by one. Split K (grid.z > 1) as implicit_gemm_wgmma.cu's (common.cuh
+// sum_split_tile; its tile is channels by pixels, as here).
 //
 // The launch arguments are implicit_gemm_wgmma_conv's (the host builds both launches alike):
-// the divisors of C/groups and S and `pairs` are not used. Needs C a multiple of 4 (16-byte
+// the divisors of C/groups and S are not used. Needs C a multiple of 4 (16-byte
 // W vectors within a row, and within a tap's piece of it), 16-byte aligned x (VEC 4) and w,
 // all tensors < 2^31 elements.
 #include "common.cuh"
@@ -241,8 +247,8 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
         cp_async_commit();  // one group per stage, empty past the end, so the count is fixed
     }
     const int lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int row = (tid / 128) * 64 + (tid % 128) / 32 * 16 + g;  // this lane's first pixel
-    // A fragment word i of a k8 slice: channel t + 4 (i / 2), pixel row + 8 (i % 2).
+    const int row = (tid / 128) * 64 + (tid % 128) / 32 * 16 + 2 * g;  // this lane's first pixel
+    // A fragment word i of a k8 slice: channel t + 4 (i / 2), pixel row + i % 2 (pixel order).
     const int frag = COPIES * W_BYTES / 4 + t * LDX + row;
     const unsigned long long b_desc0 = wgmma_desc(smem, 1024);
     constexpr unsigned long long STAGE_UNITS = STAGE_BYTES / 16, W_UNITS = W_BYTES / 16;
@@ -267,7 +273,9 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
         for (int kc = 0; kc < BK / 8; ++kc) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const float v = xs[(8 * kc + 4 * (i / 2)) * LDX + 8 * (i % 2)];
+                const float2 pair =
+                    *reinterpret_cast<const float2*>(xs + (8 * kc + 4 * (i / 2)) * LDX);
+                const float v = i % 2 ? pair.y : pair.x;  // one 8-byte load per two words
                 if (COPIES == 1) {
                     a_big[SET][kc][i] = tf32_rna_for_mma(v);
                 } else {
@@ -310,18 +318,35 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     float* out = gridDim.z > 1 ? static_cast<float*>(partials) +
                                      static_cast<long long>(blockIdx.z) * N * K * PQ
                                : y;
-#pragma unroll
-    for (int v = 0; v < 2; ++v) {
-        const int p = n0 + row + 8 * v;
-        if (p >= NPQ) continue;
-        const int im = fast_div(p, pq_mul, pq_shr);
-        float* at = out + static_cast<long long>(im) * K * PQ + (p - im * PQ);
+    const int p0 = n0 + row;  // even; with P*Q even, p0 + 1 is in p0's image and < NPQ too
+    if (pairs && p0 < NPQ) {
+        const int im = fast_div(p0, pq_mul, pq_shr);
+        float* at = out + static_cast<long long>(im) * K * PQ + (p0 - im * PQ);
 #pragma unroll
         for (int j = 0; j < BM / 8; ++j) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int m = m0 + 8 * j + 2 * t + h;
-                if (m < K) at[static_cast<long long>(m) * PQ] = acc[4 * j + 2 * v + h];
+                if (m < K) {
+                    store_acc2(at + static_cast<long long>(m) * PQ, acc[4 * j + h],
+                               acc[4 * j + 2 + h]);
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+            const int p = p0 + v;
+            if (p >= NPQ) continue;
+            const int im = fast_div(p, pq_mul, pq_shr);
+            float* at = out + static_cast<long long>(im) * K * PQ + (p - im * PQ);
+#pragma unroll
+            for (int j = 0; j < BM / 8; ++j) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int m = m0 + 8 * j + 2 * t + h;
+                    if (m < K) at[static_cast<long long>(m) * PQ] = acc[4 * j + 2 * v + h];
+                }
             }
         }
     }
