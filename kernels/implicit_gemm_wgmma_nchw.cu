@@ -131,9 +131,7 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     const int xv = tid % X_VECTORS, xrow0 = tid / X_VECTORS;
     const int pixel = n0 + VEC * xv;
     const bool pixel_in = pixel < NPQ;
-    bool pixel_ok = pixel_in;
-    int x_src = 0;  // read only where ok
-    int ih0 = 0, iw0 = 0, x_image = 0;  // with taps: tap (0, 0)'s input pixel, channel xrow0
+    int ih0 = 0, iw0 = 0, x_image = 0;  // tap (0, 0)'s input pixel; channel xrow0's plane
     if (pixel_in) {
         const int img = fast_div(pixel, pq_mul, pq_shr);
         const int pq = pixel - img * PQ;
@@ -141,9 +139,16 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
         ih0 = oh * str_h - pad_h;
         iw0 = (pq - oh * Q) * str_w - pad_w;
         x_image = (img * C + xrow0) * HW;
-        pixel_ok = ih0 >= 0 && ih0 < H && iw0 >= 0 && iw0 < W;
-        x_src = x_image + ih0 * W + iw0;
     }
+    bool pixel_ok;  // whether the input pixel read is in x (not padding, not past the batch)
+    int x_src;      // its element in channel xrow0, read only where ok
+    // The input pixel (dh, dw) from tap (0, 0)'s: once, and with taps per K-step.
+    auto read_pixel = [&](int dh, int dw) {
+        const int ih = ih0 + dh, iw = iw0 + dw;
+        pixel_ok = pixel_in && ih >= 0 && ih < H && iw >= 0 && iw < W;
+        x_src = x_image + ih * W + iw;
+    };
+    read_pixel(0, 0);
     const int x_dst = COPIES * W_BYTES + (xrow0 * LDX + VEC * xv) * 4;
 
     // This block's K-steps: all of them, or split z's slice of kper (the last may be short).
@@ -160,11 +165,7 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     // all past it.
     auto load_stage = [&](int st) {
         const unsigned long long base = smem + st * STAGE_BYTES;
-        if (TAPS) {  // the input pixel this tap reads for this thread's output pixel
-            const int ih = ih0 + tap_r * dil_h, iw = iw0 + tap_s * dil_w;
-            pixel_ok = pixel_in && ih >= 0 && ih < H && iw >= 0 && iw < W;
-            x_src = x_image + ih * W + iw;
-        }
+        if (TAPS) read_pixel(tap_r * dil_h, tap_s * dil_w);  // the pixel this tap reads
         const bool k_ok = k0 + kv < C;
 #pragma unroll
         for (int i = 0; i < W_LOADS; ++i) {
@@ -318,34 +319,28 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     float* out = gridDim.z > 1 ? static_cast<float*>(partials) +
                                      static_cast<long long>(blockIdx.z) * N * K * PQ
                                : y;
-    const int p0 = n0 + row;  // even; with P*Q even, p0 + 1 is in p0's image and < NPQ too
-    if (pairs && p0 < NPQ) {
-        const int im = fast_div(p0, pq_mul, pq_shr);
-        float* at = out + static_cast<long long>(im) * K * PQ + (p0 - im * PQ);
+    // This lane's two pixels, each at channel 0 of its image (null past the batch). p0 is even:
+    // with P*Q even (`pairs`) p0 + 1 is in p0's image, and in the batch when p0 is.
+    float* at[2];
 #pragma unroll
-        for (int j = 0; j < BM / 8; ++j) {
+    for (int v = 0; v < 2; ++v) {
+        const int p = n0 + row + v;
+        const int im = fast_div(p, pq_mul, pq_shr);
+        at[v] = p < NPQ ? out + static_cast<long long>(im) * K * PQ + (p - im * PQ) : nullptr;
+    }
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int m = m0 + 8 * j + 2 * t + h;
-                if (m < K) {
-                    store_acc2(at + static_cast<long long>(m) * PQ, acc[4 * j + h],
-                               acc[4 * j + 2 + h]);
-                }
-            }
-        }
-    } else {
+    for (int j = 0; j < BM / 8; ++j) {
 #pragma unroll
-        for (int v = 0; v < 2; ++v) {
-            const int p = p0 + v;
-            if (p >= NPQ) continue;
-            const int im = fast_div(p, pq_mul, pq_shr);
-            float* at = out + static_cast<long long>(im) * K * PQ + (p - im * PQ);
+        for (int h = 0; h < 2; ++h) {
+            const int m = m0 + 8 * j + 2 * t + h;
+            if (m >= K) continue;
+            const long long channel = static_cast<long long>(m) * PQ;
+            if (pairs) {
+                if (at[0]) store_acc2(at[0] + channel, acc[4 * j + h], acc[4 * j + 2 + h]);
+            } else {
 #pragma unroll
-            for (int j = 0; j < BM / 8; ++j) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int m = m0 + 8 * j + 2 * t + h;
-                    if (m < K) at[static_cast<long long>(m) * PQ] = acc[4 * j + 2 * v + h];
+                for (int v = 0; v < 2; ++v) {
+                    if (at[v]) at[v][channel] = acc[4 * j + 2 * v + h];
                 }
             }
         }

@@ -286,8 +286,7 @@ def nhwc_copies(problem: ConvProblem, parts: int = 0) -> NhwcCopies:
     run = gathered(problem)
     pixels = None if run == problem else problem  # not `is`: the cache hands back an equal one
     x_launch = _transpose_launch(problem.n, problem.c, run.h * run.w, item, parts, pixels)
-    w_launch = _transpose_launch(problem.k, problem.c // problem.groups, problem.r * problem.s,
-                                 item, parts)
+    w_launch = filter_transpose(problem, parts)
     if parts != 3:
         return NhwcCopies(ranges["x"], ranges["w"], x_launch, w_launch)
     # 3xFP16: each tail right after its operand's two float16 copies.
