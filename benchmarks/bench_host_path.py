@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import date
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -136,13 +137,17 @@ def step_times(plan: Plan, operands: tuple[Any, Any, Any],
         "workspace": plan.workspace,
         "algorithm run": run_of(plan, operands),
     }
+    ready = runtime.ready(x, w, y, shapes, storage)
+    if plan._direct_run is not None and ready is not None:
+        # The direct path's run: the algorithm's calls replayed (algorithms.cuda._replay).
+        steps["replayed run (the direct path's)"] = partial(plan._direct_run, *ready)
     # The stream step enters the device too; count the device step once, inside it.
     times = {name: host_us(fn, sync) for name, fn in steps.items()}
     checked = Plan(problem, plan.device, plan.choice, plan.implementation, runtime,
                    direct=False)
     whole = host_us(lambda: checked(x, w, out=y), sync)
-    parts = sum(t for name, t in times.items()
-                if name != "device current" and not name.startswith("ready"))
+    parts = sum(t for name, t in times.items() if name != "device current"
+                and not name.startswith(("ready", "replayed")))
     return {**times, "whole plan call, checked path": whole, "unaccounted": whole - parts,
             "whole plan call": host_us(lambda: plan(x, w, out=y), sync)}
 

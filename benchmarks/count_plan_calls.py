@@ -5,8 +5,10 @@ Usage: python benchmarks/count_plan_calls.py [--calls N]
 A plan call with torch CUDA tensors either takes their addresses as they are (the direct
 path, `Runtime.ready`) or adopts each (a CuPy view kept by address, its shape and dtype
 read back), enters the device, compares streams and finds the lane's workspace (the checked
-path, CONVTUNE_FAST_PLAN_CALL=0). This runs both over a stand-in CuPy and stand-in CUDA
-tensors, with every kernel launch and cuBLAS call a no-op (count_run_calls.py's stubs),
+path, CONVTUNE_FAST_PLAN_CALL=0); the direct path replays the run's calls where the
+algorithm offers it (algorithms.cuda._replay), or runs it (CONVTUNE_REPLAY=0). This runs
+the three over a stand-in CuPy and stand-in CUDA tensors, with every kernel launch and
+cuBLAS call a no-op (count_run_calls.py's stubs),
 under cProfile: Python-level calls per plan call, deterministic. Each stand-in method
 stands for one call into torch's or CuPy's C code, which cProfile counts as one call too;
 attribute reads are not calls either way. The host time per call is this machine's, with
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import subprocess
 import sys
@@ -33,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from algorithms.cuda import KERNEL_MODULES, _counters, _cublas, _launch  # noqa: E402
+from algorithms.cuda import KERNEL_MODULES, _counters, _cublas, _launch, _replay  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from algorithms.registry import get_algorithm  # noqa: E402
 from benchmarks.count_run_calls import SMALL, _DeviceArray, _Kernel  # noqa: E402
@@ -110,11 +113,21 @@ def _install() -> None:
     _counters.zeros = lambda nbytes: np.zeros(nbytes, np.uint8).view(_CupyArray)
 
 
-def _plan(name: str, problem: ConvProblem, config: str, runtime: Any, direct: bool) -> Plan:
+def _plan(name: str, problem: ConvProblem, config: str, runtime: Any, direct: bool,
+          replay: bool = False) -> Plan:
+    """The plan, its direct path replaying runs or not (read when a plan is made)."""
     implementation = get_algorithm("cuda", name)
     choice = AlgorithmResult(algorithm=name, config=config, status="ok", time_ms=1.0,
                              workspace_bytes=implementation.workspace_bytes(problem, config))
-    return Plan(problem, "cuda:0", choice, implementation, runtime, direct)
+    before = os.environ.get(_replay.ENV)
+    os.environ[_replay.ENV] = "1" if replay else "0"
+    try:
+        return Plan(problem, "cuda:0", choice, implementation, runtime, direct)
+    finally:
+        if before is None:
+            del os.environ[_replay.ENV]
+        else:
+            os.environ[_replay.ENV] = before
 
 
 def measure(plan: Plan, operands: list[Tensor], calls: int) -> tuple[float, float]:
@@ -150,15 +163,18 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False, cwd=ROOT).stdout.strip()
     print(f"commit {commit}; stand-in CuPy and torch tensors, launches and cuBLAS stubbed\n")
-    print("| algorithm/config | problem | Python calls per plan call, checked / direct | "
-          "host us per call (stand-ins), checked / direct |")
+    print("| algorithm/config | problem | Python calls per plan call, checked / direct / "
+          "direct replayed | host us per call (stand-ins), checked / direct / direct "
+          "replayed |")
     print("|---|---|---|---|")
     for name, problem, config in CASES:
         operands = [Tensor(shape) for shape in problem.operand_shapes]
-        checked = measure(_plan(name, problem, config, runtime, False), operands, args.calls)
-        direct = measure(_plan(name, problem, config, runtime, True), operands, args.calls)
-        print(f"| {name}/{config} | {problem.describe()} | {checked[0]:.0f} / "
-              f"{direct[0]:.0f} | {checked[1]:.1f} / {direct[1]:.1f} |")
+        found = [measure(_plan(name, problem, config, runtime, direct, replay), operands,
+                         args.calls)
+                 for direct, replay in ((False, False), (True, False), (True, True))]
+        print(f"| {name}/{config} | {problem.describe()} | "
+              f"{' / '.join(f'{calls:.0f}' for calls, _us in found)} | "
+              f"{' / '.join(f'{us:.1f}' for _calls, us in found)} |")
 
 
 if __name__ == "__main__":

@@ -912,6 +912,34 @@ def test_prepared_launches_are_what_runs(verdicts: dict[str, dict[str, Any]]) ->
         assert verdict["prepared"] == len(verdict["launches"]) > 0, case_id
 
 
+#: Mutations of algorithms/cuda/_replay.py and _cublas.py these cases catch (each tried
+#: once over six cases: direct, implicit_gemm, implicit_gemm_tc, depthwise, winograd,
+#: im2col_gemm, 2026-11-28):
+#:   x's and w's addresses swapped in a replay          -> 6 of 6 (AddressSanitizer)
+#:   a replay's last call dropped                       -> 6 of 6 (y left as NaN)
+#:   every argument taken as fixed (none moved)         -> 6 of 6 (y left as NaN)
+#:   cuBLAS called in a dry run instead of recorded     -> 2 of 6: the two with GEMMs
+#:                                                         (AddressSanitizer SEGV)
+#:   fft marked replayable (cuFFT calls not recorded)   -> its case (AddressSanitizer)
+def test_replays_are_what_plans_run(verdicts: dict[str, dict[str, Any]]) -> None:
+    """Every configuration of a replayable algorithm's case ran its second schedule as a
+    plan replays it (algorithms.cuda._replay), worked out on the first schedule's operands
+    and replayed at the second's, and matched the first bit for bit; others ran."""
+    moved = 0
+    for case_id, case in CASES.items():
+        verdict = verdicts[case_id]
+        if verdict["status"] != "ok":
+            continue  # failed elsewhere
+        configs = len(verdict["errors"])
+        replayable = getattr(ALGORITHMS[case["algorithm"]], "replayable", False)
+        assert sum(verdict["replayed"]) == (configs if replayable else 0), case_id
+        moved += verdict["replayed"][0]
+    # The two schedules' operands agree modulo 16 (exact-size heap blocks, or offsets
+    # from 256-byte boundaries), so the replay is checked at other addresses.
+    replayed = sum(sum(v["replayed"]) for v in verdicts.values() if v["status"] == "ok")
+    assert moved == replayed >= 3000
+
+
 def test_launches_without_prepared_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
     # Regression: with CONVTUNE_PREPARED_LAUNCH=0, GemmLaunch took its cached "no prepared
     # launch" entry for a pair of launches and called None on its second run.

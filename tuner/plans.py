@@ -101,6 +101,11 @@ class Plan:
         if direct is None:
             direct = os.environ.get(FAST_CALL_ENV, "1") != "0"
         self._ready = runtime.ready if direct else None
+        # How the direct path runs: a CUDA algorithm's replayed calls where it offers them
+        # (algorithms.cuda._replay: its Python between the call and the launches, once).
+        replayer = getattr(implementation, "replayer", None)
+        self._direct_run = None if replayer is None else replayer(
+            problem, choice.config, self.workspace)
         with runtime.activate():
             self.workspace()  # the creating lane's, now rather than on the first call
 
@@ -165,8 +170,11 @@ class Plan:
             x, w, out, self._shapes, self._dtypes[1])
         if ready is not None:
             lane, xa, wa, ya = ready
-            self.implementation.run(xa, wa, ya, self.workspace(lane), self.problem,
-                                    self.config)
+            if self._direct_run is not None:
+                self._direct_run(lane, xa, wa, ya)
+            else:
+                self.implementation.run(xa, wa, ya, self.workspace(lane), self.problem,
+                                        self.config)
             return out
         problem = self.problem
         a_shape, b_shape, out_shape = self._shapes

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar, Protocol
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, ClassVar, Protocol
 
 from algorithms.base import SUPPORTED, AlgorithmBase, Support, unsupported
+from algorithms.cuda import _replay
 from algorithms.cuda._loader import CTYPES, ceil_div, tensors_fit_int32
 from algorithms.problem import ConvProblem
 
@@ -27,6 +28,18 @@ class CudaAlgorithm(AlgorithmBase):
     backend: ClassVar[str] = "cuda"
     #: The storage dtypes the kernels are instantiated for.
     dtypes: ClassVar[tuple[str, ...]] = tuple(CTYPES)
+    #: Whether a run makes every GPU call through _launch.enqueue or
+    #: _cublas.gemm_strided_batched, so that plans may replay it (algorithms.cuda._replay).
+    replayable: ClassVar[bool] = False
+
+    def replayer(self, problem: ConvProblem, config: str,
+                 workspace: Callable[[Hashable], Any]) -> _replay.Replayer | None:
+        """What a plan runs ready operands through (lane, x, w, y; `workspace` gives a
+        lane's): a Replayer where runs replay and replays are on (CONVTUNE_REPLAY), else
+        None (the plan calls `run`)."""
+        if not (self.replayable and _replay.enabled()):
+            return None
+        return _replay.Replayer(self, problem, config, workspace)
 
 
 class BlockTile(Protocol):

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.cuda import _cublaslt
+from algorithms.cuda import _cublaslt, _recording
 from algorithms.cuda._cublaslt import check_status
 from algorithms.cuda._loader import require_cupy
 
@@ -69,10 +69,15 @@ def gemm_strided_batched(
         raise ValueError(f"TF32 is for float32 operands, not {dtype}")
     item = np.dtype(dtype).itemsize
     c_item = 4 if float32_c else item
+    taking = _recording.active()  # a dry run (_replay): write the calls down, make none
     for first in range(0, batch, MAX_BATCH):
-        _gemm(dtype, transa, transb, m, n, k, a + first * item * stride_a, lda, stride_a,
-              b + first * item * stride_b, ldb, stride_b, c + first * c_item * stride_c, ldc,
-              stride_c, min(MAX_BATCH, batch - first), accumulate, float32_c, tf32)
+        args = (dtype, transa, transb, m, n, k, a + first * item * stride_a, lda, stride_a,
+                b + first * item * stride_b, ldb, stride_b, c + first * c_item * stride_c,
+                ldc, stride_c, min(MAX_BATCH, batch - first), accumulate, float32_c, tf32)
+        if taking is None:
+            _gemm(*args)
+        else:
+            taking.add(_gemm, args)
 
 
 #: cudaDataType and cublasComputeType_t of each storage dtype (library_types.h, cublas_api.h).

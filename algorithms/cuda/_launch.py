@@ -26,6 +26,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from algorithms.cuda import _recording
 from algorithms.cuda._loader import allow_shared_memory
 
 ENV = "CONVTUNE_PREPARED_LAUNCH"
@@ -267,10 +268,18 @@ def enqueue(launch: KernelLaunch, get_kernel: Callable[[str, str], Any],
     pointers, ints for flags): prepared where the kernel offers it, else through its own
     call."""
     bound = launch.bind(get_kernel)
+    taking = _recording.active()  # a dry run (_replay): write the launch down, make none
     if bound is None:
+        if taking is not None:
+            taking.refuse(f"{launch.name} launches through its own call")
+            return
         launch.call(get_kernel, *operands)
         return
     # One comprehension, no helper per operand: this runs for every launch of every run.
-    bound(_stream(), *[op.ptr if type(op) is Address else
-                       int(op) if isinstance(op, (int, np.integer)) else op.data.ptr
-                       for op in operands])
+    values = [op.ptr if type(op) is Address else
+              int(op) if isinstance(op, (int, np.integer)) else op.data.ptr
+              for op in operands]
+    if taking is not None:
+        taking.add(bound, (_recording.STREAM, *values))
+        return
+    bound(_stream(), *values)

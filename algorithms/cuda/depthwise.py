@@ -159,6 +159,8 @@ def tiles(problem: ConvProblem, config: str) -> tuple[int, int]:
 class DepthwiseCuda(CudaAlgorithm):
     """Depthwise convolution: shared-memory tiles per (image, channel) plane, or flat threads."""
 
+    replayable: ClassVar[bool] = True  # every GPU call through _launch or _cublas
+
     name: ClassVar[str] = "depthwise"
     dtypes: ClassVar[tuple[str, ...]] = tuple(DW_CTYPES)
 

@@ -110,6 +110,8 @@ def _grid(problem: ConvProblem, config: str) -> tuple[int, int, int]:
 class DirectCuda(CudaAlgorithm):
     """Tiled direct convolution on the GPU."""
 
+    replayable: ClassVar[bool] = True  # every GPU call through _launch or _cublas
+
     name: ClassVar[str] = "direct"
     directions: ClassVar[tuple[str, ...]] = ("forward", "backward_data", "backward_filter")
 

@@ -79,6 +79,8 @@ __all__ = ["KERNEL_FILE", "MERGED", "ROUND_TF32", "Im2colGemmCuda", "images_inne
 class Im2colGemmCuda(CudaAlgorithm):
     """Explicit column matrix in the workspace, then cuBLAS."""
 
+    replayable: ClassVar[bool] = True  # every GPU call through _launch or _cublas
+
     name: ClassVar[str] = "im2col_gemm"
     directions: ClassVar[tuple[str, ...]] = ("forward", "backward_data", "backward_filter")
 

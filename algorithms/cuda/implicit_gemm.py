@@ -147,3 +147,5 @@ def _launch(problem: ConvProblem, config: str) -> KernelLaunch:
 
 class ImplicitGemmCuda(CudaByForward, _ImplicitGemmCudaForward):
     """The forward algorithm above, and both backward directions through it."""
+
+    replayable: ClassVar[bool] = True  # every GPU call through _launch or _cublas

@@ -310,3 +310,5 @@ def _launch(problem: ConvProblem, config: str, widths: tuple[int, int] | None) -
 
 class ImplicitGemmTcCuda(CudaByForward, _ImplicitGemmTcCudaForward):
     """The forward algorithm above, and both backward directions through it."""
+
+    replayable: ClassVar[bool] = True  # every GPU call through _launch or _cublas

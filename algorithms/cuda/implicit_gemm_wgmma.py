@@ -437,3 +437,5 @@ def _run_plan(problem: ConvProblem, config: str
 
 class ImplicitGemmWgmmaCuda(CudaByForward, _ImplicitGemmWgmmaCudaForward):
     """The forward algorithm above, and both backward directions through it."""
+
+    replayable: ClassVar[bool] = True  # every GPU call through _launch or _cublas

@@ -102,6 +102,8 @@ def workspace_layout(problem: ConvProblem, config: str) -> dict[str, tuple[int, 
 class WinogradCuda(CudaAlgorithm):
     """Winograd transforms in kernels, the per-point GEMMs in cuBLAS."""
 
+    replayable: ClassVar[bool] = True  # every GPU call through _launch or _cublas
+
     name: ClassVar[str] = "winograd"
 
     def _limits(self, problem: ConvProblem) -> Support:

@@ -2,7 +2,8 @@
 
 A case is one algorithm on one problem: every configuration runs twice (threads and blocks
 scheduled forward, then in reverse, the second run given its operands as Addresses, as a
-plan call with torch tensors gives them) into a NaN-filled y and a workspace filled with
+plan call with torch tensors gives them, and replayed as a plan replays it where the
+algorithm is replayable: algorithms.cuda._replay) into a NaN-filled y and a workspace filled with
 0xFF before each run (one buffer for both: split K's counters are kept per workspace); the
 two results must agree bit for bit (else two threads of a barrier phase race, or a result
 depends on which block ran last), y must be fully written and match the float64
@@ -33,6 +34,7 @@ from algorithms.cuda import (
     _cublas,
     _launch,
     _loader,
+    _replay,
     depthwise,
     direct,
     fft,
@@ -154,10 +156,12 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     EmulatedKernel.launches.clear()
     EmulatedKernel.prepared = 0
     errors: dict[str, float] = {}
+    replays = np.zeros(2, int)  # configurations replayed: at moved addresses, at their own
     for config in algorithm.configs(problem):
         outputs = []
         nbytes = algorithm.workspace_bytes(problem, config)
         workspace = dev(np.full(nbytes, 0xFF, np.uint8)) if nbytes else None
+        first: tuple[Any, ...] = ()
         for schedule in SCHEDULES:
             EmulatedKernel.schedule = schedule
             if workspace is not None:
@@ -169,11 +173,14 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             a, b = place(x, 0), place(w, 1)
             if schedule == SCHEDULES[1]:
                 # A plan call with torch tensors passes Addresses (runtime.ready): every
-                # algorithm must run on their `.data.ptr` alone (a and b stay alive).
-                algorithm.run(Address(a.data.ptr), Address(b.data.ptr), Address(y.data.ptr),
-                              workspace, problem, config)
+                # algorithm must run on their `.data.ptr` alone (a and b stay alive); a
+                # replayable one's plan replays the run worked out on the first schedule's
+                # operands, here at other addresses (_replay).
+                replays += _second_run(algorithm, problem, config, first, (a, b, y),
+                                       workspace)
             else:
                 algorithm.run(a, b, y, workspace, problem, config)
+                first = (a, b, y)
             outputs.append(to_float(np.array(y), dtype))
         if outputs[0].tobytes() != outputs[1].tobytes():
             return {"status": "failed",
@@ -189,7 +196,27 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             return {"status": "failed", "message": f"{config}: relative error {errors[config]}"}
     launches = [[name, [a.item() for a in scalars]] for name, scalars in EmulatedKernel.launches]
     return {"status": "ok", "errors": errors, "launches": launches,
-            "prepared": EmulatedKernel.prepared}
+            "prepared": EmulatedKernel.prepared, "replayed": replays.tolist()}
+
+
+def _second_run(algorithm: Algorithm, problem: Any, config: str, first: tuple[Any, ...],
+                operands: tuple[Any, ...], workspace: Any) -> np.ndarray:
+    """Run `config` on `operands` as Addresses, as a plan does: replayed where the algorithm
+    is replayable and its run can be worked out (on the `first` run's operands when their
+    addresses agree modulo the replay's alignment, else on these), else run. Which of the
+    two (or neither: [0, 0]); test_replays_are_what_plans_run counts them."""
+    x, w, y = (a.data.ptr for a in operands)
+    replay = None
+    moved = all((a.data.ptr - b.data.ptr) % _replay.ALIGNMENT == 0
+                for a, b in zip(first, operands, strict=True))
+    if getattr(algorithm, "replayable", False):
+        x0, w0, y0 = (a.data.ptr for a in (first if moved else operands))
+        replay = _replay.record(algorithm, problem, config, x0, w0, y0, workspace)
+    if replay is None:
+        algorithm.run(Address(x), Address(w), Address(y), workspace, problem, config)
+        return np.zeros(2, int)
+    replay(0, x, w, y)
+    return np.array([moved, not moved], int)
 
 
 def main() -> None:

@@ -146,5 +146,10 @@ def test_plain_tensors_run_by_address_in_every_configuration(runtime: Any,
             error = relative_error(out.cpu().numpy(), ref)
             assert error <= tolerance(problem.dtype, implementation.name), (
                 f"{implementation.name}/{config}: {error:.3g}")
+            # Again on copies at other addresses: the run as replayed there
+            # (algorithms.cuda._replay), worked out on the first call's, bit for bit.
+            again = torch.full(out_shape, float("nan"), device="cuda")
+            assert chosen(a.clone(), b.clone(), out=again) is again
+            assert torch.equal(again, out), f"{implementation.name}/{config}: replayed"
             ran.append(implementation.name)
     assert {"direct", "implicit_gemm", "im2col_gemm", "fft"} <= set(ran)
