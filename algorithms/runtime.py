@@ -169,8 +169,9 @@ class Runtime(Protocol):
 
     def ready(self, x: Any, w: Any, out: Any, shapes: tuple[tuple[int, ...], ...],
               storage: str) -> tuple[Hashable, Any, Any, Any] | None:
-        """(lane, x, w, out as an algorithm's `run` takes them) where the caller's arrays
-        need no adopting, check, copy or context switch on this device; else None."""
+        """(lane, x, w, out as the implementation's `direct_runner`, where it has one, or
+        else its `run` takes them) where the caller's arrays need no adopting, check, copy
+        or context switch on this device; else None."""
         ...
 
     def output(self, x: Any, shape: tuple[int, ...], storage: str) -> Any | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-import numpy as np
 import pytest
 
 from algorithms.cuda import _cublas, _replay
@@ -143,7 +142,7 @@ def test_a_replayer_keeps_a_replay_per_lane_and_alignment(
     replayer = _replay.Replayer(algorithm, PROBLEM, "default", workspace)
     for lane, x in ((3, 0x1000), (3, 0x5000), (4, 0x5000), (3, 0x5008), (3, 0x6008)):
         CALLS.clear()
-        replayer(lane, Address(x), Address(0x2000), Address(0x3000))
+        replayer(lane, x, 0x2000, 0x3000)  # a tensor's addresses, as CudaRuntime.ready gives
         replayed = list(CALLS)
         assert replayed == _direct(algorithm, lane, x, 0x2000, 0x3000)
     # Worked out for lane 3, for lane 4, and for x 8 bytes past 16 (in lane 3): three times.
@@ -152,23 +151,35 @@ def test_a_replayer_keeps_a_replay_per_lane_and_alignment(
     assert workspaces == [3, 4, 3]
 
 
-def test_a_replayer_runs_what_it_cannot_replay() -> None:
-    algorithm = Stand(modulo=32)
-    replayer = _replay.Replayer(algorithm, PROBLEM, "default", lambda _lane: WORKSPACE)
-    arrays = [np.zeros(4)] * 3  # CuPy-like operands are read through .data.ptr too
-    operands = [Address(a.ctypes.data) for a in arrays]
-    replayer(5, *operands)
-    ran = list(CALLS)
-    assert ran == _direct(algorithm, 5, *(a.ptr for a in operands))
+class Array:
+    """A CuPy-like array: its address read through `.data.ptr`."""
+
+    def __init__(self, ptr: int) -> None:
+        self.data = Address(ptr)
+
+
+@pytest.mark.parametrize("kind", [int, Array])  # a tensor's address, or a CuPy array
+def test_a_runner_runs_what_it_does_not_replay(kind: Any) -> None:
+    ran: list[tuple[Any, ...]] = []
+    for algorithm, runner in ((Stand(modulo=32), _replay.Replayer),  # cannot be replayed
+                              (Stand(), _replay.Runner)):  # not offered
+        made = runner(algorithm, PROBLEM, "default", lambda _lane: WORKSPACE)
+        CALLS.clear()
+        made(5, kind(0x1000), kind(0x2000), kind(0x3000))
+        ran.append(tuple(CALLS))
+        assert list(ran[-1]) == _direct(algorithm, 5, 0x1000, 0x2000, 0x3000)
+    assert all(ran)
 
 
 def test_replays_are_offered_by_replayable_algorithms_only(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from algorithms.cuda import direct, fft, implicit_gemm_tc
 
-    made = direct.DirectCuda().replayer(PROBLEM, "8x8k16", lambda _lane: None)
-    assert isinstance(made, _replay.Replayer)
-    assert implicit_gemm_tc.ImplicitGemmTcCuda().replayer(PROBLEM, "64x64", print) is not None
-    assert fft.FftCuda().replayer(PROBLEM, "default", print) is None  # cuFFT: not recorded
+    def runner(algorithm: Any, config: str) -> Any:
+        return algorithm.direct_runner(PROBLEM, config, lambda _lane: None)
+
+    assert type(runner(direct.DirectCuda(), "8x8k16")) is _replay.Replayer
+    assert type(runner(implicit_gemm_tc.ImplicitGemmTcCuda(), "64x64")) is _replay.Replayer
+    assert type(runner(fft.FftCuda(), "default")) is _replay.Runner  # cuFFT: not recorded
     monkeypatch.setenv(_replay.ENV, "0")
-    assert direct.DirectCuda().replayer(PROBLEM, "8x8k16", print) is None
+    assert type(runner(direct.DirectCuda(), "8x8k16")) is _replay.Runner

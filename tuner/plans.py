@@ -101,10 +101,10 @@ class Plan:
         if direct is None:
             direct = os.environ.get(FAST_CALL_ENV, "1") != "0"
         self._ready = runtime.ready if direct else None
-        # How the direct path runs: a CUDA algorithm's replayed calls where it offers them
-        # (algorithms.cuda._replay: its Python between the call and the launches, once).
-        replayer = getattr(implementation, "replayer", None)
-        self._direct_run = None if replayer is None else replayer(
+        # How the direct path runs where the implementation says (a GPU algorithm: its
+        # calls replayed, algorithms.cuda._replay), else through `run`.
+        runner = getattr(implementation, "direct_runner", None)
+        self._direct_run = None if runner is None else runner(
             problem, choice.config, self.workspace)
         with runtime.activate():
             self.workspace()  # the creating lane's, now rather than on the first call

@@ -32,14 +32,14 @@ class CudaAlgorithm(AlgorithmBase):
     #: _cublas.gemm_strided_batched, so that plans may replay it (algorithms.cuda._replay).
     replayable: ClassVar[bool] = False
 
-    def replayer(self, problem: ConvProblem, config: str,
-                 workspace: Callable[[Hashable], Any]) -> _replay.Replayer | None:
-        """What a plan runs ready operands through (lane, x, w, y; `workspace` gives a
-        lane's): a Replayer where runs replay and replays are on (CONVTUNE_REPLAY), else
-        None (the plan calls `run`)."""
-        if not (self.replayable and _replay.enabled()):
-            return None
-        return _replay.Replayer(self, problem, config, workspace)
+    def direct_runner(self, problem: ConvProblem, config: str,
+                      workspace: Callable[[Hashable], Any]) -> _replay.Runner:
+        """What a plan runs ready operands through (CudaRuntime.ready's lane, x, w, y;
+        `workspace` gives a lane's): a Replayer where runs replay and replays are on
+        (CONVTUNE_REPLAY), else a Runner."""
+        if self.replayable and _replay.enabled():
+            return _replay.Replayer(self, problem, config, workspace)
+        return _replay.Runner(self, problem, config, workspace)
 
 
 class BlockTile(Protocol):

@@ -115,10 +115,9 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
-class Replayer:
-    """A plan's runs on ready operands (lane, then x, w, y as arrays or Addresses):
-    replayed where `record` works them out, else run. Safe to share between threads (two
-    working out the same replay at once keep either; both are the same)."""
+class Runner:
+    """A plan's runs on ready operands (lane, then x, w, y: device addresses as ints, or
+    CuPy arrays; CudaRuntime.ready), run as they come: for algorithms that do not replay."""
 
     def __init__(self, algorithm: Any, problem: ConvProblem, config: str,
                  workspace: Callable[[Hashable], Any]) -> None:
@@ -126,13 +125,32 @@ class Replayer:
         self._problem = problem
         self._config = config
         self._workspace = workspace
+
+    def __call__(self, lane: Any, x: Any, w: Any, y: Any) -> None:
+        """Enqueue a run on the lane's stream (CuPy's current one)."""
+        self._algorithm.run(Address(x) if type(x) is int else x,
+                            Address(w) if type(w) is int else w,
+                            Address(y) if type(y) is int else y,
+                            self._workspace(lane), self._problem, self._config)
+
+
+class Replayer(Runner):
+    """A Runner that replays where `record` works a run out, else runs. Safe to share
+    between threads (two working out the same replay at once keep either; both are the
+    same)."""
+
+    def __init__(self, algorithm: Any, problem: ConvProblem, config: str,
+                 workspace: Callable[[Hashable], Any]) -> None:
+        super().__init__(algorithm, problem, config, workspace)
         self._replays: dict[tuple[Any, ...], Replay | None] = {}
 
     def __call__(self, lane: Any, x: Any, w: Any, y: Any) -> None:
         """Enqueue a run on the lane's stream."""
-        xp = x.ptr if type(x) is Address else x.data.ptr
-        wp = w.ptr if type(w) is Address else w.data.ptr
-        yp = y.ptr if type(y) is Address else y.data.ptr
+        # Inline, not a helper per operand: this runs on every plan call. Tensors come as
+        # ints (CudaRuntime.ready), CuPy arrays as themselves.
+        xp = x if type(x) is int else x.data.ptr
+        wp = w if type(w) is int else w.data.ptr
+        yp = y if type(y) is int else y.data.ptr
         key = (lane, xp % ALIGNMENT, wp % ALIGNMENT, yp % ALIGNMENT)
         replay = self._replays.get(key, self)
         if replay is self:  # not yet worked out for this lane and alignment
@@ -142,6 +160,6 @@ class Replayer:
                 self._algorithm, self._problem, self._config, xp, wp, yp,
                 self._workspace(lane))
         if replay is None:
-            self._algorithm.run(x, w, y, self._workspace(lane), self._problem, self._config)
+            super().__call__(lane, x, w, y)
         else:
             replay(lane, xp, wp, yp)

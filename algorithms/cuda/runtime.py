@@ -16,7 +16,6 @@ from typing import Any, cast
 
 import numpy as np
 
-from algorithms.cuda._launch import Address
 from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.problem import ConvProblem
 from algorithms.reference_gemm import errors, reference_gemm
@@ -175,8 +174,10 @@ class CudaRuntime:
         torch tensors, with this GPU current and, for tensors, torch's current stream also
         CuPy's. Else None: the plan's checked path converts, switches or names the fault.
 
-        Tensors go to the run as Addresses (every CUDA algorithm reads its operands'
-        `.data.ptr` only), not as CuPy views: nothing is built or looked up per operand.
+        Tensors come as their addresses (ints), not as CuPy views: nothing is built or
+        looked up per operand. A plan runs them through its algorithm's `direct_runner`
+        (algorithms.cuda._replay), which replays the run at them or passes them to `run`
+        as Addresses (every CUDA algorithm reads its operands' `.data.ptr` only).
         """
         if out is None:
             return None
@@ -191,10 +192,9 @@ class CudaRuntime:
         found = self._torch.ready(x, w, out, shapes, storage)
         if found is None or self._get_device() != self.index:
             return None
-        stream, xp, wp, yp = found
-        if stream != self._current_stream().ptr:
+        if found[0] != self._current_stream().ptr:
             return None  # torch's side stream: the checked path makes it CuPy's too
-        return stream, Address(xp), Address(wp), Address(yp)
+        return found
 
     def output(self, x: Any, shape: tuple[int, ...], storage: str) -> Any | None:
         """A new CuPy array of `shape` (from the pool of CuPy's current stream) for a CuPy

@@ -1,13 +1,13 @@
 """Run the CUDA algorithms' real host code with emulated kernels, in sanitized subprocesses.
 
 A case is one algorithm on one problem: every configuration runs twice (threads and blocks
-scheduled forward, then in reverse, the second run given its operands as Addresses, as a
-plan call with torch tensors gives them, and replayed as a plan replays it where the
-algorithm is replayable: algorithms.cuda._replay) into a NaN-filled y and a workspace filled with
-0xFF before each run (one buffer for both: split K's counters are kept per workspace); the
-two results must agree bit for bit (else two threads of a barrier phase race, or a result
-depends on which block ran last), y must be fully written and match the float64
-reference. cuBLAS and cuFFT are the NumPy stand-ins of host.py.
+scheduled forward, then in reverse, the second as a plan call with torch tensors makes it:
+on their addresses, replayed where the algorithm is replayable, algorithms.cuda._replay)
+into a NaN-filled y and a workspace filled with 0xFF before each run (one buffer for both:
+split K's counters are kept per workspace); the two results must agree bit for bit (else two
+threads of a barrier phase race, or a result depends on which block ran last), y must be
+fully written and match the float64 reference. cuBLAS and cuFFT are the NumPy stand-ins of
+host.py.
 
 `run_cases` (the parent side) sends cases as JSON to `python -m tests.cuda_emu.cases`, which
 prints one JSON line per case. A sanitizer report aborts that process: the case it was on
@@ -45,7 +45,7 @@ from algorithms.cuda import (
     shipped_kernels,
     winograd,
 )
-from algorithms.cuda._launch import Address
+from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._loader import FEATURE_ARCH
 from algorithms.reference import reference, relative_error
 from tests.cuda_emu.build import (
@@ -172,10 +172,10 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             y = place(nan_storage(out_shape, dtype), 2)
             a, b = place(x, 0), place(w, 1)
             if schedule == SCHEDULES[1]:
-                # A plan call with torch tensors passes Addresses (runtime.ready): every
-                # algorithm must run on their `.data.ptr` alone (a and b stay alive); a
-                # replayable one's plan replays the run worked out on the first schedule's
-                # operands, here at other addresses (_replay).
+                # A plan call with torch tensors passes their addresses (runtime.ready):
+                # every algorithm must run on them alone (a and b stay alive); a replayable
+                # one's plan replays the run, here worked out on the first schedule's
+                # operands and made at other addresses (_replay).
                 replays += _second_run(algorithm, problem, config, first, (a, b, y),
                                        workspace)
             else:
@@ -201,10 +201,11 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
 
 def _second_run(algorithm: Algorithm, problem: Any, config: str, first: tuple[Any, ...],
                 operands: tuple[Any, ...], workspace: Any) -> np.ndarray:
-    """Run `config` on `operands` as Addresses, as a plan does: replayed where the algorithm
+    """Run `config` at `operands`' addresses, as a plan does: replayed where the algorithm
     is replayable and its run can be worked out (on the `first` run's operands when their
-    addresses agree modulo the replay's alignment, else on these), else run. Which of the
-    two (or neither: [0, 0]); test_replays_are_what_plans_run counts them."""
+    addresses agree modulo the replay's alignment, else on these), else through the plan's
+    runner. Which of the two replays (or neither: [0, 0]); test_replays_are_what_plans_run
+    counts them."""
     x, w, y = (a.data.ptr for a in operands)
     replay = None
     moved = all((a.data.ptr - b.data.ptr) % _replay.ALIGNMENT == 0
@@ -212,8 +213,9 @@ def _second_run(algorithm: Algorithm, problem: Any, config: str, first: tuple[An
     if getattr(algorithm, "replayable", False):
         x0, w0, y0 = (a.data.ptr for a in (first if moved else operands))
         replay = _replay.record(algorithm, problem, config, x0, w0, y0, workspace)
-    if replay is None:
-        algorithm.run(Address(x), Address(w), Address(y), workspace, problem, config)
+    if replay is None:  # the plan's runner, given addresses as a tensor's call gives them
+        assert isinstance(algorithm, CudaAlgorithm)
+        algorithm.direct_runner(problem, config, lambda _lane: workspace)(0, x, w, y)
         return np.zeros(2, int)
     replay(0, x, w, y)
     return np.array([moved, not moved], int)

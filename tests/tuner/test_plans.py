@@ -289,18 +289,18 @@ def test_a_result_made_beside_ready_operands_takes_the_direct_path(
     assert runtime.made == [PROBLEM.output_shape] and len(runtime.asked) == 2
 
 
-def test_ready_operands_go_through_the_algorithms_replayer(
+def test_ready_operands_go_through_the_algorithms_direct_runner(
     rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A CUDA algorithm offers a replayer (algorithms.cuda._replay); the plan makes it once
-    # and runs ready operands through it with their lane, never calling `run` itself.
+    # A CUDA algorithm offers a direct runner (algorithms.cuda._replay); the plan makes it
+    # once and runs ready operands through it with their lane, never calling `run` itself.
     from algorithms.registry import get_algorithm
 
     implementation = get_algorithm("cpu", "im2col_gemm")
     original = implementation.run
     made: list[tuple[Any, ...]] = []
 
-    def replayer(_self: Any, problem: Any, config: str, workspace: Any) -> Any:
+    def direct_runner(_self: Any, problem: Any, config: str, workspace: Any) -> Any:
         def run(lane: Any, x: Any, w: Any, y: Any) -> None:
             made.append((lane, x, w, y))
             original(x, w, y, workspace(lane), problem, config)
@@ -308,10 +308,10 @@ def test_ready_operands_go_through_the_algorithms_replayer(
         made.append((problem, config))
         return run
 
-    monkeypatch.setattr(type(implementation), "replayer", replayer, raising=False)
+    monkeypatch.setattr(type(implementation), "direct_runner", direct_runner, raising=False)
     chosen, _runtime = _ready_plan()
     assert made == [(PROBLEM, "default")]
-    monkeypatch.setattr(type(implementation), "run", None)  # only through the replayer
+    monkeypatch.setattr(type(implementation), "run", None)  # only through the runner
     x, w = random_inputs(PROBLEM, rng)
     out = np.full(PROBLEM.output_shape, np.nan, np.float32)
     assert chosen(x, w, out=out) is out
