@@ -27,6 +27,7 @@ from algorithms.cuda import (
     _fft_fused,
     _loader,
     _rearrange,
+    _wgmma_configs,
     fft,
     im2col_gemm,
     implicit_gemm_wgmma,
@@ -497,8 +498,8 @@ def test_nhwc_copies_write_where_the_views_would() -> None:
         layout = implicit_gemm_wgmma.workspace_layout(problem, config)
         workspace: Any = dev(np.zeros(layout.nbytes, np.uint8))
         views = layout.views(workspace)
-        tile = implicit_gemm_wgmma.parse_config("float32", "fp32", config).tile
-        assert isinstance(tile, implicit_gemm_wgmma.WgmmaTile)
+        tile = _wgmma_configs.parse_config("float32", "fp32", config).tile
+        assert isinstance(tile, _wgmma_configs.WgmmaTile)
         copies = _rearrange.nhwc_copies(problem, implicit_gemm_wgmma.nhwc_parts(problem, tile))
         for name, span in (("x", copies.x_bytes), ("w", copies.w_bytes)):
             part = workspace[span]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from algorithms.cuda import _rearrange, _wgmma_nchw
+from algorithms.cuda import _wgmma_configs as wc
 from algorithms.cuda import implicit_gemm_wgmma as wg
 from algorithms.cuda._base import gemm_grid
 from algorithms.cuda.implicit_gemm_tc import SPLIT_TARGET_BLOCKS, k_steps
@@ -37,28 +38,28 @@ def test_every_offered_config_parses_and_fits_hopper(dtype: str, math: str) -> N
     configs = ALG.configs(problem)
     assert configs and len(set(configs)) == len(configs)
     for config in configs:
-        cfg = wg.parse_config(dtype, math, config)
+        cfg = wc.parse_config(dtype, math, config)
         assert cfg.tile.smem_bytes(MODES[dtype, math]) <= HOPPER_SMEM
         if isinstance(cfg.tile, _wgmma_nchw.NchwTile):  # with taps: x element by element
             assert _wgmma_nchw.name_expression(cfg.tile, math, 1, True) in (
                 _wgmma_nchw.shipped_kernels())
         else:
-            assert wg.name_expression(dtype, config, math) in wg.shipped_kernels()
+            assert wc.name_expression(dtype, config, math) in wc.shipped_kernels()
 
 
 def test_each_mode_has_its_own_k_step_and_tiles() -> None:
-    assert wg.k_step("float16") == 64 and wg.k_step("float32") == 32
-    assert set(wg.tiles("float16", "fp32")) == {
+    assert wc.k_step("float16") == 64 and wc.k_step("float32") == 32
+    assert set(wc.tiles("float16", "fp32")) == {
         "64x128x64-s4", "128x128x64-s4", "256x128x64-s3",
         "64x128x64-s6-f1", "128x128x64-s5-f1", "256x128x64-s4-f1",
         "64x128x64-s6-ws", "128x128x64-s4-ws", "128x128x64-s5-ws"}
-    assert {t.replace("x32", "x64") for t in wg.tiles("float32", "tf32")} == set(
-        wg.tiles("float16", "fp32"))
+    assert {t.replace("x32", "x64") for t in wc.tiles("float32", "tf32")} == set(
+        wc.tiles("float16", "fp32"))
     # 3xTF32: two copies per stage, in flight at the same stages, no 256-row tile; 3xFP16 the
     # same tiles in 16-bit K-steps.
     three_tf32 = {"64x128x32-s4", "128x128x32-s3", "64x128x32-s4-f1", "128x128x32-s3-f1",
                   "64x128x32-s4-ws", "128x128x32-s3-ws"}
-    assert set(wg.tiles("float32", "fp32")) == three_tf32 | {
+    assert set(wc.tiles("float32", "fp32")) == three_tf32 | {
         t.replace("x32", "x64") + "-3xfp16" for t in three_tf32}
 
 
@@ -68,7 +69,7 @@ def test_warp_specialized_tiles_add_producers_and_their_mbarriers(dtype: str, ma
     # 8-byte mbarriers per stage after the stages, at least three stages (the producers keep
     # STAGES - 2 K-steps of copies in flight after the one they issue), and their own kernel.
     copies = MODES[dtype, math]
-    for name, tile in wg.tiles(dtype, math).items():
+    for name, tile in wc.tiles(dtype, math).items():
         if "-ws" not in name:
             assert tile.producers == 0 and tile.threads == tile.bm // 64 * 128
             continue
@@ -76,8 +77,8 @@ def test_warp_specialized_tiles_add_producers_and_their_mbarriers(dtype: str, ma
         assert tile.threads == tile.bm // 64 * 128 + tile.producers and tile.stages >= 3
         stages = copies * tile.stages * (tile.bm + 128) * 128
         assert tile.smem_bytes(copies) == stages + 16 * tile.stages <= HOPPER_SMEM
-        assert wg.name_expression(dtype, name, math) == (
-            f"implicit_gemm_wgmma_ws<{wg.CTYPES[tile.operands(dtype)]}, {tile.bm}, "
+        assert wc.name_expression(dtype, name, math) == (
+            f"implicit_gemm_wgmma_ws<{wc.CTYPES[tile.operands(dtype)]}, {tile.bm}, "
             f"{tile.stages}, {copies}, {tile.producers}>")
 
 
@@ -95,7 +96,7 @@ def test_warp_specialized_tiles_add_producers_and_their_mbarriers(dtype: str, ma
 ])
 def test_unknown_configs_are_refused(dtype: str, math: str, config: str) -> None:
     with pytest.raises(ValueError, match="implicit_gemm_wgmma: unknown config"):
-        wg.parse_config(dtype, math, config)
+        wc.parse_config(dtype, math, config)
 
 
 @pytest.mark.parametrize(("dtype", "math"), list(MODES))
@@ -105,14 +106,14 @@ def test_k_is_split_only_where_the_grid_is_below_one_wave(dtype: str, math: str)
     split = [c for c in ALG.configs(small) if "-k" in c]
     nchw = set(_wgmma_nchw.TAP_TILES[_wgmma_nchw.copies(math)]) if dtype == "float32" else set()
     assert {c.partition("-k")[0] for c in split} == {
-        t for t in wg.tiles(dtype, math) if "-ws" not in t} | nchw
+        t for t in wc.tiles(dtype, math) if "-ws" not in t} | nchw
     for config in split:
-        cfg = wg.parse_config(dtype, math, config)
+        cfg = wc.parse_config(dtype, math, config)
         grid, kper = wg.launch(small, config)
         blocks = prod(gemm_grid(small, cfg.tile.bm, cfg.tile.bn))
         assert blocks < SPLIT_TARGET_BLOCKS and grid[:2] == gemm_grid(small, cfg.tile.bm,
                                                                        cfg.tile.bn)[:2]
-        steps = k_steps(small, wg.tile_k_step(dtype, cfg.tile))
+        steps = k_steps(small, wc.tile_k_step(dtype, cfg.tile))
         # Every K-step in exactly one launched split, none empty.
         assert grid[2] == cfg.splits and (grid[2] - 1) * kper < steps <= grid[2] * kper
         # The split K summed in the kernel; 3xFP16 works out the operands' maxima first, an
@@ -127,7 +128,7 @@ def test_workspace_is_the_nhwc_copies_and_the_partial_sums(dtype: str, math: str
     copies = MODES[dtype, math]
     elements = prod(problem.input_shape) + prod(problem.filter_shape)
     for config in ALG.configs(problem):
-        cfg = wg.parse_config(dtype, math, config)
+        cfg = wc.parse_config(dtype, math, config)
         if cfg.nchw:  # w's copy alone (test_nchw_configs_run_filters_with_taps_...)
             continue
         # 16-bit parts take 2 bytes each; 3xFP16's copies each end in a scale tail.
@@ -141,7 +142,7 @@ def test_workspace_is_the_nhwc_copies_and_the_partial_sums(dtype: str, math: str
 
 
 def test_nhwc_copies_round_to_tf32_for_float32_only() -> None:
-    one_role = wg.WgmmaTile(64, 4)
+    one_role = wc.WgmmaTile(64, 4)
     parts = {mode: wg.nhwc_parts(make_problem(**RES2, dtype=mode[0], math=mode[1]), one_role)
              for mode in MODES}
     assert parts == {("float16", "fp32"): 0, ("bfloat16", "fp32"): 0, ("float32", "tf32"): 1,
@@ -158,11 +159,11 @@ def test_3xfp16_runs_float32_on_the_16_bit_kernels() -> None:
         f"64x128x64-s4-{tag}", f"128x128x64-s3-{tag}", f"64x128x64-s4-f1-{tag}",
         f"128x128x64-s3-f1-{tag}", f"64x128x64-s4-ws-{tag}", f"128x128x64-s3-ws-{tag}"}
     for config in found:
-        tile = wg.parse_config("float32", "fp32", config).tile
-        assert isinstance(tile, wg.WgmmaTile) and wg.nhwc_parts(problem, tile) == parts
-        assert wg.tile_k_step("float32", tile) == 64  # 16-bit K-steps
+        tile = wc.parse_config("float32", "fp32", config).tile
+        assert isinstance(tile, wc.WgmmaTile) and wg.nhwc_parts(problem, tile) == parts
+        assert wc.tile_k_step("float32", tile) == 64  # 16-bit K-steps
         kernel = "implicit_gemm_wgmma_ws" if tile.producers else "implicit_gemm_wgmma_conv"
-        assert wg.name_expression("float32", config).startswith(
+        assert wc.name_expression("float32", config).startswith(
             f"{kernel}<{ctype}, {tile.bm}, {tile.stages}, 2, ")
         assert tile.smem_bytes(2) <= HOPPER_SMEM
     # The copies split float32 into 16-bit parts (the gathered one of a strided 1x1 layer
@@ -217,10 +218,10 @@ def test_one_groups_channels_are_padded_to_whole_vectors(dtype: str, math: str) 
     copies = MODES[dtype, math]
     operands = (prod(gemm.input_shape) + prod(gemm.filter_shape)) * problem.itemsize
     for config in ALG.configs(problem):
-        cfg = wg.parse_config(dtype, math, config)
+        cfg = wc.parse_config(dtype, math, config)
         grid, kper = wg.launch(problem, config)
-        steps = k_steps(gemm, wg.k_step(dtype))  # 49 taps of the padded channels
-        assert steps == -(-49 * channels // wg.k_step(dtype))
+        steps = k_steps(gemm, wc.k_step(dtype))  # 49 taps of the padded channels
+        assert steps == -(-49 * channels // wc.k_step(dtype))
         assert (grid[2] - 1) * kper < steps <= grid[2] * kper
         partials = cfg.splits * prod(problem.output_shape) * 4 if cfg.splits > 1 else 0
         assert 0 <= ALG.workspace_bytes(problem, config) - copies * operands - partials < 768
@@ -239,7 +240,7 @@ def test_nchw_configs_run_pointwise_float32_layers_from_x_and_w_as_they_are(math
     assert {c for c in nchw if "-k" not in c} == set(_wgmma_nchw.tiles(math))
     copies = _wgmma_nchw.copies(math)
     for config in nchw:
-        cfg = wg.parse_config("float32", math, config)
+        cfg = wc.parse_config("float32", math, config)
         assert isinstance(cfg.tile, _wgmma_nchw.NchwTile) and cfg.nchw
         assert cfg.tile.smem_bytes(copies) <= HOPPER_SMEM
         # One launch, and the workspace is the aligned copy of w (K x C) and any partial sums.
@@ -271,7 +272,7 @@ def test_nchw_configs_run_filters_with_taps_after_one_transpose_of_w(math: str) 
         assert {c for c in nchw if "-k" not in c} == set(
             _wgmma_nchw.TAP_TILES[_wgmma_nchw.copies(math)])
         for config in nchw:
-            cfg = wg.parse_config("float32", math, config)
+            cfg = wc.parse_config("float32", math, config)
             assert isinstance(cfg.tile, _wgmma_nchw.NchwTile)
             assert _wgmma_nchw.name_expression(cfg.tile, math, 1, True) in (
                 _wgmma_nchw.shipped_kernels())
@@ -304,7 +305,7 @@ def test_nchw_configs_are_offered_on_float32_layers_with_one_group(
     assert not [c for c in ALG.configs(make_problem(**RES4_PW, dtype="float16"))
                 if _wgmma_nchw.SUFFIX in c]
     with pytest.raises(ValueError, match="unknown config"):
-        wg.parse_config("float16", "fp32", "128x128x32-s3-nchw")
+        wc.parse_config("float16", "fp32", "128x128x32-s3-nchw")
 
 
 def test_nchw_x_copies_are_vectors_where_pixels_and_the_address_allow() -> None:
