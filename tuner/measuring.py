@@ -27,6 +27,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -216,12 +217,17 @@ class Measurer:
 
     def _run(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
              workspace: Any) -> Callable[[], None]:
+        """One run of `cand` on `operands` as a plan's direct path makes it: through the
+        algorithm's direct runner where it has one (a GPU algorithm's calls replayed,
+        algorithms.cuda._replay), else its `run`. So what is verified against the
+        reference is what plans run, and a launch-bound candidate's host time is timed as
+        plans pay it (issue 11: timed as they would really run)."""
         x, w, y = operands
-
-        def run() -> None:
-            cand.algorithm.run(x, w, y, workspace, problem, cand.config)
-
-        return run
+        runner = getattr(cand.algorithm, "direct_runner", None)
+        if runner is None:
+            return partial(cand.algorithm.run, x, w, y, workspace, problem, cand.config)
+        direct = runner(problem, cand.config, lambda _lane: workspace)
+        return partial(direct, self.runtime.lane(), x, w, y)
 
     def _verify(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
                 ref: Any) -> MeasurementRow:

@@ -42,6 +42,34 @@ def test_every_algorithm_once_usable_first(db_url: str) -> None:
     assert all(r.source == R.FRESH for r in results if r.status != R.UNSUPPORTED)
 
 
+class _Direct(Fake):
+    """A candidate whose plans run through its direct runner (as a GPU algorithm's runs are
+    replayed): `run` itself is never to be called."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, ws=64)
+        self.lanes: list[Any] = []
+
+    def direct_runner(self, problem: ConvProblem, config: str, workspace: Any) -> Any:
+        def direct(lane: Any, x: Any, w: Any, y: Any) -> None:
+            self.lanes.append(lane)
+            Fake.run(self, x, w, y, workspace(lane), problem, config)
+
+        return direct
+
+    def run(self, *args: Any) -> None:
+        raise AssertionError("the tuner ran the algorithm as no plan runs it")
+
+
+def test_candidates_are_verified_and_timed_as_plans_run_them(db_url: str) -> None:
+    direct = _Direct("direct")
+    results = {r.algorithm: r for r in make(db_url, direct, Fake("a")).find(small_problem(),
+                                                                               "cpu")}
+    assert results["direct"].status == R.OK and results["direct"].time_ms is not None
+    # The verifying run and at least QUICK's warm-up and two timed runs, on the lane.
+    assert len(direct.lanes) >= 4 and set(direct.lanes) == {CpuRuntime().lane()}
+
+
 def test_wrong_or_failing_candidate_is_never_best(db_url: str) -> None:
     tuner = make(db_url, Wrong("fast_but_wrong"), Raises("broken"), Fake("slow_but_right"))
     assert tuner.best(small_problem(), "cpu").algorithm == "slow_but_right"
