@@ -5,6 +5,7 @@ protocol and the timing policy it passes in."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
@@ -21,7 +22,16 @@ from algorithms.problem import ConvProblem
 
 def is_torch(array: Any) -> bool:
     """Whether `array` is a torch tensor (without importing torch)."""
-    return type(array).__module__.partition(".")[0] == "torch"
+    return is_torch_type(type(array))
+
+
+def _torch_module(kind: Any) -> bool:
+    return kind.__module__.partition(".")[0] == "torch"
+
+
+#: Whether arrays of a type are torch tensors (without importing torch), kept per type: asked
+#: several times on every cached convolve() (its key, its result).
+is_torch_type: Callable[[Any], bool] = functools.cache(_torch_module)
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,14 @@ kind, shape, dtype and place, which is all its checks depend on: a kept call ski
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from algorithms.problem import DTYPES, ConvProblem, as_int, pair
+from algorithms.runtime import is_torch_type
 from tuner.devices import parse_device
 from tuner.plans import Plan, dtype_name, is_torch
 from tuner.service import Service, service
@@ -136,14 +139,24 @@ def _all_finite(array: Any) -> bool:
     return bool(cupy.isfinite(cupy.asarray(array)).all().item())
 
 
-def _place(array: Any) -> Any:
-    """Where an array lives, cheaply and hashably (for `_call_key`): None for NumPy, a
-    torch tensor's device object, else `_where`'s string."""
-    if isinstance(array, np.ndarray):
-        return None
-    if is_torch(array):
-        return array.device
-    return _where(array)
+def _nowhere(array: Any) -> None:
+    """A NumPy array's place in a call's key: the host, said by its type already."""
+    return None
+
+
+def _place_of(kind: Any) -> Callable[[Any], Any]:
+    """How `_call_key` finds where an array of type `kind` lives, cheaply and hashably:
+    nothing for NumPy, a torch tensor's device object (C's attrgetter), else `_where`'s
+    string."""
+    if issubclass(kind, np.ndarray):
+        return _nowhere
+    if is_torch_type(kind):
+        return attrgetter("device")
+    return _where
+
+
+#: `_place_of`, kept per type: every cached call asks twice.
+_placer: Callable[[Any], Callable[[Any], Any]] = functools.cache(_place_of)
 
 
 def _call_key(a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
@@ -154,10 +167,13 @@ def _call_key(a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: st
     found a plan skips the checks; None where an operand is not an array (the checks then
     name what is wrong). The key may still be unhashable (a list stride): `execute` finds
     that out by looking it up, which hashes it once."""
+    stride, padding, dilation, groups = geometry  # _typed's, inline: a call less per call
     try:
-        return (direction, type(a), a.shape, a.dtype, _place(a), type(b), b.shape, b.dtype,
-                _place(b), given_shape, _typed(geometry), device, math, workspace_limit,
-                type(workspace_limit), algorithm)
+        kind_a, kind_b = type(a), type(b)
+        return (direction, kind_a, a.shape, a.dtype, _placer(kind_a)(a), kind_b, b.shape,
+                b.dtype, _placer(kind_b)(b), given_shape, stride, type(stride), padding,
+                type(padding), dilation, type(dilation), groups, type(groups), device, math,
+                workspace_limit, type(workspace_limit), algorithm)
     except (AttributeError, ValueError):
         return None
 

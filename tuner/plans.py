@@ -28,7 +28,7 @@ from typing import Any
 
 from algorithms.base import Algorithm
 from algorithms.problem import ConvProblem
-from algorithms.runtime import Runtime, is_torch
+from algorithms.runtime import Runtime, is_torch, is_torch_type
 from tuner.results import AlgorithmResult
 
 #: Set to "0", plans made afterwards take every call the checked way (for comparisons).
@@ -155,7 +155,7 @@ class Plan:
         (`Runtime.output`); else None (the checked path allocates)."""
         if out is not None:
             return out
-        if is_torch(x):
+        if is_torch_type(type(x)):
             # The sizes as separate ints: torch parses a tuple argument the slow way
             # (bench_host_path's allocation step, CPU tensors, torch 2.13: 4.4 -> 3.5 us).
             return x.new_empty(*self._shapes[2])
