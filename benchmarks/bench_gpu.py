@@ -63,6 +63,8 @@ from benchmarks.gpu_report import (  # noqa: E402
     markdown,
     summarize,
 )
+from tuner.candidates import Candidate  # noqa: E402
+from tuner.measuring import candidate_run  # noqa: E402
 
 # (name, h=w, c, k, filter, pad, stride) from shared/ANCHORS.md; used only when
 # tuner.networks (the project's own layer lists) cannot be imported.
@@ -118,10 +120,11 @@ def _tflops(problem: ConvProblem, ms: float | None) -> float | None:
     return problem.flops / (ms * 1e-3) / 1e12 if ms else None
 
 
-def _runner(algorithm: Any, x: Any, w: Any, y: Any, ws: Any, problem: ConvProblem,
+def _runner(rt: Any, algorithm: Any, x: Any, w: Any, y: Any, ws: Any, problem: ConvProblem,
             config: str) -> Callable[[], None]:
-    """A no-argument call of one configuration (binds the loop variables)."""
-    return lambda: algorithm.run(x, w, y, ws, problem, config)
+    """A no-argument call of one configuration as plans and the tuner make it (its calls
+    replayed: tuner.measuring.candidate_run), binding the loop variables."""
+    return candidate_run(rt, problem, Candidate(algorithm, config, 0, ""), (x, w, y), ws)
 
 
 class Bench:
@@ -218,7 +221,7 @@ class Bench:
                     ws = rt.workspace(result["workspace_bytes"])
                     y.fill(np.nan)
                     t0 = time.perf_counter()
-                    algorithm.run(x, w, y, ws, problem, config)  # compiles on first use
+                    _runner(rt, algorithm, x, w, y, ws, problem, config)()  # compiles
                     rt.synchronize()
                     result["first_run_s"] = time.perf_counter() - t0
                     err = self.rel_error(y, ref)
@@ -227,7 +230,7 @@ class Bench:
                         result["status"] = "wrong"
                     else:
                         ms, spread = self.time(
-                            _runner(algorithm, x, w, y, ws, problem, config))
+                            _runner(rt, algorithm, x, w, y, ws, problem, config))
                         result.update(status="ok", ms=ms, spread_ms=spread,
                                       tflops=_tflops(problem, ms))
                         candidates.append((ms, algorithm.name, config, err))
@@ -241,7 +244,7 @@ class Bench:
                 entry.update(best_config=config, ms=ms, tflops=_tflops(problem, ms))
                 ws = rt.workspace(algorithm.workspace_bytes(problem, config))
                 entry["device_ms"] = self.device_time(
-                    _runner(algorithm, x, w, y, ws, problem, config), ms)
+                    _runner(rt, algorithm, x, w, y, ws, problem, config), ms)
                 del ws
             row["algorithms"][algorithm.name] = entry
             cupy.get_default_memory_pool().free_all_blocks()
@@ -271,7 +274,7 @@ class Bench:
                 algorithm = get_algorithm("cuda", pick.algorithm)
                 ws = self.rt.workspace(algorithm.workspace_bytes(problem, pick.config))
                 ms, spread = self.time(
-                    lambda: algorithm.run(x, w, y, ws, problem, pick.config))
+                    _runner(self.rt, algorithm, x, w, y, ws, problem, pick.config))
                 return {"source": "tuner", "algorithm": pick.algorithm, "config": pick.config,
                         "ms": ms, "spread_ms": spread, "tflops": _tflops(problem, ms),
                         "tuner_ms": pick.time_ms, "rel_error": pick.rel_error}

@@ -16,7 +16,6 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from benchmarks.children import LineChild
 from db.engine import open_store
 from tuner.candidates import Candidate
 from tuner.devices import backend_of, get_runtime
+from tuner.measuring import candidate_run
 from tuner.tuning import Tuner
 
 
@@ -63,9 +63,10 @@ def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
     """
     x, w, y = random_operands(runtime, problem, rng)
     workspace = runtime.workspace(max(c.workspace_bytes for c in cands))
-    runs = [_runner(c, (x, w, y), workspace, problem) for c in cands]
     sample = runtime.sample_ms
     with runtime.activate():
+        # Each run as the tuner times it: as plans make it (a GPU algorithm's replayed).
+        runs = [candidate_run(runtime, problem, c, (x, w, y), workspace) for c in cands]
         runtime.warm_up()
         # Per configuration its latest time per run: the fastest warm-up's at first.
         last = [min((sample(run, 1) for _ in range(policy.warmup)), default=0.0)
@@ -96,17 +97,6 @@ def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
             return [(wall, None, host) for wall, host in zip(walls, host_ms, strict=True)]
         return [(wall, float(device_ms(run, runs_spanning(wall))), host)
                 for run, wall, host in zip(runs, walls, host_ms, strict=True)]
-
-
-def _runner(cand: Candidate, operands: tuple[Any, Any, Any], workspace: Any,
-            problem: ConvProblem) -> Callable[[], None]:
-    """One run of `cand` on `operands`."""
-    x, w, y = operands
-
-    def run() -> None:
-        cand.algorithm.run(x, w, y, workspace, problem, cand.config)
-
-    return run
 
 
 #: Per problem key, each configuration's medians, one per pass.

@@ -217,17 +217,7 @@ class Measurer:
 
     def _run(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
              workspace: Any) -> Callable[[], None]:
-        """One run of `cand` on `operands` as a plan's direct path makes it: through the
-        algorithm's direct runner where it has one (a GPU algorithm's calls replayed,
-        algorithms.cuda._replay), else its `run`. So what is verified against the
-        reference is what plans run, and a launch-bound candidate's host time is timed as
-        plans pay it (issue 11: timed as they would really run)."""
-        x, w, y = operands
-        runner = getattr(cand.algorithm, "direct_runner", None)
-        if runner is None:
-            return partial(cand.algorithm.run, x, w, y, workspace, problem, cand.config)
-        direct = runner(problem, cand.config, lambda _lane: workspace)
-        return partial(direct, self.runtime.lane(), x, w, y)
+        return candidate_run(self.runtime, problem, cand, operands, workspace)
 
     def _verify(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
                 ref: Any) -> MeasurementRow:
@@ -328,6 +318,22 @@ class Measurer:
             return Measured(rows)
         return Measured([r for i, r in enumerate(rows) if i != culprit] + [rows[culprit]],
                         self.runtime.fault())
+
+
+def candidate_run(runtime: Runtime, problem: ConvProblem, cand: Candidate,
+                  operands: tuple[Any, Any, Any], workspace: Any) -> Callable[[], None]:
+    """One run of `cand` on `operands` (on the runtime's current lane) as a plan's direct
+    path makes it: through the algorithm's direct runner where it has one (a GPU algorithm's
+    calls replayed, algorithms.cuda._replay), else its `run`. So what is verified against
+    the reference is what plans run, and a launch-bound candidate's host time is timed as
+    plans pay it (issue 11: timed as they would really run); benchmarks/remeasure.py times
+    the same."""
+    x, w, y = operands
+    runner = getattr(cand.algorithm, "direct_runner", None)
+    if runner is None:
+        return partial(cand.algorithm.run, x, w, y, workspace, problem, cand.config)
+    direct = runner(problem, cand.config, lambda _lane: workspace)
+    return partial(direct, runtime.lane(), x, w, y)
 
 
 def log_lanes(problem: ConvProblem, rows: list[MeasurementRow], lanes: list[Lane],
