@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from tuner.api import convolve, convolve_backward_data, convolve_backward_filter
+from tuner.calls import execute
 from tuner.errors import NoUsableAlgorithm
 
 
@@ -250,17 +251,21 @@ class Conv2d(nn.Conv2d):
         if input.dim() == 3:  # unbatched (c, h, w), which nn.Conv2d takes too
             return self.forward(input.unsqueeze(0)).squeeze(0)
         x, padding = self._padded(input)
-        limit = -1 if self.workspace_limit is None else self.workspace_limit
         w = self.weight
-        # The eager paths take the module's tuples as they are: the operator's schema wants
-        # lists, and converting them on every call cost a few microseconds (issue 9).
-        geometry = (self.stride, padding, self.dilation, self.groups, _math(x), limit, self.db)
-        if _traced(x, w):
-            y = conv2d(x, w, *[list(g) for g in geometry[:3]], *geometry[3:])
-        elif torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-            y = _EagerConv2d.apply(x, w, geometry)
-        else:  # inference: no graph to record
-            y = _convolve(x, w, *geometry)
+        math = _math(x)
+        traced = _traced(x, w)
+        if traced or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
+            limit = -1 if self.workspace_limit is None else self.workspace_limit
+            # The eager path takes the module's tuples as they are: the operator's schema
+            # wants lists, and converting them on every call cost a few microseconds (issue 9).
+            geometry = (self.stride, padding, self.dilation, self.groups, math, limit, self.db)
+            if traced:
+                y = conv2d(x, w, *[list(g) for g in geometry[:3]], *geometry[3:])
+            else:
+                y = _EagerConv2d.apply(x, w, geometry)
+        else:  # inference: no graph to record, so straight to the kept call (tuner.calls)
+            y = execute(x, w, None, "forward", (self.stride, padding, self.dilation, self.groups),
+                        None, self.workspace_limit, None, self.db, math, None, False)[1]
         if self.bias is not None:
             y = y + self.bias.view(1, -1, 1, 1)
         return y
