@@ -92,11 +92,14 @@ def test_matches_reference(shape: str, dtype: str) -> None:
 
 @pytest.mark.parametrize("config", winograd.CONFIGS)
 def test_float32_passes_the_fp32_tolerance_on_deep_layers(config: str) -> None:
-    # F(4x4)'s error grows with the channel count; at c = 512 it is still about 4x inside.
+    # F(4x4)'s error grows with the channel count; at c = 512 it is still about 2.5x inside:
+    # over 200 fresh draws (2026-11-28) median 3.9e-6, 99th percentile 4.9e-6, largest
+    # 5.2e-6. The bound of half the tolerance that stood here failed one CI run in about a
+    # hundred (5.1e-6); three quarters keeps a margin over the largest seen.
     problem = ConvProblem(n=1, c=512, h=10, w=10, k=8, r=3, s=3, pad=1)
     x, w = _inputs(problem)
     error = relative_error(_run(problem, config, x, w), reference_conv(x, w, problem))
-    assert error <= tolerance("float32", "winograd") / 2
+    assert error <= tolerance("float32", "winograd") * 0.75
 
 
 @pytest.mark.parametrize(
