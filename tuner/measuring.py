@@ -197,7 +197,8 @@ class Measurer:
                 return Measured(rows)
             # One workspace, the largest needed, serves all: they run one after the other.
             workspace = runtime.workspace(max(candidates[i].workspace_bytes for i in verified))
-            runs = [self._run(problem, candidates[i], operands, workspace) for i in verified]
+            runs = [candidate_run(runtime, problem, candidates[i], operands, workspace)
+                    for i in verified]
             lanes = self._interleaved(runs, self.race.first_pass(self.policy, len(verified)),
                                       self.race.factor)
             fatal = next((j for j, lane in enumerate(lanes) if lane.fatal), None)
@@ -211,13 +212,10 @@ class Measurer:
             top = contenders(rows, self.race)
             if len(top) < 2:
                 return Measured(rows)
-            runs = [self._run(problem, candidates[i], operands, workspace) for i in top]
+            runs = [candidate_run(runtime, problem, candidates[i], operands, workspace)
+                    for i in top]
             confirm = self.race.confirm_round(self.policy, len(top))
             return self._confirm(problem, rows, top, self._interleaved(runs, confirm))
-
-    def _run(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
-             workspace: Any) -> Callable[[], None]:
-        return candidate_run(self.runtime, problem, cand, operands, workspace)
 
     def _verify(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
                 ref: Any) -> MeasurementRow:
@@ -236,7 +234,7 @@ class Measurer:
             if workspace is not None:
                 workspace.fill(0xFF)  # reads of unwritten workspace show up as NaN
             y.fill(np.nan)  # unwritten outputs show up as NaN
-            self._run(problem, cand, operands, workspace)()
+            candidate_run(runtime, problem, cand, operands, workspace)()
             runtime.synchronize()
             max_error, rel = runtime.compare(y, ref, problem.dtype)
             row["max_error"] = max_error
