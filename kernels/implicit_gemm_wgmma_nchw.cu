@@ -13,7 +13,8 @@
 // (TF32, H200, 2026-11-27: wgmma 53-59 us on res4.1x1a.rest against cuDNN's 28); an A operand
 // in registers has no layout in memory to satisfy.
 //
-// Tiles: BM output channels (the wgmma N, 64 or 128) by BN output pixels over the batch (64
+// Tiles: BM output channels (the wgmma N: 64, 128, or 96 for layers whose K a 96-row tile
+// covers with less waste) by BN output pixels over the batch (64
 // per warpgroup: BN / 64 warpgroups), K-steps of BK = 32 channels (128 bytes of a W row) of
 // one tap: with taps, K runs tap by tap ((r, s) row-major), ceil(C / BK) K-steps each, and W
 // is read from the host's copy of it laid out (K, R*S, C) (one transpose launch before this
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(BN / 64 * 128, 1)
     constexpr int W_ROW_STEP = THREADS / 8, W_LOADS = BM / W_ROW_STEP;
     constexpr int X_VECTORS = BN / VEC, X_ROW_STEP = THREADS / X_VECTORS;
     constexpr int X_LOADS = BK / X_ROW_STEP;
-    static_assert(BM == 64 || BM == 128, "the wgmma N: 64 or 128");
+    static_assert(BM == 64 || BM == 96 || BM == 128, "the wgmma N: 64, 96 or 128");
     static_assert(BN % 64 == 0 && (VEC == 1 || VEC == 4), "64 pixels per warpgroup");
     static_assert(STAGE_BYTES % 1024 == 0, "swizzled tiles start on 1024-byte boundaries");
     static_assert(BM % W_ROW_STEP == 0 && W_ROW_STEP % 8 == 0 && THREADS % X_VECTORS == 0 &&

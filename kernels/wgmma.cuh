@@ -69,6 +69,22 @@ __device__ __forceinline__ void wgmma_m64n128(const float*, float (&d)[64],
     "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
     "+f"(d[30]), "+f"(d[31])
 
+// The 48 accumulator operands of an m64n96 wgmma (implicit_gemm_wgmma_nchw.cu's 96-channel
+// tiles), and their constraints.
+#define WGMMA_N96_D                                                                            \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+#define WGMMA_N96_ACC \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+    "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+    "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), \
+    "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
+    "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+    "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+
 // d (64 x N, FP32) += A (64 x 8, TF32, in registers) . B (8 x N, TF32, K-major in shared
 // memory, described by b); scale-d 1. A's fragment (CUTLASS's ALayout_64x8, the m16n8k8 A
 // fragment per warp): lane l of warp w of the warpgroup, g = l / 4, t = l % 4, holds a[0] =
@@ -80,6 +96,13 @@ __device__ __forceinline__ void wgmma_tf32_rs(float (&d)[64], const unsigned int
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " WGMMA_N128_D
                  "{%64, %65, %66, %67}, %68, %69, %70, %71;"
                  : WGMMA_N128_ACC
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1), "n"(1), "n"(1));
+}
+__device__ __forceinline__ void wgmma_tf32_rs(float (&d)[48], const unsigned int (&a)[4],
+                                              unsigned long long b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n96k8.f32.tf32.tf32 " WGMMA_N96_D
+                 "{%48, %49, %50, %51}, %52, %53, %54, %55;"
+                 : WGMMA_N96_ACC
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1), "n"(1), "n"(1));
 }
 __device__ __forceinline__ void wgmma_tf32_rs(float (&d)[32], const unsigned int (&a)[4],

@@ -490,6 +490,10 @@ _WG_NCHW_SHAPES: dict[str, dict[str, Any]] = {
     "tc_pw_multi_block": _TC_EXTRA_SHAPES["tc_pw_multi_block"],
     "tc_pw_strided": _TC_EXTRA_SHAPES["tc_pw_strided"],
     "wg_pw_s23": dict(n=2, c=36, h=9, w=11, k=20, r=1, s=1, stride=(2, 3), pad=(0, 1)),
+    # K = 96: the 96-row tiles (_wgmma_nchw.fits_96) with x in vectors, and strided and
+    # padded (element by element).
+    "wg_pw_k96": dict(n=2, c=40, h=4, w=6, k=96, r=1, s=1),
+    "wg_pw_k96_s2": dict(n=2, c=24, h=9, w=7, k=96, r=1, s=1, stride=2, pad=1),
 }
 _WG_PW_BWD = dict(n=4, c=8, h=3, w=4, k=12, r=1, s=1)
 #: The NCHW configurations on filters with taps (TAPS: K tap by tap over the host's (K, R*S, C)

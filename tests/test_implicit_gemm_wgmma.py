@@ -104,7 +104,8 @@ def test_k_is_split_only_where_the_grid_is_below_one_wave(dtype: str, math: str)
     small, large = (make_problem(**kw, dtype=dtype, math=math) for kw in (RES5, RES2))
     assert not [c for c in ALG.configs(large) if "-k" in c]
     split = [c for c in ALG.configs(small) if "-k" in c]
-    nchw = set(_wgmma_nchw.TAP_TILES[_wgmma_nchw.copies(math)]) if dtype == "float32" else set()
+    nchw = {t for t in _wgmma_nchw.TAP_TILES[_wgmma_nchw.copies(math)]
+            if not t.startswith("96x")} if dtype == "float32" else set()  # K = 512
     assert {c.partition("-k")[0] for c in split} == {
         t for t in wc.tiles(dtype, math) if "-ws" not in t} | nchw
     for config in split:
@@ -237,7 +238,9 @@ RES5_PW: dict[str, Any] = dict(n=32, c=512, h=7, w=7, k=2048, r=1, s=1)
 def test_nchw_configs_run_pointwise_float32_layers_from_x_and_w_as_they_are(math: str) -> None:
     problem = make_problem(**RES4_PW, dtype="float32", math=math)
     nchw = [c for c in ALG.configs(problem) if _wgmma_nchw.SUFFIX in c]
-    assert {c for c in nchw if "-k" not in c} == set(_wgmma_nchw.tiles(math))
+    # Every tile but the 96-row one (K = 256: _wgmma_nchw.fits_96).
+    assert {c for c in nchw if "-k" not in c} == {
+        t for t in _wgmma_nchw.tiles(math) if not t.startswith("96x")}
     copies = _wgmma_nchw.copies(math)
     for config in nchw:
         cfg = wc.parse_config("float32", math, config)
@@ -258,6 +261,30 @@ def test_nchw_configs_run_pointwise_float32_layers_from_x_and_w_as_they_are(math
         {1} if math == "tf32" else {0, 1})
 
 
+@pytest.mark.parametrize("math", ["fp32", "tf32"])
+def test_96_row_nchw_tiles_where_they_cover_k_with_fewest_rows(math: str) -> None:
+    """A 96-row tile where it covers K with fewer rows than 128- and 64-row ones (K = 96:
+    GoogLeNet's inception3b.5x5, with taps, and 1x1; K = 288), nowhere else (K = 64, 128,
+    160: as many rows in 64-row tiles; 256)."""
+    assert [k for k in range(1, 600) if _wgmma_nchw.fits_96(k)] == [
+        *range(65, 97), *range(257, 289), *range(449, 481)]
+    ninety_six = {t for t in _wgmma_nchw.tiles(math) if t.startswith("96x")}
+    assert len(ninety_six) == 1 and ninety_six <= set(_wgmma_nchw.TAP_TILES[
+        _wgmma_nchw.copies(math)])
+    for shape, offered in ((dict(n=32, c=32, h=28, w=28, k=96, r=5, s=5, pad=2), True),
+                           (dict(RES4_PW, k=96), True), (dict(RES4_PW, k=288), True),
+                           (dict(RES4_PW, k=160), False), (dict(RES4_PW, k=64), False),
+                           (dict(RES4_PW, k=128), False)):
+        problem = make_problem(**shape, dtype="float32", math=math)
+        configs = {c.partition("-k")[0] for c in ALG.configs(problem)}
+        assert (ninety_six <= configs) == offered, shape
+        for config in ALG.configs(problem):
+            cfg = wc.parse_config("float32", math, config)
+            if cfg.tile.bm == 96:  # one row of tiles per 96 channels
+                assert wg.launch(problem, config)[0][1] == -(-problem.k // 96)
+                assert cfg.tile.smem_bytes(_wgmma_nchw.copies(math)) <= HOPPER_SMEM
+
+
 #: VGG-16's conv3_2 at batch 16: a 3x3 layer.
 VGG_3X3: dict[str, Any] = dict(n=16, c=256, h=56, w=56, k=256, r=3, s=3, pad=1)
 
@@ -268,9 +295,10 @@ def test_nchw_configs_run_filters_with_taps_after_one_transpose_of_w(math: str) 
                   dict(VGG_3X3, stride=2, dilation=(2, 1), pad=(0, 3))):
         problem = make_problem(**shape, dtype="float32", math=math)
         nchw = [c for c in ALG.configs(problem) if _wgmma_nchw.SUFFIX in c]
-        # The large tiles only, each with the kernel's TAPS instance.
-        assert {c for c in nchw if "-k" not in c} == set(
-            _wgmma_nchw.TAP_TILES[_wgmma_nchw.copies(math)])
+        # The large tiles only (not the 96-row one at K = 256), each with the kernel's TAPS
+        # instance.
+        assert {c for c in nchw if "-k" not in c} == {
+            t for t in _wgmma_nchw.TAP_TILES[_wgmma_nchw.copies(math)] if not t.startswith("96x")}
         for config in nchw:
             cfg = wc.parse_config("float32", math, config)
             assert isinstance(cfg.tile, _wgmma_nchw.NchwTile)
@@ -298,7 +326,8 @@ def test_nchw_configs_are_offered_on_float32_layers_with_one_group(
         shape: dict[str, Any]) -> None:
     for pointwise in (RES4_PW, dict(RES4_PW, stride=2), dict(RES4_PW, pad=1, stride=(2, 1))):
         problem = make_problem(**pointwise, dtype="float32")
-        assert _wgmma_nchw.offered(problem) == set(_wgmma_nchw.tiles("fp32"))
+        assert _wgmma_nchw.offered(problem) == {  # K = 256: not the 96-row tile
+            t for t in _wgmma_nchw.tiles("fp32") if not t.startswith("96x")}
     for dtype in ("float32", "float16"):
         problem = make_problem(**shape, dtype=dtype)
         assert not [c for c in ALG.configs(problem) if _wgmma_nchw.SUFFIX in c]

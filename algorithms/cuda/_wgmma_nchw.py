@@ -24,11 +24,11 @@ are shifted off the 16-byte grid). Why: on 3x3 layers the NHWC configurations wr
 of x (two at 3xTF32) before their GEMM: on VGG-16's early layers half the bytes moved at
 TF32, two thirds at 3xTF32 (benchmarks/pointwise_bytes.py --taps).
 
-Configuration names "BMxBNx32-sS[-f1]-nchw": BM output channels (the wgmma N, 64 or 128) by
-BN output pixels (64 per warpgroup), K-steps of 32 channels, S cp.async stages; "-f1" leaves
-each K-step's wgmma running through the next step's barrier (as in the NHWC configurations;
-at 3xTF32 between additions of its partial sums, every four K-steps); "-kS" after them
-splits K as theirs do.
+Configuration names "BMxBNx32-sS[-f1]-nchw": BM output channels (the wgmma N, 64 or 128, or
+96 where K is better covered by it: `fits_96`) by BN output pixels (64 per warpgroup),
+K-steps of 32 channels, S cp.async stages; "-f1" leaves each K-step's wgmma running through
+the next step's barrier (as in the NHWC configurations; at 3xTF32 between additions of its
+partial sums, every four K-steps); "-kS" after them splits K as theirs do.
 """
 
 from __future__ import annotations
@@ -89,20 +89,34 @@ def _named(tiles: tuple[NchwTile, ...]) -> dict[str, NchwTile]:
 #: K-step and keeps one in flight (adding its partial sums every four K-steps, as
 #: implicit_gemm_wgmma's NHWC 3xTF32 -f1 tiles do), with the most stages that fit (its
 #: 128x128 tile takes 147 KiB in three).
+#: The 96-row tiles (one each, in flight as the large tiles: 3xTF32's four stages take 164 KiB)
+#: are offered only where `fits_96`.
 TILES: dict[int, dict[str, NchwTile]] = {
     1: _named((NchwTile(128, 128, 5, 1), NchwTile(128, 64, 5, 1), NchwTile(64, 128, 5, 1),
-               NchwTile(64, 64, 5, 1))),
+               NchwTile(64, 64, 5, 1), NchwTile(96, 128, 5, 1))),
     2: _named((NchwTile(128, 128, 3), NchwTile(128, 64, 4), NchwTile(64, 128, 4),
                NchwTile(64, 64, 4), NchwTile(128, 128, 3, 1), NchwTile(128, 64, 4, 1),
-               NchwTile(64, 128, 4, 1), NchwTile(64, 64, 4, 1))),
+               NchwTile(64, 128, 4, 1), NchwTile(64, 64, 4, 1), NchwTile(96, 128, 4, 1))),
 }
 
 
 #: The tiles offered on filters with taps, per W copies: the largest of each, as on 3x3
 #: layers the NHWC configurations' winners are their large tiles (TF32 and 3xTF32, H200,
-#: 2026-11-27), and each tile offered costs every such layer a measurement.
-TAP_TILES: dict[int, tuple[str, ...]] = {1: ("128x128x32-s5-f1-nchw", "64x128x32-s5-f1-nchw"),
-                                         2: ("128x128x32-s3-f1-nchw", "64x128x32-s4-f1-nchw")}
+#: 2026-11-27), and each tile offered costs every such layer a measurement; and the 96-row
+#: one where `fits_96`.
+TAP_TILES: dict[int, tuple[str, ...]] = {
+    1: ("128x128x32-s5-f1-nchw", "64x128x32-s5-f1-nchw", "96x128x32-s5-f1-nchw"),
+    2: ("128x128x32-s3-f1-nchw", "64x128x32-s4-f1-nchw", "96x128x32-s4-f1-nchw")}
+
+
+def fits_96(k: int) -> bool:
+    """Whether 96-row tiles cover `k` output channels with fewer rows than both 128- and
+    64-row ones (K = 96, 288, 480, ...; and 65-96). Why: on such layers every other tile
+    multiplies rows past K (GoogLeNet's inception3b.5x5, K = 96: a quarter of a 128-row
+    tile's tensor work; on the H100 of 2026-11-27 its slowest layer, 0.59 of cuDNN FP32),
+    and elsewhere a 96-row tile would only add a measurement."""
+    rows = -(-k // 96) * 96
+    return rows < -(-k // 128) * 128 and rows < -(-k // 64) * 64
 
 
 def taps(problem: ConvProblem) -> bool:
@@ -112,11 +126,13 @@ def taps(problem: ConvProblem) -> bool:
 
 def offered(problem: ConvProblem) -> frozenset[str]:
     """The NCHW configurations (tile names) that run `problem`: float32, one group, C a
-    whole number of 16-byte W vectors; every tile on a 1x1 filter, TAP_TILES' with taps."""
+    whole number of 16-byte W vectors; every tile on a 1x1 filter, TAP_TILES' with taps;
+    the 96-row ones only where `fits_96`."""
     if not (problem.dtype == "float32" and problem.groups == 1 and problem.c % 4 == 0):
         return frozenset()
-    shipped = tiles(problem.math)
-    return frozenset(TAP_TILES[copies(problem.math)] if taps(problem) else shipped)
+    names = TAP_TILES[copies(problem.math)] if taps(problem) else tiles(problem.math)
+    return frozenset(name for name in names
+                     if not name.startswith("96x") or fits_96(problem.k))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -771,7 +771,8 @@ inline void wgmma_forward(const char* op, Tuple&& args, std::index_sequence<I...
 EMU_WGMMA(128, 16, f16, unsigned short, half_bits_to_float)
 EMU_WGMMA(128, 16, bf16, unsigned short, bf16_bits_to_float)
 EMU_WGMMA(128, 8, tf32, unsigned int, tf32_operand)
-EMU_WGMMA(64, 8, tf32, unsigned int, tf32_operand)  // A in registers: implicit_gemm_wgmma_nchw.cu
+EMU_WGMMA(96, 8, tf32, unsigned int, tf32_operand)  // A in registers: implicit_gemm_wgmma_nchw.cu
+EMU_WGMMA(64, 8, tf32, unsigned int, tf32_operand)
 EMU_WGMMA(8, 16, f16, unsigned short, half_bits_to_float)  // tests/cuda_emu/warp_kernels.cu
 EMU_WGMMA(8, 8, tf32, unsigned int, tf32_operand)
 

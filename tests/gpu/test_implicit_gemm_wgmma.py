@@ -11,7 +11,12 @@ from __future__ import annotations
 import pytest
 
 from algorithms.cuda.implicit_gemm_wgmma import ImplicitGemmWgmmaCuda
-from tests.gpu.conftest import assert_every_config_passes, assert_split_k_repeats, math_errors
+from tests.gpu.conftest import (
+    assert_every_config_passes,
+    assert_split_k_repeats,
+    config_failures,
+    math_errors,
+)
 from tests.precision import make_problem, nan_storage, to_storage
 
 pytestmark = pytest.mark.gpu
@@ -43,6 +48,16 @@ def _hopper() -> None:
 @pytest.mark.parametrize("shape", GPU_SHAPES)
 def test_every_config_matches_reference_and_torch(shape: str, dtype: str, math: str) -> None:
     assert_every_config_passes(ALGORITHM, shape, dtype, math)
+
+
+@pytest.mark.parametrize("math", ("tf32", "fp32"))
+def test_96_row_tiles_on_a_googlenet_5x5_layer(math: str) -> None:
+    """GoogLeNet's inception3b.5x5 geometry (K = 96: _wgmma_nchw.fits_96) at batch 2: the
+    96-row NCHW tiles tap by tap (and their splits) among every configuration offered."""
+    problem = make_problem(n=2, c=32, h=28, w=28, k=96, r=5, s=5, pad=2, math=math)
+    assert any(c.startswith("96x") for c in ALGORITHM.configs(problem))
+    failures = config_failures(ALGORITHM, problem)
+    assert not failures, "\n".join(failures)
 
 
 def test_tf32_is_less_accurate_than_3xtf32() -> None:
