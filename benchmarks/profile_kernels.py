@@ -151,6 +151,12 @@ CASES: dict[str, Case] = {
     "fp32_inception3b_5x5_fft": Case(INCEPTION3B_5X5, "fft", "default"),
     "fp32_inception3b_5x5_fused": Case(INCEPTION3B_5X5, "fft", "fused"),
     "fp32_inception3b_5x5_torch": Case(INCEPTION3B_5X5, "torch"),
+    # The same layer on the 96-row NCHW wgmma tile (K = 96: no rows past K; 2026-11-28, not
+    # yet on a GPU) beside its 128-row twin, tap by tap at 3xTF32.
+    "fp32_inception3b_5x5_wgmma_nchw96": Case(INCEPTION3B_5X5, "implicit_gemm_wgmma",
+                                              "96x128x32-s4-f1-nchw"),
+    "fp32_inception3b_5x5_wgmma_nchw128": Case(INCEPTION3B_5X5, "implicit_gemm_wgmma",
+                                               "128x128x32-s3-f1-nchw"),
     # Depthwise: stride 2, and 7x7 planes, where the tile kernel ran at 0.33-0.73x PyTorch.
     "dw_s2_tile": Case(MBV2_DW_S2, "depthwise", "32x16p2_3x3"),
     "dw_s2_flat": Case(MBV2_DW_S2, "depthwise", "flat_q1_3x3"),
