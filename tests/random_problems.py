@@ -14,12 +14,8 @@ from algorithms.problem import DIRECTIONS
 from tests.precision import make_problem
 
 
-def random_problem(rng: np.random.Generator, direction: str,
-                   wide: bool = False) -> dict[str, Any]:
-    """ConvProblem keywords of a small random problem in `direction` (may be invalid);
-    `wide`: wider_problem's sizes."""
-    if wide:
-        return wider_problem(rng, direction)
+def random_problem(rng: np.random.Generator, direction: str) -> dict[str, Any]:
+    """ConvProblem keywords of a small random problem in `direction` (may be invalid)."""
     groups = int(rng.choice([1, 1, 2, 3, 4]))
     # Channels per group of 8 let the vector and NHWC tensor-core paths in; 1 is depthwise.
     cg = int(rng.choice([1, 2, 3, 8]))
@@ -33,9 +29,7 @@ def random_problem(rng: np.random.Generator, direction: str,
         dtype=str(rng.choice(["float32", "float16", "bfloat16", "float64"])),
         direction=direction,
     )
-    if problem["dtype"] == "float32" and rng.random() < 0.5 and _outputs(problem) >= 32:
-        problem["math"] = "tf32"
-    return problem
+    return _maybe_tf32(rng, problem)
 
 
 def wider_problem(rng: np.random.Generator, direction: str) -> dict[str, Any]:
@@ -60,6 +54,12 @@ def wider_problem(rng: np.random.Generator, direction: str) -> dict[str, Any]:
     if rng.random() < 0.1:  # depthwise, with a channel multiplier of 1 or more
         problem["groups"] = problem["c"]
         problem["k"] = problem["c"] * int(rng.choice([1, 2]))
+    return _maybe_tf32(rng, problem)
+
+
+def _maybe_tf32(rng: np.random.Generator, problem: dict[str, Any]) -> dict[str, Any]:
+    """`problem` at math "tf32" half the time where it is float32 with 32 outputs or more
+    (`_outputs` says why not fewer)."""
     if problem["dtype"] == "float32" and rng.random() < 0.5 and _outputs(problem) >= 32:
         problem["math"] = "tf32"
     return problem
@@ -82,8 +82,9 @@ def supported_problem(rng: np.random.Generator, algorithm: Algorithm,
                       direction: str, wide: bool = False) -> dict[str, Any] | None:
     """A random problem that `algorithm` supports in `direction`; None if 2000 draws found
     none (winograd's 3x3 stride-1 layers are about 1 in 150)."""
+    draw = wider_problem if wide else random_problem
     for _ in range(2000):
-        problem = random_problem(rng, direction, wide)
+        problem = draw(rng, direction)
         try:
             if algorithm.supports(make_problem(**problem)):
                 return problem

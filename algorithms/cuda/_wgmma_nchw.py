@@ -130,9 +130,9 @@ def offered(problem: ConvProblem) -> frozenset[str]:
     the 96-row ones only where `fits_96`."""
     if not (problem.dtype == "float32" and problem.groups == 1 and problem.c % 4 == 0):
         return frozenset()
-    names = TAP_TILES[copies(problem.math)] if taps(problem) else tiles(problem.math)
-    return frozenset(name for name in names
-                     if not name.startswith("96x") or fits_96(problem.k))
+    shipped = tiles(problem.math)
+    names = TAP_TILES[copies(problem.math)] if taps(problem) else shipped
+    return frozenset(name for name in names if shipped[name].bm != 96 or fits_96(problem.k))
 
 
 @functools.lru_cache(maxsize=4096)
