@@ -19,20 +19,31 @@ from algorithms.cuda._torch_bridge import TorchBridge, is_torch
 class FakeCupy:
     """Records the memory, arrays and streams the bridge asks for."""
 
-    def __init__(self) -> None:
+    def __init__(self, from_external: bool = True) -> None:
         self.current = 0xC0
         self.built: list[tuple[Any, ...]] = []
+        # CuPy 14 wraps a foreign stream with Stream.from_external (the CUDA stream protocol,
+        # no device), CuPy 13 with ExternalStream(ptr, device) only.
+        stream = types.SimpleNamespace(from_external=self._from_external) if from_external \
+            else types.SimpleNamespace()
         cuda = types.SimpleNamespace(
             UnownedMemory=lambda ptr, size, owner, device: ("memory", ptr, size, device),
             MemoryPointer=lambda memory, offset: ("pointer", memory, offset),
-            ExternalStream=self._stream,
+            Stream=stream,
+            ExternalStream=self._external_stream,
             get_current_stream=lambda: types.SimpleNamespace(ptr=self.current),
         )
         self.cuda = cuda
 
-    def _stream(self, ptr: int, device: int) -> tuple[str, int, int]:
-        self.built.append(("stream", ptr, device))
-        return ("stream", ptr, device)
+    def _from_external(self, obj: Any) -> tuple[str, int, Any]:
+        version, ptr = obj.__cuda_stream__()
+        assert version == 0
+        self.built.append(("stream", ptr, obj))
+        return ("stream", ptr, obj)
+
+    def _external_stream(self, ptr: int, device: int) -> tuple[str, int, int]:
+        self.built.append(("external stream", ptr, device))
+        return ("external stream", ptr, device)
 
     def ndarray(self, shape: tuple[int, ...], dtype: str, pointer: Any) -> tuple[Any, ...]:
         self.built.append(("array", shape, dtype, pointer))
@@ -127,20 +138,41 @@ def test_views_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bridge.built(newest) == bridge.built(oldest) == "float32"
 
 
-def test_torch_stream_becomes_a_kept_cupy_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("from_external", [True, False], ids=["cupy14", "cupy13"])
+def test_torch_stream_becomes_a_kept_cupy_stream(monkeypatch: pytest.MonkeyPatch,
+                                                 from_external: bool) -> None:
     import torch
 
     current = {1: 0xC0}
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream",
                         lambda index: current[index], raising=False)
-    cupy = FakeCupy()
+    cupy = FakeCupy(from_external)
     bridge = TorchBridge(cupy, 1)
     assert bridge.stream() is None  # torch's current stream is CuPy's already
     current[1] = 0xD0
     stream = bridge.stream()
-    assert stream == ("stream", 0xD0, 1)
+    assert stream is not None
+    assert stream[:2] == (("stream" if from_external else "external stream"), 0xD0)
+    if not from_external:
+        assert stream[2] == 1  # the tensor's GPU, where CuPy 13 is told it
     assert bridge.stream() is stream
-    assert cupy.built == [("stream", 0xD0, 1)]
+    assert cupy.built == [stream]
+
+
+def test_cupy_14_wraps_torch_streams_without_the_deprecated_class() -> None:
+    # Bug: the bridge built every torch stream wrapper with cupy.cuda.ExternalStream, which
+    # CuPy 14 deprecates (a DeprecationWarning per wrapper in the H200 run of 2026-11-27's
+    # plan tests) and a later CuPy removes.
+    cupy = FakeCupy()
+
+    def refused(ptr: int, device: int) -> None:
+        raise AssertionError("ExternalStream used where Stream.from_external exists")
+
+    cupy.cuda.ExternalStream = refused
+    bridge = TorchBridge(cupy, 0)
+    bridge._raw_stream = lambda index: 0xE0
+    stream = bridge.stream()
+    assert stream is not None and stream[:2] == ("stream", 0xE0)
 
 
 def test_is_torch_reads_the_type_module_only() -> None:

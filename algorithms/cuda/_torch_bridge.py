@@ -148,8 +148,31 @@ class TorchBridge:
         if stream is None:
             if len(self._streams) >= _KEPT:
                 self._streams.clear()
-            stream = self._streams[ptr] = self._cupy.cuda.ExternalStream(ptr, self._index)
+            stream = self._streams[ptr] = _cupy_stream(self._cupy, ptr, self._index)
         return stream
+
+
+class _RawStream:
+    """A raw cudaStream_t in the CUDA stream protocol, which CuPy's Stream.from_external
+    reads (version 0: the handle as an int)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.ptr
+
+
+def _cupy_stream(cupy: Any, ptr: int, index: int) -> Any:
+    """A CuPy stream on the raw handle `ptr` of GPU `index`, not owned by CuPy."""
+    # CuPy 14 deprecates ExternalStream (a DeprecationWarning on every new wrapper) for
+    # Stream.from_external; CuPy 13, which pyproject still allows, has only the former.
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_RawStream(ptr))
+    return cupy.cuda.ExternalStream(ptr, index)
 
 
 @functools.cache
