@@ -59,7 +59,10 @@
 #              bench_gpu options (the model's rows alone, cheaper: "--no-torch --warmup 1
 #              --max-reps 10")
 #   targets    benchmarks/issue10_targets.py on this call's bench_{fp32,tf32,fp16,small}.json:
-#              issue 10's table, each target met or not (after those steps)
+#              issue 10's table, each target met or not (after those steps); then
+#              benchmarks/compare_runs.py on each of its bench_*.json against the newest stored
+#              run of that mode on this GPU (compare_<mode>.md: new configurations' status,
+#              wins and failures, ours/cuDNN per layer in both runs)
 #   fp32 tf32 fp16 bf16 bwd_data bwd_filter small small_tf32 small_fp16
 #              benchmarks/bench_gpu.py in that mode (NETWORKS overrides the networks;
 #              small* = GoogLeNet b32 and MobileNet-v2 b32, in fp32, tf32 or float16: the
@@ -270,7 +273,16 @@ for step in "${steps[@]}"; do
             cat "$LOG/targets.log"
         else
             echo "targets: no bench_fp32/tf32/fp16/small JSON in this call"
-        fi ;;
+        fi
+        # Every bench file of this call against the newest stored run of its mode on this
+        # GPU: the configurations new since then, whether they pass, and what they won.
+        for json in "$LOG"/bench_*.json; do
+            [[ -f $json ]] || continue
+            mode=$(basename "$json" .json)
+            run targets "compare_${mode#bench_}" python3 benchmarks/compare_runs.py --latest \
+                "$json" --out "$LOG/compare_${mode#bench_}.md"
+            head -n 8 "$LOG/compare_${mode#bench_}.log"
+        done ;;
     *) echo "unknown step: $step" >&2; rc=2 ;;
     esac
 done
