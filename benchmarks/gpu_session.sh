@@ -33,6 +33,8 @@
 #              (PROFILE_CASES=a,b to choose; NCU_METRICS="" to drop the stall metrics),
 #              then benchmarks/ncu_summary.py's table of every kernel: run `warm` first
 #   tuner      benchmarks/bench_tuner.py (issue 11: tuning time and regret, ResNet-50 b32)
+#              (TUNER_PROFILE=1: then once more under cProfile, into tuner_profile.txt:
+#              where exhaustive tuning's seconds go, about one tuning's time more)
 #   tuner_unbatched  the same with CONVTUNE_BATCH_BELOW_MS=0.05 on both sides
 #   tuner_more the same for VGG-16 b16 and MobileNet-v2 b32 (issue 11's regret target covers
 #              the three networks), each under its own T_TUNER
@@ -217,7 +219,8 @@ for step in "${steps[@]}"; do
         batch_below=$([[ $step == tuner ]] && echo "${CONVTUNE_BATCH_BELOW_MS:-0.5}" || echo 0.05)
         CONVTUNE_BATCH_BELOW_MS=$batch_below run tuner "$step" python3 benchmarks/bench_tuner.py \
             --device cuda:0 --model resnet50 --batch 32 --iso-budget-s 0.1 --out "$LOG/$step.json" \
-            ${ISO_HERE:+--iso-here} ${ISO_DEVICE:+--iso-device}
+            ${ISO_HERE:+--iso-here} ${ISO_DEVICE:+--iso-device} \
+            ${TUNER_PROFILE:+--profile "$LOG/${step}_profile.txt"}
         tail -n 28 "$LOG/$step.log" ;;
     tuner_more)
         for spec in vgg16:16 mobilenet_v2:32; do
