@@ -29,10 +29,12 @@ class LineChild:
         return self._line()
 
     def close(self) -> None:
-        """End its input and wait for it to exit."""
+        """End its input, wait for it to exit, and close its output."""
         if self.process.stdin is not None:
             self.process.stdin.close()
         self.process.wait()
+        if self.process.stdout is not None:  # else a ResourceWarning when it is collected
+            self.process.stdout.close()
 
     def _line(self) -> str:
         """The child's next line of output; RuntimeError where it ended instead."""

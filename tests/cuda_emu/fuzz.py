@@ -2,6 +2,7 @@
 
 Usage: python -m tests.cuda_emu.fuzz [--cases 240] [--seed 0] [--minutes 30]
            [--algorithms implicit_gemm_wgmma,implicit_gemm_tc] [--small] [--out f.json]
+           [--config-has -nchw]
 
 tests/test_cuda_emulated_random.py runs 48 fresh small problems in every CI run; this runs as
 many as asked, seeded (the same seed draws the same problems), of tests/random_problems.py's
@@ -19,7 +20,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -27,18 +28,39 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from algorithms.base import Algorithm, Support, unsupported  # noqa: E402
 from algorithms.cuda import shipped_kernels  # noqa: E402
-from algorithms.problem import DTYPES  # noqa: E402
+from algorithms.problem import DTYPES, ConvProblem  # noqa: E402
 from tests.cuda_emu.build import build_all  # noqa: E402
 from tests.cuda_emu.cases import ALGORITHMS, run_cases  # noqa: E402
 from tests.random_problems import random_cases  # noqa: E402
 
 
-def draw(count: int, names: list[str], seed: int, wide: bool = True) -> list[dict[str, Any]]:
+class Offering:
+    """An algorithm as random_cases sees it when only problems for which it offers a
+    configuration named with `text` count as supported (a campaign on one family of tiles:
+    about one wgmma draw in ten gets an NCHW tile)."""
+
+    def __init__(self, algorithm: Algorithm, text: str) -> None:
+        self.algorithm, self.text = algorithm, text
+
+    def supports(self, problem: ConvProblem) -> Support:
+        """The algorithm's answer, refused where no configuration is named with the text."""
+        found = self.algorithm.supports(problem)
+        if found and not any(self.text in c for c in self.algorithm.configs(problem)):
+            return unsupported(f"no configuration named with {self.text!r}")
+        return found
+
+
+def draw(count: int, names: list[str], seed: int, wide: bool = True,
+         config_has: str | None = None) -> list[dict[str, Any]]:
     """`count` cases over the named algorithms (each in every direction it serves first),
-    one in five with its operands off 256-byte boundaries by 0-3 elements each."""
+    one in five with its operands off 256-byte boundaries by 0-3 elements each; with
+    `config_has`, only problems one of whose configurations is named with it."""
     rng = np.random.default_rng(seed)
-    drawn = random_cases(rng, {name: ALGORITHMS[name] for name in names}, count, wide)
+    algorithms = {name: ALGORITHMS[name] if config_has is None else
+                  cast(Algorithm, Offering(ALGORITHMS[name], config_has)) for name in names}
+    drawn = random_cases(rng, algorithms, count, wide)
     cases = []
     for i, (name, problem) in enumerate(drawn):
         item = DTYPES[problem["dtype"]]
@@ -57,12 +79,15 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--algorithms", default=",".join(ALGORITHMS))
     p.add_argument("--small", action="store_true", help="the CI test's sizes, not the wider")
+    p.add_argument("--config-has", default=None,
+                   help="only problems offered a configuration named with this, e.g. -nchw")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--minutes", type=float, default=30.0, help="no new chunk after this")
     p.add_argument("--chunk", type=int, default=8, help="cases per run_cases call")
     p.add_argument("--out", type=Path, help="cases and verdicts as JSON")
     args = p.parse_args()
-    cases = draw(args.cases, args.algorithms.split(","), args.seed, not args.small)
+    cases = draw(args.cases, args.algorithms.split(","), args.seed, not args.small,
+                 args.config_has)
     build_all(shipped_kernels())
     began, results = time.monotonic(), {}
     for first in range(0, len(cases), args.chunk):

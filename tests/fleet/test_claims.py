@@ -122,6 +122,8 @@ def test_a_hung_tuners_live_claim_expires_and_is_taken_over(store_url: str) -> N
     finally:
         hung.kill()
         hung.wait()
+        if hung.stdout is not None:
+            hung.stdout.close()
 
 
 def test_waiting_is_bounded(db_url: str) -> None:
