@@ -2,7 +2,7 @@
 
 Usage: python -m tests.cuda_emu.fuzz [--cases 240] [--seed 0] [--minutes 30]
            [--algorithms implicit_gemm_wgmma,implicit_gemm_tc] [--small] [--out f.json]
-           [--config-has -nchw]
+           [--config-has=-nchw]
 
 tests/test_cuda_emulated_random.py runs 48 fresh small problems in every CI run; this runs as
 many as asked, seeded (the same seed draws the same problems), of tests/random_problems.py's
@@ -80,7 +80,8 @@ def main() -> int:
     p.add_argument("--algorithms", default=",".join(ALGORITHMS))
     p.add_argument("--small", action="store_true", help="the CI test's sizes, not the wider")
     p.add_argument("--config-has", default=None,
-                   help="only problems offered a configuration named with this, e.g. -nchw")
+                   help="only problems offered a configuration named with this "
+                        "(--config-has=-nchw)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--minutes", type=float, default=30.0, help="no new chunk after this")
     p.add_argument("--chunk", type=int, default=8, help="cases per run_cases call")
