@@ -253,11 +253,13 @@ def draw(cmp: Comparison, path: Path) -> None:
 
 def latest(new: Path, results: Path = RESULTS) -> Path | None:
     """The newest stored run of `new`'s mode (its file name) on a GPU of the same name,
-    other than `new` itself: folders are named by date first, so the last in order."""
+    before `new` where `new` is stored there too: folders are named by date first, so the
+    last in order."""
     device = json.loads(new.read_text())["device"].get("name")
+    stored = new.resolve().parent.parent == results.resolve()
     found = None
     for path in sorted(results.glob(f"*/{new.name}")):
-        if path.resolve() == new.resolve():
+        if path.resolve() == new.resolve() or (stored and path.parent.name > new.parent.name):
             continue
         try:
             if json.loads(path.read_text())["device"].get("name") == device:

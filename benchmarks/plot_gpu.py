@@ -8,8 +8,10 @@ tuner_mobilenet_v2.json from bench_tuner.py (any may be missing). Writes into th
 folder speed_vs_cudnn.png (ours/cuDNN per ResNet-50 layer, one panel per mode, log scale),
 speed_vs_cudnn_small.png (the same for GoogLeNet and MobileNet-v2 from bench_small*.json,
 one panel per network and mode), regret.png (the tuner's pick against the best
-configuration re-measured alone, ResNet-50's runs together) and regret_<network>.png for
-the other networks. Needs matplotlib (not a project dependency: `pip install matplotlib`).
+configuration re-measured alone, ResNet-50's runs together), regret_<network>.png for
+the other networks, and compare_<mode>.png for each bench_<mode>.json: ours/cuDNN per layer
+beside the newest earlier stored run of that mode on the same GPU (compare_runs.py). Needs
+matplotlib (not a project dependency: `pip install matplotlib`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 #: bench_gpu modes in the order they are drawn, with their panel titles.
 MODES = {
@@ -122,6 +128,20 @@ def main() -> None:
     for network in OTHER_TUNED:  # bench_tuner's other networks (gpu_session.sh tuner_more)
         if (data := _load(folder / f"tuner_{network}.json")) is not None:
             draw_regret({f"tuner_{network}": data}, folder / f"regret_{network}.png")
+    draw_comparisons(folder)
+
+
+def draw_comparisons(folder: Path, results: Path | None = None) -> None:
+    """compare_<mode>.png for each bench_<mode>.json with an earlier stored run (under
+    `results`, default benchmarks/results) to face."""
+    from benchmarks import compare_runs
+
+    for new in sorted(folder.glob("bench_*.json")):
+        old = compare_runs.latest(new, results or compare_runs.RESULTS)
+        if old is not None:
+            compare = compare_runs.compare(json.loads(old.read_text()),
+                                           json.loads(new.read_text()), str(old), str(new))
+            compare_runs.draw(compare, folder / f"compare_{new.stem.removeprefix('bench_')}.png")
 
 
 def draw_regret(runs: dict[str, Any], path: Path) -> None:

@@ -109,6 +109,13 @@ def test_latest_is_the_newest_stored_run_of_the_same_mode_and_gpu(tmp_path: Path
     (tmp_path / "2026-11-28-x" / "bench_fp32.json").write_text("not json")
     new = write("2026-11-29-h200", "bench_fp32.json", "H200")
     assert compare_runs.latest(new, tmp_path) == newest
+    # A stored run is compared with the runs before it, not with later ones.
+    later = write("2026-11-30-h200", "bench_fp32.json", "H200")
+    assert compare_runs.latest(new, tmp_path) == newest
+    outside = tmp_path.parent / f"{tmp_path.name}-call" / "bench_fp32.json"
+    outside.parent.mkdir()
+    outside.write_text(new.read_text())  # a call's own file, not yet stored: the newest
+    assert compare_runs.latest(outside, tmp_path) == later
     alone = write("2026-11-29-a100", "bench_tf32.json", "A100")
     assert compare_runs.latest(alone, tmp_path) is None
 
