@@ -91,11 +91,16 @@ class LayerChange:
     old_pick: Config | None
     new_pick: Config | None
     cudnn_drift: float | None  # cuDNN's time, new run over old
-    new_configs: int  # measured in the new run only, any status
+    fresh: tuple[tuple[Config, str], ...]  # (config, status) measured in the new run only
     new_best: Config | None  # the fastest of those that ran correctly
     new_best_vs_fastest: float | None  # its time over the layer's fastest in the new run
     new_failures: tuple[tuple[Config, str, str], ...]  # (config, status, error)
     pick_is_new: bool  # the new run's pick is a configuration the old one never measured here
+
+    @property
+    def new_configs(self) -> int:
+        """How many configurations the new run measured here that the old one did not."""
+        return len(self.fresh)
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ class Comparison:
     layers: tuple[LayerChange, ...]
     only_old: int
     only_new: int
-    new_by_family: dict[str, Counter[str]]  # family -> status counts, over all layers
+    new_by_family: dict[str, Counter[str]]  # family -> its new configs' status counts
     wins_by_family: Counter[str]  # family -> layers whose pick is one of its new configs
 
 
@@ -129,7 +134,8 @@ def layer_change(old: dict[str, Any], new: dict[str, Any]) -> LayerChange:
         old_ratio=old.get("speed_vs_cudnn"), new_ratio=new.get("speed_vs_cudnn"),
         old_pick=_pick(old), new_pick=_pick(new),
         cudnn_drift=new_cudnn / old_cudnn if old_cudnn and new_cudnn else None,
-        new_configs=len(fresh), new_best=best,
+        fresh=tuple((c, str(e.get("status"))) for c, e in sorted(fresh.items())),
+        new_best=best,
         new_best_vs_fastest=(fresh_times[best] / fastest
                              if best is not None and fastest else None),
         new_failures=failures, pick_is_new=_pick(new) in fresh)
@@ -144,13 +150,9 @@ def compare(old: dict[str, Any], new: dict[str, Any], old_name: str = "old",
     layers = tuple(layer_change(old_rows[k], new_rows[k]) for k in common)
     by_family: dict[str, Counter[str]] = {}
     wins: Counter[str] = Counter()
-    for k in common:
-        before = measured(old_rows[k])
-        for (name, config), entry in measured(new_rows[k]).items():
-            if (name, config) not in before:
-                by_family.setdefault(family(name, config), Counter())[
-                    str(entry.get("status"))] += 1
     for change in layers:
+        for config, status in change.fresh:
+            by_family.setdefault(family(*config), Counter())[status] += 1
         if change.pick_is_new and change.new_pick is not None:
             wins[family(*change.new_pick)] += 1
     return Comparison(old=old_name, new=new_name, layers=layers,
