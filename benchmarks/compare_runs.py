@@ -256,19 +256,23 @@ def draw(cmp: Comparison, path: Path) -> None:
 def latest(new: Path, results: Path = RESULTS) -> Path | None:
     """The newest stored run of `new`'s mode (its file name) on a GPU of the same name,
     before `new` where `new` is stored there too: folders are named by date first, so the
-    last in order."""
+    last in order, and the search stops at the first that matches."""
     device = json.loads(new.read_text())["device"].get("name")
     stored = new.resolve().parent.parent == results.resolve()
-    found = None
-    for path in sorted(results.glob(f"*/{new.name}")):
+    for path in sorted(results.glob(f"*/{new.name}"), reverse=True):
         if path.resolve() == new.resolve() or (stored and path.parent.name > new.parent.name):
             continue
         try:
             if json.loads(path.read_text())["device"].get("name") == device:
-                found = path
+                return path
         except (ValueError, KeyError, AttributeError):
             continue
-    return found
+    return None
+
+
+def compare_files(old: Path, new: Path) -> Comparison:
+    """`compare` on two bench_gpu.py JSON files, named by their paths."""
+    return compare(json.loads(old.read_text()), json.loads(new.read_text()), str(old), str(new))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     else:
         old, new = args.runs
-    cmp = compare(json.loads(old.read_text()), json.loads(new.read_text()), str(old), str(new))
+    cmp = compare_files(old, new)
     text = markdown(cmp)
     print(text, end="")
     if args.out:

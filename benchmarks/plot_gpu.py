@@ -139,9 +139,8 @@ def draw_comparisons(folder: Path, results: Path | None = None) -> None:
     for new in sorted(folder.glob("bench_*.json")):
         old = compare_runs.latest(new, results or compare_runs.RESULTS)
         if old is not None:
-            compare = compare_runs.compare(json.loads(old.read_text()),
-                                           json.loads(new.read_text()), str(old), str(new))
-            compare_runs.draw(compare, folder / f"compare_{new.stem.removeprefix('bench_')}.png")
+            compare_runs.draw(compare_runs.compare_files(old, new),
+                              folder / f"compare_{new.stem.removeprefix('bench_')}.png")
 
 
 def draw_regret(runs: dict[str, Any], path: Path) -> None:
