@@ -13,9 +13,12 @@ from benchmarks.model_curve import curve
 
 def _results(path: Path, layers: dict[str, list[ConvProblem]], rng: np.random.Generator) -> Path:
     # "fast" is 3x faster than "slow" on every layer, each with two configurations.
+    # Flake pinned (CI, 2026-11-29): with +-5% noise fast's two configurations could lie
+    # 1.105x apart, past top-1's 10%, and a model picking the slower one missed; +-2% keeps
+    # them within 1.05x, so either is a top-1 hit, as the test means.
     rows = [{"network": network, "problem": p.key(), "algorithms": {
         name: {"configs": {cfg: {"status": "ok", "workspace_bytes": 0,
-                                 "ms": p.flops * 1e-9 * speed * float(rng.uniform(0.95, 1.05))}
+                                 "ms": p.flops * 1e-9 * speed * float(rng.uniform(0.98, 1.02))}
                            for cfg in ("64x64", "128x128")}}
         for name, speed in (("fast", 1.0), ("slow", 3.0))}}
         for network, problems in layers.items() for p in problems]
