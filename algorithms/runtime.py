@@ -10,7 +10,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -150,6 +150,16 @@ def warm_until_stable(sample: Callable[[], float], max_s: float, rel: float = 0.
     return count
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What a runtime built before candidates' first runs (Runtime.prepare)."""
+
+    built: int = 0  # kernels compiled, or loaded from a disk cache
+    failed: tuple[str, ...] = ()  # "what: why" of each that could not be built
+    threads: int = 0
+    seconds: float = 0.0  # wall time
+
+
 class Runtime(Protocol):
     """One device as the tuner and `convolve` see it (a backend module implements it)."""
 
@@ -227,6 +237,14 @@ class Runtime(Protocol):
 
     def warm_up(self) -> None:
         """Bring the device to steady clocks before the first candidate of a pass."""
+        ...
+
+    def prepare(self, problem: ConvProblem, candidates: Iterable[tuple[Any, str]]
+                ) -> Prepared:
+        """Before the first runs of (algorithm, config) candidates of `problem`: build what
+        they need, several at once (a GPU compiles their kernels in parallel); nothing
+        where runs need nothing built. A failure is reported, not raised: the candidate's
+        own run meets it again, where the tuner records it."""
         ...
 
     def reference(self, a: Any, b: Any, problem: ConvProblem) -> Any:

@@ -36,6 +36,9 @@
 #              (TUNER_PROFILE=1: then once more under cProfile, into tuner_profile.txt:
 #              where exhaustive tuning's seconds go, about one tuning's time more)
 #   tuner_unbatched  the same with CONVTUNE_BATCH_BELOW_MS=0.05 on both sides
+#   cold       benchmarks/bench_cold_tune.py (issue 11: exhaustive ResNet-50 b32 tuning on an
+#              empty kernel cache, the kernels compiled ahead by threads, then each at its
+#              first run, then with the cache the first filled; a process and a store each)
 #   tuner_more the same for VGG-16 b16 and MobileNet-v2 b32 (issue 11's regret target covers
 #              the three networks), each under its own T_TUNER
 #              (ISO_HERE=1: every tuner step also re-measures in its own process, to tell
@@ -222,6 +225,10 @@ for step in "${steps[@]}"; do
             ${ISO_HERE:+--iso-here} ${ISO_DEVICE:+--iso-device} \
             ${TUNER_PROFILE:+--profile "$LOG/${step}_profile.txt"}
         tail -n 28 "$LOG/$step.log" ;;
+    cold)
+        run cold cold python3 benchmarks/bench_cold_tune.py --device cuda:0 --model resnet50 \
+            --batch 32 --out "$LOG/cold.json"
+        tail -n 8 "$LOG/cold.log" ;;
     tuner_more)
         for spec in vgg16:16 mobilenet_v2:32; do
             model=${spec%%:*}

@@ -10,8 +10,6 @@ CuPy will on the GPU: CuPy's where it loads, else the nvidia-cuda-nvrtc wheel's.
 
 from __future__ import annotations
 
-import ctypes
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from algorithms.cuda._loader import (
     target_arch,
 )
 from benchmarks.kernel_resources import NVCC, compile_all, usages
+from benchmarks.nvrtc_ctypes import load_nvrtc
 from tests.cuda_emu.warp_cases import WARP_ARCH, WARP_INSTANCES, WARP_KERNELS
 
 ARCHS = ("sm_80", "sm_90")
@@ -80,68 +79,11 @@ def test_tensor_core_kernels_keep_their_stages_in_dynamic_shared_memory(
     assert [u.shared_bytes for u in found] == [0] * len(found)
 
 
-class _CtypesNvrtc:
-    """The few NVRTC calls below, from the nvidia-cuda-nvrtc wheel (the test extra's) through
-    ctypes, where CuPy cannot load NVRTC (no CuPy on a CPU machine): the same compiler the
-    GPU's CuPy calls, so a source it refuses fails here, not in a GPU session."""
-
-    def __init__(self, path: str) -> None:
-        self.lib = ctypes.CDLL(path)
-        self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
-
-    def _check(self, rc: int) -> None:
-        if rc != 0:
-            raise RuntimeError(self.lib.nvrtcGetErrorString(rc).decode())
-
-    def createProgram(self, src: str, name: str, headers: Any, includes: Any) -> Any:
-        prog = ctypes.c_void_p()
-        self._check(self.lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(),
-                                                name.encode(), 0, None, None))
-        return prog
-
-    def addNameExpression(self, prog: Any, name: str) -> None:
-        self._check(self.lib.nvrtcAddNameExpression(prog, name.encode()))
-
-    def compileProgram(self, prog: Any, options: tuple[str, ...]) -> None:
-        args = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
-        self._check(self.lib.nvrtcCompileProgram(prog, len(options), args))
-
-    def getProgramLog(self, prog: Any) -> str:
-        size = ctypes.c_size_t()
-        self._check(self.lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size)))
-        log = ctypes.create_string_buffer(size.value)
-        self._check(self.lib.nvrtcGetProgramLog(prog, log))
-        return log.value.decode()
-
-    def destroyProgram(self, prog: Any) -> None:
-        self._check(self.lib.nvrtcDestroyProgram(ctypes.byref(prog)))
-
-    def getLoweredName(self, prog: Any, name: str) -> str:
-        lowered = ctypes.c_char_p()
-        self._check(self.lib.nvrtcGetLoweredName(prog, name.encode(), ctypes.byref(lowered)))
-        return (lowered.value or b"").decode()
-
-
-def _nvrtc() -> Any:
-    try:
-        from cupy_backends.cuda.libs import nvrtc
-
-        nvrtc.getVersion()
-        return nvrtc
-    except Exception:  # no CuPy (or no libnvrtc for it): the wheel's, if installed
-        pass
-    for site in sys.path:
-        found = sorted(Path(site).glob("nvidia/cu*/lib/libnvrtc.so.*"))
-        if found:
-            return _CtypesNvrtc(str(found[-1]))
-    return None
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("filename", sorted(shipped_kernels()))
 def test_loader_source_compiles_with_nvrtc(filename: str, arch: str) -> None:
     """The exact text the loader hands CuPy (header pasted in) compiles with NVRTC, silently."""
-    nvrtc: Any = _nvrtc()
+    nvrtc: Any = load_nvrtc()
     if nvrtc is None:
         pytest.skip("NVRTC is not loadable (neither CuPy's nor the nvidia-cuda-nvrtc wheel's)")
     names = shipped_kernels()[filename]
@@ -164,7 +106,7 @@ def test_loader_source_compiles_with_nvrtc(filename: str, arch: str) -> None:
 def test_warp_kernels_compile_with_nvrtc_as_the_gpu_test_builds_them() -> None:
     """tests/gpu/test_warp_layouts_gpu.py builds tests/cuda_emu/warp_kernels.cu (headers
     pasted) with NVRTC for sm_90a on the GPU: a source it refuses fails here first."""
-    nvrtc: Any = _nvrtc()
+    nvrtc: Any = load_nvrtc()
     if nvrtc is None:
         pytest.skip("NVRTC is not loadable (neither CuPy's nor the nvidia-cuda-nvrtc wheel's)")
     source = paste_headers(Path(WARP_KERNELS).read_text(encoding="utf-8"))

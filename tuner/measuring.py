@@ -184,6 +184,9 @@ class Measurer:
         operands = random_operands(runtime, problem, self.rng)
         rows: list[MeasurementRow] = []
         with runtime.activate():  # run() enqueues on the current device's stream
+            # Kernels built before the first run, several at once, rather than one by one
+            # inside each candidate's first run.
+            runtime.prepare(problem, [(cand.algorithm, cand.config) for cand in candidates])
             ref = runtime.reference(operands[0], operands[1], problem)
             with timed_region():
                 runtime.warm_up()

@@ -7,7 +7,7 @@ import platform
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -17,7 +17,14 @@ from algorithms.cpu.gemm import torch_gemms
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference
 from algorithms.reference_gemm import errors
-from algorithms.runtime import Timing, TimingPolicy, is_torch, time_runs, warm_until_stable
+from algorithms.runtime import (
+    Prepared,
+    Timing,
+    TimingPolicy,
+    is_torch,
+    time_runs,
+    warm_until_stable,
+)
 
 #: The longest the CPU warm-up spins (a governor lifts the clock within tens of ms).
 WARM_UP_S = 0.05
@@ -172,6 +179,11 @@ class CpuRuntime:
             np.matmul(a, a)
 
         warm_until_stable(lambda: self.sample_ms(spin, 4), WARM_UP_S)
+
+    def prepare(self, problem: ConvProblem, candidates: Iterable[tuple[Any, str]]
+                ) -> Prepared:
+        """Nothing: the CPU algorithms build nothing before their first run."""
+        return Prepared()
 
     def reference(self, a: Any, b: Any, problem: ConvProblem) -> np.ndarray:
         """The NumPy float64 reference (algorithms.reference)."""

@@ -267,8 +267,11 @@ def enqueue(launch: KernelLaunch, get_kernel: Callable[[str, str], Any],
     """Launch `launch` on the current stream with `operands` (arrays or Addresses for
     pointers, ints for flags): prepared where the kernel offers it, else through its own
     call."""
-    bound = launch.bind(get_kernel)
     taking = _recording.active()  # a dry run (_replay): write the launch down, make none
+    if taking is not None and taking.names_only:  # before bind, which would compile it
+        taking.kernels.append((launch.file, launch.name))
+        return
+    bound = launch.bind(get_kernel)
     if bound is None:
         if taking is not None:
             taking.refuse(f"{launch.name} launches through its own call")

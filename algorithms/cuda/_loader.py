@@ -64,6 +64,10 @@ DEFAULT_SMEM_LIMIT = 48 * 1024
 _INCLUDE = re.compile(r'^#include "(\w+\.cuh)"$', re.M)
 _lock = threading.Lock()
 _kernels: dict[tuple[int, str, str], Any] = {}
+# One lock per (device, file, name expression): two threads asking for one kernel compile it
+# once, and threads asking for different ones compile them at once (NVRTC runs without the
+# GIL: algorithms.cuda._ahead compiles a tuning's kernels in parallel that way).
+_instance_locks: dict[tuple[int, str, str], threading.Lock] = {}
 
 
 def kernel_files() -> list[Path]:
@@ -128,7 +132,7 @@ def get_kernel(filename: str, name_expression: str) -> Any:
     key = (cupy.cuda.runtime.getDevice(), filename, name_expression)
     kernel = _kernels.get(key)
     if kernel is None:
-        with _lock:
+        with _instance_lock(key):
             kernel = _kernels.get(key)
             if kernel is None:
                 if filename in FEATURE_ARCH:
@@ -141,6 +145,18 @@ def get_kernel(filename: str, name_expression: str) -> Any:
                     kernel = module.get_function(name_expression)
                 _kernels[key] = kernel
     return kernel
+
+
+def _instance_lock(key: tuple[int, str, str]) -> threading.Lock:
+    with _lock:
+        return _instance_locks.setdefault(key, threading.Lock())
+
+
+def is_loaded(filename: str, name_expression: str) -> bool:
+    """Whether get_kernel has `name_expression` of kernels/`filename` for the current device
+    already (a dict lookup: no compile, no disk)."""
+    cupy = require_cupy()
+    return (cupy.cuda.runtime.getDevice(), filename, name_expression) in _kernels
 
 
 def _feature_kernel(cupy: Any, filename: str, name_expression: str) -> Any:

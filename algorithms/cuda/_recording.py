@@ -6,6 +6,10 @@ Python, a prepared kernel launch (_launch.enqueue) and a cuBLAS call
 enqueueing anything. A call that cannot be written down as a function and its plain
 arguments (a kernel launched through its own call) refuses the recording instead, and is
 not made either: a dry run's operand addresses are not real.
+
+A names-only recording (algorithms.cuda._ahead) goes further: a launch writes down its
+kernel's file and name expression before that kernel is even looked up, so the dry run
+compiles nothing and lists the instances a run needs.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ class Recording:
     calls: list[tuple[Callable[..., None], tuple[Any, ...]]] = field(default_factory=list)
     #: Why the run cannot be replayed (the first such call), or None.
     refused: str | None = None
+    #: Only the kernels launched are wanted (file, name expression; `kernels`), not calls.
+    names_only: bool = False
+    kernels: list[tuple[str, str]] = field(default_factory=list)
 
     def add(self, function: Callable[..., None], args: tuple[Any, ...]) -> None:
         """Write down one call."""
@@ -55,9 +62,10 @@ def active() -> Recording | None:
 
 
 @contextmanager
-def recording() -> Iterator[Recording]:
-    """Record the calling thread's GPU calls in the block, and make none."""
-    found, previous = Recording(), active()
+def recording(names_only: bool = False) -> Iterator[Recording]:
+    """Record the calling thread's GPU calls in the block, and make none (`names_only`: only
+    the kernels launched, none looked up)."""
+    found, previous = Recording(names_only=names_only), active()
     _local.recording = found
     try:
         yield found

@@ -10,16 +10,24 @@ import functools
 import math
 import statistics
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
 import numpy as np
 
+from algorithms.cuda import _ahead
 from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.problem import ConvProblem
 from algorithms.reference_gemm import errors, reference_gemm
-from algorithms.runtime import Timing, TimingPolicy, is_torch, time_runs, warm_until_stable
+from algorithms.runtime import (
+    Prepared,
+    Timing,
+    TimingPolicy,
+    is_torch,
+    time_runs,
+    warm_until_stable,
+)
 
 #: The longest the clock warm-up spins; boost clocks settle within a few hundred ms.
 WARM_UP_S = 0.5
@@ -82,6 +90,12 @@ class CudaRuntime:
         self._ndarray = cupy.ndarray
         self._get_device = cupy.cuda.runtime.getDevice
         self._current_stream = cupy.cuda.get_current_stream
+
+    def prepare(self, problem: ConvProblem, candidates: Iterable[tuple[Any, str]]
+                ) -> Prepared:
+        """Compile the kernels the candidates' runs need, several at once (_ahead)."""
+        with self._dev:
+            return _ahead.prepare(problem, candidates, self.index)
 
     # --- buffers ---------------------------------------------------------------------------
     def storage_dtype(self, dtype: str) -> str:

@@ -7,7 +7,8 @@ into a NaN-filled y and a workspace filled with 0xFF before each run (one buffer
 split K's counters are kept per workspace); the two results must agree bit for bit (else two
 threads of a barrier phase race, or a result depends on which block ran last), y must be
 fully written and match the float64 reference. cuBLAS and cuFFT are the NumPy stand-ins of
-host.py.
+host.py. For a replayable algorithm, the kernels its first run asks for must be exactly those
+a names-only dry run lists (algorithms.cuda._ahead, which compiles them ahead on a GPU).
 
 `run_cases` (the parent side) sends cases as JSON to `python -m tests.cuda_emu.cases`, which
 prints one JSON line per case. A sanitizer report aborts that process: the case it was on
@@ -30,6 +31,7 @@ import numpy as np
 from algorithms.base import Algorithm
 from algorithms.cuda import (
     KERNEL_MODULES,
+    _ahead,
     _counters,
     _cublas,
     _launch,
@@ -91,10 +93,19 @@ def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
     return kind(filename, name_expression, shipped_kernels().get(filename, ()))
 
 
+#: Every (file, name expression) the algorithms asked get_kernel for, in order.
+_asked: list[tuple[str, str]] = []
+
+
+def _asked_kernel(filename: str, name_expression: str) -> EmulatedKernel:
+    _asked.append((filename, name_expression))
+    return _kernel(filename, name_expression)
+
+
 def install() -> None:
     """Route every GPU library call of algorithms/cuda to the emulator and host stand-ins."""
     for module in KERNEL_MODULES:
-        module.get_kernel = _kernel  # type: ignore[attr-defined]
+        module.get_kernel = _asked_kernel  # type: ignore[attr-defined]
     _loader._func_set_attribute = func_set_attribute  # type: ignore[assignment]
     _launch._stream = lambda: 0  # the emulator has one stream
     _counters.zeros = lambda nbytes: dev(np.zeros(nbytes, np.uint8))  # "device" memory
@@ -179,8 +190,15 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
                 replays += _second_run(algorithm, problem, config, first, (a, b, y),
                                        workspace)
             else:
+                listed = _ahead.instances(algorithm, problem, config,
+                                          (a.data.ptr, b.data.ptr, y.data.ptr))
+                _asked.clear()
                 algorithm.run(a, b, y, workspace, problem, config)
                 first = (a, b, y)
+                launched = tuple(dict.fromkeys(_asked))
+                if getattr(algorithm, "replayable", False) and listed != launched:
+                    return {"status": "failed", "message": f"{config}: the dry run lists "
+                            f"kernels {listed}, the run launched {launched}"}
             outputs.append(to_float(np.array(y), dtype))
         if outputs[0].tobytes() != outputs[1].tobytes():
             return {"status": "failed",

@@ -191,3 +191,68 @@ def test_heuristic_tune_measures_nothing(capsys: pytest.CaptureFixture[str]) -> 
     assert "nothing to predict" in capsys.readouterr().err
     assert main(["results", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["warm", "--model", "alexnet", "--device", "cpu"], "compile no kernels"),
+        (["warm", "--device", "cuda:0"], "give exactly one of --model NAME or --onnx PATH"),
+        (["warm", "--model", "alexnet", "--batch", "0", "--device", "cuda:0"], "batch"),
+        (["warm", "--model", "nonet", "--device", "cuda:0"], "unknown network 'nonet'"),
+    ],
+)
+def test_warm_errors_are_one_line_and_nonzero(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and says in err and "Traceback" not in err
+
+
+class _Warmable:
+    """A GPU runtime that builds one kernel per candidate, and fails on one of them."""
+
+    def __init__(self) -> None:
+        self.prepared: list[tuple[object, list[tuple[str, str]]]] = []
+
+    def activate(self) -> object:
+        from contextlib import nullcontext
+
+        return nullcontext()
+
+    def prepare(self, problem: object, candidates: object) -> object:
+        from algorithms.runtime import Prepared
+
+        names = [(a.name, c) for a, c in candidates]  # type: ignore[attr-defined]
+        self.prepared.append((problem, names))
+        failed = tuple(f"k{i}.cu x: RuntimeError: no" for i in range(3))
+        return Prepared(len(names) - 3, failed, 4, 0.5)
+
+
+def test_warm_builds_each_convolutions_candidates_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from algorithms.registry import algorithms_for
+    from tuner import warming
+    from tuner.candidates import enumerate_candidates
+    from tuner.networks import network_problems
+
+    runtime = _Warmable()
+    monkeypatch.setattr(warming, "get_runtime", lambda device: runtime)
+    # Batch 1 twice: the same convolutions, built once.
+    assert main(["warm", "--model", "alexnet", "--batch", "1,1", "--device", "cuda:0"]) == 0
+    problems = [p for _, p in network_problems("alexnet", 1)]
+    assert [p for p, _ in runtime.prepared] == problems
+    offered = enumerate_candidates(tuple(algorithms_for("cuda")), problems[0], "cuda")[0]
+    assert runtime.prepared[0][1] == [(c.algorithm.name, c.config) for c in offered]
+    err = capsys.readouterr().err.strip().splitlines()
+    built = sum(len(names) - 3 for _, names in runtime.prepared)
+    assert err[0].startswith(f"convtune: {built} kernel instances built for 5 convolutions "
+                             "on cuda:0 in ")
+    assert err[1:6] == ["convtune: warning: not built: k0.cu x: RuntimeError: no",
+                        "convtune: warning: not built: k1.cu x: RuntimeError: no",
+                        "convtune: warning: not built: k2.cu x: RuntimeError: no",
+                        "convtune: warning: not built: k0.cu x: RuntimeError: no",
+                        "convtune: warning: not built: k1.cu x: RuntimeError: no"]
+    assert err[6] == "convtune: warning: 10 more not built" and len(err) == 7

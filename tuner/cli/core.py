@@ -187,29 +187,10 @@ def find(
     stdout().print(results_table(results, f"{problem.describe()} on {dev}"))
 
 
-@app.command()
-def tune(
-    model: Annotated[
-        str | None, typer.Option("--model", help=f"Built-in network: {', '.join(NETWORKS)}; or "
-                     f"{', '.join(SYNTHETIC)} (synthetic layers for the cost model).")
-    ] = None,
-    onnx: Annotated[
-        Path | None,
-        typer.Option("--onnx", help="ONNX model: tune its 2-D Conv nodes (dtype from the model)."),
-    ] = None,
-    batch: Annotated[str, typer.Option("--batch", help="Batch size(s), e.g. 8 or 1,8,32.")] = "1",
-    dtype: DtypeOpt = "float32",
-    math: MathOpt = "fp32",
-    directions: Annotated[str, typer.Option(
-        "--directions", help="forward (default), all, or a comma list of directions.")
-    ] = "forward",
-    workspace_limit: LimitOpt = None,
-    device: DeviceOpt = None,
-    db: DbOpt = None,
-    mode: ModeOpt = "auto",
-    as_json: JsonOpt = False,
-) -> None:
-    """Tune every distinct convolution of a network (--model or --onnx), print the winners."""
+def network_work(model: str | None, onnx: Path | None, batch: str, dtype: str, math: str,
+                 directions: str) -> list[tuple[int, str, ConvProblem]]:
+    """(batch, layer, problem) of each convolution of a network (--model or --onnx) at each
+    batch size and direction, as `tune` and `warm` take them."""
     if (model is None) == (onnx is None):
         raise ValueError("give exactly one of --model NAME or --onnx PATH")
     batches = parse_batches(batch)
@@ -226,7 +207,39 @@ def tune(
             layers = network_problems(str(model), b, dtype, math)
             work += [(b, layer.name, p) for layer, p in layers]
     wanted = parse_directions(directions)
-    work = [(b, layer, replace(p, direction=d)) for b, layer, p in work for d in wanted]
+    return [(b, layer, replace(p, direction=d)) for b, layer, p in work for d in wanted]
+
+
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help=f"Built-in network: {', '.join(NETWORKS)}; or "
+                             f"{', '.join(SYNTHETIC)} (synthetic layers for the cost model).")
+]
+OnnxOpt = Annotated[
+    Path | None,
+    typer.Option("--onnx", help="ONNX model: its 2-D Conv nodes (dtype from the model)."),
+]
+BatchOpt = Annotated[str, typer.Option("--batch", help="Batch size(s), e.g. 8 or 1,8,32.")]
+DirectionsOpt = Annotated[str, typer.Option(
+    "--directions", help="forward (default), all, or a comma list of directions.")
+]
+
+
+@app.command()
+def tune(
+    model: ModelOpt = None,
+    onnx: OnnxOpt = None,
+    batch: BatchOpt = "1",
+    dtype: DtypeOpt = "float32",
+    math: MathOpt = "fp32",
+    directions: DirectionsOpt = "forward",
+    workspace_limit: LimitOpt = None,
+    device: DeviceOpt = None,
+    db: DbOpt = None,
+    mode: ModeOpt = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Tune every distinct convolution of a network (--model or --onnx), print the winners."""
+    work = network_work(model, onnx, batch, dtype, math, directions)
     model = model or onnx.name  # type: ignore[union-attr]
     dev = parse_device(device)
     facade = service(db)

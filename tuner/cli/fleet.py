@@ -1,4 +1,5 @@
-"""Fleet commands: export, import, push, pull (bundles of measurements between stores)."""
+"""Fleet commands: export, import, push, pull (bundles of measurements between stores), and
+warm (a machine's kernels built before its first tuning or plan)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,21 @@ from typing import Annotated, Any
 import typer
 
 from tuner.cli import app
-from tuner.cli.core import DbOpt
+from tuner.cli.core import (
+    BatchOpt,
+    DbOpt,
+    DeviceOpt,
+    DirectionsOpt,
+    DtypeOpt,
+    MathOpt,
+    ModelOpt,
+    OnnxOpt,
+    network_work,
+)
+from tuner.devices import parse_device
 from tuner.fleet import pull_bundle, push_bundle
 from tuner.service import service
+from tuner.warming import warm as warm_kernels
 
 ExportDeviceOpt = Annotated[
     str | None,
@@ -85,3 +98,27 @@ def pull(server: ServerOpt, db: DbOpt = None, device: ExportDeviceOpt = None) ->
     """Fetch a convtune server's measurements (or one device's) and merge them here."""
     counts = service(db).import_bundle(pull_bundle(server, device=device))
     _say(f"pulled from {server}: {_summary(counts)}")
+
+
+@app.command()
+def warm(
+    model: ModelOpt = None,
+    onnx: OnnxOpt = None,
+    batch: BatchOpt = "1",
+    dtype: DtypeOpt = "float32",
+    math: MathOpt = "fp32",
+    directions: DirectionsOpt = "forward",
+    device: DeviceOpt = None,
+) -> None:
+    """Compile the GPU kernels that tuning or running a network's convolutions needs, ahead
+    and several at once, into the GPU's kernel cache on disk."""
+    work = network_work(model, onnx, batch, dtype, math, directions)
+    dev = parse_device(device)
+    problems = [problem for _, _, problem in work]
+    done = warm_kernels(problems, dev)
+    _say(f"convtune: {done.built} kernel instances built for {len(set(problems))} convolutions "
+         f"on {dev} in {done.seconds:.1f} s ({done.threads} threads at most)")
+    for failure in done.failed[:5]:
+        _say(f"convtune: warning: not built: {failure}")
+    if len(done.failed) > 5:
+        _say(f"convtune: warning: {len(done.failed) - 5} more not built")
