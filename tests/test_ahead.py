@@ -243,3 +243,14 @@ def test_the_measurer_prepares_every_candidate_before_the_first_run() -> None:
     assert runtime.events[0] == ("prepare", problem,
                                  [("direct", c.config) for c in candidates])
     assert runs and runtime.events.count("run") == len(runs)
+
+
+def test_compile_ahead_of_none_or_one_starts_no_thread() -> None:
+    names: list[str] = []
+
+    def load(filename: str, name: str) -> None:
+        names.append(threading.current_thread().name)
+
+    assert _ahead.compile_ahead([], load, threads=8).built == 0
+    assert _ahead.compile_ahead([("a.cu", "k")], load, threads=8).built == 1
+    assert names == [threading.current_thread().name]  # the caller's own thread

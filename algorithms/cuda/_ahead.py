@@ -104,11 +104,13 @@ def compile_ahead(todo: Sequence[Instance], load: Callable[[str, str], Any],
         except Exception as exc:  # left to the candidate's own first run to record
             failed.append(f"{item[0]} {item[1]}: {type(exc).__name__}: {exc}"[:500])
 
-    if todo:
-        one(todo[0])
-    used = max(1, min(threads, len(todo) - 1))
-    with ThreadPoolExecutor(used, thread_name_prefix="convtune-compile") as pool:
-        list(pool.map(one, todo[1:]))
+    first, rest = todo[:1], todo[1:]
+    for item in first:
+        one(item)
+    used = max(1, min(threads, len(rest)))
+    if rest:
+        with ThreadPoolExecutor(used, thread_name_prefix="convtune-compile") as pool:
+            list(pool.map(one, rest))
     return Prepared(len(todo) - len(failed), tuple(failed), used,
                     time.perf_counter() - began)
 
