@@ -80,25 +80,13 @@ def measure(device: str, model: str, batch: int, child: Child = run_child
 
 
 def tune_here(device: str, model: str, batch: int) -> dict[str, Any]:
-    """The child: tune the network into $CONVTUNE_DB_URL, counting what was compiled ahead."""
-    from algorithms.cuda import _ahead
-    from algorithms.runtime import Prepared
+    """The child: tune the network into $CONVTUNE_DB_URL; its time and what it built ahead."""
     from benchmarks.bench_tuner import tune
 
-    ahead: list[Prepared] = []
-    prepare = _ahead.prepare
-
-    def counted(*args: Any) -> Prepared:
-        found = prepare(*args)
-        ahead.append(found)
-        return found
-
-    _ahead.prepare = counted  # type: ignore[assignment]
     _rows, costs = tune(os.environ["CONVTUNE_DB_URL"], device, model, batch)
-    return {"tune_s": round(costs["tune_s"], 2), "ahead_instances": sum(a.built for a in ahead),
-            "ahead_failed": sum(len(a.failed) for a in ahead),
-            "ahead_s": round(sum(a.seconds for a in ahead), 2),
-            "threads": max((a.threads for a in ahead), default=0)}
+    return {"tune_s": round(costs["tune_s"], 2), "ahead_instances": costs["built"],
+            "ahead_failed": costs["build_failed"], "ahead_s": round(costs["build_s"], 2),
+            "threads": costs["build_threads"]}
 
 
 def print_table(report: dict[str, Any]) -> None:

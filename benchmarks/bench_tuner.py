@@ -62,10 +62,11 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from algorithms.runtime import Prepared
 from benchmarks.remeasure import Remeasurer, iso_policy, remeasure_apart
 from benchmarks.tuner_report import regret_rows, report
 from db.engine import open_store
-from tuner.devices import identify
+from tuner.devices import get_runtime, identify
 from tuner.model import model_cache
 from tuner.networks import network_problems
 from tuner.results import FRESH, MEASURED_HERE
@@ -112,16 +113,37 @@ class TimingRecords(logging.Handler):
                                   if t["host_ms"] is not None}}
 
 
+@contextmanager
+def counting_prepare(device: str) -> Iterator[list[Prepared]]:
+    """What the device's runtime builds before candidates' first runs while the block runs
+    (each Runtime.prepare's answer: kernels compiled ahead on a GPU, nothing on the CPU)."""
+    runtime = get_runtime(device)
+    found: list[Prepared] = []
+    prepare = runtime.prepare
+
+    def counted(problem: Any, candidates: Any) -> Prepared:
+        done = prepare(problem, candidates)
+        found.append(done)
+        return done
+
+    runtime.prepare = counted  # type: ignore[method-assign]
+    try:
+        yield found
+    finally:
+        del runtime.prepare  # the class's method again
+
+
 def tune(url: str, device: str, model: str, batch: int,
          mode: str = "exhaustive") -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Tune each distinct layer into the store at `url`: its pick, and what the tuning
     cost: its wall time, the seconds spent fitting the cost model and how many fits were
-    loaded."""
+    loaded, and the kernels built ahead of the candidates' first runs (how many, in how
+    many seconds, how many failed, by how many threads at most)."""
     tuner = Tuner(open_store(url))
     timings = TimingRecords()
     began = time.perf_counter()
     picks = []
-    with timings.listening():
+    with timings.listening(), counting_prepare(device) as built:
         for layer, problem in network_problems(model, batch):
             start = time.perf_counter()
             best = tuner.best(problem, device, mode=mode)
@@ -145,7 +167,10 @@ def tune(url: str, device: str, model: str, batch: int,
                      **timings.of(problem.key())})
     cache = model_cache(tuner.store)
     return rows, {"tune_s": tune_s, "fit_s": cache.fit_s, "model_fits": cache.fits,
-                  "model_loads": cache.loads}
+                  "model_loads": cache.loads, "built": sum(b.built for b in built),
+                  "build_s": sum(b.seconds for b in built),
+                  "build_failed": sum(len(b.failed) for b in built),
+                  "build_threads": max((b.threads for b in built), default=0)}
 
 
 def write_profile(path: Path, work: Callable[[], object], top: int = 40) -> None:

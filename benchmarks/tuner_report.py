@@ -51,6 +51,9 @@ def _model_share(meta: dict[str, Any]) -> str:
     if meta.get("model_loads"):
         fitting += (f", after loading the fit of an earlier process (which took "
                     f"{meta.get('prefit_s', 0.0):.1f} s)")
+    if meta.get("built"):  # absent from results before 2026-11-29
+        fitting += (f"; kernels built ahead: {meta['built']} in {meta['build_s']:.1f} s by "
+                    f"{meta['build_threads']} threads")
     return fitting
 
 

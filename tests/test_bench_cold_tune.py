@@ -54,3 +54,12 @@ def test_a_child_line_is_read_with_the_process_time() -> None:
                "print('noise'); print('{\"tune_s\": 1.5}')"]
     found = cold.run_child(command, {})
     assert found["tune_s"] == 1.5 and found["process_s"] > 0
+
+
+def test_the_child_tunes_and_says_what_it_built(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    # On the CPU nothing is built ahead: the child still tunes and reports it so.
+    monkeypatch.setenv("CONVTUNE_DB_URL", f"sqlite:///{tmp_path / 'cold.db'}")
+    found = cold.tune_here("cpu", "alexnet", 1)
+    assert found["tune_s"] > 0
+    assert (found["ahead_instances"], found["ahead_failed"], found["threads"]) == (0, 0, 0)

@@ -16,7 +16,7 @@ from algorithms.runtime import TimingPolicy
 from benchmarks import bench_tuner, remeasure
 from benchmarks.bench_tuner import write_profile
 from benchmarks.remeasure import isolated_ms
-from benchmarks.tuner_report import regret_rows, report
+from benchmarks.tuner_report import _model_share, regret_rows, report
 from db.engine import open_store
 from tests.tuner.fakes import Fake, small_problem
 from tests.tuner.test_timing import Bursty, Cached, Clocked, Scripted, steady
@@ -314,3 +314,27 @@ def test_the_re_measurement_keeps_each_configurations_host_time_where_told() -> 
     policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
     found = isolated_ms(runtime, cands, small_problem(), policy, np.random.default_rng())
     assert [host for _, _, host in found] == [0.2, 0.01]
+
+
+def test_the_tuning_reports_what_its_runtime_built_ahead(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from algorithms.runtime import Prepared
+    from tuner.devices import get_runtime
+
+    layers = [(SimpleNamespace(name="a"), small_problem()),
+              (SimpleNamespace(name="b"), small_problem(k=8))]
+    monkeypatch.setattr(bench_tuner, "network_problems", lambda model, batch: layers)
+    runtime = get_runtime("cpu")
+    asked: list[ConvProblem] = []
+
+    def prepare(self: Any, problem: ConvProblem, candidates: Any) -> Prepared:
+        asked.append(problem)
+        return Prepared(3, ("x.cu k: RuntimeError: no",), 2 + len(asked), 0.25)
+
+    monkeypatch.setattr(type(runtime), "prepare", prepare)
+    _rows, cost = bench_tuner.tune(db_url, "cpu", "any", 1)
+    assert asked == [p for _, p in layers]
+    assert (cost["built"], cost["build_failed"], cost["build_threads"]) == (6, 2, 4)
+    assert cost["build_s"] == pytest.approx(0.5)
+    assert "prepare" not in vars(runtime)  # the runtime's own method again afterwards
+    assert "kernels built ahead: 6 in 0.5 s by 4 threads" in _model_share(cost)
