@@ -12,11 +12,12 @@ alone, one name expression per program, as get_kernel has NVRTC compile it, for 
 GPU machine's CuPy adds its own steps (its disk cache, loading the module), not timed here.
 
 Per network: its distinct layers, their CUDA candidates, the candidates whose kernels a dry
-run cannot list (fft: compiled at first use, as before; not counted), and the distinct
-instances the rest need. Then all networks' instances together, each once (as one process
-tuning them all compiles them), timed with each thread count in turn (`--rounds` 2 runs the
-counts A B B A, so that a change of this machine's speed moves both alike), and the serial
-run's seconds per kernel file.
+run cannot list (fft: compiled at first use, as before; not counted), the distinct
+instances the rest need, and the dry runs' seconds (what listing adds to a tuning; the
+first network's include building the launches its runs then reuse). Then all networks'
+instances together, each once (as one process tuning them all compiles them), timed with
+each thread count in turn (`--rounds` 2 runs the counts A B B A, so that a change of this
+machine's speed moves both alike), and the serial run's seconds per kernel file.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class NetworkKernels:
     candidates: int
     unlisted: int  # candidates whose kernels a dry run cannot list (fft)
     instances: tuple[_ahead.Instance, ...]
+    listing_s: float = 0.0  # the dry runs' seconds (the first listing in this process)
 
 
 def network_kernels(network: str, batch: int, dtype: str, math: str) -> NetworkKernels:
@@ -61,17 +63,20 @@ def network_kernels(network: str, batch: int, dtype: str, math: str) -> NetworkK
     algorithms = tuple(algorithms_for("cuda"))
     found: dict[_ahead.Instance, None] = {}
     layers = candidates = unlisted = 0
+    listing = 0.0
     for _layer, problem in network_problems(network, batch, dtype, math):
         layers += 1
         offered, _ = enumerate_candidates(algorithms, problem, "cuda")
         for cand in offered:
             candidates += 1
+            began = time.perf_counter()
             listed = _ahead.instances(cand.algorithm, problem, cand.config)
+            listing += time.perf_counter() - began
             if listed is None:
                 unlisted += 1
                 continue
             found.update(dict.fromkeys(listed))
-    return NetworkKernels(network, batch, layers, candidates, unlisted, tuple(found))
+    return NetworkKernels(network, batch, layers, candidates, unlisted, tuple(found), listing)
 
 
 class Compiler:
@@ -160,7 +165,8 @@ def main() -> None:
         "arch": args.arch, "networks": [
             {"network": n.network, "batch": n.batch, "layers": n.layers,
              "candidates": n.candidates, "unlisted": n.unlisted,
-             "instances": len(n.instances)} for n in found],
+             "instances": len(n.instances), "listing_s": round(n.listing_s, 3)}
+            for n in found],
         "instances": len(union), "timings": timings, "per_file": per_file(serial),
     }
     if args.out:
@@ -172,11 +178,12 @@ def print_report(report: dict[str, Any]) -> None:
     """The report as Markdown tables."""
     print(f"\n{report['dtype']} {report['math']}, NVRTC for {report['arch']}, "
           f"{report['date']}\n")
-    print("| network | layers | CUDA candidates | not listed (fft) | kernel instances |")
-    print("|---|---|---|---|---|")
+    print("| network | layers | CUDA candidates | not listed (fft) | kernel instances "
+          "| listing s |")
+    print("|---|---|---|---|---|---|")
     for n in report["networks"]:
         print(f"| {n['network']} b{n['batch']} | {n['layers']} | {n['candidates']} | "
-              f"{n['unlisted']} | {n['instances']} |")
+              f"{n['unlisted']} | {n['instances']} | {n.get('listing_s', '')} |")
     print(f"\nAll together, each once: {report['instances']} instances\n")
     print("| threads | wall s | summed compile s |")
     print("|---|---|---|")
