@@ -150,6 +150,14 @@ def warm_until_stable(sample: Callable[[], float], max_s: float, rel: float = 0.
     return count
 
 
+def cpus_allowed() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. under taskset or a cgroup)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class Prepared:
     """What a runtime built before candidates' first runs (Runtime.prepare)."""

@@ -62,11 +62,11 @@ def measure(device: str, model: str, batch: int, child: Child = run_child
     """Each SETTINGS row, its child run with a fresh store and the cache it calls for."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="convtune-cold-") as top:
-        filled = None
+        first: Path | None = None  # the first setting's cache, which "warm" reuses
         for name, threads, empty in SETTINGS:
             work = Path(tempfile.mkdtemp(dir=top))
-            cache = work / "cache" if empty or filled is None else filled
-            filled = filled or cache
+            cache = work / "cache" if empty or first is None else first
+            first = first or cache
             env = {**os.environ, "CUPY_CACHE_DIR": str(cache),
                    "CONVTUNE_DB_URL": f"sqlite:///{work / 'convtune.db'}",
                    "CONVTUNE_MODEL_DIR": ""}

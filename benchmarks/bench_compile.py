@@ -38,6 +38,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.cuda import _ahead  # noqa: E402
+from algorithms.cuda._feature import nvrtc_compile  # noqa: E402
 from algorithms.cuda._loader import NVRTC_OPTIONS, kernel_source, target_arch  # noqa: E402
 from algorithms.registry import algorithms_for  # noqa: E402
 from benchmarks.nvrtc_ctypes import load_nvrtc  # noqa: E402
@@ -93,13 +94,8 @@ class Compiler:
         if source is None:
             source = self._sources[filename] = kernel_source(filename)
         began = time.perf_counter()
-        program = self.nvrtc.createProgram(source, filename, (), ())
-        try:
-            self.nvrtc.addNameExpression(program, name_expression)
-            self.nvrtc.compileProgram(program, (*NVRTC_OPTIONS,
-                                                f"-arch={target_arch(filename, self.arch)}"))
-        finally:
-            self.nvrtc.destroyProgram(program)
+        nvrtc_compile(source, filename, name_expression,
+                      (*NVRTC_OPTIONS, f"-arch={target_arch(filename, self.arch)}"), self.nvrtc)
         self.seconds[(filename, name_expression)] = time.perf_counter() - began
 
 

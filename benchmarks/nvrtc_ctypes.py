@@ -17,6 +17,9 @@ class CtypesNvrtc:
     """The NVRTC calls below, named as CuPy's module names them, from one libnvrtc. ctypes
     releases the GIL during each call, as CuPy's compileProgram does."""
 
+    #: What a refused compile raises (CuPy's module names its own class so).
+    NVRTCError = RuntimeError
+
     def __init__(self, path: str) -> None:
         self.lib = ctypes.CDLL(path)
         self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
@@ -47,6 +50,13 @@ class CtypesNvrtc:
 
     def destroyProgram(self, prog: Any) -> None:
         self._check(self.lib.nvrtcDestroyProgram(ctypes.byref(prog)))
+
+    def getCUBIN(self, prog: Any) -> bytes:
+        size = ctypes.c_size_t()
+        self._check(self.lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)))
+        cubin = ctypes.create_string_buffer(size.value)
+        self._check(self.lib.nvrtcGetCUBIN(prog, cubin))
+        return cubin.raw
 
     def getLoweredName(self, prog: Any, name: str) -> str:
         lowered = ctypes.c_char_p()

@@ -21,6 +21,7 @@ from algorithms.runtime import (
     Prepared,
     Timing,
     TimingPolicy,
+    cpus_allowed,
     is_torch,
     time_runs,
     warm_until_stable,
@@ -55,14 +56,6 @@ def _blas_threads() -> int:
     counts = [int(i.get("num_threads") or 0) for i in threadpool_info()
               if i.get("user_api") == "blas"]
     return max(counts, default=1)
-
-
-def _cpus_allowed() -> int:
-    """CPUs this process may run on (its affinity mask, e.g. under taskset or a cgroup)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _blas_name() -> str:
@@ -202,7 +195,7 @@ class CpuRuntime:
             "units": os.cpu_count() or 1,
             # Timings taken with 1 BLAS thread or 2 allowed cores are not valid for 16.
             "blas_threads": _blas_threads(),
-            "cpus_allowed": _cpus_allowed(),
+            "cpus_allowed": cpus_allowed(),
             "memory_bytes": self.memory_bytes(),
             "numpy": np.__version__,
             "blas": _blas_name(),

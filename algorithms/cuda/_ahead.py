@@ -35,7 +35,7 @@ from algorithms.cuda import _recording
 from algorithms.cuda._launch import Address
 from algorithms.cuda._loader import get_kernel, is_loaded
 from algorithms.problem import ConvProblem
-from algorithms.runtime import Prepared
+from algorithms.runtime import Prepared, cpus_allowed
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,7 @@ def threads_from_env() -> int:
     may run on, at most MAX_THREADS; ValueError for a value that is not a whole number >= 0."""
     value = os.environ.get(ENV)
     if value is None:
-        return min(MAX_THREADS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                   else os.cpu_count() or 1)
+        return min(MAX_THREADS, cpus_allowed())
     try:
         threads = int(value)
     except ValueError:

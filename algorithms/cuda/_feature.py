@@ -18,6 +18,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 #: (source, file name, name expression, options) -> (lowered name, cubin).
 Compiler = Callable[[str, str, str, tuple[str, ...]], tuple[str, bytes]]
@@ -54,10 +55,14 @@ def binary(source: str, filename: str, name_expression: str, options: tuple[str,
 
 
 def nvrtc_compile(source: str, filename: str, name_expression: str,
-                  options: tuple[str, ...]) -> tuple[str, bytes]:
-    """One NVRTC compile of `name_expression` to a cubin; RuntimeError with NVRTC's log."""
-    from cupy_backends.cuda.libs import nvrtc
+                  options: tuple[str, ...], nvrtc: Any = None) -> tuple[str, bytes]:
+    """One NVRTC compile of `name_expression` to a cubin; RuntimeError with NVRTC's log.
+    `nvrtc`: a module with CuPy's NVRTC calls (default CuPy's own; benchmarks/bench_compile
+    passes the nvidia-cuda-nvrtc wheel's where CuPy is absent)."""
+    if nvrtc is None:
+        from cupy_backends.cuda.libs import nvrtc as cupy_nvrtc
 
+        nvrtc = cupy_nvrtc
     program = nvrtc.createProgram(source, filename, (), ())
     try:
         nvrtc.addNameExpression(program, name_expression)
