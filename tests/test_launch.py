@@ -106,3 +106,53 @@ def test_without_libcuda_the_driver_says_nothing() -> None:
     if _launch._param_info() is not None:
         pytest.skip("libcuda is loadable here")
     assert _launch.driver_parameter_sizes(0x99) is None
+
+
+class _DriverError(RuntimeError):
+    """What CuPy's driver wrapper raises: the CUresult as `status`."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"CUresult {status}")
+        self.status = status
+
+
+class _ContextlessThread(Recorder):
+    """A kernel launched from a thread with no current CUDA context until one is made."""
+
+    def __init__(self, refusal: int) -> None:
+        super().__init__()
+        self.refusal, self.current = refusal, False
+
+    def launch_kernel(self, *args: Any) -> None:
+        if not self.current:
+            raise _DriverError(self.refusal)
+        super().launch_kernel(*args)
+
+
+# Bug: prepared launches went to cuLaunchKernel straight, skipping what CuPy's own
+# launches do first (make the device's context current on the calling thread), so a plan
+# called first from a thread that had made no CUDA runtime call (a server's worker thread)
+# would be refused with CUDA_ERROR_INVALID_CONTEXT.
+def test_a_launch_without_a_current_context_makes_one_and_goes_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = _ContextlessThread(_launch.INVALID_CONTEXT)
+    made: list[bool] = []
+
+    def make_current() -> None:
+        made.append(True)
+        kernel.current = True
+
+    monkeypatch.setattr(_launch, "make_context_current", make_current)
+    args = (POINTER, POINTER, _shape(), INT32, np.uint32(9), np.float32(0.5))
+    launch = prepare(kernel, (1,), (1,), args)
+    assert launch is not None
+    launch(5, 0x1000, 0x2000, 1)
+    launch(5, 0x3000, 0x4000, 2)
+    assert made == [True]  # once: the context stays current on the thread
+    assert [call[6:8] for call in kernel.calls] == [(0x1000, 0x2000), (0x3000, 0x4000)]
+    other = _ContextlessThread(700)  # CUDA_ERROR_ILLEGAL_ADDRESS: not ours to retry
+    launch = prepare(other, (1,), (1,), args)
+    assert launch is not None
+    with pytest.raises(_DriverError):
+        launch(5, 0x1000, 0x2000, 1)
+    assert made == [True] and other.calls == []

@@ -4,9 +4,9 @@ Called with raw device pointers so that operands can be views into the caller's 
 (cupy.matmul may copy or allocate). Strict arithmetic unless a call asks for TF32: the
 handle's math mode is CUBLAS_DEFAULT_MATH (no TF32 even if CUPY_TF32 is set), and a call with
 `tf32=True` (float32 only, for math "tf32" problems) computes in
-CUBLAS_COMPUTE_32F_FAST_TF32. The handle and its 32 MiB workspace
-are ours, one per device, called through ctypes (see _Cublas), so CUDA graphs can capture
-the calls.
+CUBLAS_COMPUTE_32F_FAST_TF32. The handles and their 32 MiB workspaces are ours (a handle
+per thread and device, a workspace per stream), called through ctypes (see _Cublas), so CUDA
+graphs can capture the calls.
 Batches are issued in pieces of at most MAX_BATCH: some cuBLAS kernels put the batch on a
 grid dimension limited to 65535 (PyTorch splits at 63 * 1024 for the same reason), and the
 FFT path's batch is its frequency count, which passes 65535 for inputs of about 360 x 360.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,20 +95,37 @@ WORKSPACE_BYTES = 32 << 20
 
 @dataclass
 class _Bound:
-    """One device's cuBLAS handle, its workspace and the stream it is bound to (mutable:
-    the stream changes)."""
+    """A cuBLAS handle of one thread and device, and the stream it is bound to (None: not
+    yet bound, so not yet given our workspace either)."""
 
     handle: ctypes.c_void_p
-    workspace: Any
-    stream: int
+    stream: int | None = None
+
+
+class _ThreadHandles(dict[int, _Bound]):
+    """One thread's handles by device. When the thread ends, its thread-local storage goes
+    and with it this dict: its handles go back to the pool for the next new thread."""
+
+    def __init__(self, free: dict[int, list[ctypes.c_void_p]]) -> None:
+        super().__init__()
+        self._free = free
+
+    def __del__(self) -> None:
+        # No lock: this may run wherever a thread ends; list.append is atomic.
+        for device, bound in self.items():
+            self._free.setdefault(device, []).append(bound.handle)
 
 
 class _Cublas:
-    """libcublas through ctypes, with our own handle per device.
+    """libcublas through ctypes: a handle per thread and device, a workspace per stream.
 
     CuPy's cuBLAS wrappers re-bind the handle to CuPy's current stream on every call and
     refuse to while that stream is capturing a CUDA graph. PyTorch binds its handle and a
-    workspace of its own before each call instead, which capture allows; so do we.
+    workspace of its own before each call instead, which capture allows; so do we, and as
+    PyTorch does, with a handle per thread (a handle that one thread binds to its stream
+    runs another thread's GEMM on that stream, unordered with that thread's own work) and
+    a workspace per stream (two streams' GEMMs at once must not share scratch memory).
+    Threads on one stream share its workspace: the stream runs their GEMMs in turn.
     """
 
     def __init__(self, cupy: Any, lib: Any = None, lt: Any = None) -> None:
@@ -124,36 +142,63 @@ class _Cublas:
         # tests/test_cuda_host_checks.py pins what arrives.
         self._gemm_ex = self._lib.cublasGemmStridedBatchedEx
         self._gemm_ex.restype = ctypes.c_int
-        self._handles: dict[int, _Bound] = {}
+        self._local = threading.local()
+        self._free: dict[int, list[ctypes.c_void_p]] = {}  # finished threads' handles
+        self._workspaces: dict[tuple[int, int], Any] = {}  # (device, stream) -> workspace
+        self._lock = threading.Lock()
 
     def handle(self) -> ctypes.c_void_p:
-        """This device's handle, bound to the current stream with our workspace."""
-        bound = self._bound(self._cupy.cuda.runtime.getDevice())  # no Device object per call
+        """This thread's handle on the current device, bound to the current stream with
+        that stream's workspace."""
+        device = self._cupy.cuda.runtime.getDevice()  # no Device object per call
+        bound = self._bound(device)
         stream = self._cupy.cuda.get_current_stream().ptr
-        if stream != bound.stream:  # only we bind this handle, so we know its stream
-            # Setting the stream resets cuBLAS to its default workspace: give ours back.
+        if stream != bound.stream:  # only this thread binds this handle
+            # Setting the stream resets cuBLAS to its default workspace: give ours.
             check_status(self._lib.cublasSetStream_v2(bound.handle, ctypes.c_void_p(stream)),
-                        "cublasSetStream")
+                         "cublasSetStream")
             check_status(self._lib.cublasSetWorkspace_v2(
-                bound.handle, ctypes.c_void_p(bound.workspace.ptr),
+                bound.handle, ctypes.c_void_p(self.workspace(device, stream).ptr),
                 ctypes.c_size_t(WORKSPACE_BYTES)), "cublasSetWorkspace")
             bound.stream = stream
         return bound.handle
 
+    def workspace(self, device: int, stream: int) -> Any:
+        """The workspace of GEMMs on `stream` of `device`, allocated on first use (a plan
+        runs once on a stream before a CUDA graph captures it there, so not in a capture)."""
+        found = self._workspaces.get((device, stream))
+        if found is None:
+            with self._lock:
+                found = self._workspaces.get((device, stream))
+                if found is None:
+                    found = self._workspaces[(device, stream)] = self._cupy.cuda.alloc(
+                        WORKSPACE_BYTES)
+        return found
+
     def _bound(self, device: int) -> _Bound:
-        """This device's handle and workspace, made on first use."""
-        bound = self._handles.get(device)
+        """This thread's handle on `device`: a finished thread's, else a new one."""
+        handles = getattr(self._local, "handles", None)
+        if handles is None:
+            handles = self._local.handles = _ThreadHandles(self._free)
+        bound = handles.get(device)
         if bound is None:
-            handle = ctypes.c_void_p()
-            check_status(self._lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
-            check_status(self._lib.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST),
-                        "cublasSetPointerMode")
-            # Strict arithmetic: no TF32 even where CUPY_TF32 or NVIDIA_TF32_OVERRIDE asks.
-            check_status(self._lib.cublasSetMathMode(handle, _DEFAULT_MATH), "cublasSetMathMode")
-            # A new handle runs on the legacy default stream (0).
-            bound = self._handles[device] = _Bound(
-                handle, self._cupy.cuda.alloc(WORKSPACE_BYTES), 0)
+            bound = handles[device] = _Bound(self._reused(device) or self._created())
         return bound
+
+    def _reused(self, device: int) -> ctypes.c_void_p | None:
+        try:
+            return self._free.get(device, []).pop()  # atomic, as _ThreadHandles' append
+        except IndexError:
+            return None
+
+    def _created(self) -> ctypes.c_void_p:
+        handle = ctypes.c_void_p()
+        check_status(self._lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+        check_status(self._lib.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST),
+                     "cublasSetPointerMode")
+        # Strict arithmetic: no TF32 even where CUPY_TF32 or NVIDIA_TF32_OVERRIDE asks.
+        check_status(self._lib.cublasSetMathMode(handle, _DEFAULT_MATH), "cublasSetMathMode")
+        return handle
 
     def gemm(self, dtype: str, c_type: str, compute: int, transa: int, transb: int, m: int,
              n: int, k: int, alpha: ctypes.c_void_p, a: int, lda: int, stride_a: int, b: int,
@@ -168,10 +213,9 @@ class _Cublas:
                 device, _DATA_TYPE[dtype], _DATA_TYPE[c_type], compute, _SCALE[dtype], transa,
                 transb, m, n, k, lda, stride_a, ldb, stride_b, ldc, stride_c, batch)
             if matmul.found:
-                # The workspace is the handle's: one stream's calls use it in turn.
+                stream = self._cupy.cuda.get_current_stream().ptr
                 self._lt.run(device, matmul, alpha, a, b, beta, c,
-                             self._bound(device).workspace.ptr,
-                             self._cupy.cuda.get_current_stream().ptr)
+                             self.workspace(device, stream).ptr, stream)
                 return
         status = self._gemm_ex(
             self.handle(), transa, transb, m, n, k, alpha,

@@ -55,6 +55,21 @@ _LETTERS = {ctypes.c_void_p: "p", ctypes.c_int32: "i", ctypes.c_uint32: "u",
 
 LaunchKernel = Callable[..., None]
 
+#: CUresult CUDA_ERROR_INVALID_CONTEXT: the calling thread has no current CUDA context.
+INVALID_CONTEXT = 201
+
+
+def _runtime_call() -> None:
+    import cupy
+
+    # Any runtime API call makes the current device's primary context current on the
+    # calling thread (the driver API, which launches go through, never does by itself).
+    cupy.cuda.runtime.memGetInfo()
+
+
+#: What a refused launch calls before it tries again; tests replace it.
+make_context_current: Callable[[], None] = _runtime_call
+
 
 class Address:
     """A device address where an array would go: `.data.ptr` reads it, as of a CuPy array.
@@ -156,7 +171,17 @@ class Launch:
         with self._lock:
             # One value per slot, or ValueError (ctypes stores a negative one's bits).
             self._slot_words[:] = values  # type: ignore[call-overload]  # typeshed: one value only
-            self._launch_kernel(*self._head, stream, self._params_at, 0)
+            try:
+                self._launch_kernel(*self._head, stream, self._params_at, 0)
+            except Exception as exc:
+                if getattr(exc, "status", None) != INVALID_CONTEXT:
+                    raise
+                # This thread has made no CUDA runtime call yet, so no context is current
+                # on it (a server's worker thread, a DataLoader's): CuPy's own launches
+                # make one current first (_ensure_context); ours do only when refused,
+                # which costs the usual call nothing.
+                make_context_current()
+                self._launch_kernel(*self._head, stream, self._params_at, 0)
 
 
 def prepare(kernel: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],

@@ -27,9 +27,10 @@ run() checks and raises otherwise):
     xt:        F * n * c * cs                       input spectrum, frequency-major
     wt:        F * k * cg * cs                      filter spectrum, frequency-major
 Allocated elsewhere: each cuFFT plan (three per problem) owns a work area that CuPy
-allocates from its memory pool when the plan is created (on the first run of a problem,
-inside the tuner's warm-up) and keeps while the plan stays in this module's small plan
-cache; cuBLAS uses its per-handle workspace. Neither is allocated per call.
+allocates from its memory pool when the plan is created (on the first run of a problem in a
+thread on a stream: inside the tuner's warm-up, or a plan's first call there) and keeps
+while the plan stays in this module's small plan cache; cuBLAS uses its per-stream
+workspace. Neither is allocated per call.
 
 Configurations: "default" is the above. "fused" (algorithms/cuda/_fft_fused.py: float16 and
 float32 planes that fit 32 x 32) runs the transforms as our own kernels, straight from x and
@@ -159,15 +160,22 @@ def workspace_layout(problem: ConvProblem) -> dict[str, tuple[int, int]]:
 
 
 _plan_lock = threading.Lock()
-_plans: OrderedDict[tuple[int, int, int, int, int], Any] = OrderedDict()
+_plans: OrderedDict[tuple[int, ...], Any] = OrderedDict()
 
 
 def _plan(fft_type: int, batch: int, fh: int, fw: int) -> Any:
-    """A cached cuFFT plan for `batch` 2-D (fh, fw) real<->complex transforms."""
+    """A cached cuFFT plan for `batch` 2-D (fh, fw) real<->complex transforms, this thread's
+    on the current stream.
+
+    Per thread: cuFFT is thread-safe only for threads executing different plans (its
+    documentation). Per stream: a plan's execution sets the plan's stream and uses its work
+    area, which two streams' transforms at once must not share.
+    """
     cupy = require_cupy()
     from cupy.cuda import cufft
 
-    key = (cupy.cuda.Device().id, fft_type, batch, fh, fw)
+    key = (cupy.cuda.runtime.getDevice(), threading.get_ident(),
+           cupy.cuda.get_current_stream().ptr, fft_type, batch, fh, fw)
     with _plan_lock:
         plan = _plans.get(key)
         if plan is not None:

@@ -1,0 +1,123 @@
+"""Plans shared between threads on a GPU: a thread that has made no CUDA call yet, and
+threads on streams of their own running GEMM and FFT plans at once (issue 9: plans are safe
+to share between threads)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from algorithms.problem import ConvProblem
+from algorithms.reference import reference_conv, relative_error, tolerance
+from tuner import plan
+
+# Large enough that two streams' GEMMs and transforms overlap on the device.
+PROBLEM = ConvProblem(n=8, c=64, h=28, w=28, k=64, r=3, s=3, pad=1)
+
+
+def _in_new_thread(work: Callable[[], Any]) -> Any:
+    """work() in a fresh thread: its result, or what it raised, raised here."""
+    done: list[Any] = []
+
+    def run() -> None:
+        try:
+            done.append(("ok", work()))
+        except BaseException as exc:  # handed to the test's thread
+            done.append(("raised", exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    kind, value = done[0]
+    if kind == "raised":
+        raise value
+    return value
+
+
+def _error(y: Any, x: Any, w: Any) -> float:
+    import cupy
+
+    host = [a.cpu().numpy() if hasattr(a, "cpu") else cupy.asnumpy(a) for a in (y, x, w)]
+    return relative_error(host[0], reference_conv(host[1], host[2], PROBLEM))
+
+
+# The first call from a thread without a current CUDA context: the prepared launches
+# (implicit_gemm_tc, direct) go to the driver, which needs one current (_launch).
+@pytest.mark.parametrize("algorithm", ["implicit_gemm_tc", "direct", "im2col_gemm", "fft"])
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+def test_a_plan_runs_first_from_a_new_thread(db_url: str, algorithm: str, kind: str) -> None:
+    import cupy
+
+    chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm=algorithm)
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        x = torch.randn(PROBLEM.input_shape, device="cuda")
+        w = torch.randn(PROBLEM.filter_shape, device="cuda")
+        y = torch.full(PROBLEM.output_shape, float("nan"), device="cuda")
+        torch.cuda.synchronize()
+    else:
+        rng = cupy.random.default_rng()
+        x = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
+        w = rng.standard_normal(PROBLEM.filter_shape, dtype=np.float32)
+        y = cupy.full(PROBLEM.output_shape, np.nan, np.float32)
+        cupy.cuda.Device().synchronize()
+
+    def call() -> None:
+        chosen(x, w, out=y)  # the caller's (default) stream
+        cupy.cuda.Device().synchronize()
+
+    _in_new_thread(call)
+    assert _error(y, x, w) <= tolerance(PROBLEM.dtype, algorithm)
+
+
+# Threads on streams of their own at once: cuBLAS's handle bound to one thread's stream and
+# one workspace (or one cuFFT plan's work area) for every stream would mix their GEMMs.
+@pytest.mark.parametrize("algorithm", ["im2col_gemm", "fft", "winograd"])
+def test_threads_on_their_own_streams_share_a_plan(db_url: str, algorithm: str) -> None:
+    import cupy
+
+    chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm=algorithm)
+    rng = cupy.random.default_rng()
+    threads, calls = 3, 20
+    inputs = [(rng.standard_normal(PROBLEM.input_shape, dtype=np.float32),
+               rng.standard_normal(PROBLEM.filter_shape, dtype=np.float32))
+              for _ in range(threads)]
+    cupy.cuda.Device().synchronize()
+    start = threading.Barrier(threads)
+
+    def worker(x: Any, w: Any) -> list[Any]:
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:  # the NaN fills too: a non-blocking stream waits for no other
+            outputs = [cupy.full(PROBLEM.output_shape, np.nan, np.float32)
+                       for _ in range(calls)]
+            chosen(x, w, out=outputs[0])  # the stream's warm-up: its workspace, plans
+            stream.synchronize()
+            start.wait()
+            for y in outputs:  # back to back, each into its own output
+                chosen(x, w, out=y)
+            stream.synchronize()
+        return outputs
+
+    found: list[Any] = [None] * threads
+
+    def run(i: int) -> None:
+        try:
+            found[i] = worker(*inputs[i])
+        except BaseException as exc:  # handed to the test's thread
+            found[i] = exc
+            start.abort()
+
+    started = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join()
+    for result in found:
+        if isinstance(result, BaseException):
+            raise result
+    errors = [_error(y, *inputs[i]) for i in range(threads) for y in found[i]]
+    assert max(errors) <= tolerance(PROBLEM.dtype, algorithm), max(errors)

@@ -1,0 +1,208 @@
+"""cuBLAS and cuFFT from several threads and streams: each GEMM must run on its caller's
+stream with that stream's own workspace (algorithms.cuda._cublas), and each thread and
+stream transforms with plans of its own (algorithms.cuda.fft).
+
+A stand-in libcublas in Python keeps each handle's state (its stream and workspace, as
+cublasSetStream and cublasSetWorkspace leave them) and writes down, for every GEMM, the
+stream and workspace of the handle it was given beside the stream its caller had current.
+Its cublasSetStream and GEMM let other threads run (a short sleep), where real ones would be
+interrupted at any point anyway.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import sys
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from algorithms.cuda import _cublas, _cublaslt, fft
+
+#: Long enough that a waiting thread takes over (a thread holds the GIL for 5 ms else).
+_YIELD_S = 2e-5
+
+
+@dataclass
+class _HandleState:
+    stream: int = 0  # a new handle runs on the legacy default stream
+    workspace: int | None = None  # None: cuBLAS's own
+
+
+@dataclass
+class StandInCublas:
+    """The entry points _Cublas calls, over handles kept in Python."""
+
+    handles: dict[int, _HandleState] = field(default_factory=dict)
+    #: (stream the caller had current, the handle's stream, the handle's workspace)
+    gemms: list[tuple[int, int, int | None]] = field(default_factory=list)
+    current: threading.local = field(default_factory=threading.local)
+
+    def cublasCreate_v2(self, out: Any) -> int:  # cuBLAS's own names, as ctypes finds them
+        handle = 0x1000 + len(self.handles)
+        self.handles[handle] = _HandleState()
+        out._obj.value = handle
+        return 0
+
+    def cublasSetPointerMode_v2(self, handle: Any, mode: int) -> int:
+        return 0
+
+    def cublasSetMathMode(self, handle: Any, mode: int) -> int:
+        return 0
+
+    def cublasSetStream_v2(self, handle: Any, stream: Any) -> int:
+        time.sleep(_YIELD_S)  # another thread runs here
+        self.handles[handle.value].stream = stream.value or 0
+        return 0
+
+    def cublasSetWorkspace_v2(self, handle: Any, workspace: Any, nbytes: Any) -> int:
+        self.handles[handle.value].workspace = workspace.value
+        return 0
+
+    def __post_init__(self) -> None:
+        def gemm(handle: Any, *args: Any) -> int:
+            time.sleep(_YIELD_S)
+            state = self.handles[handle.value]
+            self.gemms.append((self.current.stream, state.stream, state.workspace))
+            return 0
+
+        # A function, not a method: _Cublas sets its restype, as on a ctypes function.
+        self.cublasGemmStridedBatchedEx = gemm
+
+
+def _cublas_over(lib: StandInCublas) -> _cublas._Cublas:
+    """A _Cublas on `lib` with a stand-in CuPy: device 0, each thread's current stream
+    as the stand-in has it, allocations at new addresses."""
+    addresses = itertools.count(1 << 40, 1 << 30)
+    cupy = SimpleNamespace(cuda=SimpleNamespace(
+        runtime=SimpleNamespace(getDevice=lambda: 0),
+        get_current_stream=lambda: SimpleNamespace(ptr=lib.current.stream),
+        alloc=lambda nbytes: SimpleNamespace(ptr=next(addresses))))
+    return _cublas._Cublas(cupy, lib=lib)
+
+
+def _gemm(blas: _cublas._Cublas) -> None:
+    blas.gemm("float32", "float32", 68, 0, 0, 8, 8, 8, _cublas._ONE["float32"], 1 << 20, 8,
+              64, 2 << 20, 8, 64, _cublas._ZERO["float32"], 3 << 20, 8, 64, 1)
+
+
+@pytest.fixture(autouse=True)
+def _no_cublaslt(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_cublaslt.ENV, "0")
+
+
+# Bug: one cuBLAS handle served every thread, bound to whichever stream called last, so a
+# thread could bind it to its stream and then find its GEMM enqueued on another thread's,
+# unordered with its own kernels; and one workspace served every stream at once.
+def test_threads_on_their_own_streams_run_their_gemms_there() -> None:
+    lib = StandInCublas()
+    blas = _cublas_over(lib)
+    start = threading.Barrier(2)
+
+    def worker(stream: int) -> None:
+        lib.current.stream = stream
+        start.wait()
+        for _ in range(200):
+            _gemm(blas)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (0x100, 0x200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(lib.gemms) == 400
+    assert [g for g in lib.gemms if g[0] != g[1]] == []  # each on its caller's stream
+    workspaces = {stream: {ws for _, s, ws in lib.gemms if s == stream} for stream in
+                  (0x100, 0x200)}
+    assert all(len(found) == 1 and None not in found for found in workspaces.values())
+    assert workspaces[0x100] != workspaces[0x200]
+
+
+def test_one_thread_switching_streams_gives_each_its_own_workspace() -> None:
+    lib = StandInCublas()
+    blas = _cublas_over(lib)
+    for stream in (0x100, 0x200, 0x100, 0, 0x200):
+        lib.current.stream = stream
+        _gemm(blas)
+    assert [caller == bound for caller, bound, _ in lib.gemms] == [True] * 5
+    by_stream = {bound: ws for _, bound, ws in lib.gemms}
+    assert len(lib.handles) == 1  # one thread, one handle
+    assert len(set(by_stream.values())) == 3 and None not in by_stream.values()
+    # The legacy default stream gets ours too: cuBLAS's own would be allocated in a call.
+    assert [ws for caller, _, ws in lib.gemms if caller == 0x100] == [by_stream[0x100]] * 2
+
+
+def test_a_finished_threads_handle_serves_the_next_thread() -> None:
+    lib = StandInCublas()
+    blas = _cublas_over(lib)
+
+    def worker(stream: int) -> None:
+        lib.current.stream = stream
+        _gemm(blas)
+
+    for stream in (0x100, 0x200, 0x300):
+        thread = threading.Thread(target=worker, args=(stream,))
+        thread.start()
+        thread.join()
+        gc.collect()  # the thread's local storage, and with it its handles, freed
+    assert len(lib.handles) == 1  # created once, then taken from the pool
+    # Reused, it is bound to the new thread's stream before its first GEMM.
+    assert [(caller, bound) for caller, bound, _ in lib.gemms] == [
+        (0x100, 0x100), (0x200, 0x200), (0x300, 0x300)]
+
+
+def test_a_handles_stream_is_set_only_when_it_changes() -> None:
+    lib = StandInCublas()
+    blas = _cublas_over(lib)
+    calls: list[int] = []
+    set_stream = lib.cublasSetStream_v2
+
+    def counting(handle: Any, stream: Any) -> int:
+        calls.append(stream.value or 0)
+        return set_stream(handle, stream)
+
+    lib.cublasSetStream_v2 = counting  # type: ignore[method-assign]
+    lib.current.stream = 0x100
+    for _ in range(3):
+        _gemm(blas)
+    assert calls == [0x100]  # a call's host time: no cuBLAS call but the GEMM
+
+
+# Bug: cuFFT plans were kept per device only, so threads executed one plan at once (cuFFT
+# is thread-safe only for different plans) and streams shared one plan's work area.
+def test_fft_plans_are_kept_per_thread_and_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[tuple[Any, ...]] = []
+
+    class PlanNd:
+        def __init__(self, *args: Any) -> None:
+            made.append(args)
+
+    current = threading.local()
+    cuda = SimpleNamespace(
+        runtime=SimpleNamespace(getDevice=lambda: 0),
+        get_current_stream=lambda: SimpleNamespace(ptr=getattr(current, "stream", 0)),
+        cufft=SimpleNamespace(PlanNd=PlanNd))
+    cupy = SimpleNamespace(cuda=cuda)
+    monkeypatch.setattr(fft, "require_cupy", lambda: cupy)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)  # for `from cupy.cuda import cufft`
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setattr(fft, "_plans", OrderedDict())
+
+    def plan(stream: int) -> Any:
+        current.stream = stream
+        return fft._plan(fft.CUFFT_R2C, 4, 8, 8)
+
+    first = plan(0x100)
+    assert plan(0x100) is first and len(made) == 1  # kept
+    assert plan(0x200) is not first  # another stream, another work area
+    found: list[Any] = []
+    thread = threading.Thread(target=lambda: found.append(plan(0x100)))
+    thread.start()
+    thread.join()
+    assert found[0] is not first and len(made) == 3  # another thread, another plan
