@@ -110,8 +110,7 @@ def warm(
     directions: DirectionsOpt = "forward",
     device: DeviceOpt = None,
 ) -> None:
-    """Compile the GPU kernels that tuning or running a network's convolutions needs, ahead
-    and several at once, into the GPU's kernel cache on disk."""
+    """Compile a network's GPU kernels ahead, several at once, into the kernel cache."""
     work = network_work(model, onnx, batch, dtype, math, directions)
     dev = parse_device(device)
     problems = [problem for _, _, problem in work]
