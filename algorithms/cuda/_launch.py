@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from algorithms.cuda import _recording
+from algorithms.cuda import _loader, _recording
 from algorithms.cuda._loader import allow_shared_memory
 
 ENV = "CONVTUNE_PREPARED_LAUNCH"
@@ -54,21 +54,6 @@ _LETTERS = {ctypes.c_void_p: "p", ctypes.c_int32: "i", ctypes.c_uint32: "u",
             ctypes.c_uint64: "U", ctypes.c_float: "f", ctypes.c_double: "d"}
 
 LaunchKernel = Callable[..., None]
-
-#: CUresult CUDA_ERROR_INVALID_CONTEXT: the calling thread has no current CUDA context.
-INVALID_CONTEXT = 201
-
-
-def _runtime_call() -> None:
-    import cupy
-
-    # Any runtime API call makes the current device's primary context current on the
-    # calling thread (the driver API, which launches go through, never does by itself).
-    cupy.cuda.runtime.memGetInfo()
-
-
-#: What a refused launch calls before it tries again; tests replace it.
-make_context_current: Callable[[], None] = _runtime_call
 
 
 class Address:
@@ -174,13 +159,10 @@ class Launch:
             try:
                 self._launch_kernel(*self._head, stream, self._params_at, 0)
             except Exception as exc:
-                if getattr(exc, "status", None) != INVALID_CONTEXT:
+                # CuPy's own launches make the thread's context current first; ours only
+                # when refused, which costs the usual call nothing.
+                if not _loader.made_context_current(exc):
                     raise
-                # This thread has made no CUDA runtime call yet, so no context is current
-                # on it (a server's worker thread, a DataLoader's): CuPy's own launches
-                # make one current first (_ensure_context); ours do only when refused,
-                # which costs the usual call nothing.
-                make_context_current()
                 self._launch_kernel(*self._head, stream, self._params_at, 0)
 
 

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -199,12 +200,48 @@ def allow_shared_memory(kernel: Any, nbytes: int) -> None:
     if found is not None and found[0] is kernel and found[1] >= nbytes:
         return
     try:
+        _opt_in(kernel, nbytes)
+    except Exception as exc:
+        if not made_context_current(exc):
+            raise
+        _opt_in(kernel, nbytes)
+    _opted_in[id(kernel)] = (kernel, nbytes)
+
+
+def _opt_in(kernel: Any, nbytes: int) -> None:
+    try:
         kernel.max_dynamic_shared_size_bytes = nbytes
     except AttributeError:
         # A plain cupy.cuda.function.Function (the NVRTC-built sm_90a kernels of
         # _feature_kernel) lacks RawKernel's property: the driver call behind it.
         _func_set_attribute(kernel.ptr, MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
-    _opted_in[id(kernel)] = (kernel, nbytes)
+
+
+#: CUresult CUDA_ERROR_INVALID_CONTEXT: the calling thread has no current CUDA context.
+INVALID_CONTEXT = 201
+
+
+def made_context_current(refused: Exception) -> bool:
+    """Whether `refused` is the driver refusing a call for want of a current context on
+    this thread, now made current, so that the call may go again.
+
+    Why: our driver calls (prepared launches, the shared-memory opt-in) skip what CuPy's
+    own make first (`_ensure_context`), and a thread that has made no CUDA runtime call yet
+    (a server's worker thread, a DataLoader's) has no context current."""
+    if getattr(refused, "status", None) != INVALID_CONTEXT:
+        return False
+    make_context_current()
+    return True
+
+
+def _runtime_call() -> None:
+    # Any runtime API call makes the current device's primary context current on the
+    # calling thread; the driver API never does by itself.
+    require_cupy().cuda.runtime.memGetInfo()
+
+
+#: What made_context_current calls; tests replace it.
+make_context_current: Callable[[], None] = _runtime_call
 
 
 def _func_set_attribute(function: int, attribute: int, value: int) -> None:
