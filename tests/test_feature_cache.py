@@ -4,6 +4,7 @@ stand-in compiler: no GPU, CuPy or NVRTC needed."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,36 @@ def test_the_cache_lives_in_cupys_cache_directory(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("CUPY_CACHE_DIR")
     assert _feature.cache_dir() == Path(os.path.expanduser("~")) / ".cupy" / "kernel_cache" / (
         "convtune_feature")
+
+
+# Bug: the temporary a compile is written to was named per process only, so two threads
+# compiling one instance at once (one per device) wrote the same file, and one could move
+# the other's half-written binary into the cache.
+def test_threads_compiling_one_instance_write_temporaries_of_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    both = threading.Barrier(2)
+    compiler = FakeCompiler()
+
+    def compile_together(*args: Any) -> tuple[str, bytes]:
+        both.wait(timeout=10)  # each thread has found no entry and compiles
+        return compiler(*args)
+
+    moved: list[str] = []
+    replace = os.replace
+
+    def recording_replace(source: Any, target: Any) -> None:
+        moved.append(str(source))
+        replace(source, target)
+
+    monkeypatch.setattr(_feature.os, "replace", recording_replace)
+    results: list[tuple[str, bytes]] = []
+    threads = [threading.Thread(target=lambda: results.append(_feature.binary(
+        "kernel v1", "k.cu", "k<half_t, 64>", OPTIONS, "nvrtc 13.0", compile_together,
+        tmp_path))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 2 and results[0] == results[1] and compiler.calls == 2
+    assert len(set(moved)) == 2  # one temporary each
+    assert [p.suffix for p in tmp_path.iterdir()] == [".cubin"]

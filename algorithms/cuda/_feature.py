@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ def binary(source: str, filename: str, name_expression: str, options: tuple[str,
     lowered_name, cubin = compile_(source, filename, name_expression, options)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        # Per process and thread: two devices' threads may compile one instance at once.
+        partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         partial.write_bytes(lowered_name.encode() + b"\0" + cubin)
         os.replace(partial, path)
     except OSError:
