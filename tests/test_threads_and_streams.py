@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from algorithms.cuda import _cublas, _cublaslt, _launch, _loader, fft
+from algorithms.cuda import _cublas, _cublaslt, _lanes, _launch, _loader, fft
 from algorithms.cuda._launch import INT32, POINTER
 from tests.test_cuda_host_checks import _PlainFunction
 from tests.test_launch import Recorder, _shape
@@ -289,3 +289,59 @@ def test_a_launch_without_a_current_context_makes_one_and_goes_again(
     with pytest.raises(_DriverError):
         launch(5, 0x1000, 0x2000, 1)
     assert made == [True] and other.calls == []
+
+
+def _in_threads(work: Any, count: int = 2) -> list[Any]:
+    """What work() returns in each of `count` threads, alive together (no ident reused)."""
+    done: list[Any] = []
+    hold = threading.Barrier(count)
+
+    def run() -> None:
+        done.append(work())
+        hold.wait(timeout=10)  # no thread ends, and gives its ident away, before all ran
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return done
+
+
+# Bug: lanes were stream handles, and the per-thread default stream (CuPy's current stream
+# with CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1) has one handle for every thread's own stream:
+# threads running at once would share a plan's workspace and cuBLAS's.
+def test_each_threads_default_stream_is_a_lane_of_its_own() -> None:
+    per_thread = _lanes.PER_THREAD_STREAM
+    first, second = _in_threads(lambda: _lanes.lane_of(per_thread))
+    assert first != second
+    assert _in_threads(lambda: _lanes.lane_of(0x100)) == [0x100, 0x100]
+    lib = StandInCublas()
+    blas = _cublas_over(lib)
+
+    def gemm_on_the_threads_stream() -> None:
+        lib.current.stream = per_thread
+        _gemm(blas)
+
+    _in_threads(gemm_on_the_threads_stream)
+    workspaces = [ws for _, _, ws in lib.gemms]
+    assert len(workspaces) == 2 and workspaces[0] != workspaces[1]
+
+
+def test_the_runtime_gives_each_threads_default_stream_a_lane(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import count_plan_calls
+
+    cupy = count_plan_calls._cupy()  # a stand-in CuPy on GPU 0
+    cupy.cuda.get_current_stream = lambda: SimpleNamespace(ptr=_lanes.PER_THREAD_STREAM)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    from algorithms.cuda.runtime import CudaRuntime  # with the stand-in in place
+
+    runtime = CudaRuntime(0)
+    first, second = _in_threads(runtime.lane)
+    assert first != second  # so plans keep a workspace per thread there
+    x = count_plan_calls._CupyArray((1, 2, 3, 3), np.float32)
+    w = count_plan_calls._CupyArray((2, 2, 1, 1), np.float32)
+    shapes = ((1, 2, 3, 3), (2, 2, 1, 1), (1, 2, 3, 3))
+    lanes = _in_threads(lambda: runtime.ready(x, w, x, shapes, "float32")[0])  # type: ignore[index]
+    assert lanes[0] != lanes[1]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from algorithms.cuda import _cublaslt, _recording
 from algorithms.cuda._cublaslt import check_status
+from algorithms.cuda._lanes import lane_of
 from algorithms.cuda._loader import require_cupy
 
 OP_N = 0
@@ -144,7 +146,7 @@ class _Cublas:
         self._gemm_ex.restype = ctypes.c_int
         self._local = threading.local()
         self._free: dict[int, list[ctypes.c_void_p]] = {}  # finished threads' handles
-        self._workspaces: dict[tuple[int, int], Any] = {}  # (device, stream) -> workspace
+        self._workspaces: dict[tuple[int, Hashable], Any] = {}  # (device, lane) -> workspace
         self._lock = threading.Lock()
 
     def handle(self) -> ctypes.c_void_p:
@@ -166,13 +168,13 @@ class _Cublas:
     def workspace(self, device: int, stream: int) -> Any:
         """The workspace of GEMMs on `stream` of `device`, allocated on first use (a plan
         runs once on a stream before a CUDA graph captures it there, so not in a capture)."""
-        found = self._workspaces.get((device, stream))
+        key = (device, lane_of(stream))
+        found = self._workspaces.get(key)
         if found is None:
             with self._lock:
-                found = self._workspaces.get((device, stream))
+                found = self._workspaces.get(key)
                 if found is None:
-                    found = self._workspaces[(device, stream)] = self._cupy.cuda.alloc(
-                        WORKSPACE_BYTES)
+                    found = self._workspaces[key] = self._cupy.cuda.alloc(WORKSPACE_BYTES)
         return found
 
     def _bound(self, device: int) -> _Bound:

@@ -17,6 +17,7 @@ from typing import Any, cast
 import numpy as np
 
 from algorithms.cuda import _ahead
+from algorithms.cuda._lanes import PER_THREAD_STREAM, lane_of
 from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.problem import ConvProblem
 from algorithms.reference_gemm import errors, reference_gemm
@@ -202,12 +203,14 @@ class CudaRuntime:
                 return None
             if self._get_device() != self.index:
                 return None
-            return int(self._current_stream().ptr), x, w, out
+            return lane_of(int(self._current_stream().ptr)), x, w, out
         found = self._torch.ready(x, w, out, shapes, storage)
         if found is None or self._get_device() != self.index:
             return None
         if found[0] != self._current_stream().ptr:
             return None  # torch's side stream: the checked path makes it CuPy's too
+        if found[0] == PER_THREAD_STREAM:
+            return (lane_of(found[0]), *found[1:])
         return found
 
     def output(self, x: Any, shape: tuple[int, ...], storage: str) -> Any | None:
@@ -271,9 +274,10 @@ class CudaRuntime:
 
     # --- streams -------------------------------------------------------------------------
     def lane(self) -> Hashable:
-        """CuPy's current stream on this device (what work enqueued now is ordered on)."""
+        """The lane of CuPy's current stream on this device (what work enqueued now is
+        ordered on): its handle, with the thread for the per-thread default stream."""
         with self._dev:
-            return int(self._cupy.cuda.get_current_stream().ptr)
+            return lane_of(int(self._cupy.cuda.get_current_stream().ptr))
 
     @contextmanager
     def caller_stream(self, array: Any) -> Iterator[None]:

@@ -1,0 +1,18 @@
+"""Lanes: what per-stream resources (plans' workspaces, their replays, cuBLAS's workspaces)
+are kept under, one per stream that work may run on at once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+
+#: cudaStreamPerThread (driver_types.h): one handle naming each thread's own default stream,
+#: CuPy's current stream when CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1.
+PER_THREAD_STREAM = 2
+
+
+def lane_of(stream: int) -> Hashable:
+    """The lane of the stream with handle `stream` as the calling thread sees it: the handle,
+    and for the per-thread default stream the thread too (its one handle names another
+    stream in each thread, and those run at once)."""
+    return (stream, threading.get_ident()) if stream == PER_THREAD_STREAM else stream
