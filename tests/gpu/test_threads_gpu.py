@@ -76,8 +76,12 @@ def test_a_plan_runs_first_from_a_new_thread(db_url: str, algorithm: str, kind: 
 
 # Threads on streams of their own at once: cuBLAS's handle bound to one thread's stream and
 # one workspace (or one cuFFT plan's work area) for every stream would mix their GEMMs.
+# The per-thread default stream (CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1's current stream) has
+# one handle for every thread's own stream: lanes tell them apart by thread (_lanes).
+@pytest.mark.parametrize("streams", ["own", "per_thread_default"])
 @pytest.mark.parametrize("algorithm", ["im2col_gemm", "fft", "winograd"])
-def test_threads_on_their_own_streams_share_a_plan(db_url: str, algorithm: str) -> None:
+def test_threads_on_their_own_streams_share_a_plan(db_url: str, algorithm: str,
+                                                   streams: str) -> None:
     import cupy
 
     chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm=algorithm)
@@ -90,7 +94,8 @@ def test_threads_on_their_own_streams_share_a_plan(db_url: str, algorithm: str) 
     start = threading.Barrier(threads)
 
     def worker(x: Any, w: Any) -> list[Any]:
-        stream = cupy.cuda.Stream(non_blocking=True)
+        stream = (cupy.cuda.Stream(non_blocking=True) if streams == "own"
+                  else cupy.cuda.Stream.ptds)
         with stream:  # the NaN fills too: a non-blocking stream waits for no other
             outputs = [cupy.full(PROBLEM.output_shape, np.nan, np.float32)
                        for _ in range(calls)]
