@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from algorithms.cuda import _cublas, _replay
+from algorithms.cuda import _cublas, _lanes, _replay
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._launch import INT32, POINTER, Address, KernelLaunch, enqueue
 from algorithms.problem import ConvProblem
@@ -149,6 +149,18 @@ def test_a_replayer_keeps_a_replay_per_lane_and_alignment(
     assert worked_out == [(0x1000, 0x2000, 0x3000), (0x5000, 0x2000, 0x3000),
                           (0x5008, 0x2000, 0x3000)]
     assert workspaces == [3, 4, 3]
+
+
+# Bug: a replay took its lane for the stream's handle, but the per-thread default stream's
+# lane is (handle, thread) (algorithms.cuda._lanes): its launches would get the pair.
+def test_a_replay_on_a_threads_default_stream_launches_on_its_handle() -> None:
+    algorithm = Stand()
+    replayer = _replay.Replayer(algorithm, PROBLEM, "default", lambda lane: WORKSPACE)
+    stream = _lanes.PER_THREAD_STREAM
+    for _ in range(2):  # worked out, then replayed
+        CALLS.clear()
+        replayer(_lanes.lane_of(stream), 0x1000, 0x2000, 0x3000)
+        assert list(CALLS) == _direct(algorithm, stream, 0x1000, 0x2000, 0x3000)
 
 
 class Array:

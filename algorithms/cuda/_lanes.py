@@ -1,5 +1,7 @@
 """Lanes: what per-stream resources (plans' workspaces, their replays, cuBLAS's workspaces)
-are kept under, one per stream that work may run on at once."""
+are kept under, one per stream that work may run on at once. A lane is its stream's handle
+(an int), or (handle, thread) for the per-thread default stream; a replay launches on the
+handle (_replay.Replayer)."""
 
 from __future__ import annotations
 

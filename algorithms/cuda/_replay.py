@@ -161,5 +161,5 @@ class Replayer(Runner):
                 self._workspace(lane))
         if replay is None:
             super().__call__(lane, x, w, y)
-        else:
-            replay(lane, xp, wp, yp)
+        else:  # a lane is its stream's handle, or (handle, thread): algorithms.cuda._lanes
+            replay(lane if type(lane) is int else lane[0], xp, wp, yp)
