@@ -144,7 +144,8 @@ def standin_cublas(library: Path, lt: Path | None = None) -> Any:
     CONVTUNE_CUBLASLT must be 1), with a stand-in CuPy (device 0)."""
     stream = SimpleNamespace(ptr=STANDIN_STREAM)
     cupy = SimpleNamespace(cuda=SimpleNamespace(
-        runtime=SimpleNamespace(getDevice=lambda: 0), get_current_stream=lambda: stream,
+        runtime=SimpleNamespace(getDevice=lambda: 0, streamIsCapturing=lambda ptr: 0),
+        get_current_stream=lambda: stream,
         alloc=lambda nbytes: SimpleNamespace(ptr=STANDIN_WORKSPACE)))
     return _cublas._Cublas(cupy, lib=ctypes.CDLL(str(library)),
                            lt=None if lt is None else ctypes.CDLL(str(lt)))

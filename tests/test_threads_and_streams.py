@@ -48,6 +48,7 @@ class StandInCublas:
     #: (stream the caller had current, the handle's stream, the handle's workspace)
     gemms: list[tuple[int, int, int | None]] = field(default_factory=list)
     current: threading.local = field(default_factory=threading.local)
+    capturing: set[int] = field(default_factory=set)  # streams capturing a CUDA graph
 
     def cublasCreate_v2(self, out: Any) -> int:  # cuBLAS's own names, as ctypes finds them
         handle = 0x1000 + len(self.handles)
@@ -86,7 +87,8 @@ def _cublas_over(lib: StandInCublas) -> _cublas._Cublas:
     as the stand-in has it, allocations at new addresses."""
     addresses = itertools.count(1 << 40, 1 << 30)
     cupy = SimpleNamespace(cuda=SimpleNamespace(
-        runtime=SimpleNamespace(getDevice=lambda: 0),
+        runtime=SimpleNamespace(getDevice=lambda: 0,
+                                streamIsCapturing=lambda ptr: int(ptr in lib.capturing)),
         get_current_stream=lambda: SimpleNamespace(ptr=lib.current.stream),
         alloc=lambda nbytes: SimpleNamespace(ptr=next(addresses))))
     return _cublas._Cublas(cupy, lib=lib)
@@ -345,3 +347,20 @@ def test_the_runtime_gives_each_threads_default_stream_a_lane(
     shapes = ((1, 2, 3, 3), (2, 2, 1, 1), (1, 2, 3, 3))
     lanes = _in_threads(lambda: runtime.ready(x, w, x, shapes, "float32")[0])  # type: ignore[index]
     assert lanes[0] != lanes[1]
+
+
+# Bug (this session's, before it landed): with a workspace per stream, a stream first used
+# while capturing a CUDA graph allocated one there, which ends the capture; a graph captured
+# without a run on its stream first, which one shared workspace allowed, would fail.
+def test_a_stream_first_used_while_capturing_shares_a_workspace() -> None:
+    lib = StandInCublas()
+    blas = _cublas_over(lib)
+    lib.current.stream = 0x100
+    _gemm(blas)  # the tuning's stream: the device's first workspace
+    lib.capturing.add(0x300)
+    lib.current.stream = 0x300
+    _gemm(blas)
+    lib.current.stream = 0x200  # not capturing: its own
+    _gemm(blas)
+    first, captured, own = (ws for _, _, ws in lib.gemms)
+    assert captured == first and own not in (first, None)

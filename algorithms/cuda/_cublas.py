@@ -166,16 +166,28 @@ class _Cublas:
         return bound.handle
 
     def workspace(self, device: int, stream: int) -> Any:
-        """The workspace of GEMMs on `stream` of `device`, allocated on first use (a plan
-        runs once on a stream before a CUDA graph captures it there, so not in a capture)."""
+        """The workspace of GEMMs on `stream` of `device`, allocated on first use.
+
+        A stream first used while it captures a CUDA graph, where an allocation would end
+        the capture, shares the device's first workspace instead, as every stream did before
+        workspaces were per stream (and so a graph captured without a run on its stream
+        first still works); a run on the stream before capturing gives it its own."""
         key = (device, lane_of(stream))
         found = self._workspaces.get(key)
         if found is None:
             with self._lock:
                 found = self._workspaces.get(key)
                 if found is None:
-                    found = self._workspaces[key] = self._cupy.cuda.alloc(WORKSPACE_BYTES)
+                    found = self._workspaces[key] = (
+                        self._shared_in_capture(device, stream)
+                        or self._cupy.cuda.alloc(WORKSPACE_BYTES))
         return found
+
+    def _shared_in_capture(self, device: int, stream: int) -> Any | None:
+        if not self._cupy.cuda.runtime.streamIsCapturing(stream):
+            return None
+        return next((found for (on, _lane), found in self._workspaces.items() if on == device),
+                    None)
 
     def _bound(self, device: int) -> _Bound:
         """This thread's handle on `device`: a finished thread's, else a new one."""

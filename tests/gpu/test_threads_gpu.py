@@ -126,3 +126,31 @@ def test_threads_on_their_own_streams_share_a_plan(db_url: str, algorithm: str,
             raise result
     errors = [_error(y, *inputs[i]) for i in range(threads) for y in found[i]]
     assert max(errors) <= tolerance(PROBLEM.dtype, algorithm), max(errors)
+
+
+# PyTorch's own capture pattern: warm up on a side stream, capture on torch.cuda.graph's
+# default capture stream, where the plan never ran. A pointwise im2col_gemm plan has no
+# workspace of its own, but its cuBLAS calls need one for the new stream: allocating it
+# would end the capture, so the stream shares the device's first (_cublas).
+def test_a_gemm_plan_captures_on_a_stream_it_never_ran_on(db_url: str) -> None:
+    torch = pytest.importorskip("torch")
+    pointwise = ConvProblem(n=8, c=64, h=28, w=28, k=64, r=1, s=1)
+    chosen = plan(pointwise, "cuda:0", workspace_limit=0, db=db_url, algorithm="im2col_gemm")
+    assert chosen.workspace_bytes == 0, chosen.config  # chunk=all: straight GEMMs
+    x = torch.randn(pointwise.input_shape, device="cuda")
+    w = torch.randn(pointwise.filter_shape, device="cuda")
+    y = torch.empty(pointwise.output_shape, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        chosen(x, w, out=y)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # its own capture stream
+        chosen(x, w, out=y)
+    x.copy_(torch.randn_like(x))
+    y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = reference_conv(x.cpu().numpy(), w.cpu().numpy(), pointwise)
+    assert relative_error(y.cpu().numpy(), ref) <= tolerance(pointwise.dtype, "im2col_gemm")
