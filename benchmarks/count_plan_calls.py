@@ -96,7 +96,7 @@ def _cupy() -> SimpleNamespace:
         cuda=SimpleNamespace(
             runtime=SimpleNamespace(getDeviceCount=lambda: 1,
                                     getDeviceProperties=lambda index: {},
-                                    getDevice=lambda: 0),
+                                    getDevice=lambda: 0, streamIsCapturing=lambda ptr: 0),
             Device=lambda index: nullcontext(), get_current_stream=lambda: stream,
             UnownedMemory=lambda *args: None, MemoryPointer=lambda *args: None))
 

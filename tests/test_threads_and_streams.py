@@ -364,3 +364,22 @@ def test_a_stream_first_used_while_capturing_shares_a_workspace() -> None:
     _gemm(blas)
     first, captured, own = (ws for _, _, ws in lib.gemms)
     assert captured == first and own not in (first, None)
+
+
+def test_a_plans_workspace_is_refused_while_its_stream_captures(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An allocation would end the capture with CUDA's own error; ours says what to do."""
+    from benchmarks import count_plan_calls
+
+    cupy = count_plan_calls._cupy()
+    capturing = [False]
+    cupy.cuda.runtime.streamIsCapturing = lambda ptr: int(capturing[0])
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    from algorithms.cuda.runtime import CudaRuntime  # with the stand-in in place
+
+    runtime = CudaRuntime(0)
+    assert runtime.workspace(256) is not None
+    capturing[0] = True
+    with pytest.raises(ValueError, match="run the plan once on that stream"):
+        runtime.workspace(256)
+    assert runtime.workspace(0) is None  # nothing to allocate: nothing refused

@@ -109,10 +109,15 @@ class CudaRuntime:
             return self._cupy.empty(shape, dtype=self.storage_dtype(dtype))
 
     def workspace(self, nbytes: int) -> Any:
-        """A 1-D uint8 device workspace of `nbytes` (None for 0)."""
+        """A 1-D uint8 device workspace of `nbytes` (None for 0); ValueError while the
+        current stream captures a CUDA graph, where an allocation would end the capture."""
         if not nbytes:
             return None
         with self._dev:
+            if self._cupy.cuda.runtime.streamIsCapturing(self._current_stream().ptr):
+                raise ValueError("a plan's workspace cannot be allocated while its stream "
+                                 "captures a CUDA graph: run the plan once on that stream "
+                                 "before capturing there")
             return self._cupy.empty(nbytes, dtype=np.uint8)
 
     def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> Any:
