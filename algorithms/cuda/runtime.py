@@ -208,7 +208,9 @@ class CudaRuntime:
                 return None
             if self._get_device() != self.index:
                 return None
-            return lane_of(int(self._current_stream().ptr)), x, w, out
+            stream = int(self._current_stream().ptr)
+            # Inline as below: a call to lane_of on every plan call for the one rare handle.
+            return (stream if stream != PER_THREAD_STREAM else lane_of(stream)), x, w, out
         found = self._torch.ready(x, w, out, shapes, storage)
         if found is None or self._get_device() != self.index:
             return None
