@@ -7,7 +7,7 @@ Usage: python benchmarks/bench_cold_tune.py [--device cuda:0] [--model resnet50]
            [--out cold.json]
 
 Each setting runs in a process of its own, with an empty SQLite store and its own kernel
-cache directory (CUPY_CACHE_DIR: CuPy's disk cache and _feature's, both inside it), and
+cache directory (CUPY_CACHE_DIR: CuPy's disk cache and _binaries', both inside it), and
 tunes every distinct layer of the network as bench_tuner.py does (its `tune`). Reported per
 setting: the tuning's seconds (the finds alone, as bench_tuner reports them), what was
 compiled ahead (instances, and the seconds the threads took), and the whole process's

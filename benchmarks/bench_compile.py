@@ -8,8 +8,9 @@ Usage: python benchmarks/bench_compile.py [--networks resnet50:32,vgg16:16] [--d
 NVRTC is CPU work: the times are this machine's, and no GPU is involved (CuPy's NVRTC where
 CuPy imports, else the nvidia-cuda-nvrtc wheel's through ctypes). Every instance is compiled
 alone, one name expression per program, as get_kernel has NVRTC compile it, for `--arch`
-(wgmma's files for sm_90a: _loader.FEATURE_ARCH); nothing is cached between compiles. A
-GPU machine's CuPy adds its own steps (its disk cache, loading the module), not timed here.
+(wgmma's files for sm_90a: _loader.FEATURE_ARCH), with the loader's options
+(_loader.nvrtc_options); nothing is cached between compiles. A GPU machine adds its own
+steps (the disk cache, loading the module), not timed here.
 
 Per network: its distinct layers, their CUDA candidates, the candidates whose kernels a dry
 run cannot list (fft: compiled at first use, as before; not counted), the distinct
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -37,9 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from algorithms.cuda import _ahead  # noqa: E402
-from algorithms.cuda._feature import nvrtc_compile  # noqa: E402
-from algorithms.cuda._loader import NVRTC_OPTIONS, kernel_source, target_arch  # noqa: E402
+from algorithms.cuda import _ahead, _binaries  # noqa: E402
+from algorithms.cuda._binaries import nvrtc_compile  # noqa: E402
+from algorithms.cuda._loader import kernel_source, nvrtc_options  # noqa: E402
 from algorithms.registry import algorithms_for  # noqa: E402
 from benchmarks.nvrtc_ctypes import load_nvrtc  # noqa: E402
 from tuner.candidates import enumerate_candidates  # noqa: E402
@@ -86,17 +88,48 @@ class Compiler:
     def __init__(self, nvrtc: Any, arch: str) -> None:
         self.nvrtc, self.arch = nvrtc, arch
         self.seconds: dict[_ahead.Instance, float] = {}
+        self.binaries: dict[_ahead.Instance, tuple[str, bytes]] = {}
         self._sources: dict[str, str] = {}
+
+    def source(self, filename: str) -> str:
+        """kernels/`filename` as the loader compiles it (read once)."""
+        found = self._sources.get(filename)
+        if found is None:
+            found = self._sources[filename] = kernel_source(filename)
+        return found
 
     def __call__(self, filename: str, name_expression: str) -> None:
         """Compile `name_expression` of kernels/`filename` alone (RuntimeError if refused)."""
-        source = self._sources.get(filename)
-        if source is None:
-            source = self._sources[filename] = kernel_source(filename)
+        source = self.source(filename)
         began = time.perf_counter()
-        nvrtc_compile(source, filename, name_expression,
-                      (*NVRTC_OPTIONS, f"-arch={target_arch(filename, self.arch)}"), self.nvrtc)
+        self.binaries[(filename, name_expression)] = nvrtc_compile(
+            source, filename, name_expression, nvrtc_options(filename, self.arch), self.nvrtc)
         self.seconds[(filename, name_expression)] = time.perf_counter() - began
+
+
+def cache_read(compiler: Compiler) -> dict[str, Any]:
+    """Every binary `compiler` built, stored in a fresh disk cache as get_kernel stores it
+    (algorithms.cuda._binaries), then read back one after another as a later process reads
+    them: the seconds and bytes of that read."""
+    def keep(source: str, filename: str, name: str, options: tuple[str, ...]
+             ) -> tuple[str, bytes]:
+        return compiler.binaries[(filename, name)]
+
+    def refuse(*_: Any) -> tuple[str, bytes]:
+        raise RuntimeError("bench_compile: a binary was not read back from the cache")
+
+    def each(compile_: _binaries.Compiler, folder: Path) -> None:
+        for filename, name in compiler.binaries:
+            _binaries.binary(compiler.source(filename), filename, name,
+                             nvrtc_options(filename, compiler.arch), "nvrtc", compile_, folder)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        each(keep, Path(tmp))
+        began = time.perf_counter()
+        each(refuse, Path(tmp))
+        seconds = time.perf_counter() - began
+        size = sum(p.stat().st_size for p in Path(tmp).iterdir())
+    return {"instances": len(compiler.binaries), "seconds": round(seconds, 4), "bytes": size}
 
 
 def thread_order(threads: Sequence[int], rounds: int) -> list[int]:
@@ -145,6 +178,7 @@ def main() -> None:
     union = tuple(dict.fromkeys(i for net in found for i in net.instances))
     timings: list[dict[str, Any]] = []
     serial: dict[_ahead.Instance, float] = {}
+    read: dict[str, Any] = {}
     for count in thread_order(threads, args.rounds):
         compiler = Compiler(nvrtc, args.arch)
         done = _ahead.compile_ahead(union, compiler, count)
@@ -153,8 +187,8 @@ def main() -> None:
         timings.append({"threads": count, "used": done.threads,
                         "seconds": round(done.seconds, 2),
                         "compile_s": round(sum(compiler.seconds.values()), 2)})
-        if count == 1 and not serial:
-            serial = compiler.seconds
+        if not serial:
+            serial, read = compiler.seconds, cache_read(compiler)
         print(f"{count} thread(s): {done.seconds:.1f} s", file=sys.stderr, flush=True)
     report = {
         "date": date.today().isoformat(), "dtype": args.dtype, "math": args.math,
@@ -164,6 +198,7 @@ def main() -> None:
              "instances": len(n.instances), "listing_s": round(n.listing_s, 3)}
             for n in found],
         "instances": len(union), "timings": timings, "per_file": per_file(serial),
+        "serial_threads": timings[0]["threads"], "cache_read": read,
     }
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
@@ -186,10 +221,15 @@ def print_report(report: dict[str, Any]) -> None:
     for t in report["timings"]:
         print(f"| {t['threads']} | {t['seconds']} | {t['compile_s']} |")
     if report["per_file"]:
-        print("\n| kernel file (serial run) | instances | seconds | mean s |")
+        print(f"\n| kernel file ({report.get('serial_threads', 1)} thread(s)) | instances "
+              "| seconds | mean s |")
         print("|---|---|---|---|")
         for f in report["per_file"]:
             print(f"| {f['file']} | {f['instances']} | {f['seconds']} | {f['mean_s']} |")
+    read = report.get("cache_read")
+    if read:
+        print(f"\nRead back from the disk cache, one after another: {read['instances']} "
+              f"instances, {read['bytes'] / 2**20:.1f} MiB, {read['seconds']:.3f} s")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
 # Usage: benchmarks/gpu_session.sh [STEP ...]     (default: warm tests sanitize fp32)
 # Steps:
 #   warm       benchmarks/warm_kernels.py: every kernel instance compiled once, one process
-#              per CPU, into CuPy's disk cache (first on a fresh machine: later steps and
-#              their test workers then load instead of compiling)
+#              per CPU, into the kernel cache on disk (algorithms/cuda/_binaries.py; first
+#              on a fresh machine: later steps and their test workers then load instead of
+#              compiling, which they did not before 2026-11-29: CuPy never read its own)
 #   sass       SASS (nvcc -cubin, cuobjdump -sass) of a few instances whose instruction order
 #              matters (SASS_KERNELS: "file:instance;..."), for reading load grouping
 #   tests      kernel compile checks, host checks and tests/gpu (pytest-xdist, JOBS workers;

@@ -1,12 +1,11 @@
-"""Compile every shipped CUDA kernel instance for this GPU, in parallel, into CuPy's cache.
+"""Compile every shipped CUDA kernel instance for this GPU, in parallel, into the disk cache.
 
 Usage: python benchmarks/warm_kernels.py [--jobs N] [--device INDEX]
 
-`get_kernel` compiles one template instance per NVRTC call, on first use, in the process
-that needs it. On a fresh GPU machine that is every instance once per test worker or
-benchmark process until CuPy's on-disk cache (~/.cupy/kernel_cache, keyed by the source,
-the options and the instance) holds it; the sm_90a (wgmma) instances, which NVRTC builds
-outside CuPy, are kept in a folder of that cache by algorithms/cuda/_feature.py. This
+`get_kernel` builds one template instance per NVRTC call, on first use, in the process
+that needs it, and keeps the binary in a folder of CuPy's kernel cache directory
+(algorithms/cuda/_binaries.py, keyed by the source, the options and the instance), where
+later processes read it. On a fresh GPU machine every instance is compiled once. This
 fills that cache first, one process per CPU core, so that `gpu_session.sh`'s later steps
 spend their time limits on tests and measurements instead of compilation. Prints how many
 instances it compiled and how long that took (the cost a fresh machine pays once).
@@ -40,7 +39,7 @@ def instances() -> list[Instance]:
 
 
 def compile_instance(instance: Instance, device: int = 0) -> float:
-    """Compile (or load from CuPy's cache) one instance on GPU `device`; seconds taken."""
+    """Compile (or load from the disk cache) one instance on GPU `device`; seconds taken."""
     import cupy
 
     from algorithms.cuda._loader import get_kernel

@@ -165,15 +165,11 @@ def test_get_kernel_compiles_two_instances_at_once_and_one_only_once(
     both = threading.Barrier(2, timeout=10)
     compiled: list[str] = []
 
-    class Module:
-        def __init__(self, code: str, options: Any, name_expressions: list[str]) -> None:
-            self.name = name_expressions[0]
-
-        def get_function(self, name: str) -> str:
-            compiled.append(name)
-            if name != "same":
-                both.wait()
-            return f"kernel {name}"
+    def build(cupy: Any, filename: str, name: str) -> str:
+        compiled.append(name)
+        if name != "same":
+            both.wait()
+        return f"kernel {name}"
 
     class Runtime:
         @staticmethod
@@ -181,15 +177,13 @@ def test_get_kernel_compiles_two_instances_at_once_and_one_only_once(
             return 7
 
     class Cupy:
-        RawModule = Module
-
         class cuda:
             runtime = Runtime
 
     monkeypatch.setattr(_loader, "require_cupy", lambda: Cupy)
     monkeypatch.setattr(_loader, "_kernels", {})
     monkeypatch.setattr(_loader, "_instance_locks", {})
-    monkeypatch.setattr(_loader, "_cached_source", lambda filename: "source")
+    monkeypatch.setattr(_loader, "_build", build)
     got: dict[str, Any] = {}
 
     def ask(name: str) -> None:

@@ -57,6 +57,8 @@ def test_the_compiler_compiles_one_name_alone_for_the_files_arch() -> None:
                      ("compile", "-arch=sm_90a"), ("destroy",)]
     assert set(compiler.seconds) == {("winograd.cu", "winograd_input<float, 2>"),
                                      ("implicit_gemm_wgmma.cu", "k")}
+    read = bench.cache_read(compiler)  # stored, then read back without compiling
+    assert read["instances"] == 2 and read["bytes"] > 0 and len(calls) == 8
 
 
 def test_rounds_alternate_the_thread_counts() -> None:

@@ -20,8 +20,8 @@ from algorithms.cuda._loader import (
     KERNELS_DIR,
     NVRTC_OPTIONS,
     kernel_source,
+    nvrtc_options,
     paste_headers,
-    target_arch,
 )
 from benchmarks.kernel_resources import NVCC, compile_all, usages
 from benchmarks.nvrtc_ctypes import load_nvrtc
@@ -91,8 +91,8 @@ def test_loader_source_compiles_with_nvrtc(filename: str, arch: str) -> None:
     try:
         for name in names:
             nvrtc.addNameExpression(prog, name)
-        # The options CuPy's RawModule uses with ours: an explicit arch instead of the device's.
-        options = (*NVRTC_OPTIONS, f"-arch={target_arch(filename, arch)}")
+        # The loader's options: an explicit arch instead of the device's.
+        options = nvrtc_options(filename, arch)
         try:
             nvrtc.compileProgram(prog, options)
         except Exception as exc:

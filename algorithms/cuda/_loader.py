@@ -1,10 +1,11 @@
-"""CUDA kernel plumbing: kernel sources, NVRTC compilation through CuPy, launch arguments.
+"""CUDA kernel plumbing: kernel sources, NVRTC compilation, launch arguments.
 
 Nothing here imports CuPy at module import: `require_cupy()` does, when a kernel is first
-needed, and raises a RuntimeError that says why when it cannot. Kernels are compiled with
-`cupy.RawModule(code=..., options=COMPILE_OPTIONS, name_expressions=[name])` for the current
-device (CuPy picks the architecture), once per (device, file, name expression) and process;
-CuPy's own disk cache, keyed by the source text, makes later processes skip NVRTC.
+needed, and raises a RuntimeError that says why when it cannot. Each kernel instance is
+compiled by NVRTC with the options and for the architecture CuPy's RawModule would use on
+the current device (`nvrtc_options`), kept in _binaries' disk cache, and loaded as a CuPy
+Function, once per (device, file, name expression) and process: later processes read the
+binary instead of compiling (CuPy's own cache is never read for name expressions).
 """
 
 from __future__ import annotations
@@ -34,23 +35,34 @@ def _kernels_dir() -> Path:
 #: Where the CUDA sources live: the one locator of the repository's kernels/ folder.
 KERNELS_DIR = _kernels_dir()
 
-#: NVRTC options; CuPy adds the architecture of the current device itself.
+#: Our NVRTC options (CuPy's RawModule is given these where it still compiles: _build).
 COMPILE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 
 #: Kernel files built for one architecture's feature set (PTX "a" targets): wgmma exists only
 #: on sm_90a, which CuPy's RawModule cannot target (it appends the plain -arch=sm_90 of the
-#: device), so these are compiled by NVRTC here and run only on a device of that compute
-#: capability.
+#: device); these run only on a device of that compute capability.
 FEATURE_ARCH: dict[str, str] = {"implicit_gemm_wgmma.cu": "sm_90a",
                                   "implicit_gemm_wgmma_nchw.cu": "sm_90a"}
-#: The NVRTC options besides the architecture that CuPy's RawModule compiles with (so a
-#: FEATURE_ARCH file is built as every other is).
+#: The NVRTC options besides the architecture of a FEATURE_ARCH file: ours and CuPy's
+#: --device-as-default-execution-space (these files never went through RawModule, and their
+#: measured binaries were built without its -ftz=true).
 NVRTC_OPTIONS: tuple[str, ...] = (*COMPILE_OPTIONS, "--device-as-default-execution-space")
+#: The options besides the architecture of every other file: those CuPy's RawModule compiled
+#: them with (cupy/cuda/compiler.py, CuPy 13-14), so that the binaries are the measured ones.
+RAWMODULE_OPTIONS: tuple[str, ...] = (*COMPILE_OPTIONS, "-ftz=true",
+                                      "--device-as-default-execution-space")
 
 
 def target_arch(filename: str, arch: str) -> str:
     """The architecture kernels/`filename` is built for when others are built for `arch`."""
     return FEATURE_ARCH.get(filename, arch)
+
+
+def nvrtc_options(filename: str, arch: str) -> tuple[str, ...]:
+    """NVRTC's options for kernels/`filename` where the device's kernels are built for
+    `arch` (sm_XY), the architecture included."""
+    base = NVRTC_OPTIONS if filename in FEATURE_ARCH else RAWMODULE_OPTIONS
+    return (*base, f"-arch={target_arch(filename, arch)}")
 
 #: The C++ storage type of each problem dtype (half_t is defined in kernels/common.cuh).
 CTYPES: dict[str, str] = {"float16": "half_t", "float32": "float", "float64": "double"}
@@ -126,8 +138,8 @@ def _cached_source(filename: str) -> str:
 def get_kernel(filename: str, name_expression: str) -> Any:
     """The compiled kernel `name_expression` of kernels/`filename` on the current device.
 
-    Compiled on first use per device and cached for the process; later calls are a dict
-    lookup (they sit inside timed regions).
+    Built on first use per device (read from the disk cache, or compiled) and kept for the
+    process; later calls are a dict lookup (they sit inside timed regions).
     """
     cupy = require_cupy()
     key = (cupy.cuda.runtime.getDevice(), filename, name_expression)
@@ -136,16 +148,44 @@ def get_kernel(filename: str, name_expression: str) -> Any:
         with _instance_lock(key):
             kernel = _kernels.get(key)
             if kernel is None:
-                if filename in FEATURE_ARCH:
-                    kernel = _feature_kernel(cupy, filename, name_expression)
-                else:
-                    module = cupy.RawModule(
-                        code=_cached_source(filename), options=COMPILE_OPTIONS,
-                        name_expressions=[name_expression],
-                    )
-                    kernel = module.get_function(name_expression)
+                kernel = _build(cupy, filename, name_expression)
                 _kernels[key] = kernel
     return kernel
+
+
+def _build(cupy: Any, filename: str, name_expression: str) -> Any:
+    """`name_expression` of kernels/`filename` on the current device: a Function loaded from
+    _binaries' cubin, or CuPy's RawKernel where CuPy would build PTX (_device_arch)."""
+    arch = _feature_arch(cupy, filename) if filename in FEATURE_ARCH else _device_arch()
+    if arch is None:
+        module = cupy.RawModule(code=_cached_source(filename), options=COMPILE_OPTIONS,
+                                name_expressions=[name_expression])
+        return module.get_function(name_expression)
+    from cupy.cuda import function
+
+    from algorithms.cuda import _binaries
+
+    lowered, cubin = _binaries.binary(
+        _cached_source(filename), filename, name_expression, nvrtc_options(filename, arch),
+        _binaries.nvrtc_version(), _binaries.nvrtc_compile, _binaries.cache_dir())
+    module = function.Module()
+    module.load(cubin)
+    return module.get_function(lowered)  # the Function holds its Module
+
+
+def _device_arch() -> str | None:
+    """The sm_XY CuPy's RawModule builds cubins for on the current device (the device's
+    compute capability, capped at what NVRTC knows); None where CuPy would build PTX instead
+    (CUPY_COMPILE_WITH_PTX) or cannot say (a CuPy without this private helper)."""
+    try:
+        from cupy.cuda import compiler
+
+        option, kind = compiler._get_arch_for_options_for_nvrtc()
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+    if kind != "cubin" or not str(option).startswith("-arch=sm_"):
+        return None
+    return str(option).removeprefix("-arch=")
 
 
 def _instance_lock(key: tuple[int, str, str]) -> threading.Lock:
@@ -160,25 +200,15 @@ def is_loaded(filename: str, name_expression: str) -> bool:
     return (cupy.cuda.runtime.getDevice(), filename, name_expression) in _kernels
 
 
-def _feature_kernel(cupy: Any, filename: str, name_expression: str) -> Any:
-    """`name_expression` compiled by NVRTC for FEATURE_ARCH[filename] (or read from
-    _feature's disk cache) and loaded; a RuntimeError on a device of another compute
-    capability (before anything is compiled)."""
-    from cupy.cuda import function
-
-    from algorithms.cuda import _feature
-
+def _feature_arch(cupy: Any, filename: str) -> str:
+    """FEATURE_ARCH[filename], or a RuntimeError on a device of another compute capability
+    (before anything is compiled)."""
     arch = FEATURE_ARCH[filename]
     capability = str(cupy.cuda.Device().compute_capability)
     if capability != arch.removeprefix("sm_").rstrip("a"):
         raise RuntimeError(f"{filename} needs a GPU of compute capability "
                            f"{arch.removeprefix('sm_')} ({arch}); this one is {capability}")
-    lowered, cubin = _feature.binary(
-        _cached_source(filename), filename, name_expression, (*NVRTC_OPTIONS, f"-arch={arch}"),
-        _feature.nvrtc_version(), _feature.nvrtc_compile, _feature.cache_dir())
-    module = function.Module()
-    module.load(cubin)
-    return module.get_function(lowered)  # the Function holds its Module
+    return arch
 
 
 # CUfunction_attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h).
@@ -212,8 +242,8 @@ def _opt_in(kernel: Any, nbytes: int) -> None:
     try:
         kernel.max_dynamic_shared_size_bytes = nbytes
     except AttributeError:
-        # A plain cupy.cuda.function.Function (the NVRTC-built sm_90a kernels of
-        # _feature_kernel) lacks RawKernel's property: the driver call behind it.
+        # A plain cupy.cuda.function.Function (what _build loads from a cubin) lacks
+        # RawKernel's property: the driver call behind it.
         _func_set_attribute(kernel.ptr, MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
 
 

@@ -48,7 +48,6 @@ from algorithms.cuda import (
     winograd,
 )
 from algorithms.cuda._base import CudaAlgorithm
-from algorithms.cuda._loader import FEATURE_ARCH
 from algorithms.reference import reference, relative_error
 from tests.cuda_emu.build import (
     EmulatedFunction,
@@ -88,9 +87,9 @@ SCHEDULES = ((0, 0), (1, 0))
 
 @functools.cache
 def _kernel(filename: str, name_expression: str) -> EmulatedKernel:
-    # _loader loads the sm_90a files as plain CuPy Functions, the rest as RawKernels.
-    kind = EmulatedFunction if filename in FEATURE_ARCH else EmulatedKernel
-    return kind(filename, name_expression, shipped_kernels().get(filename, ()))
+    # _loader loads every kernel as a plain CuPy Function from its cubin (a RawKernel only
+    # where CuPy would build PTX, which no GPU we run on does).
+    return EmulatedFunction(filename, name_expression, shipped_kernels().get(filename, ()))
 
 
 #: Every (file, name expression) the algorithms asked get_kernel for, in order.

@@ -36,3 +36,48 @@ def test_prepare_builds_in_threads_what_the_candidates_then_run(
         assert runtime.prepare(PROBLEM, candidates).built == 0  # nothing left to build
     if len(missing) > 1:
         assert done.threads > 1
+
+
+#: A child process: `config_failures` of the direct and tc algorithms' first configurations
+#: on a small problem, and how many kernels it compiled (the rest it read from the disk cache).
+_CHILD = """
+import json
+from algorithms.cuda import _binaries
+from algorithms.problem import ConvProblem
+from algorithms.registry import algorithms_for
+from tests.gpu.conftest import config_failures
+
+compiled = []
+compile_ = _binaries.nvrtc_compile
+_binaries.nvrtc_compile = lambda *args: compiled.append(args[2]) or compile_(*args)
+problem = ConvProblem(n=2, c=12, h=9, w=7, k=20, r=3, s=3, pad=(1, 1), math="tf32")
+failures = []
+for algorithm in algorithms_for("cuda"):
+    if algorithm.name in ("direct", "implicit_gemm_tc") and algorithm.supports(problem):
+        failures += config_failures(algorithm, problem)
+print(json.dumps({"compiled": compiled, "failures": failures}))
+"""
+
+
+def _child(cache: Any) -> dict[str, Any]:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
+                          env={**os.environ, "CUPY_CACHE_DIR": str(cache)},
+                          cwd=Path(__file__).resolve().parents[2], timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+# Bug: every kernel went through CuPy's RawModule with a name expression, and CuPy never
+# reads its disk cache back for those, so each process compiled every kernel it used again.
+def test_a_second_process_reads_the_kernels_the_first_compiled(tmp_path: Any) -> None:
+    first = _child(tmp_path)
+    assert first["failures"] == [] and first["compiled"]
+    second = _child(tmp_path)
+    assert second == {"compiled": [], "failures": []}

@@ -43,7 +43,7 @@ def _kernel(name: str) -> Any:
     if name not in _compiled:
         from cupy.cuda import function
 
-        from algorithms.cuda._feature import nvrtc_compile
+        from algorithms.cuda._binaries import nvrtc_compile
 
         source = paste_headers(Path(WARP_KERNELS).read_text(encoding="utf-8"))
         lowered, cubin = nvrtc_compile(source, "warp_kernels.cu", name,

@@ -1,15 +1,22 @@
-"""Binaries of the kernels built for one architecture's feature set (_loader.FEATURE_ARCH,
-e.g. wgmma on sm_90a): NVRTC compiles them, and a disk cache keeps them between processes.
+"""Kernel binaries: NVRTC compiles each kernel instance, and a disk cache keeps the cubin
+between processes.
 
-CuPy's RawModule keeps its compiles in CuPy's disk cache, but it cannot target "a"
-architectures, so these go through NVRTC directly (_loader._feature_kernel). Without a cache
-of their own every process paid every instance's compile again: on a GPU machine, each test
-worker and each benchmark step, a second or more per instance. The cache lives in CuPy's
-kernel cache directory (CUPY_CACHE_DIR, default ~/.cupy/kernel_cache, per CuPy's
-documentation), in a folder of its own. A file is keyed by everything that shapes the
-binary (the NVRTC version, the options, the file name, the name expression and the source
-text), written whole to a temporary name and renamed, so a reader sees a complete file or
-none. An unwritable cache costs a compile per process, nothing else.
+Why our own cache: CuPy's RawModule keeps its compiles in CuPy's disk cache, but it never
+reads that cache back when given name expressions (cupy/cuda/compiler.py,
+_compile_with_cache_cuda: "We force recompiling to retrieve C++ mangled names"), and every
+kernel of ours is a template instance named by one. So every process compiled every
+instance it used again: each test worker, each benchmark step, each tuning, and each
+process that ran a tuned plan, 0.05-0.6 s an instance on the project's CPU machine, and
+`convtune warm` filled a cache nobody read. RawModule cannot target "a" architectures
+either (_loader.FEATURE_ARCH), which is how this module began.
+
+The cache lives in CuPy's kernel cache directory (CUPY_CACHE_DIR, default
+~/.cupy/kernel_cache, per CuPy's documentation), in a folder of its own. A file is keyed by
+everything that shapes the binary (the NVRTC version, the options, the file name, the name
+expression and the source text), holds a digest of the cubin, and is written whole to a
+temporary name and renamed, so a reader sees a complete file or none; a file that fails
+its digest is compiled again and replaced. An unwritable cache costs a compile per process,
+nothing else.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+#: The cache's folder in CuPy's kernel cache directory.
+FOLDER = "convtune_kernels"
+
 #: (source, file name, name expression, options) -> (lowered name, cubin).
 Compiler = Callable[[str, str, str, tuple[str, ...]], tuple[str, bytes]]
 
@@ -28,7 +38,7 @@ Compiler = Callable[[str, str, str, tuple[str, ...]], tuple[str, bytes]]
 def cache_dir() -> Path:
     """The folder of the cached binaries, inside CuPy's kernel cache directory."""
     root = os.environ.get("CUPY_CACHE_DIR") or str(Path.home() / ".cupy" / "kernel_cache")
-    return Path(root) / "convtune_feature"
+    return Path(root) / FOLDER
 
 
 def binary(source: str, filename: str, name_expression: str, options: tuple[str, ...],
@@ -39,21 +49,36 @@ def binary(source: str, filename: str, name_expression: str, options: tuple[str,
                          .encode()).hexdigest()
     path = folder / f"{key}.cubin"
     try:
-        lowered, sep, cubin = path.read_bytes().partition(b"\0")
-        if sep and lowered and cubin:
-            return lowered.decode(), cubin
-    except (OSError, UnicodeDecodeError):
+        found = _read(path.read_bytes())
+        if found is not None:
+            return found
+    except OSError:
         pass  # absent or unreadable: compile
     lowered_name, cubin = compile_(source, filename, name_expression, options)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         # Per process and thread: two devices' threads may compile one instance at once.
         partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        partial.write_bytes(lowered_name.encode() + b"\0" + cubin)
+        partial.write_bytes(b"\0".join((lowered_name.encode(), _digest(cubin), cubin)))
         os.replace(partial, path)
     except OSError:
         pass
     return lowered_name, cubin
+
+
+def _digest(cubin: bytes) -> bytes:
+    return hashlib.sha256(cubin).hexdigest().encode()
+
+
+def _read(entry: bytes) -> tuple[str, bytes] | None:
+    """(lowered name, cubin) of a cache file's bytes; None for a damaged or foreign one."""
+    parts = entry.split(b"\0", 2)
+    if len(parts) != 3 or not parts[0] or not parts[2] or _digest(parts[2]) != parts[1]:
+        return None
+    try:
+        return parts[0].decode(), parts[2]
+    except UnicodeDecodeError:
+        return None
 
 
 def nvrtc_compile(source: str, filename: str, name_expression: str,
