@@ -50,7 +50,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.cuda._loader import kernel_sources_hash  # noqa: E402
-from algorithms.cuda.runtime import CudaRuntime, cuda_available, runs_spanning  # noqa: E402
+from algorithms.cuda.event_timing import runs_spanning  # noqa: E402
+from algorithms.cuda.runtime import CudaRuntime, cuda_available  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from algorithms.reference import tolerance  # noqa: E402
 from algorithms.registry import algorithms_for, get_algorithm  # noqa: E402

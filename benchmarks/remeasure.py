@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import numpy as np
 
-from algorithms.cuda.runtime import runs_spanning
+from algorithms.cuda.event_timing import runs_spanning
 from algorithms.problem import ConvProblem
 from algorithms.runtime import Runtime, TimingPolicy, batch_size, random_operands
 from benchmarks.children import LineChild

@@ -1,4 +1,5 @@
-"""The CUDA runtime: CuPy buffers on one GPU, CUDA-event timing with L2 flushes, identity.
+"""The CUDA runtime: CuPy buffers on one GPU, streams, verification on the device, identity;
+its timing (CUDA events, L2 flushes) is event_timing's.
 
 CuPy is imported lazily (inside `cuda_available` and `CudaRuntime`), so importing this module
 works on a machine without CuPy or a GPU.
@@ -7,10 +8,7 @@ works on a machine without CuPy or a GPU.
 from __future__ import annotations
 
 import functools
-import math
-import statistics
-import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
@@ -19,36 +17,20 @@ import numpy as np
 from algorithms.cuda import _ahead
 from algorithms.cuda._lanes import PER_THREAD_STREAM, lane_of
 from algorithms.cuda._torch_bridge import TorchBridge
+from algorithms.cuda.event_timing import EventTiming
 from algorithms.problem import ConvProblem
 from algorithms.reference_gemm import errors, reference_gemm
-from algorithms.runtime import (
-    Prepared,
-    Timing,
-    TimingPolicy,
-    is_torch,
-    time_runs,
-    warm_until_stable,
-)
-
-#: The longest the clock warm-up spins; boost clocks settle within a few hundred ms.
-WARM_UP_S = 0.5
-#: device_ms's first head start, and the longest it doubles to, in nanoseconds.
-_HEAD_START_NS, _MAX_HEAD_START_NS = 200_000, 100_000_000
+from algorithms.runtime import Prepared, is_torch
 
 _DLPACK_CUDA = 2  # kDLCUDA in DLPack's device-type enum
 
 #: CuPy has no bfloat16: such arrays are uint16 arrays of the bits (the kernels' bf16_t).
 _STORAGE = {"bfloat16": "uint16"}
 
+
 @functools.cache
 def _numpy_dtype(name: str) -> np.dtype[Any]:
     return np.dtype(name)
-
-
-def runs_spanning(ms: float) -> int:
-    """Runs for `CudaRuntime.device_ms` to span about a millisecond of a run timed at `ms`
-    with the host, at most 16 (their enqueueing must stay within the spin's head start)."""
-    return max(1, min(16, math.ceil(1.0 / ms)))
 
 
 def cuda_available() -> tuple[bool, str]:
@@ -66,7 +48,7 @@ def cuda_available() -> tuple[bool, str]:
     return True, f"{count} CUDA device(s), CuPy {cupy.__version__}"
 
 
-class CudaRuntime:
+class CudaRuntime(EventTiming):
     """One GPU as a tuning device (all work on CuPy's current stream of that device)."""
 
     backend = "cuda"
@@ -82,10 +64,8 @@ class CudaRuntime:
         self._cupy = cupy
         self._dev = cupy.cuda.Device(index)
         self._props: dict[str, Any] = cupy.cuda.runtime.getDeviceProperties(index)
-        self._flush: Any = None  # allocated on the first timing
-        #: The latest sample's host enqueueing time per run (ms): what the tuner logs to
-        #: tell a host-bound configuration's time from its GPU work.
-        self.last_host_ms: float | None = None
+        self._flush = None  # EventTiming's, allocated on the first timing
+        self.last_host_ms = None
         # Per-call host costs of the plan path (tuner.plans), kept across calls.
         self._torch = TorchBridge(cupy, index)
         self._ndarray = cupy.ndarray
@@ -300,107 +280,6 @@ class CudaRuntime:
                 return
             with stream:
                 yield
-
-    def elapsed_ms(self, fn: Callable[[], None]) -> float:
-        """Events around `fn` on the current stream; waits for the end event only."""
-        with self._dev:
-            start, end = self._cupy.cuda.Event(), self._cupy.cuda.Event()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return float(self._cupy.cuda.get_elapsed_time(start, end))
-
-    # --- timing --------------------------------------------------------------------------
-    @property
-    def l2_bytes(self) -> int:
-        """The device's L2 cache size."""
-        return int(self._props.get("l2CacheSize", 0))
-
-    def _flush_l2(self) -> None:
-        # Writing a buffer twice the L2 evicts whatever the previous run left there, so
-        # every timed run starts from device memory like a real network layer would.
-        if self._flush is None:
-            self._flush = self._cupy.empty(max(2 * self.l2_bytes, 1 << 20), dtype=np.uint8)
-        stream = self._cupy.cuda.get_current_stream()
-        self._cupy.cuda.runtime.memsetAsync(
-            self._flush.data.ptr, 0, self._flush.nbytes, stream.ptr
-        )
-
-    def prime(self, fn: Callable[[], None], last_ms: float) -> None:
-        """Nothing: every sample starts from a flushed L2, whatever ran before it."""
-
-    def sample_ms(self, fn: Callable[[], None], runs: int) -> float:
-        """`runs` back-to-back calls, per call: the longer of their time between two events
-        and the host's time to enqueue them; L2 flushed before them.
-
-        The flush is enqueued ahead of the start event, so the host launches the runs while
-        the GPU is still busy flushing: launches overlap work as they do in a network. That
-        head start (tens of microseconds) can hide a host-bound run's enqueueing from the
-        events, the more so the fewer runs a sample holds: back to back, such a run cannot
-        go faster than the host issues it, so the host's time bounds the sample from below.
-        """
-        cupy = self._cupy
-        with self._dev:
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            self._flush_l2()
-            start.record()
-            began = time.perf_counter()
-            for _ in range(runs):
-                fn()
-            host_ms = (time.perf_counter() - began) * 1e3
-            end.record()
-            end.synchronize()
-            self.last_host_ms = host_ms / runs
-            return max(float(cupy.cuda.get_elapsed_time(start, end)), host_ms) / runs
-
-    def device_ms(self, fn: Callable[[], None], runs: int, samples: int = 5) -> float:
-        """`fn`'s device time per run, the host's left out: the median of `samples` samples
-        of `runs` runs, each behind the L2 flush and a spin (algorithms/cuda/spin.py) that
-        outlasts the host's enqueueing of the runs, so that they wait queued on the GPU.
-        sample_ms, which times runs as a network issues them, measures the host instead
-        wherever a run takes longer to enqueue than to run. A sample whose enqueueing
-        outlasted its spin is taken again behind a spin twice as long."""
-        from algorithms.cuda.spin import spin
-
-        cupy = self._cupy
-        head_ns, times = _HEAD_START_NS, list[float]()
-        with self._dev:
-            while len(times) < samples:
-                events = [cupy.cuda.Event() for _ in range(3)]
-                self._dev.synchronize()  # the spin starts as soon as it is enqueued
-                self._flush_l2()
-                events[0].record()
-                spin(head_ns)
-                events[1].record()
-                began = time.perf_counter()
-                for _ in range(runs):
-                    fn()
-                host_ms = (time.perf_counter() - began) * 1e3
-                events[2].record()
-                events[2].synchronize()
-                if host_ms >= 0.9 * cupy.cuda.get_elapsed_time(events[0], events[1]):
-                    if head_ns >= _MAX_HEAD_START_NS:
-                        raise RuntimeError(f"enqueueing {runs} runs took {host_ms:.1f} ms")
-                    head_ns *= 2
-                    continue
-                times.append(float(cupy.cuda.get_elapsed_time(events[1], events[2])) / runs)
-        return statistics.median(times)
-
-    def time(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
-        """Warm up, then time samples until the budget, max_reps or the race cutoff."""
-        return time_runs(self.sample_ms, fn, policy)
-
-    def warm_up(self) -> None:
-        """Run a cuBLAS SGEMM until its time is steady: clocks leave their idle state."""
-        with self._dev:
-            a = self._cupy.ones((2048, 2048), dtype=np.float32)
-            c = self._cupy.empty_like(a)
-
-            def spin() -> None:
-                self._cupy.matmul(a, a, out=c)
-
-            warm_until_stable(lambda: self.elapsed_ms(spin), WARM_UP_S)
 
     def reference(self, a: Any, b: Any, problem: ConvProblem) -> Any:
         """The float64 reference on this GPU (per-tap cuBLAS DGEMMs), never copied out."""
