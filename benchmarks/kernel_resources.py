@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms.cuda import shipped_kernels
-from algorithms.cuda._loader import KERNELS_DIR, target_arch
+from algorithms.cuda._loader import FEATURE_ARCH, KERNELS_DIR, target_arch
 
 NVCC = shutil.which("nvcc")
 
@@ -46,15 +46,17 @@ def instantiation_source(filename: str, names: tuple[str, ...]) -> str:
     return f'#include "{filename}"\n\nvoid* convtune_keep[] = {{\n{keep}\n}};\n'
 
 
-def compile_report(src: Path, arch: str) -> subprocess.CompletedProcess[str]:
-    """nvcc's output for `src` on `arch`, warnings as errors, with ptxas's resource usage."""
+def compile_report(src: Path, arch: str, ftz: bool = False) -> subprocess.CompletedProcess[str]:
+    """nvcc's output for `src` on `arch`, warnings as errors, with ptxas's resource usage;
+    `ftz`: denormals flushed to zero, as the loader builds every file but FEATURE_ARCH's
+    (_loader.RAWMODULE_OPTIONS), so that the report is of the binaries that run."""
     if NVCC is None:
         raise RuntimeError("nvcc is not on PATH")
     # A feature target ("sm_90a") only by -gencode: -arch=sm_90a also runs a plain sm_90 pass.
     target = (f"-gencode=arch=compute_{arch[3:]},code={arch}" if arch.endswith("a")
               else f"-arch={arch}")
     cmd = [
-        NVCC, "-std=c++17", target, "-I", str(KERNELS_DIR),
+        NVCC, "-std=c++17", target, *(["-ftz=true"] if ftz else []), "-I", str(KERNELS_DIR),
         "-Werror", "all-warnings", "--resource-usage", "-c", str(src),
         "-o", str(src.with_suffix(f".{arch}.o")),
     ]
@@ -74,7 +76,8 @@ def compile_all(
         for arch in archs:
             jobs[(filename, arch)] = src
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {key: pool.submit(compile_report, src, target_arch(*key))
+        futures = {key: pool.submit(compile_report, src, target_arch(*key),
+                                    key[0] not in FEATURE_ARCH)
                    for key, src in jobs.items()}
         results = {key: fut.result() for key, fut in futures.items()}
     out: dict[tuple[str, str], str] = {}
