@@ -48,11 +48,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sklearn.ensemble import HistGradientBoostingRegressor
-from threadpoolctl import ThreadpoolController
 
 from db import find as store_find
 from db.engine import Store
@@ -65,6 +63,10 @@ from tuner.features import (
     log_ms_per_flop,
     problem_of,
 )
+
+if TYPE_CHECKING:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import ThreadpoolController
 
 #: Fewest usable measurements, and distinct problems, a model is fitted from.
 MIN_ROWS = 40
@@ -175,10 +177,23 @@ def one_thread() -> Any:
 def _controller() -> ThreadpoolController:
     # Made once: threadpoolctl.threadpool_limits inspects every loaded library on each
     # entry, 3.6 ms of a 12 ms prediction for one layer's candidates on this project's CPU
-    # machine, paid per layer by a fast find; a kept controller limits in 0.04 ms. The
-    # OpenMP runtime that sklearn's trees use is loaded with sklearn, above, so the
-    # controller made at the first fit or prediction knows it.
+    # machine, paid per layer by a fast find; a kept controller limits in 0.04 ms. It knows
+    # the libraries loaded when it is made, so sklearn (and the OpenMP runtime its trees
+    # use) is loaded first.
+    _sklearn()
+    from threadpoolctl import ThreadpoolController
+
     return ThreadpoolController()
+
+
+def _sklearn() -> type[HistGradientBoostingRegressor]:
+    # Imported at the first fit or prediction, not with this module: scikit-learn (and the
+    # SciPy it loads) took 1.1 of `import tuner`'s 1.7 s on this project's CPU machine,
+    # paid by every process and CLI call, most of which answer from the store and never
+    # fit or predict.
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    return HistGradientBoostingRegressor
 
 
 #: The leading matrix columns the fastest-time regressor reads: the problem and the device.
@@ -201,7 +216,7 @@ def _regressor(rows: int, seed: int, trees: int | None = None
     # alike within the spread of seeds. A tree costs a few milliseconds however few the
     # rows (a fit precedes a fast find's first measurement), so 200, and small stores,
     # which cannot use them, get fewer.
-    return HistGradientBoostingRegressor(
+    return _sklearn()(
         max_iter=trees or min(MAX_TREES, max(MIN_TREES, rows // 10)), learning_rate=0.1,
         max_leaf_nodes=31, min_samples_leaf=max(2, min(20, rows // 30)),
         l2_regularization=1e-3, early_stopping=False, random_state=seed,

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import sklearn
 
 from algorithms.registry import hash_sources
 from tuner.features import Sample
@@ -70,6 +69,8 @@ def samples_digest(samples: Sequence[Sample]) -> str:
 @functools.cache
 def code_version() -> str:
     """What a fitted model depends on besides its samples: sources and library versions."""
+    import sklearn  # here, not at import: see tuner.model's _sklearn
+
     sources = hash_sources([_ROOT / "tuner" / "model.py", _ROOT / "tuner" / "features.py",
                             *(_ROOT / "algorithms").rglob("*.py")])
     return (f"{sys.version_info[:2]} numpy {np.__version__} sklearn {sklearn.__version__} "

@@ -6,8 +6,9 @@ computed as a stride-1 correlation and then subsampled: the spectra are those of
 stride-1 problem, and only the kept output rows are inverse-transformed along the last axis.
 
 The zero-padded input (cropped to the rows and columns any output reads) is rounded up to
-FH x FW = scipy.fft.next_fast_len sizes and transformed with rfft2; no wrap-around reaches
-the kept outputs because the correlation is linear over that footprint. The filter spectrum
+FH x FW = next_fast_len sizes (5-smooth, as scipy.fft.next_fast_len(real=True)) and
+transformed with rfft2; no wrap-around reaches the kept outputs because the correlation is
+linear over that footprint. The filter spectrum
 is the rfft2 of the dilated filter (tap (r, s) at (r*dilation_h, s*dilation_w) of an FH x FW
 zero plane), evaluated as a pruned DFT over its r*s non-zero taps: one complex GEMM
 [F, r*s] @ [r*s, k*cg] with the conjugated twiddles (cross-correlation, not convolution).
@@ -28,11 +29,11 @@ cg = c/groups):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
 import numpy as np
-from scipy.fft import next_fast_len
 
 from algorithms.base import WorkspaceLayout
 from algorithms.cpu._by_forward import CpuByForward
@@ -61,6 +62,24 @@ class _Plan:
         return self.fft_h * (self.fft_w // 2 + 1)
 
 
+@functools.cache
+def next_fast_len(n: int) -> int:
+    """The least 5-smooth number >= n (n >= 1): scipy.fft.next_fast_len(n, real=True), the
+    sizes pocketfft (NumPy's FFT too) transforms fastest.
+
+    Ours rather than SciPy's: importing scipy.fft took 0.33 s of a new process's first
+    cached answer on the CPU backend, whose candidates' workspaces this sizes."""
+    best = 1 << (n - 1).bit_length()  # the power of two
+    odd5 = 1
+    while odd5 < best:
+        odd = odd5
+        while odd < best:
+            best = min(best, odd << (-(-n // odd) - 1).bit_length())  # odd * 2^k >= n
+            odd *= 3
+        odd5 *= 5
+    return best
+
+
 def _plan(problem: ConvProblem) -> _Plan:
     n, c, k = problem.n, problem.c, problem.k
     taps = problem.r * problem.s
@@ -68,7 +87,7 @@ def _plan(problem: ConvProblem) -> _Plan:
     out_h, out_w = problem.out_hw
     used_h = (out_h - 1) * problem.stride[0] + problem.dilated_r
     used_w = (out_w - 1) * problem.stride[1] + problem.dilated_s
-    fft_h, fft_w = next_fast_len(used_h, real=True), next_fast_len(used_w, real=True)
+    fft_h, fft_w = next_fast_len(used_h), next_fast_len(used_w)
     real = compute_dtype(problem)
     cplx = np.result_type(real, np.complex64)
     freqs = fft_h * (fft_w // 2 + 1)

@@ -329,3 +329,15 @@ def test_workspace_bytes_is_remembered_and_still_refuses_unknown_configs() -> No
             assert first == algorithm._workspace(problem, config)  # type: ignore[attr-defined]
         with pytest.raises(ValueError, match="unknown config"):
             algorithm.workspace_bytes(problem, "no-such-config")
+
+
+def test_fft_sizes_are_scipys_real_fast_lengths() -> None:
+    # Ours replaced scipy.fft.next_fast_len(real=True) (whose import cost a new process
+    # 0.33 s): the sizes, and so every stored workspace of fft, must not change.
+    from scipy.fft import next_fast_len as scipys
+
+    from algorithms.cpu.fft import next_fast_len
+
+    assert [next_fast_len(n) for n in range(1, 5000)] == [scipys(n, real=True)
+                                                        for n in range(1, 5000)]
+    assert next_fast_len(1_000_003) == scipys(1_000_003, real=True)

@@ -439,3 +439,22 @@ def test_winograd_tiles_are_families_of_their_own() -> None:
     assert ("winograd", "f2x2") in fast_picks(ranked, 3)  # one family each, not one for both
     predicted = {("winograd", "f4x4"): 1.0, ("winograd", "f2x2"): 1.05}
     assert band_picks(predicted, ("winograd", "f4x4")) == [("winograd", "f4x4")]
+
+
+# Bug: tuner.model imported scikit-learn (and SciPy with it) at import, 1.1 of `import
+# tuner`'s 1.7 s on the project's CPU machine, paid by every process and CLI call, though
+# most answer from the store and never fit or predict.
+def test_importing_the_tuner_loads_no_learner_until_a_fit_or_prediction() -> None:
+    import subprocess
+    import sys
+
+    script = ("import sys, tuner, tuner.cli, api.app\n"
+              "learners = ('sklearn', 'scipy', 'threadpoolctl')\n"
+              "print(sorted(m for m in learners if m in sys.modules))\n"
+              "from tuner import model\n"
+              "libraries = {i['internal_api'] for i in model._controller().info()}\n"
+              "print('sklearn' in sys.modules, 'openmp' in libraries)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    # The controller that limits fits to one thread is made after sklearn's OpenMP loads.
+    assert done.stdout.split("\n")[:2] == ["[]", "True True"]

@@ -1,0 +1,22 @@
+"""benchmarks/bench_startup.py: its children run against the tree they are given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench_startup as bench
+
+
+def test_a_child_reports_its_own_seconds_from_the_tree(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "tuner").mkdir(parents=True)
+    (tree / "tuner" / "__init__.py").write_text("import time\ntime.sleep(0.05)\n")
+    wall, own = bench.run_child(tree, bench.child_code("import tuner", ""))
+    assert 0.05 <= own <= wall
+
+
+def test_a_failing_child_raises_with_its_error(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        bench.run_child(tmp_path, bench.child_code("1 / 0", ""))
