@@ -64,6 +64,7 @@ def nvrtc_options(filename: str, arch: str) -> tuple[str, ...]:
     base = NVRTC_OPTIONS if filename in FEATURE_ARCH else RAWMODULE_OPTIONS
     return (*base, f"-arch={target_arch(filename, arch)}")
 
+
 #: The C++ storage type of each problem dtype (half_t is defined in kernels/common.cuh).
 CTYPES: dict[str, str] = {"float16": "half_t", "float32": "float", "float64": "double"}
 
