@@ -239,3 +239,21 @@ def test_an_entry_whose_cubin_fails_its_digest_is_compiled_again(tmp_path: Path)
     data[-2] ^= 0xFF  # one byte of the cubin flipped
     entry.write_bytes(bytes(data))
     assert _get(tmp_path, compiler) == first and compiler.calls == 2
+
+
+# Two NVRTC builds of one version (a patch release: getVersion says 13.0 for both) may
+# compile differently; the key names the library file too, as CuPy's names its build.
+def test_the_toolchain_names_the_mapped_nvrtc_library(tmp_path: Path) -> None:
+    library = tmp_path / "libnvrtc.so.13.0.88"
+    library.write_bytes(b"\x7fELF" + b"\0" * 60)
+    builtins = tmp_path / "libnvrtc-builtins.so.13.0"
+    builtins.write_bytes(b"x")
+    maps = tmp_path / "maps"
+    maps.write_text(
+        f"7f00-7f10 r--p 00000000 08:01 1 {builtins}\n"
+        "7f10-7f20 rw-p 00000000 00:00 0 \n"
+        f"7f20-7f30 r-xp 00001000 08:01 2 {library}\n")
+    found = _binaries.mapped_library("libnvrtc.so", maps)
+    assert found == (str(library), "64", str(library.stat().st_mtime_ns))
+    assert _binaries.mapped_library("libnvrtc.so", tmp_path / "absent") == ()
+    assert _binaries.mapped_library("libcuda.so", maps) == ()

@@ -21,6 +21,7 @@ nothing else.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -103,8 +104,30 @@ def nvrtc_compile(source: str, filename: str, name_expression: str,
         nvrtc.destroyProgram(program)
 
 
+@functools.cache
 def nvrtc_version() -> str:
-    """The NVRTC that compiles here, as part of the cache key."""
+    """The NVRTC that compiles here, as part of the cache key: its version, and the library
+    file this process maps (path, size, time), which tells two builds of one version apart
+    (a patch release keeps getVersion's major.minor, and may compile differently)."""
     from cupy_backends.cuda.libs import nvrtc
 
-    return "nvrtc " + ".".join(map(str, nvrtc.getVersion()))
+    version = ".".join(map(str, nvrtc.getVersion()))  # the library is loaded by now
+    return " ".join(("nvrtc", version, *mapped_library("libnvrtc.so")))
+
+
+def mapped_library(prefix: str, maps: Path = Path("/proc/self/maps")) -> tuple[str, ...]:
+    """(path, size, modification time) of the first library this process maps whose file
+    name starts with `prefix`; () where that cannot be read (not Linux, or not mapped)."""
+    try:
+        lines = maps.read_text().splitlines()
+    except OSError:
+        return ()
+    for line in lines:
+        fields = line.split(None, 5)  # address perms offset dev inode path
+        if len(fields) == 6 and os.path.basename(fields[5]).startswith(prefix):
+            try:
+                stat = os.stat(fields[5])
+            except OSError:
+                continue
+            return fields[5], str(stat.st_size), str(stat.st_mtime_ns)
+    return ()
