@@ -154,8 +154,9 @@ _TC_NHWC = ("tc_nhwc_geom", "tc_nhwc_groups", "tc_pw_s2")
 #:   launched with 32 bytes less than smem_bytes              -> 4 of 4: ASan overflow (16
 #:     less is not caught, and no bug: the last B row's padding is never touched)
 #:   B tiles placed 64 bytes into the A tiles                 -> 4 of 4: ASan use-after-poison
-#: The sm_90a (wgmma) kernels are plain CuPy Functions (EmulatedFunction), whose opt-in is
-#: the driver call; the first H100 run of wgmma (2026-11-25) failed every launch on this:
+#: The loader's kernels are plain CuPy Functions (EmulatedFunction; the sm_90a ones always
+#: were, every other since e438c92), whose opt-in is the driver call; the first H100 run of
+#: wgmma (2026-11-25) failed every launch on this:
 #:   allow_shared_memory setting the RawKernel attribute only -> 3 of 3 wgmma cases tried:
 #:     AttributeError
 #: wgmma's tiles are 128-byte swizzled (warp.h reads such descriptors):
