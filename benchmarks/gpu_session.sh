@@ -37,6 +37,9 @@
 #              (TUNER_PROFILE=1: then once more under cProfile, into tuner_profile.txt:
 #              where exhaustive tuning's seconds go, about one tuning's time more)
 #   tuner_unbatched  the same with CONVTUNE_BATCH_BELOW_MS=0.05 on both sides
+#   startup    benchmarks/bench_startup.py (issue 9: what a fresh process pays before its first
+#              answer on the GPU: import, a cached find, a plan's first call with its kernels
+#              read from the disk cache; run `warm` first; about 60 s)
 #   cold       benchmarks/bench_cold_tune.py (issue 11: exhaustive ResNet-50 b32 tuning on an
 #              empty kernel cache, the kernels compiled ahead by threads, then each at its
 #              first run, then with the cache the first filled; a process and a store each)
@@ -226,6 +229,10 @@ for step in "${steps[@]}"; do
             ${ISO_HERE:+--iso-here} ${ISO_DEVICE:+--iso-device} \
             ${TUNER_PROFILE:+--profile "$LOG/${step}_profile.txt"}
         tail -n 28 "$LOG/$step.log" ;;
+    startup)
+        run startup startup python3 benchmarks/bench_startup.py --device cuda:0 --rounds 5 \
+            --out "$LOG/startup.json"
+        tail -n 8 "$LOG/startup.log" ;;
     cold)
         run cold cold python3 benchmarks/bench_cold_tune.py --device cuda:0 --model resnet50 \
             --batch 32 --out "$LOG/cold.json"

@@ -20,3 +20,10 @@ def test_a_child_reports_its_own_seconds_from_the_tree(tmp_path: Path) -> None:
 def test_a_failing_child_raises_with_its_error(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         bench.run_child(tmp_path, bench.child_code("1 / 0", ""))
+
+
+def test_children_are_given_the_device_and_the_store() -> None:
+    code = bench.child_code("print(DEVICE, URL)", "sqlite:///x.db", "cuda:1")
+    assert "URL, DEVICE = 'sqlite:///x.db', 'cuda:1'" in code
+    assert all("DEVICE" in bench.CHILDREN[name] for name in ("cached answer",
+                                                             "plan's first call"))
