@@ -43,7 +43,7 @@ CHILDREN: dict[str, str] = {
     "cached answer": (
         "from algorithms.problem import ConvProblem\n"
         "from tuner import find_best_algorithm\n"
-        f"find_best_algorithm({PROBLEM}, DEVICE, db=URL, mode='cached')"),
+        f"find_best_algorithm({PROBLEM}, DEVICE, db=URL, mode=MODE)"),
     "plan's first call": (
         "from algorithms.problem import ConvProblem\n"
         "from tuner import plan\n"
@@ -65,10 +65,11 @@ CHILDREN: dict[str, str] = {
 }
 
 
-def child_code(body: str, url: str, device: str = "cpu") -> str:
-    """`body` timed from the child's first statement, its seconds printed last."""
+def child_code(body: str, url: str, device: str = "cpu", mode: str = "cached") -> str:
+    """`body` timed from the child's first statement, its seconds printed last (`mode`: the
+    cached answer's find mode)."""
     return ("import time\n_began = time.perf_counter()\n"
-            f"URL, DEVICE = {url!r}, {device!r}\n{body}\n"
+            f"URL, DEVICE = {url!r}, {device!r}\nMODE = {mode!r}\n{body}\n"
             "print(time.perf_counter() - _began)\n")
 
 
@@ -87,8 +88,7 @@ def run_child(tree: Path, code: str) -> tuple[float, float]:
 def make_store(tree: Path, folder: Path, device: str) -> str:
     """A SQLite store holding PROBLEM tuned on `device` by `tree`'s code."""
     url = f"sqlite:///{folder / 'startup.db'}"
-    run_child(tree, child_code(CHILDREN["cached answer"].replace("'cached'", "'auto'"), url,
-                               device))
+    run_child(tree, child_code(CHILDREN["cached answer"], url, device, mode="auto"))
     return url
 
 

@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms.cuda import shipped_kernels
-from algorithms.cuda._loader import FEATURE_ARCH, KERNELS_DIR, target_arch
+from algorithms.cuda._loader import KERNELS_DIR, nvrtc_options, target_arch
 
 NVCC = shutil.which("nvcc")
 
@@ -48,8 +48,8 @@ def instantiation_source(filename: str, names: tuple[str, ...]) -> str:
 
 def compile_report(src: Path, arch: str, ftz: bool = False) -> subprocess.CompletedProcess[str]:
     """nvcc's output for `src` on `arch`, warnings as errors, with ptxas's resource usage;
-    `ftz`: denormals flushed to zero, as the loader builds every file but FEATURE_ARCH's
-    (_loader.RAWMODULE_OPTIONS), so that the report is of the binaries that run."""
+    `ftz`: denormals flushed to zero, where the loader builds the file so
+    (_loader.nvrtc_options), so that the report is of the binaries that run."""
     if NVCC is None:
         raise RuntimeError("nvcc is not on PATH")
     # A feature target ("sm_90a") only by -gencode: -arch=sm_90a also runs a plain sm_90 pass.
@@ -77,7 +77,7 @@ def compile_all(
             jobs[(filename, arch)] = src
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {key: pool.submit(compile_report, src, target_arch(*key),
-                                    key[0] not in FEATURE_ARCH)
+                                    "-ftz=true" in nvrtc_options(*key))
                    for key, src in jobs.items()}
         results = {key: fut.result() for key, fut in futures.items()}
     out: dict[tuple[str, str], str] = {}
