@@ -1,32 +1,44 @@
-"""Winograd F(2x2,3x3) and F(4x4,3x3) on the CPU: transforms as vector sums, one batched GEMM.
+"""Winograd F(2x2,3x3) and F(4x4,3x3) on the CPU: every transform a GEMM, one batched GEMM.
 
 Forward only; 3x3 filters, stride 1, dilation 1, groups 1, any padding and size (see
 algorithms/winograd.py for the matrices and the limits). float32 and float64 compute in
 their own precision; float16 and bfloat16 storage compute in float32. math "tf32" runs the
 same FP32 arithmetic.
 
-Steps (alpha = m + 2, T = n * tiles_h * tiles_w, P the transform points alpha^2):
-1. filter: U[xi, nu] = G g G^T, formed in float64 and rounded once to the compute dtype;
-2. input: x copied into a zero-bordered buffer covering every tile, then V = B^T d B over
-   the overlapping alpha x alpha tiles, separably (rows, then columns), each output a sum of
-   whole strided slices times the matrix's small integer coefficients;
-3. GEMM: M[xi, nu] = U[xi, nu] (k x c) @ V[xi, nu] (c x T), one matmul over the P points;
-4. output: y = A^T M A, separably, into m x m tiles, cropped onto y.
+NumPy runs a separable transform written as sums of strided slices (the first version of
+this module) as hundreds of small passes: F(4x4) took 4.4 ms on n1 c64 56x56 -> k64, 2.5x
+im2col_gemm. Here each transform is one GEMM with its small matrix over a gathered copy
+whose inner runs are contiguous, so the copies and the GEMMs both stream (BENCHMARKS.md,
+"Winograd on the CPU as GEMMs").
 
-Workspace (E: compute element size, Ht = tiles_h*m + 2, Wt = tiles_w*m + 2; each aligned):
-    n*c*Ht*Wt*E (bordered input) + alpha*n*c*tiles_h*Wt*E (row-transformed input)
-  + P*k*c*E (U) + P*c*T*E (V) + P*k*T*E (M) + m*alpha*k*T*E (row-transformed M)
-  + n*k*tiles_h*m*tiles_w*m*E (tiled output) + max(n*c*tiles_h*Wt, alpha*k*T)*E (scratch)
-Allocated per call outside it: the float64 filter transform (alpha^2*k*c*8 bytes, and
-einsum's (alpha, k, c, 3) intermediate) before it is rounded into U; no other temporaries.
+Steps (alpha = m + 2, P = alpha^2 transform points, T = n * tiles_h * tiles_w; the points
+are ordered (xi, nu), xi along the rows):
+1. filter: U (P, k, c) = (G kron G) (P x 9) @ g (9 x k*c), in the compute dtype;
+2. input: x copied into a zero-bordered buffer covering every tile, then columns first,
+   B^T @ (every tile's columns, gathered as (j, c, n, rows, tiles_w)), then rows,
+   B^T @ (every tile's rows, gathered as (i, nu, c, n, tiles_h, tiles_w)), which leaves
+   V (P, c, T) in place;
+3. GEMM: M[p] = U[p] (k x c) @ V[p] (c x T), one batched matmul over the P points;
+4. output: rows, A^T @ M as (xi, nu*k*T), then columns, each row's (k*T, nu) @ A, which
+   leaves every tile's m columns contiguous, so one copy with m*tiles_w-long runs lays the
+   tiles onto y (through a tiled buffer when the last tiles overhang y).
+
+Workspace (E: compute element size, Ht = tiles_h*m + 2, Wt = tiles_w*m + 2; each aligned;
+two regions take turns, since each stage only reads the one before):
+    n*c*Ht*Wt*E (bordered input) + P*k*c*E (U)
+  + max(alpha*c*n*Ht*tiles_w, P*c*T, P*k*T, m*m*k*T)*E (column gather, row gather, M, tiles)
+  + max(alpha*c*n*Ht*tiles_w, P*c*T, m*alpha*k*T)*E (column transform, V, row transform)
+  + n*k*tiles_h*m*tiles_w*m*E (tiled output: used when the tiles overhang y or y is strided)
 Configs: "f2x2" and "f4x4" (the output tile side).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from functools import cache
+from typing import Any, ClassVar
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from algorithms import winograd
 from algorithms.base import Support, WorkspaceLayout
@@ -35,50 +47,57 @@ from algorithms.cpu.gemm import matmul
 from algorithms.problem import ConvProblem
 
 
-def _layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
-    t = winograd.tiling(problem, config)
+def _sizes(problem: ConvProblem, t: winograd.Tiling) -> tuple[int, int]:
+    """Elements of the two alternating regions (see the module docstring)."""
     n, c, k, a, m = problem.n, problem.c, problem.k, t.alpha, t.m
     tiles = t.tiles(n)
-    wt = t.tiles_w * m + 2
+    columns = a * c * n * (t.tiles_h * m + 2) * t.tiles_w
+    return (max(columns, a * a * c * tiles, a * a * k * tiles, m * m * k * tiles),
+            max(columns, a * a * c * tiles, m * a * k * tiles))
+
+
+def _overhangs(problem: ConvProblem, t: winograd.Tiling) -> bool:
+    """Whether the last row or column of tiles reaches past y."""
+    return (t.tiles_h * t.m, t.tiles_w * t.m) != problem.out_hw
+
+
+def _layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
+    t = winograd.tiling(problem, config)
+    n, c, k, m = problem.n, problem.c, problem.k, t.m
     dtype = compute_dtype(problem)
-    return (
+    first, second = _sizes(problem, t)
+    layout = (
         WorkspaceLayout()
-        .add("xp", (n, c, t.tiles_h * m + 2, wt), dtype)
-        .add("rows", (a, n, c, t.tiles_h, wt), dtype)
-        .add("u", (a * a, k, c), dtype)
-        .add("v", (a * a, c, tiles), dtype)
-        .add("m", (a * a, k, tiles), dtype)
-        .add("s", (m, a, k, tiles), dtype)
-        .add("yt", (n, k, t.tiles_h, m, t.tiles_w, m), dtype)
-        .add("scratch", (max(n * c * t.tiles_h * wt, a * k * tiles),), dtype)
+        .add("xp", (n, c, t.tiles_h * m + 2, t.tiles_w * m + 2), dtype)
+        .add("u", (t.alpha ** 2, k, c), dtype)
+        .add("first", (first,), dtype)
+        .add("second", (second,), dtype)
     )
+    # The tiled output is used only where the tiles overhang y or y is a strided view, but
+    # the workspace cannot know y's strides, so it always holds one.
+    return layout.add("yt", (n, k, t.tiles_h, m, t.tiles_w, m), dtype)
 
 
-def _combine(out: np.ndarray, coeffs: np.ndarray, sources: list[np.ndarray],
-             scratch: np.ndarray) -> None:
-    """out = sum_j coeffs[j] * sources[j], skipping zero coefficients, without temporaries."""
-    first = True
-    tmp = scratch[: out.size].reshape(out.shape)
-    for coeff, term in zip(coeffs, sources, strict=True):
-        if coeff == 0:
-            continue
-        if first:
-            np.multiply(term, coeff, out=out)
-            first = False
-        elif coeff == 1:
-            np.add(out, term, out=out)
-        elif coeff == -1:
-            np.subtract(out, term, out=out)
-        else:
-            np.multiply(term, coeff, out=tmp)
-            np.add(out, tmp, out=out)
+@cache
+def _matrices(config: str, dtype: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """G kron G (P x 9), B^T and A^T of `config` in `dtype`."""
+    tr = winograd.TRANSFORMS[config]
+    g = tr.array("g")
+    return (np.kron(g, g).astype(dtype), tr.array("bt", dtype.type),
+            tr.array("at", dtype.type))
 
 
-def filter_transform(w: np.ndarray, transforms: winograd.Transforms) -> np.ndarray:
-    """U = G g G^T in float64, shaped (alpha*alpha, k, c)."""
-    g = transforms.array("g")
-    u = np.einsum("xi,kcij,yj->xykc", g, np.asarray(w, np.float64), g, optimize=True)
-    return u.reshape(transforms.alpha ** 2, w.shape[0], w.shape[1])
+def _region(flat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The first elements of a region as a C-contiguous array of `shape`."""
+    return flat[: int(np.prod(shape))].reshape(shape)
+
+
+def _zero_border(xp: np.ndarray, top: int, left: int, h: int, w: int) -> None:
+    """Zero what lies outside xp[..., top:top+h, left:left+w] (the input goes there)."""
+    xp[:, :, :top].fill(0)
+    xp[:, :, top + h:].fill(0)
+    xp[:, :, top:top + h, :left].fill(0)
+    xp[:, :, top:top + h, left + w:].fill(0)
 
 
 class WinogradConv(CpuAlgorithm):
@@ -95,7 +114,7 @@ class WinogradConv(CpuAlgorithm):
         return winograd.CONFIGS
 
     def _workspace(self, problem: ConvProblem, config: str) -> int:
-        """Bordered input, U, V, M and the transform stages (see the module docstring)."""
+        """Bordered input, U and the two alternating regions (see the module docstring)."""
         return _layout(problem, config).nbytes
 
     def _run(
@@ -104,46 +123,50 @@ class WinogradConv(CpuAlgorithm):
     ) -> None:
         """Filter and input transforms, the GEMM over transform points, output transform."""
         buf = _layout(problem, config).views(workspace)
-        tr = winograd.TRANSFORMS[config]
         t = winograd.tiling(problem, config)
         n, c, k, a, m = problem.n, problem.c, problem.k, t.alpha, t.m
-        th, tw = t.tiles_h, t.tiles_w
+        th, tw, tiles = t.tiles_h, t.tiles_w, t.tiles(problem.n)
         (ph, pw), (out_h, out_w) = problem.pad, problem.out_hw
-        scratch = buf["scratch"]
+        dtype = compute_dtype(problem)
+        kron_g, bt, at = _matrices(config, dtype)
+        first, second = buf["first"], buf["second"]
 
-        np.copyto(buf["u"], filter_transform(w, tr), casting="unsafe")
+        u = buf["u"]
+        matmul(kron_g, np.asarray(w, dtype).reshape(k * c, 9).T, out=u.reshape(a * a, k * c))
 
         # The bordered input: padding and the overhang of the last tiles read zeros.
-        xp = buf["xp"]
-        xp.fill(0)
         # th*m >= out_h = h + 2*ph - 2, so the whole input lies inside the border.
+        xp = buf["xp"]
+        _zero_border(xp, ph, pw, problem.h, problem.w)
         np.copyto(xp[:, :, ph:ph + problem.h, pw:pw + problem.w], x, casting="unsafe")
-        # Coefficients in the compute dtype: a float64 scalar would make every float32 sum
-        # run in float64 through conversion buffers.
-        dtype = compute_dtype(problem).type
-        bt = tr.array("bt", dtype)
-        rows = buf["rows"]
-        tile_rows = [xp[:, :, i:i + (th - 1) * m + 1:m, :] for i in range(a)]
-        for xi in range(a):  # rows[xi] = sum_i B^T[xi, i] * (row i of every tile)
-            _combine(rows[xi], bt[xi], tile_rows, scratch)
-        v = buf["v"].reshape(a, a, c, n, th, tw)
-        for xi in range(a):
-            tile_cols = [rows[xi][..., j:j + (tw - 1) * m + 1:m] for j in range(a)]
-            for nu in range(a):
-                _combine(v[xi, nu].transpose(1, 0, 2, 3), bt[nu], tile_cols, scratch)
+        rows = xp.shape[2]
+        s_n, s_c, s_h, s_w = xp.strides
+        # cols[j, c, n, h, tile] = xp[n, c, h, tile*m + j]
+        cols = _region(first, (a, c, n, rows, tw))
+        np.copyto(cols, as_strided(xp, cols.shape, (s_w, s_c, s_n, s_h, m * s_w)))
+        by_col = _region(second, (a, c, n, rows, tw))  # (nu, c, n, h, tile_w)
+        matmul(bt, cols.reshape(a, -1), out=by_col.reshape(a, -1))
+        # tile_rows[i, nu, c, n, tile_h, tile_w] = by_col[nu, c, n, tile_h*m + i, tile_w]
+        tile_rows = _region(first, (a, a, c, n, th, tw))
+        s_nu, s_c, s_n, s_h, s_w = by_col.strides
+        np.copyto(tile_rows,
+                  as_strided(by_col, tile_rows.shape, (s_h, s_nu, s_c, s_n, m * s_h, s_w)))
+        v = _region(second, (a * a, c, tiles))  # points (xi, nu)
+        matmul(bt, tile_rows.reshape(a, -1), out=v.reshape(a, -1))
 
-        matmul(buf["u"], buf["v"], out=buf["m"])
+        prod = _region(first, (a * a, k, tiles))
+        matmul(u, v, out=prod)
 
-        at = tr.array("at", dtype)
-        prod = buf["m"].reshape(a, a, k, -1)
-        s = buf["s"]
-        for i in range(m):  # s[i] = sum_xi A^T[i, xi] * M[xi]
-            _combine(s[i], at[i], list(prod), scratch)
+        by_row = _region(second, (m, a, k * tiles))  # (i, nu, k*T)
+        matmul(at, prod.reshape(a, -1), out=by_row.reshape(m, -1))
+        out_tiles = _region(first, (m, k * tiles, m))  # (i, (k, n, th, tw), j)
+        matmul(by_row.transpose(0, 2, 1), at.T, out=out_tiles)
+
+        # (i, k, n, th, tw*m) onto y viewed as (n, k, th, i, tw*m): runs of tw*m elements.
+        laid = out_tiles.reshape(m, k, n, th, tw * m).transpose(2, 1, 3, 0, 4)
+        if not _overhangs(problem, t) and y.flags.c_contiguous:
+            np.copyto(y.reshape(n, k, th, m, tw * m), laid, casting="unsafe")
+            return
         yt = buf["yt"]
-        for i in range(m):
-            # s[i, nu] is (k, tiles) with tiles = (n, th, tw): as (n, k, th, tw) like y.
-            points = [s[i, nu].reshape(k, n, th, tw).transpose(1, 0, 2, 3) for nu in range(a)]
-            for j in range(m):
-                _combine(yt[:, :, :, i, :, j], at[j], points, scratch)
-        tiled = yt.reshape(n, k, th * m, tw * m)
-        np.copyto(y, tiled[:, :, :out_h, :out_w], casting="unsafe")
+        np.copyto(yt.reshape(n, k, th, m, tw * m), laid)
+        np.copyto(y, yt.reshape(n, k, th * m, tw * m)[:, :, :out_h, :out_w], casting="unsafe")

@@ -28,6 +28,7 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ("direct", "default", "forward", dict(n=2, c=4, h=8, w=8, k=6, r=3, s=3, pad=1, stride=2)),
     ("implicit_gemm", "bn1024_bk64", "forward", dict(n=2, c=6, h=9, w=7, k=5, r=3, s=3, pad=1)),
     ("winograd", "f2x2", "forward", dict(n=2, c=4, h=8, w=8, k=3, r=3, s=3, pad=1)),
+    ("winograd", "f4x4", "forward", dict(n=2, c=4, h=9, w=7, k=3, r=3, s=3, pad=1)),
     ("fft", "default", "forward", dict(n=1, c=3, h=9, w=9, k=4, r=5, s=5, pad=2)),
 ]
 

@@ -146,6 +146,22 @@ def test_run_is_repeatable_on_a_reused_workspace() -> None:
             assert relative_error(_run(problem, config, x, w, workspace), ref) <= 1e-5
 
 
+@pytest.mark.parametrize("config", winograd.CONFIGS)
+@pytest.mark.parametrize("size", [8, 11])  # 8: whole tiles cover y; 11: the last overhang
+def test_writes_a_strided_output_view(config: str, size: int) -> None:
+    # Whole tiles go onto a C-contiguous y in one copy through a reshaped view; a strided y
+    # (a caller's out=) cannot be reshaped without a copy, so it must take the tiled path.
+    problem = ConvProblem(n=2, c=3, h=size, w=size, k=5, r=3, s=3, pad=1)
+    x, w = _inputs(problem)
+    workspace = np.zeros(ALGORITHM.workspace_bytes(problem, config), np.uint8)
+    n, k, out_h, out_w = problem.output_shape
+    wide = np.full((n, k, out_h, 2 * out_w), np.nan, np.float32)
+    y = wide[..., ::2]
+    ALGORITHM.run(x, w, y, workspace, problem, config)
+    assert relative_error(y, reference_conv(x, w, problem)) <= tolerance("float32", "winograd")
+    assert np.isnan(wide[..., 1::2]).all()
+
+
 def test_the_tuner_measures_both_configs(db_url: str) -> None:
     problem = ConvProblem(n=2, c=8, h=12, w=12, k=8, r=3, s=3, pad=1)
     found = {r.algorithm: r for r in find_algorithms(problem, device="cpu", db=db_url)}
