@@ -1,7 +1,7 @@
 """The CPU winograd against im2col_gemm and PyTorch's F.conv2d on a network's 3x3 layers.
 
 Usage: python benchmarks/bench_cpu_winograd.py [--networks resnet50:1,vgg16:1]
-           [--before REV] [--rounds 7] [--out f.json]
+           [--before REV] [--rounds 7] [--reps 5] [--out f.json]
 
 Every 3x3, stride-1, ungrouped layer of each network, float32. Per layer, in rounds (each
 variant once a round, in turn, so that a change of this machine's speed moves them all
@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import date
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,10 +40,14 @@ from algorithms.base import Algorithm
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference_conv, relative_error
 from algorithms.registry import get_algorithm
+from benchmarks.children import LineChild
 from tuner.devices import identify
 from tuner.networks import network_problems
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Seconds between our NumPy work and the child's F.conv2d: OpenBLAS's threads spin for a
+#: while after a GEMM before they sleep.
+PAUSE_S = 0.2
 
 
 def winograd_at(rev: str) -> Algorithm:
@@ -82,8 +87,9 @@ def per_call_ms(fn: Callable[[], Any], reps: int) -> float:
 
 
 def measure(problem: ConvProblem, variants: dict[str, tuple[Algorithm, str]],
-            rounds: int, reps: int) -> dict[str, Any]:
-    """Times (ms) and winograd errors of every variant, plus F.conv2d, on one problem."""
+            torch_child: LineChild, rounds: int, reps: int) -> dict[str, Any]:
+    """Times (ms) and winograd errors of every variant, plus F.conv2d (in `torch_child`),
+    on one problem."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal(problem.input_shape).astype(np.float32)
     w = rng.standard_normal(problem.filter_shape).astype(np.float32)
@@ -101,21 +107,35 @@ def measure(problem: ConvProblem, variants: dict[str, tuple[Algorithm, str]],
         calls[name] = call
         if "winograd" in name:
             errors[name] = relative_error(y, ref)
-    tx, tw = torch.from_numpy(x), torch.from_numpy(w)
-    def torch_call() -> None:
-        F.conv2d(tx, tw, padding=problem.pad)
-    torch_call()
-    calls["F.conv2d"] = torch_call
-    samples: dict[str, list[float]] = {name: [] for name in calls}
+    samples: dict[str, list[float]] = {name: [] for name in [*calls, "F.conv2d"]}
+    request = json.dumps({"x": problem.input_shape, "w": problem.filter_shape,
+                          "pad": problem.pad, "reps": reps})
     for _ in range(rounds):
         for name, timed in calls.items():
             samples[name].append(per_call_ms(timed, reps))
+        time.sleep(PAUSE_S)  # let NumPy's BLAS threads stop spinning
+        samples["F.conv2d"].append(float(torch_child.ask(request)))
     return {"ms": {name: statistics.median(v) for name, v in samples.items()},
             "rel_error": errors}
 
 
+def child() -> None:
+    """Answer each request line (shapes, padding, reps) with F.conv2d's median ms per call
+    on fresh random tensors of those shapes."""
+    print("ready", flush=True)
+    for line in sys.stdin:
+        ask = json.loads(line)
+        call = partial(F.conv2d, torch.randn(*ask["x"]), torch.randn(*ask["w"]),
+                       padding=tuple(ask["pad"]))
+        call()
+        print(per_call_ms(call, ask["reps"]), flush=True)
+
+
 def main() -> None:
     """Measure and print a Markdown table."""
+    if sys.argv[1:] == ["--child"]:
+        child()
+        return
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--networks", default="resnet50:1,vgg16:1")
     parser.add_argument("--before", default=None, help="also time winograd at this commit")
@@ -133,10 +153,14 @@ def main() -> None:
     variants["im2col_gemm"] = (get_algorithm("cpu", "im2col_gemm"), "default")
 
     rows = []
-    for name, problem in layers(args.networks):
-        result = measure(problem, variants, args.rounds, args.reps)
-        rows.append({"layer": name, "problem": problem.describe(), **result})
-        print(name, {k: round(v, 3) for k, v in result["ms"].items()}, flush=True)
+    torch_child = LineChild([__file__, "--child"], "the F.conv2d child")
+    try:
+        for name, problem in layers(args.networks):
+            result = measure(problem, variants, torch_child, args.rounds, args.reps)
+            rows.append({"layer": name, "problem": problem.describe(), **result})
+            print(name, {k: round(v, 3) for k, v in result["ms"].items()}, flush=True)
+    finally:
+        torch_child.close()
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True, check=False).stdout.strip()

@@ -11,9 +11,10 @@ im2col_gemm. Here each transform is one GEMM with its small matrix over a gather
 whose inner runs are contiguous, so the copies and the GEMMs both stream (BENCHMARKS.md,
 "Winograd on the CPU as GEMMs").
 
-Steps (alpha = m + 2, P = alpha^2 transform points, T = n * tiles_h * tiles_w; the points
-are ordered (xi, nu), xi along the rows):
-1. filter: U (P, k, c) = (G kron G) (P x 9) @ g (9 x k*c), in the compute dtype;
+Steps (alpha = m + 2, P = alpha^2 transform points, the points ordered (xi, nu), xi along
+the rows; n is the images of one pass, images_per_pass, and T = n * tiles_h * tiles_w):
+1. filter: U (P, k, c) = (G kron G) (P x 9) @ g (9 x k*c), in the compute dtype, once;
+then for each pass of images:
 2. input: x copied into a zero-bordered buffer covering every tile, then columns first,
    B^T @ (every tile's columns, gathered as (j, c, n, rows, tiles_w)), then rows,
    B^T @ (every tile's rows, gathered as (i, nu, c, n, tiles_h, tiles_w)), which leaves
@@ -46,10 +47,21 @@ from algorithms.cpu._common import CpuAlgorithm, compute_dtype
 from algorithms.cpu.gemm import matmul
 from algorithms.problem import ConvProblem
 
+#: Tiles a pass transforms, at least: the GEMMs' N dimension. Images go through in passes
+#: of about this many tiles, so the workspace does not grow with the batch (at n8 on
+#: ResNet-50's res2.3x3, 43 MB in one pass) while the GEMMs stay as wide as one image of
+#: res2.3x3 gives; see BENCHMARKS.md, "Winograd on the CPU as GEMMs".
+PASS_TILES = 256
+
+
+def images_per_pass(problem: ConvProblem, t: winograd.Tiling) -> int:
+    """How many images one pass transforms: at least PASS_TILES tiles, at most the batch."""
+    return min(problem.n, -(-PASS_TILES // (t.tiles_h * t.tiles_w)))
+
 
 def _sizes(problem: ConvProblem, t: winograd.Tiling) -> tuple[int, int]:
     """Elements of the two alternating regions (see the module docstring)."""
-    n, c, k, a, m = problem.n, problem.c, problem.k, t.alpha, t.m
+    n, c, k, a, m = images_per_pass(problem, t), problem.c, problem.k, t.alpha, t.m
     tiles = t.tiles(n)
     columns = a * c * n * (t.tiles_h * m + 2) * t.tiles_w
     return (max(columns, a * a * c * tiles, a * a * k * tiles, m * m * k * tiles),
@@ -63,7 +75,7 @@ def _overhangs(problem: ConvProblem, t: winograd.Tiling) -> bool:
 
 def _layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
     t = winograd.tiling(problem, config)
-    n, c, k, m = problem.n, problem.c, problem.k, t.m
+    n, c, k, m = images_per_pass(problem, t), problem.c, problem.k, t.m
     dtype = compute_dtype(problem)
     first, second = _sizes(problem, t)
     layout = (
@@ -121,52 +133,64 @@ class WinogradConv(CpuAlgorithm):
         self, x: np.ndarray, w: np.ndarray, y: np.ndarray, workspace: np.ndarray | None,
         problem: ConvProblem, config: str,
     ) -> None:
-        """Filter and input transforms, the GEMM over transform points, output transform."""
+        """The filter transform, then each pass of images through the rest."""
         buf = _layout(problem, config).views(workspace)
         t = winograd.tiling(problem, config)
-        n, c, k, a, m = problem.n, problem.c, problem.k, t.alpha, t.m
-        th, tw, tiles = t.tiles_h, t.tiles_w, t.tiles(problem.n)
-        (ph, pw), (out_h, out_w) = problem.pad, problem.out_hw
+        k, c, a = problem.k, problem.c, t.alpha
         dtype = compute_dtype(problem)
-        kron_g, bt, at = _matrices(config, dtype)
-        first, second = buf["first"], buf["second"]
-
-        u = buf["u"]
-        matmul(kron_g, np.asarray(w, dtype).reshape(k * c, 9).T, out=u.reshape(a * a, k * c))
-
-        # The bordered input: padding and the overhang of the last tiles read zeros.
+        kron_g = _matrices(config, dtype)[0]
+        matmul(kron_g, np.asarray(w, dtype).reshape(k * c, 9).T,
+               out=buf["u"].reshape(a * a, k * c))
+        # The bordered input: padding and the overhang of the last tiles read zeros. Each
+        # pass writes only the inside, so the border is zeroed once.
         # th*m >= out_h = h + 2*ph - 2, so the whole input lies inside the border.
-        xp = buf["xp"]
-        _zero_border(xp, ph, pw, problem.h, problem.w)
-        np.copyto(xp[:, :, ph:ph + problem.h, pw:pw + problem.w], x, casting="unsafe")
-        rows = xp.shape[2]
-        s_n, s_c, s_h, s_w = xp.strides
-        # cols[j, c, n, h, tile] = xp[n, c, h, tile*m + j]
-        cols = _region(first, (a, c, n, rows, tw))
-        np.copyto(cols, as_strided(xp, cols.shape, (s_w, s_c, s_n, s_h, m * s_w)))
-        by_col = _region(second, (a, c, n, rows, tw))  # (nu, c, n, h, tile_w)
-        matmul(bt, cols.reshape(a, -1), out=by_col.reshape(a, -1))
-        # tile_rows[i, nu, c, n, tile_h, tile_w] = by_col[nu, c, n, tile_h*m + i, tile_w]
-        tile_rows = _region(first, (a, a, c, n, th, tw))
-        s_nu, s_c, s_n, s_h, s_w = by_col.strides
-        np.copyto(tile_rows,
-                  as_strided(by_col, tile_rows.shape, (s_h, s_nu, s_c, s_n, m * s_h, s_w)))
-        v = _region(second, (a * a, c, tiles))  # points (xi, nu)
-        matmul(bt, tile_rows.reshape(a, -1), out=v.reshape(a, -1))
+        _zero_border(buf["xp"], *problem.pad, problem.h, problem.w)
+        step = images_per_pass(problem, t)
+        for first in range(0, problem.n, step):
+            _images(x[first:first + step], y[first:first + step], buf, problem, config)
 
-        prod = _region(first, (a * a, k, tiles))
-        matmul(u, v, out=prod)
 
-        by_row = _region(second, (m, a, k * tiles))  # (i, nu, k*T)
-        matmul(at, prod.reshape(a, -1), out=by_row.reshape(m, -1))
-        out_tiles = _region(first, (m, k * tiles, m))  # (i, (k, n, th, tw), j)
-        matmul(by_row.transpose(0, 2, 1), at.T, out=out_tiles)
+def _images(x: np.ndarray, y: np.ndarray, buf: dict[str, np.ndarray], problem: ConvProblem,
+            config: str) -> None:
+    """Input transform, the GEMM over transform points and output transform of the images
+    `x` (at most images_per_pass of them) into `y`, with U already in buf["u"]."""
+    t = winograd.tiling(problem, config)
+    n, c, k, a, m = x.shape[0], problem.c, problem.k, t.alpha, t.m
+    th, tw, tiles = t.tiles_h, t.tiles_w, t.tiles(n)
+    (ph, pw), (out_h, out_w) = problem.pad, problem.out_hw
+    _, bt, at = _matrices(config, compute_dtype(problem))
+    first, second = buf["first"], buf["second"]
 
-        # (i, k, n, th, tw*m) onto y viewed as (n, k, th, i, tw*m): runs of tw*m elements.
-        laid = out_tiles.reshape(m, k, n, th, tw * m).transpose(2, 1, 3, 0, 4)
-        if not _overhangs(problem, t) and y.flags.c_contiguous:
-            np.copyto(y.reshape(n, k, th, m, tw * m), laid, casting="unsafe")
-            return
-        yt = buf["yt"]
-        np.copyto(yt.reshape(n, k, th, m, tw * m), laid)
-        np.copyto(y, yt.reshape(n, k, th * m, tw * m)[:, :, :out_h, :out_w], casting="unsafe")
+    xp = buf["xp"][:n]
+    np.copyto(xp[:, :, ph:ph + problem.h, pw:pw + problem.w], x, casting="unsafe")
+    rows = xp.shape[2]
+    s_n, s_c, s_h, s_w = xp.strides
+    # cols[j, c, n, h, tile] = xp[n, c, h, tile*m + j]
+    cols = _region(first, (a, c, n, rows, tw))
+    np.copyto(cols, as_strided(xp, cols.shape, (s_w, s_c, s_n, s_h, m * s_w)))
+    by_col = _region(second, (a, c, n, rows, tw))  # (nu, c, n, h, tile_w)
+    matmul(bt, cols.reshape(a, -1), out=by_col.reshape(a, -1))
+    # tile_rows[i, nu, c, n, tile_h, tile_w] = by_col[nu, c, n, tile_h*m + i, tile_w]
+    tile_rows = _region(first, (a, a, c, n, th, tw))
+    s_nu, s_c, s_n, s_h, s_w = by_col.strides
+    np.copyto(tile_rows,
+              as_strided(by_col, tile_rows.shape, (s_h, s_nu, s_c, s_n, m * s_h, s_w)))
+    v = _region(second, (a * a, c, tiles))  # points (xi, nu)
+    matmul(bt, tile_rows.reshape(a, -1), out=v.reshape(a, -1))
+
+    prod = _region(first, (a * a, k, tiles))
+    matmul(buf["u"], v, out=prod)
+
+    by_row = _region(second, (m, a, k * tiles))  # (i, nu, k*T)
+    matmul(at, prod.reshape(a, -1), out=by_row.reshape(m, -1))
+    out_tiles = _region(first, (m, k * tiles, m))  # (i, (k, n, th, tw), j)
+    matmul(by_row.transpose(0, 2, 1), at.T, out=out_tiles)
+
+    # (i, k, n, th, tw*m) onto y viewed as (n, k, th, i, tw*m): runs of tw*m elements.
+    laid = out_tiles.reshape(m, k, n, th, tw * m).transpose(2, 1, 3, 0, 4)
+    if not _overhangs(problem, t) and y.flags.c_contiguous:
+        np.copyto(y.reshape(n, k, th, m, tw * m), laid, casting="unsafe")
+        return
+    yt = buf["yt"][:n]
+    np.copyto(yt.reshape(n, k, th, m, tw * m), laid)
+    np.copyto(y, yt.reshape(n, k, th * m, tw * m)[:, :, :out_h, :out_w], casting="unsafe")
