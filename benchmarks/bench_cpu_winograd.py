@@ -5,8 +5,11 @@ Usage: python benchmarks/bench_cpu_winograd.py [--networks resnet50:1,vgg16:1]
 
 Every 3x3, stride-1, ungrouped layer of each network, float32. Per layer, in rounds (each
 variant once a round, in turn, so that a change of this machine's speed moves them all
-alike): winograd F(2x2) and F(4x4), im2col_gemm, and F.conv2d (PyTorch, oneDNN) on the same
-inputs; each a median of `--reps` calls, then the median over rounds. `--before REV` adds
+alike): winograd F(2x2) and F(4x4), im2col_gemm, and F.conv2d (PyTorch, oneDNN) on inputs
+of the same shape; each a median of `--reps` calls, then the median over rounds. F.conv2d
+runs in a child process, with a pause before and after it: in one process, torch's spinning
+OpenMP threads and NumPy's BLAS threads slow each other down (BENCHMARKS.md, "Our CPU work
+on torch's threads"), which made F.conv2d up to 3x slower at batch 8 here. `--before REV` adds
 the CPU winograd of another commit (algorithms/cpu/winograd.py as it was there), run in the
 same rounds. Each winograd variant's relative error against the float64 reference is given
 next to its time.
@@ -45,9 +48,10 @@ from tuner.devices import identify
 from tuner.networks import network_problems
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Seconds between our NumPy work and the child's F.conv2d: OpenBLAS's threads spin for a
-#: while after a GEMM before they sleep.
-PAUSE_S = 0.2
+#: Seconds between our NumPy work and the child's F.conv2d, either way: OpenBLAS's threads
+#: spin for a while after a GEMM before they sleep, and torch's OpenMP threads after an
+#: operator (with 2 cores, one spinning thread takes half of the machine).
+PAUSE_S = 0.3
 
 
 def winograd_at(rev: str) -> Algorithm:
@@ -115,6 +119,7 @@ def measure(problem: ConvProblem, variants: dict[str, tuple[Algorithm, str]],
             samples[name].append(per_call_ms(timed, reps))
         time.sleep(PAUSE_S)  # let NumPy's BLAS threads stop spinning
         samples["F.conv2d"].append(float(torch_child.ask(request)))
+        time.sleep(PAUSE_S)  # and the child's OpenMP threads
     return {"ms": {name: statistics.median(v) for name, v in samples.items()},
             "rel_error": errors}
 
