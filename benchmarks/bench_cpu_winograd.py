@@ -43,6 +43,7 @@ from algorithms.base import Algorithm
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference_conv, relative_error
 from algorithms.registry import get_algorithm
+from benchmarks.bench_phases import median_ms
 from benchmarks.children import LineChild
 from tuner.devices import identify
 from tuner.networks import network_problems
@@ -80,16 +81,6 @@ def layers(spec: str) -> list[tuple[str, ConvProblem]]:
     return found
 
 
-def per_call_ms(fn: Callable[[], Any], reps: int) -> float:
-    """Median wall time of `reps` calls (ms)."""
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
 def measure(problem: ConvProblem, variants: dict[str, tuple[Algorithm, str]],
             torch_child: LineChild, rounds: int, reps: int) -> dict[str, Any]:
     """Times (ms) and winograd errors of every variant, plus F.conv2d (in `torch_child`),
@@ -116,7 +107,7 @@ def measure(problem: ConvProblem, variants: dict[str, tuple[Algorithm, str]],
                           "pad": problem.pad, "reps": reps})
     for _ in range(rounds):
         for name, timed in calls.items():
-            samples[name].append(per_call_ms(timed, reps))
+            samples[name].append(median_ms(timed, reps))
         time.sleep(PAUSE_S)  # let NumPy's BLAS threads stop spinning
         samples["F.conv2d"].append(float(torch_child.ask(request)))
         time.sleep(PAUSE_S)  # and the child's OpenMP threads
@@ -132,8 +123,7 @@ def child() -> None:
         ask = json.loads(line)
         call = partial(F.conv2d, torch.randn(*ask["x"]), torch.randn(*ask["w"]),
                        padding=tuple(ask["pad"]))
-        call()
-        print(per_call_ms(call, ask["reps"]), flush=True)
+        print(median_ms(call, ask["reps"]), flush=True)
 
 
 def main() -> None:

@@ -36,8 +36,8 @@ from torch import nn
 
 from algorithms.base import unsupported
 from algorithms.registry import get_algorithm
-from benchmarks.bench_cpu_winograd import per_call_ms
 from benchmarks.bench_overhead import conv_calls, resnet50
+from benchmarks.bench_phases import median_ms
 from tuner import candidates
 from tuner.api import find_best_algorithm
 from tuner.calls import problem_for
@@ -93,12 +93,9 @@ def main() -> None:
                                   args.without),
              "all": converted(models["all"], image, f"sqlite:///{tmp}/a.db", None)}
     models["pytorch"] = reference
-    differing = [
-        (i, pick(m_all, x), pick(m_wo, x_wo))
-        for i, ((m_all, x), (m_wo, x_wo)) in enumerate(zip(convs["all"], convs["without"],
-                                                            strict=True))
-        if pick(m_all, x) != pick(m_wo, x_wo)
-    ]
+    picks = {name: [pick(m, x) for m, x in calls] for name, calls in convs.items()}
+    differing = [(i, a, b) for i, (a, b) in enumerate(zip(picks["all"], picks["without"],
+                                                          strict=True)) if a != b]
     samples: dict[str, list[float]] = {name: [] for name in models}
     layer_samples: dict[int, dict[str, list[float]]] = {
         i: {"all": [], "without": []} for i, _, _ in differing}
@@ -107,11 +104,11 @@ def main() -> None:
             model(image)
         for _ in range(args.rounds):
             for name, model in models.items():
-                samples[name].append(per_call_ms(partial(model, image), args.passes))
+                samples[name].append(median_ms(partial(model, image), args.passes))
             for i, _, _ in differing:
                 for name in ("all", "without"):
                     module, x = convs[name][i]
-                    layer_samples[i][name].append(per_call_ms(partial(module, x), args.passes))
+                    layer_samples[i][name].append(median_ms(partial(module, x), args.passes))
 
     ms = {name: statistics.median(v) for name, v in samples.items()}
     layers = [{"index": i, "all": a, "without": b,

@@ -59,9 +59,10 @@ def images_per_pass(problem: ConvProblem, t: winograd.Tiling) -> int:
     return min(problem.n, -(-PASS_TILES // (t.tiles_h * t.tiles_w)))
 
 
-def _sizes(problem: ConvProblem, t: winograd.Tiling) -> tuple[int, int]:
-    """Elements of the two alternating regions (see the module docstring)."""
-    n, c, k, a, m = images_per_pass(problem, t), problem.c, problem.k, t.alpha, t.m
+def _sizes(problem: ConvProblem, t: winograd.Tiling, n: int) -> tuple[int, int]:
+    """Elements of the two alternating regions for passes of `n` images (see the module
+    docstring)."""
+    c, k, a, m = problem.c, problem.k, t.alpha, t.m
     tiles = t.tiles(n)
     columns = a * c * n * (t.tiles_h * m + 2) * t.tiles_w
     return (max(columns, a * a * c * tiles, a * a * k * tiles, m * m * k * tiles),
@@ -77,7 +78,7 @@ def _layout(problem: ConvProblem, config: str) -> WorkspaceLayout:
     t = winograd.tiling(problem, config)
     n, c, k, m = images_per_pass(problem, t), problem.c, problem.k, t.m
     dtype = compute_dtype(problem)
-    first, second = _sizes(problem, t)
+    first, second = _sizes(problem, t, n)
     layout = (
         WorkspaceLayout()
         .add("xp", (n, c, t.tiles_h * m + 2, t.tiles_w * m + 2), dtype)
