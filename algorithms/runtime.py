@@ -176,10 +176,18 @@ class Runtime(Protocol):
     #: The latest sample_ms's host enqueueing per run (ms), where it differs from the
     #: sample's time (a GPU's); None where the sample is the host's work itself.
     last_host_ms: float | None
+    #: Whether the plans of one lane all run in its one workspace (`scratch`) instead of
+    #: each keeping its own (tuner.plans).
+    shares_scratch: bool
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any: ...
 
     def workspace(self, nbytes: int) -> Any: ...
+
+    def scratch(self, nbytes: int) -> Any:
+        """`nbytes` of the calling lane's workspace, the one every plan on it runs in (only
+        where shares_scratch)."""
+        ...
 
     def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> Any: ...
 

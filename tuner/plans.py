@@ -12,9 +12,11 @@ them directly; any other goes the checked way, which adopts, converts, switches 
 and stream, or names what is wrong. CONVTUNE_FAST_PLAN_CALL=0, read when a plan is made,
 sends every call the checked way (as does `Plan(..., direct=False)`).
 
-Workspaces are per lane: one per thread on the CPU, one per stream on a GPU, so that
-threads or streams running the same plan at once never share scratch memory. The
-creating lane's workspace is allocated with the plan; another lane's on its first call.
+Workspaces are per lane (a thread on the CPU, a stream on a GPU), so that threads or
+streams running the same plan at once never share scratch memory. On a GPU each plan keeps
+its own per stream, the creating stream's allocated with the plan and another's on its
+first call. On the CPU every plan of a thread runs in that thread's one scratch
+(`Runtime.shares_scratch`), which the next layer of a model then finds in the caches.
 Arrays come back in the caller's kind: NumPy for NumPy, CuPy for CuPy, torch for torch.
 """
 
@@ -96,6 +98,7 @@ class Plan:
         self._names = problem.operand_names
         self._dtypes = (problem.dtype, runtime.storage_dtype(problem.dtype))  # accepted
         self._workspaces: dict[Hashable, Any] = {}
+        self._shares_scratch = runtime.shares_scratch
         self._lock = threading.Lock()
         # `direct` False (or the environment's "0" when None): every call the checked way.
         if direct is None:
@@ -117,6 +120,8 @@ class Plan:
         """This lane's workspace (thread on the CPU, current stream on a GPU), or `lane`'s."""
         if not self.workspace_bytes:
             return None
+        if self._shares_scratch:  # the calling thread's: lanes are threads there
+            return self._runtime.scratch(self.workspace_bytes)
         if lane is None:
             lane = self._runtime.lane()
         found = self._workspaces.get(lane)

@@ -67,12 +67,24 @@ def _blas_name() -> str:
         return "unknown"
 
 
+#: Each thread's scratch (CpuRuntime.scratch): `.buffer`, a 1-D uint8 array.
+_SCRATCH = threading.local()
+
+
 class CpuRuntime:
     """The host processor as a tuning device."""
 
     backend = "cpu"
     device = "cpu"
     last_host_ms: float | None = None  # a sample is the host's work itself
+    #: One workspace per thread for all of its plans. With a workspace of its own, each
+    #: plan of a converted ResNet-50 (b1, Intel Xeon, 2 cores) found it evicted from the
+    #: caches by the other layers' by the time its layer came round again: the
+    #: convolutions took 7-8 ms more in the model's order than each alone, mostly at the
+    #: first layer of each shape (BENCHMARKS.md, "One workspace per thread on the CPU").
+    #: Shared, the next layer finds it where the last one left it. The work of one thread
+    #: runs one plan at a time, so no two runs overlap in it.
+    shares_scratch = True
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """An uninitialised C-contiguous array."""
@@ -81,6 +93,14 @@ class CpuRuntime:
     def workspace(self, nbytes: int) -> np.ndarray | None:
         """A 1-D uint8 workspace of `nbytes` (None for 0)."""
         return np.empty(nbytes, dtype=np.uint8) if nbytes else None
+
+    def scratch(self, nbytes: int) -> np.ndarray:
+        """The first `nbytes` of the calling thread's scratch, grown to the largest need
+        so far (a larger buffer replaces it: views handed out before keep the old one)."""
+        buffer: np.ndarray | None = getattr(_SCRATCH, "buffer", None)
+        if buffer is None or buffer.size < nbytes:
+            buffer = _SCRATCH.buffer = np.empty(nbytes, dtype=np.uint8)
+        return buffer[:nbytes]
 
     def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
         """Fresh standard-normal values (never zeros: zeros time and verify optimistically)."""

@@ -52,6 +52,9 @@ class CudaRuntime(EventTiming):
     """One GPU as a tuning device (all work on CuPy's current stream of that device)."""
 
     backend = "cuda"
+    #: A plan captured in a CUDA graph keeps its workspace's address for every replay, and
+    #: a replay may run beside later work: so each plan keeps its own, per stream.
+    shares_scratch = False
 
     def __init__(self, index: int) -> None:
         import cupy
@@ -87,6 +90,10 @@ class CudaRuntime(EventTiming):
         """An uninitialised C-contiguous device array (bfloat16: uint16 bits)."""
         with self._dev:
             return self._cupy.empty(shape, dtype=self.storage_dtype(dtype))
+
+    def scratch(self, nbytes: int) -> Any:
+        """Not here: a GPU plan keeps its own workspace per stream (shares_scratch)."""
+        raise NotImplementedError("GPU plans keep their own workspaces")
 
     def workspace(self, nbytes: int) -> Any:
         """A 1-D uint8 device workspace of `nbytes` (None for 0); ValueError while the
