@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,8 @@ MODES = ("shared", "own")
 def median_call_ms(fn: Callable[[], Any], seconds: float) -> float:
     """Median wall time of `fn` (ms) over calls for about `seconds`, after one untimed."""
     fn()
-    times, began = [], time.perf_counter()
+    times: list[float] = []
+    began = time.perf_counter()
     while time.perf_counter() - began < seconds or len(times) < 3:
         start = time.perf_counter()
         fn()
@@ -56,7 +57,7 @@ def median_call_ms(fn: Callable[[], Any], seconds: float) -> float:
     return statistics.median(times)
 
 
-def in_order_ms(calls: list[tuple[nn.Module, torch.Tensor]], passes: int = 9) -> float:
+def in_order_ms(calls: Sequence[tuple[nn.Module, torch.Tensor]], passes: int = 9) -> float:
     """The convolutions called in the model's order, `passes` times: each call's median
     over the passes, summed (ms)."""
     times = np.zeros((passes, len(calls)))
@@ -68,7 +69,7 @@ def in_order_ms(calls: list[tuple[nn.Module, torch.Tensor]], passes: int = 9) ->
     return float(np.median(times, axis=0).sum() * 1e3)
 
 
-def alone_ms(calls: list[tuple[nn.Module, torch.Tensor]], reps: int = 9) -> float:
+def alone_ms(calls: Sequence[tuple[nn.Module, torch.Tensor]], reps: int = 9) -> float:
     """Each convolution called `reps` times back to back: the medians, summed (ms)."""
     total = 0.0
     for module, x in calls:
