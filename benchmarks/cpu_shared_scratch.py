@@ -8,9 +8,10 @@ process: `tuner.nn.convert(model)` with its CPU plans in the thread's one scratc
 shipped, `CpuRuntime.shares_scratch`) and with a workspace each (as before), and the model
 unconverted. Per round, in turn (so that this machine's drifting speed moves all alike):
 - each model's forward pass, median over `--seconds`;
-- the converted model's convolutions in the model's order, each call timed, summed (the
-  time the layers take among each other, without the other operators), and each alone
-  (repeated back to back, as the tuner and bench_overhead's "predicted" time them);
+- each model's convolutions in the model's order, each call timed, summed (the time the
+  layers take among each other, without the other operators), and each alone (repeated
+  back to back, as the tuner and bench_overhead's "predicted" time them), and per layer
+  the difference;
 - for the ratio bench_overhead reports, "predicted": PyTorch's forward pass minus its own
   convolutions alone, plus ours alone.
 """
@@ -27,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import date
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,29 +59,38 @@ def median_call_ms(fn: Callable[[], Any], seconds: float) -> float:
     return statistics.median(times)
 
 
-def in_order_ms(calls: Sequence[tuple[nn.Module, torch.Tensor]], passes: int = 9) -> float:
+def in_order_ms(calls: Sequence[tuple[nn.Module, torch.Tensor]], passes: int = 9
+                ) -> np.ndarray:
     """The convolutions called in the model's order, `passes` times: each call's median
-    over the passes, summed (ms)."""
+    over the passes (ms)."""
     times = np.zeros((passes, len(calls)))
     for p in range(passes):
         for i, (module, x) in enumerate(calls):
             start = time.perf_counter()
             module(x)
             times[p, i] = time.perf_counter() - start
-    return float(np.median(times, axis=0).sum() * 1e3)
+    return np.median(times, axis=0) * 1e3
 
 
-def alone_ms(calls: Sequence[tuple[nn.Module, torch.Tensor]], reps: int = 9) -> float:
-    """Each convolution called `reps` times back to back: the medians, summed (ms)."""
-    total = 0.0
+def alone_ms(calls: Sequence[tuple[nn.Module, torch.Tensor]], reps: int = 9) -> np.ndarray:
+    """Each convolution called `reps` times back to back: each one's median (ms)."""
+    each = []
     for module, x in calls:
         times = []
         for _ in range(reps):
             start = time.perf_counter()
             module(x)
             times.append(time.perf_counter() - start)
-        total += statistics.median(times)
-    return total * 1e3
+        each.append(statistics.median(times))
+    return np.array(each) * 1e3
+
+
+def describe(module: nn.Module, x: torch.Tensor) -> str:
+    """"c64 56x56 -> k64 3x3 s1" for a convolution and its input."""
+    assert isinstance(module, nn.Conv2d)
+    (r, s), (stride, _) = module.kernel_size, module.stride
+    return (f"c{x.shape[1]} {x.shape[2]}x{x.shape[3]} -> k{module.out_channels} {r}x{s} "
+            f"s{stride}")
 
 
 def set_mode(plans: list[Plan], mode: str) -> None:
@@ -106,6 +117,7 @@ def main() -> None:
     converted = resnet50().eval()
     converted.load_state_dict(reference.state_dict())
     rounds: dict[str, list[float]] = {}
+    layers: dict[str, list[np.ndarray]] = {}  # per layer: in order minus alone, each round
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         convert(converted, db=f"sqlite:///{tmp}/store.db")
         ours = conv_calls(converted, image)  # tunes every convolution
@@ -113,19 +125,19 @@ def main() -> None:
         # type(), not isinstance: that asks some lazy modules' objects for their class,
         # which warns.
         plans = [o for o in gc.get_objects() if type(o) is Plan]
+        sides = {mode: (converted, ours) for mode in MODES} | {"pytorch": (reference, theirs)}
         for _ in range(args.rounds):
-            for mode in MODES:
-                set_mode(plans, mode)
-                converted(image)  # "own": each plan's workspace exists from here on
-                for key, value in (
-                    (f"model {mode}", median_call_ms(lambda: converted(image), args.seconds)),
-                    (f"in order {mode}", in_order_ms(ours)),
-                    (f"alone {mode}", alone_ms(ours)),
-                ):
+            for side, (model, calls) in sides.items():
+                if side in MODES:
+                    set_mode(plans, side)
+                model(image)  # "own": each plan's workspace exists from here on
+                forward = median_call_ms(partial(model, image), args.seconds)
+                in_order, alone = in_order_ms(calls), alone_ms(calls)
+                for key, value in ((f"model {side}", forward),
+                                   (f"in order {side}", float(in_order.sum())),
+                                   (f"alone {side}", float(alone.sum()))):
                     rounds.setdefault(key, []).append(value)
-            rounds.setdefault("model pytorch", []).append(
-                median_call_ms(lambda: reference(image), args.seconds))
-            rounds.setdefault("alone pytorch", []).append(alone_ms(theirs))
+                layers.setdefault(side, []).append(in_order - alone)
             print({k: round(v[-1], 2) for k, v in rounds.items()}, flush=True)
 
     ms = {key: statistics.median(values) for key, values in rounds.items()}
@@ -136,7 +148,10 @@ def main() -> None:
     report = {"date": date.today().isoformat(), "device": identify("cpu").info,
               "commit": commit + ("+uncommitted" if dirty else ""), "batch": args.batch,
               "plans": len(plans), "convolutions": len(ours), "torch": torch.__version__,
-              "threads": torch.get_num_threads(), "rounds": rounds, "median_ms": ms}
+              "threads": torch.get_num_threads(), "rounds": rounds, "median_ms": ms,
+              "layers": [describe(m, x) for m, x in ours],
+              "in_order_minus_alone_ms": {side: np.median(v, axis=0).tolist()
+                                          for side, v in layers.items()}}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
     print(f"\nResNet-50 b{args.batch} forward, CPU ({report['device'].get('name', 'cpu')}), "
@@ -150,7 +165,16 @@ def main() -> None:
               f"{ms[f'model {mode}'] / ms['model pytorch']:.3f} | "
               f"{ms[f'model {mode}'] / predicted:.3f} | {ms[f'in order {mode}']:.2f} | "
               f"{ms[f'alone {mode}']:.2f} |")
-    print(f"| PyTorch | {ms['model pytorch']:.2f} | 1 | | | {ms['alone pytorch']:.2f} |")
+    print(f"| PyTorch | {ms['model pytorch']:.2f} | 1 | | {ms['in order pytorch']:.2f} | "
+          f"{ms['alone pytorch']:.2f} |")
+    lost = report["in_order_minus_alone_ms"]
+    print("\nThe layers that lose most in the model's order with a workspace each "
+          "(ms in order minus alone, median of the rounds):\n")
+    print("| # | layer | a workspace each | one scratch | PyTorch |")
+    print("|---|---|---|---|---|")
+    for i in np.argsort(lost["own"])[::-1][:8]:
+        print(f"| {i} | {report['layers'][i]} | {lost['own'][i]:+.2f} | "
+              f"{lost['shared'][i]:+.2f} | {lost['pytorch'][i]:+.2f} |")
 
 
 if __name__ == "__main__":
