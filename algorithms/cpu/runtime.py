@@ -79,8 +79,8 @@ class CpuRuntime:
     last_host_ms: float | None = None  # a sample is the host's work itself
     #: One workspace per thread for all of its plans. With a workspace of its own, each
     #: plan of a converted ResNet-50 (b1, Intel Xeon, 2 cores) found it evicted from the
-    #: caches by the other layers' by the time its layer came round again: the
-    #: convolutions took 7-8 ms more in the model's order than each alone, mostly at the
+    #: caches by the other layers by the time its layer came round again: the
+    #: convolutions took 9-11 ms more in the model's order than each alone, mostly at the
     #: first layer of each shape (BENCHMARKS.md, "One workspace per thread on the CPU").
     #: Shared, the next layer finds it where the last one left it. The work of one thread
     #: runs one plan at a time, so no two runs overlap in it.

@@ -146,7 +146,7 @@ def test_the_plans_of_one_thread_share_its_scratch(db_url: str, rng: np.random.G
                                                   ) -> None:
     # Bug pinned: each CPU plan kept a workspace of its own, which the other layers of a
     # converted ResNet-50 had evicted from the caches by the time its layer came round
-    # again: the convolutions took 7-8 ms more in the model's order than each alone (b1,
+    # again: the convolutions took 9-11 ms more in the model's order than each alone (b1,
     # Intel Xeon, 2 cores). The plans of a thread now run in its one scratch.
     small = plan(PROBLEM, device="cpu", db=db_url, algorithm="im2col_gemm")
     wider = ConvProblem(n=2, c=6, h=11, w=10, k=5, r=3, s=3, pad=1)
