@@ -11,7 +11,8 @@ Measured side by side in one run (issue 9's targets):
 4. a ResNet-50 (torchvision's architecture, built here: torchvision is not always
    installable) forward pass after `tuner.nn.convert` against the same model in PyTorch.
    "predicted" is PyTorch's time minus its convolutions plus our plans' times for the same
-   convolutions, each timed alone: the converted model should be within 5% of it.
+   convolutions, each timed alone: the converted model should be within 5% of it. Two
+   copies of the model (the same weights), timed in turns over MODEL_ROUNDS rounds.
 Tuning happens first, into a throwaway database, and is not timed.
 """
 
@@ -153,9 +154,43 @@ def conv_calls(model: nn.Module, x: torch.Tensor) -> list[tuple[nn.Conv2d, torch
 
 
 def convolutions_ms(calls: list[tuple[nn.Conv2d, torch.Tensor]],
-                    sync: Callable[[], None]) -> float:
-    """The convolutions of one forward pass, each timed alone, summed (milliseconds)."""
-    return sum(per_call_us(partial(m, a), sync, 0.2) for m, a in calls) / 1e3
+                    sync: Callable[[], None], seconds: float = 0.2) -> float:
+    """The convolutions of one forward pass, each timed alone for `seconds`, summed (ms)."""
+    return sum(per_call_us(partial(m, a), sync, seconds) for m, a in calls) / 1e3
+
+
+#: Rounds of the model rows. Each round times PyTorch's model, its convolutions alone, the
+#: converted model and its convolutions alone, in turn, and each row is the median over the
+#: rounds: timed one after the other, seconds apart, the rows drifted apart with the CPU
+#: machines' speed (the converted model at 0.983x and 1.080x of predicted in two runs of
+#: one commit, 2026-11-29, BENCHMARKS.md "One workspace per thread on the CPU").
+MODEL_ROUNDS = 3
+
+
+def model_rows(reference: nn.Module, converted: nn.Module, image: torch.Tensor,
+               sync: Callable[[], None], seconds: float) -> dict[str, Any]:
+    """The model rows: `reference` (PyTorch's) and `converted` (the same model after
+    `tuner.nn.convert`) forward passes on `image`, and their convolutions each alone,
+    in MODEL_ROUNDS rounds; "predicted" is PyTorch's forward pass minus its convolutions
+    plus ours."""
+    theirs = conv_calls(reference, image)
+    ours = conv_calls(converted, image)  # the converted modules; tunes every convolution
+    rounds: dict[str, list[float]] = {
+        "torch_ms": [], "torch_convs_ms": [], "converted_ms": [], "our_convs_ms": []}
+    for _ in range(MODEL_ROUNDS):
+        for model, calls, whole, parts in (
+            (reference, theirs, "torch_ms", "torch_convs_ms"),
+            (converted, ours, "converted_ms", "our_convs_ms"),
+        ):
+            rounds[whole].append(
+                per_call_us(partial(model, image), sync, seconds * 2 / MODEL_ROUNDS) / 1e3)
+            rounds[parts].append(convolutions_ms(calls, sync, 0.2 / MODEL_ROUNDS))
+    ms = {key: float(np.median(values)) for key, values in rounds.items()}
+    predicted = ms["torch_ms"] - ms["torch_convs_ms"] + ms["our_convs_ms"]
+    return {"batch": image.shape[0], "convolutions": len(theirs), **ms,
+            "predicted_ms": predicted,
+            "converted_over_predicted": ms["converted_ms"] / predicted,
+            "converted_over_torch": ms["converted_ms"] / ms["torch_ms"], "rounds": rounds}
 
 
 def main() -> None:
@@ -267,23 +302,12 @@ def main() -> None:
         # still leaves these numbers.
         print(json.dumps(results), file=sys.stderr, flush=True)
 
-        model = resnet50().to(device).eval()
+        reference = resnet50().to(device).eval()
+        converted = resnet50().to(device).eval()
+        converted.load_state_dict(reference.state_dict())
+        convert(converted, db=db)
         image = torch.randn(batch, 3, 224, 224, device=device)
-        calls = conv_calls(model, image)
-        torch_model_ms = per_call_us(lambda: model(image), sync, args.seconds * 2) / 1e3
-        torch_convs_ms = convolutions_ms(calls, sync)
-        convert(model, db=db)
-        ours = conv_calls(model, image)  # the converted modules; tunes every convolution
-        ours_convs_ms = convolutions_ms(ours, sync)
-        ours_model_ms = per_call_us(lambda: model(image), sync, args.seconds * 2) / 1e3
-        predicted = torch_model_ms - torch_convs_ms + ours_convs_ms
-        results["resnet50"] = {
-            "batch": batch, "convolutions": len(calls), "torch_ms": torch_model_ms,
-            "converted_ms": ours_model_ms, "torch_convs_ms": torch_convs_ms,
-            "our_convs_ms": ours_convs_ms, "predicted_ms": predicted,
-            "converted_over_predicted": ours_model_ms / predicted,
-            "converted_over_torch": ours_model_ms / torch_model_ms,
-        }
+        results["resnet50"] = model_rows(reference, converted, image, sync, args.seconds)
         if gpu:
             # The small problem's work alone on each side: whether convolve() can reach
             # F.conv2d's time there is first a question of the kernels (the H200's host of
