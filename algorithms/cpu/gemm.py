@@ -13,14 +13,14 @@ either way: its operands are NumPy's.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+#: "0" keeps the GEMMs of work for torch tensors in NumPy's BLAS (CpuRuntime reads it once).
+SWITCH_ENV = "CONVTUNE_CPU_TORCH_GEMM"
 #: The torch module while work runs for torch tensors (`torch_gemms`), else None.
 _TORCH: ContextVar[ModuleType | None] = ContextVar("convtune_cpu_gemm_torch", default=None)
 #: The dtypes torch.matmul serves here; NumPy computes the rest.
@@ -61,21 +61,35 @@ def _routable(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> bool:
             and all(x.flags.writeable and min(x.strides, default=0) >= 0 for x in arrays))
 
 
-@contextmanager
-def torch_gemms(torch: ModuleType) -> Iterator[None]:
-    """Route the GEMMs of the CPU work done inside through `torch`, unless
-    $CONVTUNE_CPU_TORCH_GEMM is 0 or torch's float32 matmul precision is not "highest"
-    (below it, torch may compute float32 GEMMs in bfloat16 on CPUs that have it: not the
-    FP32 accuracy a CPU problem promises)."""
-    if (os.environ.get("CONVTUNE_CPU_TORCH_GEMM", "1") == "0"
-            or torch.get_float32_matmul_precision() != "highest"):
-        yield
-        return
-    token = _TORCH.set(torch)
-    try:
-        yield
-    finally:
-        _TORCH.reset(token)
+def gemms_switch() -> bool:
+    """Whether $CONVTUNE_CPU_TORCH_GEMM lets torch take the GEMMs (anything but "0")."""
+    return os.environ.get(SWITCH_ENV, "1") != "0"
+
+
+class torch_gemms:  # lower case: a context manager, named like contextlib's
+    """Inside: the GEMMs of the CPU work done go through `torch`, unless torch's float32
+    matmul precision is not "highest" (below it, torch may compute float32 GEMMs in bfloat16
+    on CPUs that have it: not the FP32 accuracy a CPU problem promises).
+
+    A class, not a generator: it is entered on every plan call for torch tensors, where
+    contextlib's generator machinery costs microseconds (BENCHMARKS.md, "The torch path of
+    a CPU plan call").
+    """
+
+    __slots__ = ("_token", "_torch")
+
+    def __init__(self, torch: ModuleType) -> None:
+        self._torch = torch
+        self._token: Token[ModuleType | None] | None = None
+
+    def __enter__(self) -> None:
+        if self._torch.get_float32_matmul_precision() == "highest":
+            self._token = _TORCH.set(self._torch)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _TORCH.reset(self._token)
+            self._token = None
 
 
 def routed() -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.cpu.gemm import torch_gemms
+from algorithms.cpu.gemm import gemms_switch, torch_gemms
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference
 from algorithms.reference_gemm import errors
@@ -85,6 +85,13 @@ class CpuRuntime:
     #: Shared, the next layer finds it where the last one left it. The work of one thread
     #: runs one plan at a time, so no two runs overlap in it.
     shares_scratch = True
+    #: Whether work for torch tensors runs its GEMMs on torch's threads (caller_stream).
+    torch_gemms = True
+
+    def __init__(self) -> None:
+        # $CONVTUNE_CPU_TORCH_GEMM, read once: os.environ.get of an unset variable raises
+        # and catches a KeyError inside, microseconds on every plan call for torch tensors.
+        self.torch_gemms = gemms_switch()
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """An uninitialised C-contiguous array."""
@@ -157,7 +164,7 @@ class CpuRuntime:
     def caller_stream(self, array: Any) -> AbstractContextManager[None]:
         """The host has no streams, but a torch tensor's caller has torch's threads: the
         work's GEMMs run on them (algorithms.cpu.gemm), not against them."""
-        if is_torch(array):
+        if self.torch_gemms and is_torch(array):
             return torch_gemms(sys.modules["torch"])
         return nullcontext()
 
