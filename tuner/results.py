@@ -62,12 +62,12 @@ class AlgorithmResult:
 
 #: Medians closer than this fraction are a tie: the whole band in which the tuner prefers
 #: less workspace. It was the floor of a wider band (two standard errors of the medians'
-#: difference, up to 5%), but the ties that term made cost more than they were apart: of
-#: the 46 workspace tie-breaks bench_tuner recorded more than 1% apart (every run kept in
-#: benchmarks/results, H100, H200 and CPU, 2026-11-23 to 11-29), 20 cost over 5% against
-#: the isolated re-measurement (median 4.7%; CPU res3.3x3 b8: 3.5% apart, 6.6% lost); of
-#: the 14 within 1%, one did (median 0.7%). What a tie-break risks is how tuning and a run
-#: alone differ, which the samples' own spread does not measure
+#: difference, up to 5%; before that, other wider rules), but ties beyond 1% cost more than
+#: they were apart: of the 46 workspace tie-breaks bench_tuner recorded 1% or more apart
+#: (every run kept in benchmarks/results, H100, H200 and CPU, 2026-11-23 to 11-29), 20
+#: cost over 5% against the isolated re-measurement (median 4.7%; CPU res3.3x3 b8: 3.5%
+#: apart, 6.6% lost); of the 14 within 1%, one did (median 0.7%). What a tie-break risks
+#: is how tuning and a run alone differ, which the samples' own spread does not measure
 #: (`benchmarks/tuner_ratios.py --ties`; BENCHMARKS.md, "Workspace ties").
 TIE_REL = 0.01
 
