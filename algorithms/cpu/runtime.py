@@ -86,12 +86,12 @@ class CpuRuntime:
     #: runs one plan at a time, so no two runs overlap in it.
     shares_scratch = True
     #: Whether work for torch tensors runs its GEMMs on torch's threads (caller_stream).
-    torch_gemms = True
+    routes_gemms = True
 
     def __init__(self) -> None:
         # $CONVTUNE_CPU_TORCH_GEMM, read once: os.environ.get of an unset variable raises
         # and catches a KeyError inside, microseconds on every plan call for torch tensors.
-        self.torch_gemms = gemms_switch()
+        self.routes_gemms = gemms_switch()
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """An uninitialised C-contiguous array."""
@@ -164,7 +164,7 @@ class CpuRuntime:
     def caller_stream(self, array: Any) -> AbstractContextManager[None]:
         """The host has no streams, but a torch tensor's caller has torch's threads: the
         work's GEMMs run on them (algorithms.cpu.gemm), not against them."""
-        if self.torch_gemms and is_torch(array):
+        if self.routes_gemms and is_torch(array):
             return torch_gemms(sys.modules["torch"])
         return nullcontext()
 
