@@ -257,3 +257,34 @@ def test_the_toolchain_names_the_mapped_nvrtc_library(tmp_path: Path) -> None:
     assert found == (str(library), "64", str(library.stat().st_mtime_ns))
     assert _binaries.mapped_library("libnvrtc.so", tmp_path / "absent") == ()
     assert _binaries.mapped_library("libcuda.so", maps) == ()
+
+
+# Regression: the key took the first libnvrtc.so* in /proc/self/maps, which is in address
+# order; a cu12 PyTorch's NVRTC mapped below CuPy's CUDA 13 one would have named the key.
+def test_the_toolchain_names_the_nvrtc_of_its_own_major_version(tmp_path: Path) -> None:
+    torch_nvrtc = tmp_path / "libnvrtc.so.12"
+    torch_nvrtc.write_bytes(b"x" * 12)
+    cupy_nvrtc = tmp_path / "libnvrtc.so.13"
+    cupy_nvrtc.write_bytes(b"x" * 13)
+    maps = tmp_path / "maps"
+    maps.write_text(f"7f00-7f10 r-xp 00000000 08:01 1 {torch_nvrtc}\n"
+                    f"7f20-7f30 r-xp 00000000 08:01 2 {cupy_nvrtc}\n")
+    name = _binaries.toolchain((13, 0), maps)
+    assert name == f"nvrtc 13.0 {cupy_nvrtc} 13 {cupy_nvrtc.stat().st_mtime_ns}"
+    assert _binaries.toolchain((12, 8), maps).startswith(f"nvrtc 12.8 {torch_nvrtc} 12 ")
+    assert _binaries.toolchain((13, 0), tmp_path / "absent") == "nvrtc 13.0"
+
+
+# Regression: a write that failed partway (a full disk) left its temporary file behind for
+# good; the binary is still returned, and the folder keeps nothing of the failed write.
+def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def half_written(self: Path, data: bytes) -> int:
+        with open(self, "wb") as file:
+            file.write(data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", half_written)
+    compiler = FakeCompiler()
+    assert _get(tmp_path, compiler)[0].startswith("_Z")
+    assert list(tmp_path.iterdir()) == []

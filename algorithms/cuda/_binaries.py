@@ -1,14 +1,15 @@
 """Kernel binaries: NVRTC compiles each kernel instance, and a disk cache keeps the cubin
 between processes.
 
-Why our own cache: CuPy's RawModule keeps its compiles in CuPy's disk cache, but it never
-reads that cache back when given name expressions (cupy/cuda/compiler.py,
-_compile_with_cache_cuda: "We force recompiling to retrieve C++ mangled names"), and every
-kernel of ours is a template instance named by one. So every process compiled every
-instance it used again: each test worker, each benchmark step, each tuning, and each
-process that ran a tuned plan, 0.05-0.6 s an instance on the project's CPU machine, and
-`convtune warm` filled a cache nobody read. RawModule cannot target "a" architectures
-either (_loader.FEATURE_ARCH), which is how this module began.
+Why our own cache: CuPy's RawModule keeps its compiles in CuPy's disk cache, but up to
+CuPy 14.1 it never read that cache back when given name expressions (cupy/cuda/compiler.py,
+_compile_with_cache_cuda: "We force recompiling to retrieve C++ mangled names"; 14.2 stores
+the mangled names with the cubin, cupy/cupy#10177), and every kernel of ours is a template
+instance named by one. So every process compiled every instance it used again: each test
+worker, each benchmark step, each tuning, and each process that ran a tuned plan, 0.05-0.6 s
+an instance on the project's CPU machine, and `convtune warm` filled a cache nobody read.
+RawModule cannot target "a" architectures either (_loader.FEATURE_ARCH), which is how this
+module began, and one cache of our own serves every CuPy version alike.
 
 The cache lives in CuPy's kernel cache directory (CUPY_CACHE_DIR, default
 ~/.cupy/kernel_cache, per CuPy's documentation), in a folder of its own. A file is keyed by
@@ -21,6 +22,7 @@ nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -56,14 +58,16 @@ def binary(source: str, filename: str, name_expression: str, options: tuple[str,
     except OSError:
         pass  # absent or unreadable: compile
     lowered_name, cubin = compile_(source, filename, name_expression, options)
+    # Per process and thread: two devices' threads may compile one instance at once.
+    partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        # Per process and thread: two devices' threads may compile one instance at once.
-        partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         partial.write_bytes(b"\0".join((lowered_name.encode(), _digest(cubin), cubin)))
         os.replace(partial, path)
     except OSError:
-        pass
+        # A full disk may leave part of the file: nothing else would ever remove it.
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
     return lowered_name, cubin
 
 
@@ -111,13 +115,21 @@ def nvrtc_version() -> str:
     (a patch release keeps getVersion's major.minor, and may compile differently)."""
     from cupy_backends.cuda.libs import nvrtc
 
-    version = ".".join(map(str, nvrtc.getVersion()))  # the library is loaded by now
-    return " ".join(("nvrtc", version, *mapped_library("libnvrtc.so")))
+    return toolchain(nvrtc.getVersion())  # the library is loaded by now
+
+
+def toolchain(version: tuple[int, int], maps: Path = Path("/proc/self/maps")) -> str:
+    """The cache key's name of NVRTC `version` (major, minor) and the library file of that
+    major version this process maps. By soname: PyTorch may map an NVRTC of its own, of
+    another CUDA major, at a lower address than CuPy's (a cu12 torch beside CUDA 13)."""
+    major, minor = version
+    return " ".join(("nvrtc", f"{major}.{minor}", *mapped_library(f"libnvrtc.so.{major}", maps)))
 
 
 def mapped_library(prefix: str, maps: Path = Path("/proc/self/maps")) -> tuple[str, ...]:
     """(path, size, modification time) of the first library this process maps whose file
-    name starts with `prefix`; () where that cannot be read (not Linux, or not mapped)."""
+    name starts with `prefix`; () where that cannot be read (not Linux, or not mapped).
+    /proc/self/maps is in address order, not load order: `prefix` should name one library."""
     try:
         lines = maps.read_text().splitlines()
     except OSError:

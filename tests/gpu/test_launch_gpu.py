@@ -14,8 +14,11 @@ from algorithms.problem import ConvProblem
 def test_the_driver_reports_parameter_sizes() -> None:
     if _launch._param_info() is None:
         pytest.skip("this driver has no cuFuncGetParamInfo (CUDA 12.4+)")
+    # Regression (e438c92): get_kernel returns a CuPy Function now, which has no .kernel
+    # (a RawKernel's, which this test asked for): the Function is its own handle.
     spin = get_kernel("spin.cu", "spin")
-    assert _launch.driver_parameter_sizes(spin.kernel.ptr) == [8]  # one unsigned long long
+    handle = getattr(spin, "kernel", spin).ptr
+    assert _launch.driver_parameter_sizes(handle) == [8]  # one unsigned long long
 
 
 def test_a_buffer_that_does_not_fit_is_refused_on_a_gpu() -> None:
