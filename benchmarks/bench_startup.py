@@ -75,7 +75,10 @@ def child_code(body: str, url: str, device: str = "cpu", mode: str = "cached") -
 
 def run_child(tree: Path, code: str) -> tuple[float, float]:
     """(process wall seconds, the child's own seconds) of one child on `tree`."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "CONVTUNE_MODEL_DIR": ""}
+    # The tree first, then whatever the caller's path held (gpu_session.sh puts the wheels
+    # it installs there: without them a child cannot import SQLAlchemy).
+    path = os.pathsep.join(filter(None, (str(tree), os.environ.get("PYTHONPATH", ""))))
+    env = {**os.environ, "PYTHONPATH": path, "CONVTUNE_MODEL_DIR": ""}
     began = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env,
                           capture_output=True, text=True, check=False)

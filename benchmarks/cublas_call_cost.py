@@ -148,7 +148,8 @@ def standin_cublas(library: Path, lt: Path | None = None) -> Any:
         get_current_stream=lambda: stream,
         alloc=lambda nbytes: SimpleNamespace(ptr=STANDIN_WORKSPACE)))
     return _cublas._Cublas(cupy, lib=ctypes.CDLL(str(library)),
-                           lt=None if lt is None else ctypes.CDLL(str(lt)))
+                           lt=None if lt is None else ctypes.CDLL(str(lt)),
+                           make_current=lambda: None)  # no CUDA context to make current
 
 
 def main() -> None:

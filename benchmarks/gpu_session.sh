@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: the steps named on the command line, each under its own time
-# limit, every log packed into $OUT/logs.tgz (8 files at most come back from the device tool).
+# limit, every log packed into $OUT/logs.tgz after each step (8 files at most come back from
+# the device tool, and a call cut off at its limit returns what $OUT holds then: the logs of
+# every step that ended).
 # Usage: benchmarks/gpu_session.sh [STEP ...]     (default: warm tests sanitize fp32)
 # Steps:
 #   warm       benchmarks/warm_kernels.py: every kernel instance compiled once, one process
@@ -101,8 +103,14 @@ set -uo pipefail
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(warm tests sanitize fp32)
 OUT=${OUT:-gpu_out}
-LOG="$OUT/logs"
-mkdir -p "$LOG"
+# The logs are kept outside $OUT and packed into it after each step: a call cut off at its
+# limit then returns the steps that ended, not the first 8 of many loose files.
+LOG_ROOT=$(mktemp -d "${TMPDIR:-/tmp}/convtune_session.XXXXXX")
+LOG="$LOG_ROOT/logs"
+mkdir -p "$LOG" "$OUT"
+pack() {  # the logs so far into $OUT/logs.tgz, replaced whole (a cut-off tar leaves the last)
+    tar czf "$OUT/logs.tgz.part" -C "$LOG_ROOT" logs && mv -f "$OUT/logs.tgz.part" "$OUT/logs.tgz"
+}
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
 if compgen -G ".whl/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -303,6 +311,7 @@ for step in "${steps[@]}"; do
         done ;;
     *) echo "unknown step: $step" >&2; rc=2 ;;
     esac
+    pack
 done
-tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
+pack && rm -rf "$LOG_ROOT"
 exit $rc

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -44,3 +46,27 @@ def test_a_workspace_keeps_its_counters_until_it_needs_more(made: list[int]) -> 
     assert larger != first and not at(larger, count + 1, np.uint32).any()
     assert len(_counters._retired) == 1
     assert ctypes.c_uint32.from_address(first).value == 0
+
+
+# Bug: a plan whose first split-K run came inside a CUDA-graph capture zeroed its counters
+# there: the memset became a graph node, so runs before the graph's first launch counted
+# from whatever the memory held, out of phase for good (every later sum wrong, silently).
+@pytest.mark.parametrize("capturing", [0, 1])
+def test_counters_are_refused_while_the_stream_captures(
+        monkeypatch: pytest.MonkeyPatch, capturing: int) -> None:
+    zeroed: list[int] = []
+
+    def zeros(nbytes: int, dtype: type) -> np.ndarray:
+        zeroed.append(nbytes)
+        return np.zeros(nbytes, dtype)
+
+    cuda = SimpleNamespace(runtime=SimpleNamespace(streamIsCapturing=lambda ptr: capturing),
+                           get_current_stream=lambda: SimpleNamespace(ptr=0x100))
+    cupy = SimpleNamespace(cuda=cuda, uint8=np.uint8, zeros=zeros)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    if capturing:
+        with pytest.raises(ValueError, match="run the plan once on that stream"):
+            _counters._cupy_zeros(64)
+        assert zeroed == []
+    else:
+        assert _counters._cupy_zeros(64).nbytes == 64 and zeroed == [64]

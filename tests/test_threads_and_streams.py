@@ -49,6 +49,7 @@ class StandInCublas:
     gemms: list[tuple[int, int, int | None]] = field(default_factory=list)
     current: threading.local = field(default_factory=threading.local)
     capturing: set[int] = field(default_factory=set)  # streams capturing a CUDA graph
+    contexts: list[int] = field(default_factory=list)  # threads that made a context current
 
     def cublasCreate_v2(self, out: Any) -> int:  # cuBLAS's own names, as ctypes finds them
         handle = 0x1000 + len(self.handles)
@@ -84,14 +85,16 @@ class StandInCublas:
 
 def _cublas_over(lib: StandInCublas) -> _cublas._Cublas:
     """A _Cublas on `lib` with a stand-in CuPy: device 0, each thread's current stream
-    as the stand-in has it, allocations at new addresses."""
+    as the stand-in has it, allocations at new addresses; the threads that made a CUDA
+    context current go into lib.contexts."""
     addresses = itertools.count(1 << 40, 1 << 30)
     cupy = SimpleNamespace(cuda=SimpleNamespace(
         runtime=SimpleNamespace(getDevice=lambda: 0,
                                 streamIsCapturing=lambda ptr: int(ptr in lib.capturing)),
         get_current_stream=lambda: SimpleNamespace(ptr=lib.current.stream),
         alloc=lambda nbytes: SimpleNamespace(ptr=next(addresses))))
-    return _cublas._Cublas(cupy, lib=lib)
+    return _cublas._Cublas(cupy, lib=lib,
+                           make_current=lambda: lib.contexts.append(threading.get_ident()))
 
 
 def _gemm(blas: _cublas._Cublas) -> None:
@@ -364,6 +367,54 @@ def test_a_stream_first_used_while_capturing_shares_a_workspace() -> None:
     _gemm(blas)
     first, captured, own = (ws for _, _, ws in lib.gemms)
     assert captured == first and own not in (first, None)
+
+
+# Bug: the workspace lent to a capturing stream stayed its own for good, so after the
+# capture the stream shared it with the tuning's stream, which may run at the same time.
+def test_a_workspace_lent_for_a_capture_is_not_kept_after_it() -> None:
+    lib = StandInCublas()
+    blas = _cublas_over(lib)
+    lib.current.stream = 0x100
+    _gemm(blas)
+    lib.capturing.add(0x300)
+    lib.current.stream = 0x300
+    _gemm(blas)
+    _gemm(blas)  # still capturing: still the loan
+    lib.capturing.discard(0x300)
+    _gemm(blas)  # captured: its own now, bound before the GEMM
+    first, lent, lent_again, own = (ws for _, _, ws in lib.gemms)
+    assert lent == lent_again == first and own not in (first, None)
+    assert [caller == bound for caller, bound, _ in lib.gemms] == [True] * 4
+
+
+# Bug: a capture with no workspace on the device yet to borrow allocated one inside the
+# capture, which ends it with CUDA's own error; ours says what to do.
+def test_a_capture_before_any_gemm_on_the_device_is_refused_clearly() -> None:
+    lib = StandInCublas()
+    blas = _cublas_over(lib)
+    lib.capturing.add(0x300)
+    lib.current.stream = 0x300
+    with pytest.raises(ValueError, match="run the plan once on that stream"):
+        _gemm(blas)
+
+
+# Bug: a thread given a pooled handle made no CUDA call that makes a context current, and
+# cuBLAS launches some kernels through the driver API, which refuses such a thread.
+def test_each_thread_makes_a_context_current_before_its_first_gemm() -> None:
+    lib = StandInCublas()
+    blas = _cublas_over(lib)
+
+    def worker() -> None:
+        lib.current.stream = 0x100
+        _gemm(blas)
+        _gemm(blas)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:  # one after the other: the second reuses the first's handle
+        thread.start()
+        thread.join()
+        gc.collect()
+    assert len(lib.handles) == 1 and len(lib.contexts) == 2
 
 
 def test_a_plans_workspace_is_refused_while_its_stream_captures(

@@ -28,6 +28,13 @@ COUNTER_BYTES = 4
 def _cupy_zeros(nbytes: int) -> Any:
     import cupy
 
+    # Inside a capture the memset would become a graph node instead of running: runs before
+    # the graph's first launch would count from whatever the memory held, and a count that
+    # starts off its phase never returns to it (every later split-K run summed wrongly).
+    if cupy.cuda.runtime.streamIsCapturing(cupy.cuda.get_current_stream().ptr):
+        raise ValueError("split K's tile counters cannot be set up while their stream "
+                         "captures a CUDA graph: run the plan once on that stream before "
+                         "capturing there")
     return cupy.zeros(nbytes, dtype=cupy.uint8)
 
 

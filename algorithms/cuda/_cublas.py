@@ -17,13 +17,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from algorithms.cuda import _cublaslt, _recording
+from algorithms.cuda import _cublaslt, _loader, _recording
 from algorithms.cuda._cublaslt import check_status
 from algorithms.cuda._lanes import lane_of
 from algorithms.cuda._loader import require_cupy
@@ -132,10 +132,13 @@ class _Cublas:
     its own.
     """
 
-    def __init__(self, cupy: Any, lib: Any = None, lt: Any = None) -> None:
+    def __init__(self, cupy: Any, lib: Any = None, lt: Any = None,
+                 make_current: Callable[[], None] | None = None) -> None:
         """`lib`, `lt`: libcublas and libcublasLt (stand-ins in tests), else the process's;
-        cuBLASLt only where _cublaslt.enabled()."""
+        cuBLASLt only where _cublaslt.enabled(). `make_current`: makes this thread's CUDA
+        context current (default _loader.make_context_current; stand-ins in tests)."""
         self._cupy = cupy
+        self._make_current = make_current
         self._lib = lib or load_library(cupy)
         self._lt = None
         if _cublaslt.enabled():
@@ -161,35 +164,44 @@ class _Cublas:
             # Setting the stream resets cuBLAS to its default workspace: give ours.
             check_status(self._lib.cublasSetStream_v2(bound.handle, ctypes.c_void_p(stream)),
                          "cublasSetStream")
+            workspace, own = self._workspace(device, stream)
             check_status(self._lib.cublasSetWorkspace_v2(
-                bound.handle, ctypes.c_void_p(self.workspace(device, stream).ptr),
+                bound.handle, ctypes.c_void_p(workspace.ptr),
                 ctypes.c_size_t(WORKSPACE_BYTES)), "cublasSetWorkspace")
-            bound.stream = stream
+            # A borrowed workspace is bound for the capture only: the next call binds again.
+            bound.stream = stream if own else None
         return bound.handle
 
     def workspace(self, device: int, stream: int) -> Any:
-        """The workspace of GEMMs on `stream` of `device`, allocated on first use.
+        """The workspace of GEMMs on `stream` of `device`, allocated on first use."""
+        return self._workspace(device, stream)[0]
+
+    def _workspace(self, device: int, stream: int) -> tuple[Any, bool]:
+        """(the workspace, whether it is the stream's own).
 
         A stream first used while it captures a CUDA graph, where an allocation would end
-        the capture, shares the device's first workspace instead, as every stream did before
-        workspaces were per stream (and so a graph captured without a run on its stream
-        first still works); a run on the stream before capturing gives it its own."""
+        the capture, borrows the device's first workspace instead (so a graph captured
+        without a run on its stream first still works, as PyTorch's warm-up-elsewhere
+        pattern needs). The loan is not kept: the stream's first GEMM outside a capture
+        gets a workspace of its own, rather than share one for good with a stream that may
+        run at the same time. A run on the stream before capturing avoids the loan."""
         key = (device, lane_of(stream))
         found = self._workspaces.get(key)
-        if found is None:
-            with self._lock:
-                found = self._workspaces.get(key)
-                if found is None:
-                    found = self._workspaces[key] = (
-                        self._shared_in_capture(device, stream)
-                        or self._cupy.cuda.alloc(WORKSPACE_BYTES))
-        return found
-
-    def _shared_in_capture(self, device: int, stream: int) -> Any | None:
-        if not self._cupy.cuda.runtime.streamIsCapturing(stream):
-            return None
-        return next((found for (on, _lane), found in self._workspaces.items() if on == device),
-                    None)
+        if found is not None:
+            return found, True
+        if self._cupy.cuda.runtime.streamIsCapturing(stream):
+            lent = next((ws for (on, _lane), ws in self._workspaces.items() if on == device),
+                        None)
+            if lent is None:
+                raise ValueError("a GEMM's workspace cannot be allocated while its stream "
+                                 "captures a CUDA graph: run the plan once on that stream "
+                                 "before capturing there")
+            return lent, False
+        with self._lock:
+            found = self._workspaces.get(key)
+            if found is None:
+                found = self._workspaces[key] = self._cupy.cuda.alloc(WORKSPACE_BYTES)
+        return found, True
 
     def _bound(self, device: int) -> _Bound:
         """This thread's handle on `device`: a finished thread's, else a new one."""
@@ -223,6 +235,12 @@ class _Cublas:
         """cublasGemmStridedBatchedEx on the current stream (`alpha`, `beta`: host
         addresses; a, b, c: device addresses; all ints below 2**31 but the strides), or
         cuBLASLt's matmul for the shape where it is on and has an algorithm for it."""
+        if not getattr(self._local, "context", False):
+            # Once per thread: a pooled handle skips cublasCreate, and cuBLAS launches some
+            # kernels through the driver API, which a thread without a current context
+            # (a worker whose first CUDA call this is) has refused (pytorch/pytorch#120131).
+            (self._make_current or _loader.make_context_current)()
+            self._local.context = True
         if self._lt is not None:
             device = self._cupy.cuda.runtime.getDevice()
             matmul = self._lt.matmul(  # _cublaslt.Shape's fields

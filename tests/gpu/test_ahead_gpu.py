@@ -34,7 +34,8 @@ def test_prepare_builds_in_threads_what_the_candidates_then_run(
         assert done.failed == () and done.built == len(missing)
         assert not _ahead.missing(PROBLEM, candidates, _loader.is_loaded)
         assert runtime.prepare(PROBLEM, candidates).built == 0  # nothing left to build
-    if len(missing) > 1:
+    # The first instance loads alone, then min(threads, the rest) threads take the rest.
+    if len(missing) > 2:
         assert done.threads > 1
 
 

@@ -74,9 +74,11 @@ def _launch(case: WarpCase) -> list[np.ndarray]:
 def test_warp_instruction_on_the_gpu_agrees_with_its_model(case_id: str) -> None:
     case = CASES[case_id]
     if case.gpu == "refused":  # more shared memory than the kernel opted in to
-        from cupy.cuda.driver import CUDADriverError
+        # An attribute, not a module: CuPy 14's cupy/cuda/__init__.py imports driver from
+        # cupy_backends, so `from cupy.cuda.driver import ...` is a ModuleNotFoundError.
+        from cupy.cuda import driver
 
-        with pytest.raises(CUDADriverError):
+        with pytest.raises(driver.CUDADriverError):
             _launch(case)
         return
     assert case.holds is not None, case_id
