@@ -195,3 +195,34 @@ def test_replays_are_offered_by_replayable_algorithms_only(
     assert type(runner(fft.FftCuda(), "default")) is _replay.Runner  # cuFFT: not recorded
     monkeypatch.setenv(_replay.ENV, "0")
     assert type(runner(direct.DirectCuda(), "8x8k16")) is _replay.Runner
+
+
+class RefusedOnce(Stand):
+    """A run whose first attempt meets a stream that captures a CUDA graph (split K's
+    counters set up there are refused: algorithms.cuda._counters)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusals = 1
+
+    def run(self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem,
+            config: str) -> None:
+        if self.refusals:
+            self.refusals -= 1
+            raise _lanes.CaptureRefused("split K's tile counters")
+        super().run(x, w, y, workspace, problem, config)
+
+
+# Bug: a refusal inside a capture was kept as "this run cannot be replayed", so after the
+# caller did as the error said (a run outside the capture) that stream and alignment ran
+# unreplayed for the plan's life, paying the algorithm's Python on every call.
+def test_a_refusal_in_a_capture_is_passed_on_and_not_kept() -> None:
+    algorithm = RefusedOnce()
+    replayer = _replay.Replayer(algorithm, PROBLEM, "default", lambda lane: WORKSPACE)
+    with pytest.raises(_lanes.CaptureRefused, match="run the plan once on that stream"):
+        replayer(3, 0x1000, 0x2000, 0x3000)
+    replayer(3, 0x1000, 0x2000, 0x3000)
+    assert list(replayer._replays.values()) != [None] and len(replayer._replays) == 1
+    CALLS.clear()
+    replayer(3, 0x1000, 0x2000, 0x3000)
+    assert list(CALLS) == _direct(algorithm, 3, 0x1000, 0x2000, 0x3000)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from algorithms.cuda import _recording
+from algorithms.cuda._lanes import CaptureRefused
 
 #: Bytes per counter (uint32).
 COUNTER_BYTES = 4
@@ -32,9 +33,7 @@ def _cupy_zeros(nbytes: int) -> Any:
     # the graph's first launch would count from whatever the memory held, and a count that
     # starts off its phase never returns to it (every later split-K run summed wrongly).
     if cupy.cuda.runtime.streamIsCapturing(cupy.cuda.get_current_stream().ptr):
-        raise ValueError("split K's tile counters cannot be set up while their stream "
-                         "captures a CUDA graph: run the plan once on that stream before "
-                         "capturing there")
+        raise CaptureRefused("split K's tile counters")
     return cupy.zeros(nbytes, dtype=cupy.uint8)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from algorithms.cuda import _cublaslt, _loader, _recording
 from algorithms.cuda._cublaslt import check_status
-from algorithms.cuda._lanes import lane_of
+from algorithms.cuda._lanes import CaptureRefused, lane_of
 from algorithms.cuda._loader import require_cupy
 
 OP_N = 0
@@ -193,9 +193,7 @@ class _Cublas:
             lent = next((ws for (on, _lane), ws in self._workspaces.items() if on == device),
                         None)
             if lent is None:
-                raise ValueError("a GEMM's workspace cannot be allocated while its stream "
-                                 "captures a CUDA graph: run the plan once on that stream "
-                                 "before capturing there")
+                raise CaptureRefused("a GEMM's cuBLAS workspace")
             return lent, False
         with self._lock:
             found = self._workspaces.get(key)

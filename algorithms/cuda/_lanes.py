@@ -18,3 +18,15 @@ def lane_of(stream: int) -> Hashable:
     and for the per-thread default stream the thread too (its one handle names another
     stream in each thread, and those run at once)."""
     return (stream, threading.get_ident()) if stream == PER_THREAD_STREAM else stream
+
+
+class CaptureRefused(ValueError):
+    """A lane's resource (a plan's workspace, split K's counters, a cuBLAS workspace) would
+    be set up while its stream captures a CUDA graph, where an allocation or a memset would
+    end the capture or become part of it. Passed on, never kept as a verdict: the same call
+    after a run outside the capture goes through (algorithms.cuda._replay.record)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} cannot be set up while its stream captures a CUDA graph: "
+                         "run the plan once on that stream before capturing there")
+

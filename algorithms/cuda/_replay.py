@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from algorithms.cuda import _recording
+from algorithms.cuda._lanes import CaptureRefused
 from algorithms.cuda._launch import Address
 from algorithms.problem import ConvProblem
 
@@ -74,6 +75,8 @@ def record(algorithm: Any, problem: ConvProblem, config: str, x: int, w: int, y:
             try:
                 algorithm.run(Address(x + dx), Address(w + dw), Address(y + dy), workspace,
                               problem, config)
+            except CaptureRefused:  # not a verdict on the run: kept, it would stay unreplayed
+                raise
             except Exception:  # the real run raises it, or runs unreplayed
                 return None
         if taken.refused is not None:

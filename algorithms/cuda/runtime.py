@@ -15,7 +15,7 @@ from typing import Any, cast
 import numpy as np
 
 from algorithms.cuda import _ahead
-from algorithms.cuda._lanes import PER_THREAD_STREAM, lane_of
+from algorithms.cuda._lanes import PER_THREAD_STREAM, CaptureRefused, lane_of
 from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.cuda.event_timing import EventTiming
 from algorithms.problem import ConvProblem
@@ -102,9 +102,7 @@ class CudaRuntime(EventTiming):
             return None
         with self._dev:
             if self._cupy.cuda.runtime.streamIsCapturing(self._current_stream().ptr):
-                raise ValueError("a plan's workspace cannot be allocated while its stream "
-                                 "captures a CUDA graph: run the plan once on that stream "
-                                 "before capturing there")
+                raise CaptureRefused("a plan's workspace")
             return self._cupy.empty(nbytes, dtype=np.uint8)
 
     def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> Any:
