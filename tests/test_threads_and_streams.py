@@ -434,3 +434,17 @@ def test_a_plans_workspace_is_refused_while_its_stream_captures(
     with pytest.raises(ValueError, match="run the plan once on that stream"):
         runtime.workspace(256)
     assert runtime.workspace(0) is None  # nothing to allocate: nothing refused
+
+
+# A thread's first GEMM may come inside a capture (its stream borrows a workspace then),
+# where a runtime call may be refused: only a thread with no current context makes one.
+@pytest.mark.parametrize("current", [0, 0x7F00])
+def test_a_context_is_made_current_only_where_none_is(monkeypatch: pytest.MonkeyPatch,
+                                                      current: int) -> None:
+    made: list[bool] = []
+    cupy = SimpleNamespace(cuda=SimpleNamespace(
+        driver=SimpleNamespace(ctxGetCurrent=lambda: current)))
+    monkeypatch.setattr(_loader, "require_cupy", lambda: cupy)
+    monkeypatch.setattr(_loader, "make_context_current", lambda: made.append(True))
+    _loader.ensure_context()
+    assert made == ([] if current else [True])

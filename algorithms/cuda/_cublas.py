@@ -136,7 +136,7 @@ class _Cublas:
                  make_current: Callable[[], None] | None = None) -> None:
         """`lib`, `lt`: libcublas and libcublasLt (stand-ins in tests), else the process's;
         cuBLASLt only where _cublaslt.enabled(). `make_current`: makes this thread's CUDA
-        context current (default _loader.make_context_current; stand-ins in tests)."""
+        context current unless one is (default _loader.ensure_context; stand-ins in tests)."""
         self._cupy = cupy
         self._make_current = make_current
         self._lib = lib or load_library(cupy)
@@ -237,7 +237,7 @@ class _Cublas:
             # Once per thread: a pooled handle skips cublasCreate, and cuBLAS launches some
             # kernels through the driver API, which a thread without a current context
             # (a worker whose first CUDA call this is) has refused (pytorch/pytorch#120131).
-            (self._make_current or _loader.make_context_current)()
+            (self._make_current or _loader.ensure_context)()
             self._local.context = True
         if self._lt is not None:
             device = self._cupy.cuda.runtime.getDevice()

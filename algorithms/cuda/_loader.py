@@ -275,6 +275,13 @@ def _runtime_call() -> None:
 make_context_current: Callable[[], None] = _runtime_call
 
 
+def ensure_context() -> None:
+    """Make a context current on this thread unless one is: a driver query first, which is
+    allowed while a stream captures a CUDA graph, where a runtime call may not be."""
+    if not require_cupy().cuda.driver.ctxGetCurrent():
+        make_context_current()
+
+
 def _func_set_attribute(function: int, attribute: int, value: int) -> None:
     # cuFuncSetAttribute on a CUfunction handle; tests/cuda_emu replaces it.
     from cupy.cuda import driver
