@@ -32,7 +32,7 @@ from benchmarks.children import LineChild
 from db.engine import open_store
 from tuner.candidates import Candidate
 from tuner.devices import backend_of, get_runtime
-from tuner.measuring import candidate_run
+from tuner.measuring import candidate_run, prepare_run
 from tuner.tuning import Tuner
 
 
@@ -67,6 +67,8 @@ def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
     with runtime.activate():
         # Each run as the tuner times it: as plans make it (a GPU algorithm's replayed).
         runs = [candidate_run(runtime, problem, c, (x, w, y), workspace) for c in cands]
+        for run in runs:  # replays worked out untimed, as the tuner's are
+            prepare_run(run)
         runtime.warm_up()
         # Per configuration its latest time per run: the fastest warm-up's at first.
         last = [min((sample(run, 1) for _ in range(policy.warmup)), default=0.0)

@@ -226,3 +226,17 @@ def test_a_refusal_in_a_capture_is_passed_on_and_not_kept() -> None:
     CALLS.clear()
     replayer(3, 0x1000, 0x2000, 0x3000)
     assert list(CALLS) == _direct(algorithm, 3, 0x1000, 0x2000, 0x3000)
+
+
+def test_a_replay_is_worked_out_ahead_without_running() -> None:
+    algorithm = Stand()
+    replayer = _replay.Replayer(algorithm, PROBLEM, "default", lambda lane: WORKSPACE)
+    CALLS.clear()
+    replayer.prepare(3, 0x1000, 0x2000, 0x3000)
+    assert CALLS == [] and list(replayer._replays) == [(3, 0, 0, 0)]
+    assert replayer._replays[(3, 0, 0, 0)] is not None
+    kept = replayer._replays[(3, 0, 0, 0)]
+    replayer.prepare(3, 0x5000, 0x2000, 0x3000)  # the same lane and alignment: kept
+    replayer(3, 0x5000, 0x2000, 0x3000)
+    assert replayer._replays == {(3, 0, 0, 0): kept}
+    assert list(CALLS) == _direct(algorithm, 3, 0x5000, 0x2000, 0x3000)

@@ -157,12 +157,24 @@ class Replayer(Runner):
         key = (lane, xp % ALIGNMENT, wp % ALIGNMENT, yp % ALIGNMENT)
         replay = self._replays.get(key, self)
         if replay is self:  # not yet worked out for this lane and alignment
-            if len(self._replays) >= KEPT:
-                self._replays.clear()
-            replay = self._replays[key] = record(
-                self._algorithm, self._problem, self._config, xp, wp, yp,
-                self._workspace(lane))
+            replay = self._worked_out(key, xp, wp, yp)
         if replay is None:
             super().__call__(lane, x, w, y)
         else:  # a lane is its stream's handle, or (handle, thread): algorithms.cuda._lanes
             replay(lane if type(lane) is int else lane[0], xp, wp, yp)
+
+    def prepare(self, lane: Any, x: Any, w: Any, y: Any) -> None:
+        """Work out the replay that a call with these operands on this lane makes, and run
+        nothing: the tuner's first timed call would otherwise pay the dry runs (and decide
+        a sample's batch by them)."""
+        xp, wp, yp = (a if type(a) is int else a.data.ptr for a in (x, w, y))
+        key = (lane, xp % ALIGNMENT, wp % ALIGNMENT, yp % ALIGNMENT)
+        if key not in self._replays:
+            self._worked_out(key, xp, wp, yp)
+
+    def _worked_out(self, key: tuple[Any, ...], xp: int, wp: int, yp: int) -> Replay | None:
+        if len(self._replays) >= KEPT:
+            self._replays.clear()
+        replay = self._replays[key] = record(self._algorithm, self._problem, self._config,
+                                             xp, wp, yp, self._workspace(key[0]))
+        return replay

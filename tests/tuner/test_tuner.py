@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -59,6 +60,44 @@ class _Direct(Fake):
 
     def run(self, *args: Any) -> None:
         raise AssertionError("the tuner ran the algorithm as no plan runs it")
+
+
+class _Recording(_Direct):
+    """A direct runner whose first call for its operands works something out first (as a
+    replay's two dry runs), unless `prepare` did so ahead."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.probe_calls: list[bool] = []  # each call: whether it had to work it out
+
+    def direct_runner(self, problem: ConvProblem, config: str, workspace: Any) -> Any:
+        inner = super().direct_runner(problem, config, workspace)
+        outer = self
+        ready: list[bool] = []
+
+        class Runner:
+            def prepare(self, lane: Any, x: Any, w: Any, y: Any) -> None:
+                ready.append(True)
+
+            def __call__(self, lane: Any, x: Any, w: Any, y: Any) -> None:
+                outer.probe_calls.append(not ready)
+                if not ready:
+                    time.sleep(0.02)  # tenths of a millisecond on a GPU host; larger here
+                    ready.append(True)
+                inner(lane, x, w, y)
+
+        return Runner()
+
+
+# Bug: the warm-up probe that sizes each sample's batch timed a new runner's first call,
+# which works its replay out (two dry runs): launch-bound GPU candidates were timed in
+# samples of 2-4 runs instead of about 30, unlike the re-measurement they are judged by.
+def test_a_runners_first_call_is_worked_out_before_its_probe(db_url: str) -> None:
+    recording = _Recording("recording")
+    make(db_url, recording, Fake("a")).find(small_problem(), "cpu")
+    # The verifying run works it out itself; every timing pass prepares its runner first.
+    assert recording.probe_calls[0] is True and not any(recording.probe_calls[1:])
+    assert len(recording.probe_calls) > 1 + 1 + 2 * 2  # the samples hold several runs
 
 
 def test_candidates_are_verified_and_timed_as_plans_run_them(db_url: str) -> None:
