@@ -172,12 +172,9 @@ class _Cublas:
             bound.stream = stream if own else None
         return bound.handle
 
-    def workspace(self, device: int, stream: int) -> Any:
-        """The workspace of GEMMs on `stream` of `device`, allocated on first use."""
-        return self._workspace(device, stream)[0]
-
     def _workspace(self, device: int, stream: int) -> tuple[Any, bool]:
-        """(the workspace, whether it is the stream's own).
+        """(the workspace of GEMMs on `stream` of `device`, allocated on first use; whether
+        it is the stream's own).
 
         A stream first used while it captures a CUDA graph, where an allocation would end
         the capture, borrows the device's first workspace instead (so a graph captured
@@ -201,11 +198,20 @@ class _Cublas:
                 found = self._workspaces[key] = self._cupy.cuda.alloc(WORKSPACE_BYTES)
         return found, True
 
-    def _bound(self, device: int) -> _Bound:
-        """This thread's handle on `device`: a finished thread's, else a new one."""
+    def _thread_handles(self) -> _ThreadHandles:
+        """This thread's handles, made (and a CUDA context made current) on its first GEMM."""
         handles = getattr(self._local, "handles", None)
         if handles is None:
+            # A pooled handle skips cublasCreate, and cuBLAS launches some kernels through
+            # the driver API, which a thread without a current context (a worker whose
+            # first CUDA call this is) has refused (pytorch/pytorch#120131).
+            (self._make_current or _loader.ensure_context)()
             handles = self._local.handles = _ThreadHandles(self._free)
+        return handles
+
+    def _bound(self, device: int) -> _Bound:
+        """This thread's handle on `device`: a finished thread's, else a new one."""
+        handles = self._thread_handles()
         bound = handles.get(device)
         if bound is None:
             bound = handles[device] = _Bound(self._reused(device) or self._created())
@@ -233,13 +239,8 @@ class _Cublas:
         """cublasGemmStridedBatchedEx on the current stream (`alpha`, `beta`: host
         addresses; a, b, c: device addresses; all ints below 2**31 but the strides), or
         cuBLASLt's matmul for the shape where it is on and has an algorithm for it."""
-        if not getattr(self._local, "context", False):
-            # Once per thread: a pooled handle skips cublasCreate, and cuBLAS launches some
-            # kernels through the driver API, which a thread without a current context
-            # (a worker whose first CUDA call this is) has refused (pytorch/pytorch#120131).
-            (self._make_current or _loader.ensure_context)()
-            self._local.context = True
         if self._lt is not None:
+            self._thread_handles()  # its first GEMM makes this thread's context current
             device = self._cupy.cuda.runtime.getDevice()
             matmul = self._lt.matmul(  # _cublaslt.Shape's fields
                 device, _DATA_TYPE[dtype], _DATA_TYPE[c_type], compute, _SCALE[dtype], transa,
@@ -247,7 +248,7 @@ class _Cublas:
             if matmul.found:
                 stream = self._cupy.cuda.get_current_stream().ptr
                 self._lt.run(device, matmul, alpha, a, b, beta, c,
-                             self.workspace(device, stream).ptr, stream)
+                             self._workspace(device, stream)[0].ptr, stream)
                 return
         status = self._gemm_ex(
             self.handle(), transa, transb, m, n, k, alpha,
