@@ -169,10 +169,10 @@ for step in "${steps[@]}"; do
             | sort -u | tail -n 60 ;;
     sanitize)
         for tool in memcheck racecheck; do
-            # wgmma under the sanitizers through its own file only: its tiles since bb7b625
-            # made the two generic files' selection 503 wgmma runs of 1,899 (18 of 1,414
-            # before; counted on the CPU, 2026-11-29), where racecheck was cut off at 140 s
-            # already (NOTES-gpu.md). The generic files' wgmma tests run in `tests`.
+            # wgmma under the sanitizers through its own file only: since bb7b625 the two
+            # generic files' selection held 108 wgmma tests, each over every wgmma tile,
+            # where racecheck was cut off at 140 s already (NOTES-gpu.md, 2026-11-29). The
+            # generic files' wgmma tests run in `tests`.
             run sanitize "$tool" compute-sanitizer --tool "$tool" --error-exitcode 99 \
                 python3 -m pytest -q -x -p no:cacheprovider \
                 -k "($SAN_K and not k130) and (not implicit_gemm_wgmma or test_implicit_gemm_wgmma)" \

@@ -340,9 +340,9 @@ def candidate_run(runtime: Runtime, problem: ConvProblem, cand: Candidate,
 
 def prepare_run(run: Callable[[], None]) -> None:
     """Do, untimed, what a candidate_run's first call would do before its work: a replay
-    worked out from two dry runs (tenths of a millisecond, algorithms.cuda._replay), which
-    the warm-up probe that sizes every sample's batch would otherwise time, so that a
-    launch-bound candidate was timed in samples of 2-4 runs instead of about 30."""
+    worked out from two dry runs (algorithms.cuda._replay), which the warm-up probe that
+    sizes every sample's batch would otherwise time, so that a launch-bound candidate was
+    timed in samples of a few runs instead of about 30."""
     prepare = getattr(getattr(run, "func", None), "prepare", None)
     if prepare is not None:
         prepare(*run.args)  # type: ignore[attr-defined]  # a partial, as candidate_run's
