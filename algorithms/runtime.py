@@ -179,6 +179,8 @@ class Runtime(Protocol):
     #: Whether the plans of one lane all run in its one workspace (`scratch`) instead of
     #: each keeping its own (tuner.plans).
     shares_scratch: bool
+    #: Whether work here can be captured into a CUDA graph (`capturing` asks per lane).
+    captures: bool
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any: ...
 
@@ -228,6 +230,10 @@ class Runtime(Protocol):
 
         Plans keep one workspace per lane, so that lanes running at once never share one.
         """
+        ...
+
+    def capturing(self, lane: Hashable) -> bool:
+        """Whether `lane`'s stream is capturing a CUDA graph now (only where `captures`)."""
         ...
 
     def caller_stream(self, array: Any) -> AbstractContextManager[None]:

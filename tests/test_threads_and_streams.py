@@ -195,7 +195,7 @@ def test_fft_plans_are_kept_per_thread_and_stream(monkeypatch: pytest.MonkeyPatc
 
     current = threading.local()
     cuda = SimpleNamespace(
-        runtime=SimpleNamespace(getDevice=lambda: 0),
+        runtime=SimpleNamespace(getDevice=lambda: 0, streamIsCapturing=lambda ptr: 0),
         get_current_stream=lambda: SimpleNamespace(ptr=getattr(current, "stream", 0)),
         cufft=SimpleNamespace(PlanNd=PlanNd))
     cupy = SimpleNamespace(cuda=cuda)

@@ -4,7 +4,9 @@ A `Plan` holds the chosen algorithm and configuration, the implementation, and i
 workspace. Calling it checks the arrays (shapes, dtype, device: attribute reads only),
 enqueues the algorithm on the caller's current stream and returns: nothing is looked up,
 nothing is synchronised, and nothing is allocated when `out` is given. That makes a plan
-safe to capture in a CUDA graph once it has run on the capturing stream.
+safe to capture in a CUDA graph once it has run on the capturing stream. A plan that ran
+inside a capture is kept for the life of the process (its workspaces are the graph's now),
+so a graph captured through `convolve` or the torch module outlives the plan caches.
 
 A call whose arrays the runtime finds ready as they are (`Runtime.ready`: on a GPU, plain
 C-contiguous arrays of the plan's shapes and dtype on the current device and stream) runs on
@@ -35,6 +37,10 @@ from tuner.results import AlgorithmResult
 
 #: Set to "0", plans made afterwards take every call the checked way (for comparisons).
 FAST_CALL_ENV = "CONVTUNE_FAST_PLAN_CALL"
+
+#: Plans that ran inside a CUDA graph capture, kept for good (Plan._keep_for_graphs).
+_captured: list[Plan] = []
+_captured_lock = threading.Lock()
 
 
 def dtype_name(array: Any) -> str:
@@ -109,6 +115,10 @@ class Plan:
         runner = getattr(implementation, "direct_runner", None)
         self._direct_run = None if runner is None else runner(
             problem, choice.config, self.workspace)
+        # Asked on calls until a run is seen inside a CUDA graph capture (_keep_for_graphs);
+        # a plan without a workspace holds no memory a graph could use.
+        self._watch = (runtime.capturing if runtime.captures and self.workspace_bytes
+                       else None)
         with runtime.activate():
             self.workspace()  # the creating lane's, now rather than on the first call
 
@@ -133,6 +143,17 @@ class Plan:
                         self.workspace_bytes
                     )
         return found
+
+    def _keep_for_graphs(self) -> None:
+        """Keep this plan, and with it its workspaces and replays, for the life of the
+        process: a CUDA graph captured one of its runs and replays it at those addresses
+        whenever launched, also after whoever held the plan let it go (the Service drops
+        plans on a re-tune, on another process's better result, beyond MAX_PLANS), when
+        freed workspaces would be handed to other arrays."""
+        with _captured_lock:
+            if self._watch is not None:
+                _captured.append(self)
+                self._watch = None
 
     def _adopt(self, array: Any, what: str, shape: tuple[int, ...]) -> Any:
         adopted = self._runtime.adopt(untracked(array))
@@ -175,6 +196,11 @@ class Plan:
             x, w, out, self._shapes, self._dtypes[1])
         if ready is not None:
             lane, xa, wa, ya = ready
+            # Read once: another thread may stop the watch meanwhile. Lane 0, the legacy
+            # default stream, is never captured: not even a call there.
+            watch = self._watch
+            if watch is not None and lane and watch(lane):
+                self._keep_for_graphs()
             if self._direct_run is not None:
                 self._direct_run(lane, xa, wa, ya)
             else:
@@ -192,12 +218,16 @@ class Plan:
             if not ya.flags.c_contiguous:
                 raise ValueError("out must be C-contiguous")
         with runtime.caller_stream(x):
+            watch = self._watch  # as above
+            lane = None if watch is None else runtime.lane()
+            if watch is not None and lane and watch(lane):
+                self._keep_for_graphs()
             if out is None:
                 ya = runtime.empty(out_shape, problem.dtype)
             # Algorithms read C-contiguous inputs: a strided view costs one copy here.
             xa = runtime.contiguous(xa, problem.dtype)
             wa = runtime.contiguous(wa, problem.dtype)
-            self.implementation.run(xa, wa, ya, self.workspace(), problem, self.config)
+            self.implementation.run(xa, wa, ya, self.workspace(lane), problem, self.config)
         return ya if out is None else out
 
     def timed(self, x: Any, w: Any, out: Any = None) -> tuple[Any, float]:

@@ -85,6 +85,7 @@ class CpuRuntime:
     #: Shared, the next layer finds it where the last one left it. The work of one thread
     #: runs one plan at a time, so no two runs overlap in it.
     shares_scratch = True
+    captures = False
     #: Whether work for torch tensors runs its GEMMs on torch's threads (caller_stream).
     routes_gemms = True
 
@@ -160,6 +161,10 @@ class CpuRuntime:
     def lane(self) -> Hashable:
         """The calling thread: CPU work runs where it is called."""
         return threading.get_ident()
+
+    def capturing(self, lane: Hashable) -> bool:
+        """Never: the host has no CUDA graphs."""
+        return False
 
     def caller_stream(self, array: Any) -> AbstractContextManager[None]:
         """The host has no streams, but a torch tensor's caller has torch's threads: the

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable
+from typing import cast
 
 #: cudaStreamPerThread (driver_types.h): one handle naming each thread's own default stream,
 #: CuPy's current stream when CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1.
@@ -18,6 +19,16 @@ def lane_of(stream: int) -> Hashable:
     and for the per-thread default stream the thread too (its one handle names another
     stream in each thread, and those run at once)."""
     return (stream, threading.get_ident()) if stream == PER_THREAD_STREAM else stream
+
+
+#: The legacy default stream's handles (0, and cudaStreamLegacy): CUDA never captures it
+#: (cudaStreamBeginCapture refuses it), so work there needs no capture query.
+LEGACY_STREAMS = frozenset({0, 1})
+
+
+def stream_of(lane: Hashable) -> int:
+    """The stream handle a lane names (lane_of read backwards)."""
+    return cast(int, lane[0] if isinstance(lane, tuple) else lane)
 
 
 class CaptureRefused(ValueError):

@@ -65,6 +65,7 @@ from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._cublas import OP_C, OP_N, gemm_strided_batched
 from algorithms.cuda._fft_fused import FUSED, KERNEL_FILE
+from algorithms.cuda._lanes import LEGACY_STREAMS, CaptureRefused
 from algorithms.cuda._loader import (
     CTYPES,
     ceil_div,
@@ -161,6 +162,8 @@ def workspace_layout(problem: ConvProblem) -> dict[str, tuple[int, int]]:
 
 _plan_lock = threading.Lock()
 _plans: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+#: Plans a CUDA graph captured: never dropped (see _plan).
+_captured: dict[tuple[int, ...], Any] = {}
 
 
 def _plan(fft_type: int, batch: int, fh: int, fw: int) -> Any:
@@ -170,17 +173,32 @@ def _plan(fft_type: int, batch: int, fh: int, fw: int) -> Any:
     Per thread: cuFFT is thread-safe only for threads executing different plans (its
     documentation). Per stream: a plan's execution sets the plan's stream and uses its work
     area, which two streams' transforms at once must not share.
+
+    A plan executed inside a CUDA graph capture leaves the LRU for good: the graph's nodes
+    read its twiddles and write its work area on every replay, which dropping the plan would
+    free to other arrays. A plan missing during a capture is refused (CaptureRefused), as
+    making one allocates its work area.
     """
     cupy = require_cupy()
     from cupy.cuda import cufft
 
-    key = (cupy.cuda.runtime.getDevice(), threading.get_ident(),
-           cupy.cuda.get_current_stream().ptr, fft_type, batch, fh, fw)
+    stream = cupy.cuda.get_current_stream().ptr
+    key = (cupy.cuda.runtime.getDevice(), threading.get_ident(), stream, fft_type, batch, fh,
+           fw)
+    capturing = stream not in LEGACY_STREAMS and cupy.cuda.runtime.streamIsCapturing(stream)
     with _plan_lock:
+        plan = _captured.get(key)
+        if plan is not None:
+            return plan
         plan = _plans.get(key)
         if plan is not None:
-            _plans.move_to_end(key)
+            if capturing:
+                _captured[key] = _plans.pop(key)
+            else:
+                _plans.move_to_end(key)
             return plan
+    if capturing:
+        raise CaptureRefused("a cuFFT plan")
     half = fh * (fw // 2 + 1)
     forward = fft_type in (CUFFT_R2C, CUFFT_D2Z)
     plan = cufft.PlanNd(

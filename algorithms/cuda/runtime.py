@@ -15,7 +15,13 @@ from typing import Any, cast
 import numpy as np
 
 from algorithms.cuda import _ahead
-from algorithms.cuda._lanes import PER_THREAD_STREAM, CaptureRefused, lane_of
+from algorithms.cuda._lanes import (
+    LEGACY_STREAMS,
+    PER_THREAD_STREAM,
+    CaptureRefused,
+    lane_of,
+    stream_of,
+)
 from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.cuda.event_timing import EventTiming
 from algorithms.problem import ConvProblem
@@ -55,6 +61,7 @@ class CudaRuntime(EventTiming):
     #: A plan captured in a CUDA graph keeps its workspace's address for every replay, and
     #: a replay may run beside later work: so each plan keeps its own, per stream.
     shares_scratch = False
+    captures = True
 
     def __init__(self, index: int) -> None:
         import cupy
@@ -270,6 +277,13 @@ class CudaRuntime(EventTiming):
         ordered on): its handle, with the thread for the per-thread default stream."""
         with self._dev:
             return lane_of(int(self._cupy.cuda.get_current_stream().ptr))
+
+    def capturing(self, lane: Hashable) -> bool:
+        """Whether `lane`'s stream is capturing a CUDA graph now: no query for the legacy
+        default stream, which is never captured (the usual eager stream of CuPy and torch)."""
+        stream = stream_of(lane)
+        return stream not in LEGACY_STREAMS and bool(
+            self._cupy.cuda.runtime.streamIsCapturing(stream))
 
     @contextmanager
     def caller_stream(self, array: Any) -> Iterator[None]:

@@ -64,15 +64,10 @@ def test_plan_runs_in_order_on_the_callers_stream(db_url: str, algorithm: str) -
     _check(made, x, w, algorithm)
 
 
-# implicit_gemm_tc and im2col_gemm launch from prepared buffers (algorithms.cuda._launch),
-# which name the stream themselves.
-@pytest.mark.parametrize("algorithm", ["implicit_gemm", "im2col_gemm", "fft",
-                                       "implicit_gemm_tc"])
-def test_cupy_graph_capture_replays(db_url: str, algorithm: str) -> None:
+def _captured(chosen: Any, rng: Any) -> tuple[Any, ...]:
+    """(x, w, y, a new stream, a graph of one `chosen` call on them captured there)."""
     import cupy
 
-    chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm=algorithm)
-    rng = cupy.random.default_rng()
     x = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
     w = rng.standard_normal(PROBLEM.filter_shape, dtype=np.float32)
     y = cupy.empty(PROBLEM.output_shape, np.float32)
@@ -85,12 +80,61 @@ def test_cupy_graph_capture_replays(db_url: str, algorithm: str) -> None:
             chosen(x, w, out=y)
         finally:  # an open capture would fail every later CUDA call of this process
             graph = stream.end_capture()
+    return x, w, y, stream, graph
+
+
+# implicit_gemm_tc and im2col_gemm launch from prepared buffers (algorithms.cuda._launch),
+# which name the stream themselves.
+@pytest.mark.parametrize("algorithm", ["implicit_gemm", "im2col_gemm", "fft",
+                                       "implicit_gemm_tc"])
+def test_cupy_graph_capture_replays(db_url: str, algorithm: str) -> None:
+    import cupy
+
+    chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm=algorithm)
+    rng = cupy.random.default_rng()
+    x, w, y, stream, graph = _captured(chosen, rng)
+    with stream:
         for _ in range(2):  # fresh inputs each replay: the graph reads them, not copies
             x[...] = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
             y.fill(np.nan)
             graph.launch(stream)
             stream.synchronize()
             _check(y, x, w, algorithm)
+
+
+# Bug: a plan run inside a capture was kept only by its holders; the Service drops the plans
+# behind convolve() and the torch module on a re-tune, another process's result or beyond
+# MAX_PLANS, and the graph then wrote into workspaces (and cuFFT work areas) CuPy's pool had
+# handed to other arrays.
+@pytest.mark.parametrize("algorithm", ["im2col_gemm", "fft", "implicit_gemm_tc"])
+def test_a_graph_outlives_the_plans_behind_it(db_url: str, algorithm: str) -> None:
+    import gc
+
+    import cupy
+
+    from algorithms.cuda import fft
+    from tuner.service import service
+
+    chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm=algorithm)
+    nbytes = chosen.workspace_bytes
+    rng = cupy.random.default_rng()
+    x, w, y, stream, graph = _captured(chosen, rng)
+    with stream:
+        del chosen  # and every plan the Service kept: all the graph's memory now
+        kept = service(db_url)
+        kept._plans.clear()
+        kept._call_plans.clear()
+        for batch in range(1, fft._PLAN_CACHE_SIZE + 2):  # other transforms fill cuFFT's LRU
+            fft._plan(fft.CUFFT_R2C, batch, 8, 8)
+        gc.collect()
+        # Blocks of the workspace's size on its stream: CuPy's pool hands a freed one back.
+        others = [cupy.full(max(nbytes, 1), 7, np.uint8) for _ in range(4)]
+        x[...] = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
+        y.fill(np.nan)
+        graph.launch(stream)
+        stream.synchronize()
+    _check(y, x, w, algorithm)
+    assert all(bool((other == 7).all()) for other in others)
 
 
 # CuPy 14 deprecates ExternalStream, which wrapped torch's stream here until 2026-11-29.

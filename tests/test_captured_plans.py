@@ -1,0 +1,161 @@
+"""What a CUDA graph captured stays alive while the graph may replay it (issue 9: a plan
+captured into a CUDA graph must replay correctly), without a GPU: a stand-in CuPy whose
+streams say whether they capture, over the real CudaRuntime, Plan and cuFFT plan cache."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from collections import OrderedDict
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from algorithms.cuda import fft
+from algorithms.problem import ConvProblem
+from benchmarks import count_plan_calls
+from tuner.plans import Plan
+from tuner.results import AlgorithmResult
+
+PROBLEM = ConvProblem(n=1, c=2, h=3, w=3, k=2, r=1, s=1)
+
+
+class Streams:
+    """The stand-in CuPy's current stream, the streams capturing now and every capture
+    query asked."""
+
+    def __init__(self) -> None:
+        self.current = SimpleNamespace(ptr=0)
+        self.capturing: set[int] = set()
+        self.asked: list[int] = []
+
+    def is_capturing(self, ptr: int) -> int:
+        self.asked.append(ptr)
+        return int(ptr in self.capturing)
+
+
+@pytest.fixture
+def streams(monkeypatch: pytest.MonkeyPatch) -> Streams:
+    found = Streams()
+    cupy = count_plan_calls._cupy()
+    cupy.cuda.get_current_stream = lambda: found.current
+    cupy.cuda.runtime.streamIsCapturing = found.is_capturing
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    return found
+
+
+class Scratching:
+    """An algorithm that needs a workspace and records the one each run gets."""
+
+    def __init__(self) -> None:
+        self.runs: list[Any] = []
+
+    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+        return 64
+
+    def run(self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem,
+            config: str) -> None:
+        self.runs.append(workspace)
+
+
+def _plan(direct: bool) -> tuple[Plan, Scratching]:
+    from algorithms.cuda.runtime import CudaRuntime  # with the stand-in CuPy in place
+
+    algorithm = Scratching()
+    choice = AlgorithmResult(algorithm="direct", config="c", status="ok", time_ms=1.0,
+                             workspace_bytes=64)
+    return Plan(PROBLEM, "cuda:0", choice, algorithm, CudaRuntime(0), direct), algorithm  # type: ignore[arg-type]
+
+
+def _operands() -> list[Any]:
+    return [count_plan_calls._CupyArray(shape, np.float32) for shape in PROBLEM.operand_shapes]
+
+
+# Bug: a plan run inside a CUDA graph capture was kept only by its holders. convolve() and
+# the torch module hold theirs in the Service's caches, which drop a plan on a re-tune, on
+# another process's better result or beyond MAX_PLANS: its workspaces went back to CuPy's
+# pool while the graph went on writing them on every replay.
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "checked"])
+def test_a_plan_run_inside_a_capture_outlives_its_holders(streams: Streams,
+                                                          direct: bool) -> None:
+    x, w, y = _operands()
+    streams.current.ptr = 0x300
+    uncaptured, _ = _plan(direct)
+    uncaptured(x, w, out=y)
+    gone = weakref.ref(uncaptured)
+    del uncaptured
+    gc.collect()
+    assert gone() is None  # kept only while held: memory stays bounded
+
+    captured, algorithm = _plan(direct)
+    captured(x, w, out=y)  # the run before capturing, which gives the stream its workspace
+    streams.capturing.add(0x300)
+    captured(x, w, out=y)
+    assert algorithm.runs[-1] is algorithm.runs[0]  # the graph holds this workspace now
+    kept = weakref.ref(captured)
+    del captured
+    gc.collect()
+    assert kept() is not None
+
+
+def test_a_captured_plan_asks_no_more_and_the_legacy_stream_never(streams: Streams) -> None:
+    x, w, y = _operands()
+    plan, _ = _plan(direct=True)
+    streams.asked.clear()  # making the plan's workspace asks once (a refusal inside one)
+    for _ in range(3):
+        plan(x, w, out=y)  # the legacy default stream: CUDA never captures it
+    assert streams.asked == []
+    streams.current.ptr = 0x300
+    plan(x, w, out=y)  # the run before capturing
+    streams.capturing.add(0x300)
+    streams.asked.clear()
+    for _ in range(3):
+        plan(x, w, out=y)
+    assert streams.asked == [0x300]  # kept at the first: nothing to ask afterwards
+
+
+@pytest.fixture
+def cufft(streams: Streams, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The cuFFT plans made, over the stand-in CuPy; an empty plan cache."""
+    made: list[Any] = []
+
+    class PlanNd:
+        def __init__(self, *args: Any) -> None:
+            made.append(self)
+
+    cupy = sys.modules["cupy"]
+    cupy.cuda.cufft = SimpleNamespace(PlanNd=PlanNd)  # type: ignore[attr-defined]
+    monkeypatch.setattr(fft, "require_cupy", lambda: cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cupy.cuda)  # `from cupy.cuda import cufft`
+    monkeypatch.setattr(fft, "_plans", OrderedDict())
+    monkeypatch.setattr(fft, "_captured", {}, raising=False)
+    return made
+
+
+# Bug: the cuFFT plans a graph captured stayed in the LRU of _PLAN_CACHE_SIZE: other
+# problems' transforms dropped them, freeing the twiddles and work area the graph's nodes
+# use on every replay.
+def test_a_cufft_plan_a_capture_used_is_never_dropped(streams: Streams,
+                                                      cufft: list[Any]) -> None:
+    streams.current.ptr = 0x300
+    first = fft._plan(fft.CUFFT_R2C, 4, 8, 8)
+    streams.capturing.add(0x300)
+    assert fft._plan(fft.CUFFT_R2C, 4, 8, 8) is first  # captured
+    streams.capturing.clear()
+    for batch in range(5, 5 + fft._PLAN_CACHE_SIZE + 1):  # enough to drop any kept plan
+        fft._plan(fft.CUFFT_R2C, batch, 8, 8)
+    assert fft._plan(fft.CUFFT_R2C, 4, 8, 8) is first
+    assert len(cufft) == fft._PLAN_CACHE_SIZE + 2
+
+
+def test_a_cufft_plan_is_not_made_during_a_capture(streams: Streams,
+                                                   cufft: list[Any]) -> None:
+    streams.current.ptr = 0x300
+    streams.capturing.add(0x300)
+    with pytest.raises(ValueError, match="a cuFFT plan cannot be set up while its stream "
+                                         "captures"):
+        fft._plan(fft.CUFFT_R2C, 4, 8, 8)
+    assert cufft == []
