@@ -43,6 +43,8 @@ def streams(monkeypatch: pytest.MonkeyPatch) -> Streams:
     cupy = count_plan_calls._cupy()
     cupy.cuda.get_current_stream = lambda: found.current
     cupy.cuda.runtime.streamIsCapturing = found.is_capturing
+    cupy.asarray = lambda array, dtype=None: array
+    cupy.ascontiguousarray = lambda array: np.ascontiguousarray(array).view(type(array))
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     return found
 
@@ -159,3 +161,56 @@ def test_a_cufft_plan_is_not_made_during_a_capture(streams: Streams,
                                          "captures"):
         fft._plan(fft.CUFFT_R2C, 4, 8, 8)
     assert cufft == []
+
+
+class Strided(count_plan_calls.Tensor):
+    """A stand-in strided torch CUDA tensor (channels-last, say), whose array interface
+    must not be read: CuPy synchronizes the producer's stream when it consumes it."""
+
+    __module__ = "torch.standin"  # is_torch reads the module
+
+    def __init__(self, shape: tuple[int, ...], made: list[Any]) -> None:
+        super().__init__(shape)
+        self._made = made
+
+    def is_contiguous(self) -> bool:
+        return False
+
+    def contiguous(self) -> count_plan_calls.Tensor:
+        self._made.append(self)
+        return count_plan_calls.Tensor(self.shape)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        raise AssertionError("read the array interface, which synchronizes the stream")
+
+
+# Bug: a strided torch tensor was adopted through __cuda_array_interface__ (CuPy then
+# synchronizes the producer's stream: a wait on every call) and copied into CuPy's pool,
+# freed after the call while a graph captured then would go on using the copy.
+def test_a_strided_tensor_is_made_contiguous_by_torch(streams: Streams,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0,
+                        raising=False)
+    made: list[Any] = []
+    plan, algorithm = _plan(direct=True)
+    x = Strided(PROBLEM.input_shape, made)
+    w, y = (count_plan_calls.Tensor(shape) for shape in PROBLEM.operand_shapes[1:])
+    assert plan(x, w, out=y) is y
+    assert made == [x] and len(algorithm.runs) == 1
+
+
+def test_an_operand_needing_a_cupy_copy_is_refused_while_capturing(streams: Streams) -> None:
+    x, w, y = _operands()
+    plan, algorithm = _plan(direct=True)
+    streams.current.ptr = 0x300
+    plan(x, w, out=y)
+    n, c, h, width = PROBLEM.input_shape
+    strided = np.ones((n, c, h, 2 * width), np.float32)[..., ::2].view(
+        count_plan_calls._CupyArray)
+    plan(strided, w, out=y)  # copied, outside a capture
+    streams.capturing.add(0x300)
+    with pytest.raises(ValueError, match="pass C-contiguous operands when capturing"):
+        plan(strided, w, out=y)
+    assert len(algorithm.runs) == 2

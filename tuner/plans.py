@@ -83,6 +83,17 @@ def untracked(array: Any) -> Any:
     return tensor.numpy()
 
 
+def _dense(array: Any) -> Any:
+    """A strided torch CUDA tensor made C-contiguous by torch on its current stream (the
+    caller's), from torch's allocator: a CUDA graph's own pool while capturing. Adopted as
+    it is, CuPy would read `__cuda_array_interface__`, which synchronizes the producer's
+    stream, and copy into its own pool, freed before a captured graph replays. Other
+    arrays come back unchanged (`out` never comes here: a copy would not be the caller's)."""
+    if is_torch(array) and array.is_cuda and not array.is_contiguous():
+        return (array.detach() if array.requires_grad else array).contiguous()
+    return array
+
+
 class Plan:
     """One problem's tuned algorithm on one device, ready to run: `plan(x, w, out=None)`."""
 
@@ -210,8 +221,8 @@ class Plan:
         problem = self.problem
         a_shape, b_shape, out_shape = self._shapes
         a_name, b_name, _ = self._names
-        xa = self._adopt(x, a_name, a_shape)
-        wa = self._adopt(w, b_name, b_shape)
+        xa = self._adopt(_dense(x), a_name, a_shape)
+        wa = self._adopt(_dense(w), b_name, b_shape)
         runtime = self._runtime
         if out is not None:
             ya = self._adopt(out, "out", out_shape)

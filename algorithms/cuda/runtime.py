@@ -245,6 +245,13 @@ class CudaRuntime(EventTiming):
         if isinstance(array, np.ndarray) and array.dtype.name == dtype != storage:
             array = array.view(storage)  # host bfloat16 (ml_dtypes) to its bits
         with self._dev:
+            # The copy would come from CuPy's pool and go back to it after the call, while a
+            # graph captured now would go on reading and writing it at every replay.
+            if self.capturing(lane_of(int(self._current_stream().ptr))):
+                raise ValueError("an operand that is not a C-contiguous array of the plan's "
+                                 "dtype on this GPU needs a copy, which a CUDA graph "
+                                 "capture cannot keep: pass C-contiguous operands when "
+                                 "capturing")
             return self._cupy.ascontiguousarray(self._cupy.asarray(array, dtype=storage))
 
     def synchronize(self) -> None:

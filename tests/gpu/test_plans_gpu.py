@@ -160,6 +160,33 @@ def test_torch_stream_and_graph(db_url: str) -> None:
     _check(y, x, w, chosen.algorithm)
 
 
+# Bug: a strided tensor went through __cuda_array_interface__ (CuPy synchronizes the
+# producer's stream on it) and a copy from CuPy's pool, freed before a captured graph
+# replayed; torch now makes it contiguous on its stream, from the graph's pool there.
+def test_a_channels_last_tensor_eager_and_in_a_graph(db_url: str) -> None:
+    torch = pytest.importorskip("torch")
+    chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm="im2col_gemm")
+    x = torch.randn(PROBLEM.input_shape, device="cuda").to(memory_format=torch.channels_last)
+    w = torch.randn(PROBLEM.filter_shape, device="cuda")
+    y = torch.empty(PROBLEM.output_shape, device="cuda")
+    assert chosen(x, w, out=y) is y
+    torch.cuda.synchronize()
+    _check(y, x, w, chosen.algorithm)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        chosen(x, w, out=y)  # the capturing stream's workspace
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        chosen(x, w, out=y)
+    x.copy_(torch.randn_like(x))
+    y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(y, x, w, chosen.algorithm)
+
+
 # Plain tensors on torch's default stream go to the run as Addresses (runtime.ready):
 # every algorithm and configuration must run on their addresses alone, backward too.
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_filter"])
