@@ -214,3 +214,47 @@ def test_an_operand_needing_a_cupy_copy_is_refused_while_capturing(streams: Stre
     with pytest.raises(ValueError, match="pass C-contiguous operands when capturing"):
         plan(strided, w, out=y)
     assert len(algorithm.runs) == 2
+
+
+class Driver:
+    """cuThreadExchangeStreamCaptureMode over one thread's mode, answering `status`."""
+
+    def __init__(self, status: int = 0) -> None:
+        self.mode, self.status = 0, status
+
+    def cuThreadExchangeStreamCaptureMode(self, mode: Any) -> int:
+        if not self.status:
+            self.mode, mode._obj.value = mode._obj.value, self.mode
+        return self.status
+
+
+def test_relaxed_sets_the_mode_for_its_block_and_restores_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from algorithms.cuda import _lanes
+
+    driver = Driver()
+    monkeypatch.setattr(_lanes, "_libcuda", lambda: driver)
+    driver.mode = 1  # thread-local, say
+    with pytest.raises(KeyError), _lanes.relaxed():
+        assert driver.mode == _lanes._RELAXED
+        raise KeyError  # an allocation that fails
+    assert driver.mode == 1
+
+
+@pytest.mark.parametrize(("library", "status"), [(None, 0), (Driver, 3)],
+                         ids=["no driver", "driver not initialised"])
+def test_relaxed_is_a_no_op_where_nothing_can_capture(monkeypatch: pytest.MonkeyPatch,
+                                                       library: Any, status: int) -> None:
+    from algorithms.cuda import _lanes
+
+    monkeypatch.setattr(_lanes, "_libcuda", lambda: library and library(status))
+    with _lanes.relaxed():
+        pass
+
+
+def test_a_failed_mode_exchange_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from algorithms.cuda import _lanes
+
+    monkeypatch.setattr(_lanes, "_libcuda", lambda: Driver(status=201))
+    with pytest.raises(RuntimeError, match="CUresult 201"), _lanes.relaxed():
+        pass

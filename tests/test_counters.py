@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from algorithms.cuda import _counters
+from algorithms.cuda import _counters, _lanes
 from tests.cuda_emu.host import at, dev
 
 
@@ -51,22 +51,46 @@ def test_a_workspace_keeps_its_counters_until_it_needs_more(made: list[int]) -> 
 # Bug: a plan whose first split-K run came inside a CUDA-graph capture zeroed its counters
 # there: the memset became a graph node, so runs before the graph's first launch counted
 # from whatever the memory held, out of phase for good (every later sum wrong, silently).
+# Then such counters were refused, which failed PyTorch's own pattern (a warm-up on one
+# stream, the capture on another). Now they are zeroed at once on a stream of their own.
 @pytest.mark.parametrize("capturing", [0, 1])
-def test_counters_are_refused_while_the_stream_captures(
+def test_counters_made_while_the_stream_captures_are_zeroed_at_once(
         monkeypatch: pytest.MonkeyPatch, capturing: int) -> None:
-    zeroed: list[int] = []
+    modes = [0]  # the calling thread's capture mode (0: global)
+    current = [0x100]  # CuPy's current stream
+    events: list[tuple[str, int, int]] = []  # (what, stream, capture mode)
+
+    class Stream:
+        def __init__(self, non_blocking: bool) -> None:
+            assert non_blocking  # unordered with the legacy stream
+            self.ptr, self._outer = 0x900, 0
+
+        def __enter__(self) -> None:
+            self._outer, current[0] = current[0], self.ptr
+
+        def __exit__(self, *exc: object) -> None:
+            current[0] = self._outer
+
+        def synchronize(self) -> None:
+            events.append(("wait", self.ptr, modes[0]))
 
     def zeros(nbytes: int, dtype: type) -> np.ndarray:
-        zeroed.append(nbytes)
+        events.append(("zeros", current[0], modes[0]))
         return np.zeros(nbytes, dtype)
 
-    cuda = SimpleNamespace(runtime=SimpleNamespace(streamIsCapturing=lambda ptr: capturing),
-                           get_current_stream=lambda: SimpleNamespace(ptr=0x100))
-    cupy = SimpleNamespace(cuda=cuda, uint8=np.uint8, zeros=zeros)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    if capturing:
-        with pytest.raises(ValueError, match="run the plan once on that stream"):
-            _counters._cupy_zeros(64)
-        assert zeroed == []
-    else:
-        assert _counters._cupy_zeros(64).nbytes == 64 and zeroed == [64]
+    def exchange(mode: int) -> int:
+        modes[0], previous = mode, modes[0]
+        return previous
+
+    cuda = SimpleNamespace(
+        runtime=SimpleNamespace(streamIsCapturing=lambda ptr: int(capturing and ptr == 0x100)),
+        get_current_stream=lambda: SimpleNamespace(ptr=current[0]), Stream=Stream)
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=cuda, uint8=np.uint8,
+                                                             zeros=zeros))
+    monkeypatch.setattr(_lanes, "exchange_capture_mode", exchange)
+    assert _counters._cupy_zeros(64).nbytes == 64
+    if capturing:  # zeroed on a stream of its own and waited for, the capture mode relaxed
+        assert events == [("zeros", 0x900, _lanes._RELAXED), ("wait", 0x900, _lanes._RELAXED)]
+    else:  # ordered on the current stream
+        assert events == [("zeros", 0x100, 0)]
+    assert modes == [0] and current == [0x100]

@@ -209,7 +209,7 @@ class RefusedOnce(Stand):
             config: str) -> None:
         if self.refusals:
             self.refusals -= 1
-            raise _lanes.CaptureRefused("split K's tile counters")
+            raise _lanes.CaptureRefused("a cuFFT plan")
         super().run(x, w, y, workspace, problem, config)
 
 

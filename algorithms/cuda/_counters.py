@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from algorithms.cuda import _recording
-from algorithms.cuda._lanes import CaptureRefused
+from algorithms.cuda._lanes import relaxed
 
 #: Bytes per counter (uint32).
 COUNTER_BYTES = 4
@@ -29,16 +29,24 @@ COUNTER_BYTES = 4
 def _cupy_zeros(nbytes: int) -> Any:
     import cupy
 
-    # Inside a capture the memset would become a graph node instead of running: runs before
-    # the graph's first launch would count from whatever the memory held, and a count that
-    # starts off its phase never returns to it (every later split-K run summed wrongly).
-    if cupy.cuda.runtime.streamIsCapturing(cupy.cuda.get_current_stream().ptr):
-        raise CaptureRefused("split K's tile counters")
-    return cupy.zeros(nbytes, dtype=cupy.uint8)
+    if not cupy.cuda.runtime.streamIsCapturing(cupy.cuda.get_current_stream().ptr):
+        return cupy.zeros(nbytes, dtype=cupy.uint8)
+    # Inside a capture a memset on the capturing stream would become a graph node instead
+    # of running: runs before the graph's first launch would count from whatever the memory
+    # held, and a count that starts off its phase never returns to it (every later split-K
+    # run summed wrongly). So the counters are zeroed on a stream of their own, waited for
+    # at once, with the capture mode relaxed (_lanes.relaxed) for the allocation and wait.
+    with relaxed():
+        side = cupy.cuda.Stream(non_blocking=True)
+        with side:
+            zeroed = cupy.zeros(nbytes, dtype=cupy.uint8)
+        side.synchronize()
+    return zeroed
 
 
-#: Zeroed device memory of `nbytes` on the current device, on its current stream (CuPy's
-#: zeros); tests/cuda_emu replaces it with host memory.
+#: Zeroed device memory of `nbytes` on the current device, ordered before the current
+#: stream's later work (CuPy's zeros; inside a capture zeroed at once on a stream of its
+#: own); tests/cuda_emu replaces it with host memory.
 zeros: Callable[[int], Any] = _cupy_zeros
 
 # workspace address -> (its counters' array, how many counters they hold)

@@ -25,7 +25,7 @@ import numpy as np
 
 from algorithms.cuda import _cublaslt, _loader, _recording
 from algorithms.cuda._cublaslt import check_status
-from algorithms.cuda._lanes import CaptureRefused, lane_of
+from algorithms.cuda._lanes import lane_of, relaxed
 from algorithms.cuda._loader import require_cupy
 
 OP_N = 0
@@ -164,39 +164,27 @@ class _Cublas:
             # Setting the stream resets cuBLAS to its default workspace: give ours.
             check_status(self._lib.cublasSetStream_v2(bound.handle, ctypes.c_void_p(stream)),
                          "cublasSetStream")
-            workspace, own = self._workspace(device, stream)
+            workspace = self._workspace(device, stream)
             check_status(self._lib.cublasSetWorkspace_v2(
                 bound.handle, ctypes.c_void_p(workspace.ptr),
                 ctypes.c_size_t(WORKSPACE_BYTES)), "cublasSetWorkspace")
-            # A borrowed workspace is bound for the capture only: the next call binds again.
-            bound.stream = stream if own else None
+            bound.stream = stream
         return bound.handle
 
-    def _workspace(self, device: int, stream: int) -> tuple[Any, bool]:
-        """(the workspace of GEMMs on `stream` of `device`, allocated on first use; whether
-        it is the stream's own).
-
-        A stream first used while it captures a CUDA graph, where an allocation would end
-        the capture, borrows the device's first workspace instead (so a graph captured
-        without a run on its stream first still works, as PyTorch's warm-up-elsewhere
-        pattern needs). The loan is not kept: the stream's first GEMM outside a capture
-        gets a workspace of its own, rather than share one for good with a stream that may
-        run at the same time. A run on the stream before capturing avoids the loan."""
+    def _workspace(self, device: int, stream: int) -> Any:
+        """The workspace of GEMMs on `stream` of `device`, allocated on its first GEMM, in
+        relaxed capture mode (_lanes.relaxed): a stream first used while it captures a CUDA
+        graph (PyTorch's warm-up-elsewhere pattern) gets its own there too."""
         key = (device, lane_of(stream))
         found = self._workspaces.get(key)
         if found is not None:
-            return found, True
-        if self._cupy.cuda.runtime.streamIsCapturing(stream):
-            lent = next((ws for (on, _lane), ws in self._workspaces.items() if on == device),
-                        None)
-            if lent is None:
-                raise CaptureRefused("a GEMM's cuBLAS workspace")
-            return lent, False
+            return found
         with self._lock:
             found = self._workspaces.get(key)
             if found is None:
-                found = self._workspaces[key] = self._cupy.cuda.alloc(WORKSPACE_BYTES)
-        return found, True
+                with relaxed():
+                    found = self._workspaces[key] = self._cupy.cuda.alloc(WORKSPACE_BYTES)
+        return found
 
     def _thread_handles(self) -> _ThreadHandles:
         """This thread's handles, made (and a CUDA context made current) on its first GEMM."""
@@ -225,7 +213,8 @@ class _Cublas:
 
     def _created(self) -> ctypes.c_void_p:
         handle = ctypes.c_void_p()
-        check_status(self._lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+        with relaxed():  # cublasCreate allocates: a thread's first GEMM may be in a capture
+            check_status(self._lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
         check_status(self._lib.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST),
                      "cublasSetPointerMode")
         # Strict arithmetic: no TF32 even where CUPY_TF32 or NVIDIA_TF32_OVERRIDE asks.
@@ -248,7 +237,7 @@ class _Cublas:
             if matmul.found:
                 stream = self._cupy.cuda.get_current_stream().ptr
                 self._lt.run(device, matmul, alpha, a, b, beta, c,
-                             self._workspace(device, stream)[0].ptr, stream)
+                             self._workspace(device, stream).ptr, stream)
                 return
         status = self._gemm_ex(
             self.handle(), transa, transb, m, n, k, alpha,

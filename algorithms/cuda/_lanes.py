@@ -1,13 +1,23 @@
 """Lanes: what per-stream resources (plans' workspaces, their replays, cuBLAS's workspaces)
 are kept under, one per stream that work may run on at once. A lane is its stream's handle
 (an int), or (handle, thread) for the per-thread default stream; a replay launches on the
-handle (_replay.Replayer)."""
+handle (_replay.Replayer).
+
+A lane's resources are made on its first use, which may come inside a CUDA graph capture:
+PyTorch's own pattern warms a model up on one stream and captures it on another
+(torch.cuda.graph's). Their allocations run with this thread's capture mode relaxed
+(`relaxed`), as PyTorch's allocator runs cudaMalloc: the global mode torch.cuda.graph
+captures in refuses an allocation, and the refusal ends the capture."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import sys
 import threading
-from collections.abc import Hashable
-from typing import cast
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
 
 #: cudaStreamPerThread (driver_types.h): one handle naming each thread's own default stream,
 #: CuPy's current stream when CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1.
@@ -31,11 +41,58 @@ def stream_of(lane: Hashable) -> int:
     return cast(int, lane[0] if isinstance(lane, tuple) else lane)
 
 
+#: CU_STREAM_CAPTURE_MODE_RELAXED (cuda.h): this thread may make "potentially unsafe" calls
+#: (cudaMalloc among them) while a stream captures.
+_RELAXED = 2
+#: CUDA_ERROR_NOT_INITIALIZED (cuda.h): the driver has not been initialised (cuInit).
+_NOT_INITIALIZED = 3
+
+
+@functools.cache
+def _libcuda() -> Any:
+    """The CUDA driver library, or None where there is none (then nothing captures)."""
+    try:
+        return ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+    except OSError:
+        return None
+
+
+def _exchange(mode: int) -> int:
+    """cuThreadExchangeStreamCaptureMode: this thread's capture mode set to `mode`; the
+    previous one returned."""
+    lib = _libcuda()
+    if lib is None:
+        return mode
+    value = ctypes.c_int(mode)
+    status = lib.cuThreadExchangeStreamCaptureMode(ctypes.byref(value))
+    if status == _NOT_INITIALIZED:  # no CUDA call yet in this process: nothing captures
+        return mode
+    if status:
+        raise RuntimeError(f"cuThreadExchangeStreamCaptureMode failed: CUresult {status}")
+    return value.value
+
+
+#: How `relaxed` sets the mode (tests put a stand-in here).
+exchange_capture_mode: Callable[[int], int] = _exchange
+
+
+@contextmanager
+def relaxed() -> Iterator[None]:
+    """This thread's capture mode relaxed for the block: allocations that outlive it (a
+    lane's workspace, cuBLAS's handle and workspace) work inside a capture of any mode, and
+    cost two driver calls outside one."""
+    previous = exchange_capture_mode(_RELAXED)
+    try:
+        yield
+    finally:
+        exchange_capture_mode(previous)
+
+
 class CaptureRefused(ValueError):
-    """A lane's resource (a plan's workspace, split K's counters, a cuBLAS workspace) would
-    be set up while its stream captures a CUDA graph, where an allocation or a memset would
-    end the capture or become part of it. Passed on, never kept as a verdict: the same call
-    after a run outside the capture goes through (algorithms.cuda._replay.record)."""
+    """A lane's resource (a cuFFT plan) would be set up while its stream captures a CUDA
+    graph, where making it would become part of the graph or end the capture. Passed on,
+    never kept as a verdict: the same call after a run outside the capture goes through
+    (algorithms.cuda._replay.record)."""
 
     def __init__(self, what: str) -> None:
         super().__init__(f"{what} cannot be set up while its stream captures a CUDA graph: "

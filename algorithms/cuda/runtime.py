@@ -15,13 +15,7 @@ from typing import Any, cast
 import numpy as np
 
 from algorithms.cuda import _ahead
-from algorithms.cuda._lanes import (
-    LEGACY_STREAMS,
-    PER_THREAD_STREAM,
-    CaptureRefused,
-    lane_of,
-    stream_of,
-)
+from algorithms.cuda._lanes import LEGACY_STREAMS, PER_THREAD_STREAM, lane_of, relaxed, stream_of
 from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.cuda.event_timing import EventTiming
 from algorithms.problem import ConvProblem
@@ -103,13 +97,11 @@ class CudaRuntime(EventTiming):
         raise NotImplementedError("GPU plans keep their own workspaces")
 
     def workspace(self, nbytes: int) -> Any:
-        """A 1-D uint8 device workspace of `nbytes` (None for 0); ValueError while the
-        current stream captures a CUDA graph, where an allocation would end the capture."""
+        """A 1-D uint8 device workspace of `nbytes` (None for 0), also where the current
+        stream captures a CUDA graph: allocated in relaxed capture mode (_lanes.relaxed)."""
         if not nbytes:
             return None
-        with self._dev:
-            if self._cupy.cuda.runtime.streamIsCapturing(self._current_stream().ptr):
-                raise CaptureRefused("a plan's workspace")
+        with self._dev, relaxed():
             return self._cupy.empty(nbytes, dtype=np.uint8)
 
     def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> Any:

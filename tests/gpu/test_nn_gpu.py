@@ -58,18 +58,21 @@ def test_forward_and_gradients_match_float64(db_url: str) -> None:
 
 
 # A graph captured through the module must replay after the Service has dropped the plans
-# behind its calls (tuner.plans keeps a plan that ran inside a capture).
-def test_a_converted_model_captured_by_hand(db_url: str) -> None:
+# behind its calls (tuner.plans keeps a plan that ran inside a capture). PyTorch's own
+# pattern captures on torch.cuda.graph's stream, where the model never ran: its lanes'
+# workspaces are made inside the capture (algorithms.cuda._lanes.relaxed).
+@pytest.mark.parametrize("capture_on", ["warm-up stream", "torch's own"])
+def test_a_converted_model_captured_by_hand(db_url: str, capture_on: str) -> None:
     model, reference = _pair(db_url)
     x = torch.randn(SHAPE, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.no_grad():
         with torch.cuda.stream(side):
-            model(x)  # the capturing stream's workspaces
+            model(x)  # tuned and planned; this stream's workspaces
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):
+        with torch.cuda.graph(graph, stream=side if capture_on == "warm-up stream" else None):
             y = model(x)
     kept = service(db_url)
     kept._plans.clear()

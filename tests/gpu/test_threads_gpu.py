@@ -131,18 +131,43 @@ def test_threads_on_their_own_streams_share_a_plan(db_url: str, algorithm: str,
     assert max(errors) <= tolerance(PROBLEM.dtype, algorithm), max(errors)
 
 
+def _never_ran_there(case: str, db_url: str, runtime: Any) -> Any:
+    """A plan of each kind of lane resource: cuBLAS's workspace only (a pointwise
+    im2col_gemm without a workspace), a plan workspace too, and split K's counters."""
+    if case == "gemm_only":
+        pointwise = ConvProblem(n=8, c=64, h=28, w=28, k=64, r=1, s=1)
+        chosen = plan(pointwise, "cuda:0", workspace_limit=0, db=db_url,
+                      algorithm="im2col_gemm")
+        assert chosen.workspace_bytes == 0, chosen.config  # chunk=all: straight GEMMs
+        return chosen
+    if case == "workspace":
+        chosen = plan(PROBLEM, "cuda:0", db=db_url, algorithm="im2col_gemm")
+        assert chosen.workspace_bytes > 0, chosen.config
+        return chosen
+    from algorithms.registry import get_algorithm
+    from tuner.plans import Plan
+    from tuner.results import AlgorithmResult
+
+    tc = get_algorithm("cuda", "implicit_gemm_tc")
+    config = next(c for c in tc.configs(PROBLEM) if "-k" in c)  # split K: counters
+    choice = AlgorithmResult(algorithm=tc.name, config=config, status="ok", time_ms=1.0,
+                             workspace_bytes=tc.workspace_bytes(PROBLEM, config))
+    return Plan(PROBLEM, "cuda:0", choice, tc, runtime)
+
+
 # PyTorch's own capture pattern: warm up on a side stream, capture on torch.cuda.graph's
-# default capture stream, where the plan never ran. A pointwise im2col_gemm plan has no
-# workspace of its own, but its cuBLAS calls need one for the new stream: allocating it
-# would end the capture, so the stream shares the device's first (_cublas).
-def test_a_gemm_plan_captures_on_a_stream_it_never_ran_on(db_url: str) -> None:
+# default capture stream, where the plan never ran. The stream's plan workspace, cuBLAS
+# workspace and split K's counters are made inside the capture, which torch.cuda.graph runs
+# in the global mode, refusing allocations: made with the capture mode relaxed (_lanes).
+@pytest.mark.parametrize("case", ["gemm_only", "workspace", "split_k"])
+def test_a_plan_captures_on_a_stream_it_never_ran_on(db_url: str, runtime: Any,
+                                                     case: str) -> None:
     torch = pytest.importorskip("torch")
-    pointwise = ConvProblem(n=8, c=64, h=28, w=28, k=64, r=1, s=1)
-    chosen = plan(pointwise, "cuda:0", workspace_limit=0, db=db_url, algorithm="im2col_gemm")
-    assert chosen.workspace_bytes == 0, chosen.config  # chunk=all: straight GEMMs
-    x = torch.randn(pointwise.input_shape, device="cuda")
-    w = torch.randn(pointwise.filter_shape, device="cuda")
-    y = torch.empty(pointwise.output_shape, device="cuda")
+    chosen = _never_ran_there(case, db_url, runtime)
+    problem = chosen.problem
+    x = torch.randn(problem.input_shape, device="cuda")
+    w = torch.randn(problem.filter_shape, device="cuda")
+    y = torch.empty(problem.output_shape, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -151,9 +176,11 @@ def test_a_gemm_plan_captures_on_a_stream_it_never_ran_on(db_url: str) -> None:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):  # its own capture stream
         chosen(x, w, out=y)
-    x.copy_(torch.randn_like(x))
-    y.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    ref = reference_conv(x.cpu().numpy(), w.cpu().numpy(), pointwise)
-    assert relative_error(y.cpu().numpy(), ref) <= tolerance(pointwise.dtype, "im2col_gemm")
+    for _ in range(2):  # split K's counters must be back at zero after each replay
+        x.copy_(torch.randn_like(x))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = reference_conv(x.cpu().numpy(), w.cpu().numpy(), problem)
+        error = relative_error(y.cpu().numpy(), ref)
+        assert error <= tolerance(problem.dtype, chosen.algorithm), f"{chosen}: {error:.3g}"
