@@ -17,7 +17,7 @@ import numpy as np
 
 from algorithms.problem import DTYPES, ConvProblem, as_int, pair
 from algorithms.runtime import is_torch_type
-from tuner.devices import parse_device
+from tuner.devices import get_runtime, parse_device
 from tuner.plans import Plan, dtype_name, is_torch
 from tuner.service import Service, service
 
@@ -252,4 +252,15 @@ def _checked_plan(
     except TypeError:  # a list stride or padding: nothing to remember it by
         problem = problem_for(*shapes, **dict(zip(GEOMETRY, geometry, strict=True)),
                               dtype=dtype, math=math, direction=direction)
-    return found.plan(problem, device, workspace_limit, algorithm=algorithm)
+    return found.plan(problem, device, workspace_limit, algorithm=algorithm,
+                      measure=not _capturing(a, device))
+
+
+def _capturing(array: Any, device: str) -> bool:
+    """Whether the caller's stream (torch's for a tensor) is capturing a CUDA graph, where a
+    call seen first may plan but not tune: timing synchronises, which ends a capture."""
+    if device == "cpu":
+        return False
+    runtime = get_runtime(device)
+    with runtime.caller_stream(array):
+        return runtime.capturing(runtime.lane())

@@ -34,6 +34,7 @@ from tuner import results as R
 from tuner.answers import AnswerCache
 from tuner.candidates import validate_workspace_limit, within_limit
 from tuner.devices import backend_of, cuda_available, get_runtime, identify, parse_device
+from tuner.errors import NotInDatabase
 from tuner.plans import Plan
 from tuner.results import AlgorithmResult
 from tuner.tuning import MODES, Tuner, best_of, check_mode, per_algorithm
@@ -175,14 +176,19 @@ class Service:
     # --- plans ------------------------------------------------------------------------------
     def plan(
         self, problem: ConvProblem, device: str, workspace_limit: int | None = None,
-        *, algorithm: str | None = None,
+        *, algorithm: str | None = None, measure: bool = True,
     ) -> Plan:
         """A runnable plan of the best (or the named) algorithm, tuning first if needed.
 
         Plans are kept per (device, problem, limit, algorithm), at most MAX_PLANS of them,
         and rebuilt when a re-tune or another process's results change the choice.
+        `measure=False` (a call inside a CUDA graph capture, where timing cannot run):
+        this device's stored measurements only, else a ValueError saying to run the call
+        once before capturing.
         """
-        if algorithm is None:
+        if algorithm is None and not measure:
+            choice = self._measured_best(problem, device, workspace_limit)
+        elif algorithm is None:
             choice = self.best(problem, device, workspace_limit)
         else:
             choice = self.named(problem, device, algorithm, workspace_limit)
@@ -199,6 +205,20 @@ class Service:
             while len(self._plans) > MAX_PLANS:
                 self._plans.popitem(last=False)  # the oldest plan, and its workspace
         return built
+
+    def _measured_best(self, problem: ConvProblem, device: str,
+                       workspace_limit: int | None) -> AlgorithmResult:
+        """The best of this device's stored measurements of `problem`; ValueError where the
+        store lacks some (measuring them here would end a capture: synchronisations)."""
+        try:
+            choice = self.best(problem, device, workspace_limit, mode="cached")
+        except NotInDatabase:
+            choice = None
+        if choice is None or choice.source not in (R.FRESH, R.MEASURED_HERE):
+            raise ValueError(
+                f"{problem.describe()} is not tuned on {device} yet, and tuning cannot run "
+                "inside a CUDA graph capture: run the call once before capturing")
+        return choice
 
     def call_plan(self, key: Hashable) -> Plan | None:
         """The plan `remember_call` kept for `key`, unless an answer may have changed since
