@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from dataclasses import replace
 from typing import Any
@@ -42,6 +43,8 @@ def _ndjson(_ctx: Any, value: Any) -> bytes:
 
 
 EXAMPLES = {"POST /v1/find": 40, "POST /v1/convolve": 25, "POST /v1/jobs": 25}
+#: Set, every operation gets this many examples instead (a longer hunt than CI's).
+EXAMPLES_ENV = "CONVTUNE_API_FUZZ_EXAMPLES"
 
 
 def _fuzzed_schema(db_dir: str) -> Any:
@@ -62,7 +65,8 @@ def test_no_server_errors(method: str, path: str) -> None:
         seen: list[int] = []
 
         @settings(
-            max_examples=EXAMPLES.get(f"{method} {path}", 10), deadline=None, database=None,
+            max_examples=int(os.environ.get(EXAMPLES_ENV, 0))
+            or EXAMPLES.get(f"{method} {path}", 10), deadline=None, database=None,
             suppress_health_check=list(HealthCheck),
         )
         @given(case=operation.as_strategy())
