@@ -283,3 +283,30 @@ def test_a_call_seen_first_inside_a_capture_plans_from_the_store_only(
                                          "a CUDA graph capture: run the call once"):
         convolve(x, w, padding=2, db=db_url)  # another problem, never tuned
     assert found.results()[0] == rows  # nothing measured, nothing stored
+
+
+# A kernel's first load may come inside a capture (a call seen first there plans from the
+# store, then runs): the module load allocates, which the global capture mode refuses.
+def test_a_kernel_is_built_with_the_capture_mode_relaxed(
+        streams: Streams, monkeypatch: pytest.MonkeyPatch) -> None:
+    from algorithms.cuda import _lanes, _loader
+
+    modes = [0]
+
+    def exchange(mode: int) -> int:
+        modes[0], previous = mode, modes[0]
+        return previous
+
+    built: list[int] = []
+
+    def build(*args: Any) -> object:
+        built.append(modes[0])
+        return object()
+
+    monkeypatch.setattr(_lanes, "exchange_capture_mode", exchange)
+    monkeypatch.setattr(_loader, "require_cupy", lambda: sys.modules["cupy"])
+    monkeypatch.setattr(_loader, "_kernels", {})
+    monkeypatch.setattr(_loader, "_build", build)
+    first = _loader.get_kernel("direct.cu", "conv_direct<float>")
+    assert _loader.get_kernel("direct.cu", "conv_direct<float>") is first  # built once
+    assert built == [_lanes._RELAXED] and modes == [0]

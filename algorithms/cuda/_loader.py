@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from algorithms.cuda._lanes import relaxed
 from algorithms.problem import ConvProblem
 
 
@@ -149,7 +150,10 @@ def get_kernel(filename: str, name_expression: str) -> Any:
         with _instance_lock(key):
             kernel = _kernels.get(key)
             if kernel is None:
-                kernel = _build(cupy, filename, name_expression)
+                # A plan's first run may come inside a CUDA graph capture (one seen first
+                # there plans from the store): loading a module allocates device memory.
+                with relaxed():
+                    kernel = _build(cupy, filename, name_expression)
                 _kernels[key] = kernel
     return kernel
 
