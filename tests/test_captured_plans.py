@@ -310,3 +310,33 @@ def test_a_kernel_is_built_with_the_capture_mode_relaxed(
     first = _loader.get_kernel("direct.cu", "conv_direct<float>")
     assert _loader.get_kernel("direct.cu", "conv_direct<float>") is first  # built once
     assert built == [_lanes._RELAXED] and modes == [0]
+
+
+# PyTorch's own pattern: the plan warmed up on one stream, then captured on another where it
+# never ran. Its workspace there is made inside the capture (relaxed), and the plan is kept.
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "checked"])
+def test_a_plan_captured_on_a_stream_it_never_ran_on(streams: Streams,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     direct: bool) -> None:
+    from algorithms.cuda import _lanes
+
+    modes = [0]
+
+    def exchange(mode: int) -> int:
+        modes[0], previous = mode, modes[0]
+        return previous
+
+    monkeypatch.setattr(_lanes, "exchange_capture_mode", exchange)
+    x, w, y = _operands()
+    plan, algorithm = _plan(direct)
+    streams.current.ptr = 0x100
+    plan(x, w, out=y)  # the warm-up stream
+    streams.current.ptr = 0x300
+    streams.capturing.add(0x300)
+    plan(x, w, out=y)
+    warm, captured = algorithm.runs
+    assert captured is not warm and modes == [0]
+    kept = weakref.ref(plan)
+    del plan
+    gc.collect()
+    assert kept() is not None
