@@ -227,7 +227,8 @@ def _checked_plan(
     algorithm: str | None, math: str, check_finite: bool,
 ) -> Plan:
     """The plan for a call seen first: its operands checked (place, dtype, finiteness when
-    asked), then its problem planned (tuned first if new)."""
+    asked), then its problem planned (tuned first if new, unless the caller's stream is
+    capturing a CUDA graph)."""
     names = _names(direction)
     lives_on = _where(a)
     if _where(b) != lives_on:
