@@ -252,12 +252,21 @@ def test_relaxed_is_a_no_op_where_nothing_can_capture(monkeypatch: pytest.Monkey
         pass
 
 
-def test_a_failed_mode_exchange_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+# A driver that refused the exchange would have failed every workspace allocation, capture
+# or not (a GPU session's every test and benchmark): it is said once and worked around.
+def test_a_failed_mode_exchange_is_logged_once_and_changes_nothing(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from algorithms.cuda import _lanes
 
-    monkeypatch.setattr(_lanes, "_libcuda", lambda: Driver(status=201))
-    with pytest.raises(RuntimeError, match="CUresult 201"), _lanes.relaxed():
-        pass
+    driver = Driver(status=201)
+    monkeypatch.setattr(_lanes, "_libcuda", lambda: driver)
+    _lanes._failed.cache_clear()
+    for _ in range(2):
+        with _lanes.relaxed():
+            assert driver.mode == 0
+    assert [r.getMessage() for r in caplog.records].count(
+        "cuThreadExchangeStreamCaptureMode failed (CUresult 201): allocations inside a CUDA "
+        "graph capture may end it") == 1
 
 
 # Bug: a call seen first inside a CUDA graph capture tuned its problem there: the timing's

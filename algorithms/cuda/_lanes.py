@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import sys
 import threading
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
+
+log = logging.getLogger(__name__)
 
 #: cudaStreamPerThread (driver_types.h): one handle naming each thread's own default stream,
 #: CuPy's current stream when CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1.
@@ -59,17 +62,25 @@ def _libcuda() -> Any:
 
 def _exchange(mode: int) -> int:
     """cuThreadExchangeStreamCaptureMode: this thread's capture mode set to `mode`; the
-    previous one returned."""
-    lib = _libcuda()
-    if lib is None:
+    previous one returned. Where the call is missing or fails, the mode stays as it was
+    (said once in the log): an allocation inside a global-mode capture then fails with
+    CUDA's own error, as before this existed, and everything outside a capture works."""
+    function = getattr(_libcuda(), "cuThreadExchangeStreamCaptureMode", None)
+    if function is None:
         return mode
     value = ctypes.c_int(mode)
-    status = lib.cuThreadExchangeStreamCaptureMode(ctypes.byref(value))
-    if status == _NOT_INITIALIZED:  # no CUDA call yet in this process: nothing captures
-        return mode
-    if status:
-        raise RuntimeError(f"cuThreadExchangeStreamCaptureMode failed: CUresult {status}")
-    return value.value
+    status = function(ctypes.byref(value))
+    if status == 0:
+        return value.value
+    if status != _NOT_INITIALIZED:  # before cuInit nothing captures: nothing to say
+        _failed(status)
+    return mode
+
+
+@functools.cache
+def _failed(status: int) -> None:
+    log.warning("cuThreadExchangeStreamCaptureMode failed (CUresult %d): allocations "
+                "inside a CUDA graph capture may end it", status)
 
 
 #: How `relaxed` sets the mode (tests put a stand-in here).
