@@ -38,6 +38,22 @@ class Streams:
 
 
 @pytest.fixture
+def modes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """This thread's capture mode as a stand-in cuThreadExchangeStreamCaptureMode sets it
+    (0: global, CUDA's own)."""
+    from algorithms.cuda import _lanes
+
+    found = [0]
+
+    def exchange(mode: int) -> int:
+        found[0], previous = mode, found[0]
+        return previous
+
+    monkeypatch.setattr(_lanes, "exchange_capture_mode", exchange)
+    return found
+
+
+@pytest.fixture
 def streams(monkeypatch: pytest.MonkeyPatch) -> Streams:
     found = Streams()
     cupy = count_plan_calls._cupy()
@@ -297,14 +313,8 @@ def test_a_call_seen_first_inside_a_capture_plans_from_the_store_only(
 # A kernel's first load may come inside a capture (a call seen first there plans from the
 # store, then runs): the module load allocates, which the global capture mode refuses.
 def test_a_kernel_is_built_with_the_capture_mode_relaxed(
-        streams: Streams, monkeypatch: pytest.MonkeyPatch) -> None:
+        streams: Streams, modes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     from algorithms.cuda import _lanes, _loader
-
-    modes = [0]
-
-    def exchange(mode: int) -> int:
-        modes[0], previous = mode, modes[0]
-        return previous
 
     built: list[int] = []
 
@@ -312,7 +322,6 @@ def test_a_kernel_is_built_with_the_capture_mode_relaxed(
         built.append(modes[0])
         return object()
 
-    monkeypatch.setattr(_lanes, "exchange_capture_mode", exchange)
     monkeypatch.setattr(_loader, "require_cupy", lambda: sys.modules["cupy"])
     monkeypatch.setattr(_loader, "_kernels", {})
     monkeypatch.setattr(_loader, "_build", build)
@@ -324,18 +333,8 @@ def test_a_kernel_is_built_with_the_capture_mode_relaxed(
 # PyTorch's own pattern: the plan warmed up on one stream, then captured on another where it
 # never ran. Its workspace there is made inside the capture (relaxed), and the plan is kept.
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "checked"])
-def test_a_plan_captured_on_a_stream_it_never_ran_on(streams: Streams,
-                                                     monkeypatch: pytest.MonkeyPatch,
+def test_a_plan_captured_on_a_stream_it_never_ran_on(streams: Streams, modes: list[int],
                                                      direct: bool) -> None:
-    from algorithms.cuda import _lanes
-
-    modes = [0]
-
-    def exchange(mode: int) -> int:
-        modes[0], previous = mode, modes[0]
-        return previous
-
-    monkeypatch.setattr(_lanes, "exchange_capture_mode", exchange)
     x, w, y = _operands()
     plan, algorithm = _plan(direct)
     streams.current.ptr = 0x100

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from algorithms.cuda import _recording
-from algorithms.cuda._lanes import relaxed
+from algorithms.cuda._lanes import relaxed, stream_captures
 
 #: Bytes per counter (uint32).
 COUNTER_BYTES = 4
@@ -29,7 +29,7 @@ COUNTER_BYTES = 4
 def _cupy_zeros(nbytes: int) -> Any:
     import cupy
 
-    if not cupy.cuda.runtime.streamIsCapturing(cupy.cuda.get_current_stream().ptr):
+    if not stream_captures(cupy, cupy.cuda.get_current_stream().ptr):
         return cupy.zeros(nbytes, dtype=cupy.uint8)
     # Inside a capture a memset on the capturing stream would become a graph node instead
     # of running: runs before the graph's first launch would count from whatever the memory

@@ -44,6 +44,12 @@ def stream_of(lane: Hashable) -> int:
     return cast(int, lane[0] if isinstance(lane, tuple) else lane)
 
 
+def stream_captures(cupy: Any, stream: int) -> bool:
+    """Whether the stream with handle `stream` is capturing a CUDA graph now; no query for
+    the legacy default stream."""
+    return stream not in LEGACY_STREAMS and bool(cupy.cuda.runtime.streamIsCapturing(stream))
+
+
 #: CU_STREAM_CAPTURE_MODE_RELAXED (cuda.h): this thread may make "potentially unsafe" calls
 #: (cudaMalloc among them) while a stream captures.
 _RELAXED = 2

@@ -65,7 +65,7 @@ from algorithms.cuda._base import CudaAlgorithm
 from algorithms.cuda._by_forward import CudaByForward
 from algorithms.cuda._cublas import OP_C, OP_N, gemm_strided_batched
 from algorithms.cuda._fft_fused import FUSED, KERNEL_FILE
-from algorithms.cuda._lanes import LEGACY_STREAMS, CaptureRefused
+from algorithms.cuda._lanes import CaptureRefused, stream_captures
 from algorithms.cuda._loader import (
     CTYPES,
     ceil_div,
@@ -176,8 +176,8 @@ def _plan(fft_type: int, batch: int, fh: int, fw: int) -> Any:
 
     A plan executed inside a CUDA graph capture leaves the LRU for good: the graph's nodes
     read its twiddles and write its work area on every replay, which dropping the plan would
-    free to other arrays. A plan missing during a capture is refused (CaptureRefused), as
-    making one allocates its work area.
+    free to other arrays. A plan missing during a capture is refused (CaptureRefused):
+    making one allocates and may load cuFFT's own kernels (cupy/cupy#7559: a crash).
     """
     cupy = require_cupy()
     from cupy.cuda import cufft
@@ -185,7 +185,7 @@ def _plan(fft_type: int, batch: int, fh: int, fw: int) -> Any:
     stream = cupy.cuda.get_current_stream().ptr
     key = (cupy.cuda.runtime.getDevice(), threading.get_ident(), stream, fft_type, batch, fh,
            fw)
-    capturing = stream not in LEGACY_STREAMS and cupy.cuda.runtime.streamIsCapturing(stream)
+    capturing = stream_captures(cupy, stream)
     with _plan_lock:
         plan = _captured.get(key)
         if plan is not None:

@@ -15,7 +15,7 @@ from typing import Any, cast
 import numpy as np
 
 from algorithms.cuda import _ahead
-from algorithms.cuda._lanes import LEGACY_STREAMS, PER_THREAD_STREAM, lane_of, relaxed, stream_of
+from algorithms.cuda._lanes import PER_THREAD_STREAM, lane_of, relaxed, stream_captures, stream_of
 from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.cuda.event_timing import EventTiming
 from algorithms.problem import ConvProblem
@@ -239,7 +239,7 @@ class CudaRuntime(EventTiming):
         with self._dev:
             # The copy would come from CuPy's pool and go back to it after the call, while a
             # graph captured now would go on reading and writing it at every replay.
-            if self.capturing(lane_of(int(self._current_stream().ptr))):
+            if stream_captures(self._cupy, int(self._current_stream().ptr)):
                 raise ValueError("an operand that is not a C-contiguous array of the plan's "
                                  "dtype on this GPU needs a copy, which a CUDA graph "
                                  "capture cannot keep: pass C-contiguous operands when "
@@ -280,9 +280,7 @@ class CudaRuntime(EventTiming):
     def capturing(self, lane: Hashable) -> bool:
         """Whether `lane`'s stream is capturing a CUDA graph now: no query for the legacy
         default stream, which is never captured (the usual eager stream of CuPy and torch)."""
-        stream = stream_of(lane)
-        return stream not in LEGACY_STREAMS and bool(
-            self._cupy.cuda.runtime.streamIsCapturing(stream))
+        return stream_captures(self._cupy, stream_of(lane))
 
     @contextmanager
     def caller_stream(self, array: Any) -> Iterator[None]:
