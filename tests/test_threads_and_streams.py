@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -76,6 +77,8 @@ class StandInCublas:
     contexts: list[int] = field(default_factory=list)  # threads that made a context current
     #: The calling thread's capture mode at each cublasCreate and workspace allocation.
     modes: list[int] = field(default_factory=list)
+    #: Where each workspace came from: CuPy's allocator ("pool") or cudaMalloc itself.
+    allocators: list[str] = field(default_factory=list)
 
     def cublasCreate_v2(self, out: Any) -> int:  # cuBLAS's own names, as ctypes finds them
         self.modes.append(MODES.current())
@@ -116,15 +119,19 @@ def _cublas_over(lib: StandInCublas) -> _cublas._Cublas:
     context current go into lib.contexts."""
     addresses = itertools.count(1 << 40, 1 << 30)
 
-    def alloc(nbytes: int) -> SimpleNamespace:
-        lib.modes.append(MODES.current())
-        return SimpleNamespace(ptr=next(addresses))
+    def allocator(name: str) -> Callable[[int], SimpleNamespace]:
+        def alloc(nbytes: int) -> SimpleNamespace:
+            lib.modes.append(MODES.current())
+            lib.allocators.append(name)
+            return SimpleNamespace(ptr=next(addresses))
+        return alloc
 
     cupy = SimpleNamespace(cuda=SimpleNamespace(
         runtime=SimpleNamespace(getDevice=lambda: 0,
                                 streamIsCapturing=lambda ptr: int(ptr in lib.capturing)),
         get_current_stream=lambda: SimpleNamespace(ptr=lib.current.stream),
-        alloc=alloc))
+        alloc=allocator("pool"), Memory=allocator("cudaMalloc"),
+        MemoryPointer=lambda memory, offset: memory))
     return _cublas._Cublas(cupy, lib=lib,
                            make_current=lambda: lib.contexts.append(threading.get_ident()))
 
@@ -388,7 +395,9 @@ def test_the_runtime_gives_each_threads_default_stream_a_lane(
 # one stream, capture on torch.cuda.graph's own) borrowed another stream's cuBLAS workspace
 # for the capture, since the global capture mode refuses an allocation: the graph then
 # shared scratch memory with that stream for good, and with no other stream yet the capture
-# was refused. Now the stream allocates its own with the capture mode relaxed, and keeps it.
+# was refused. Now the stream allocates its own with the capture mode relaxed, and keeps it,
+# outside CuPy's allocator, which may be an asynchronous pool whose allocation inside a
+# capture exists only while the graph runs.
 def test_a_stream_first_used_while_capturing_gets_its_own_workspace() -> None:
     lib = StandInCublas()
     blas = _cublas_over(lib)
@@ -405,6 +414,7 @@ def test_a_stream_first_used_while_capturing_gets_its_own_workspace() -> None:
     assert [caller == bound for caller, bound, _ in lib.gemms] == [True] * 4
     assert lib.modes == [_lanes._RELAXED] * 3  # the handle and both workspaces
     assert MODES.current() == 0  # restored
+    assert lib.allocators == ["pool", "cudaMalloc"]  # the captured one outside any pool
 
 
 # Bug: a capture before any GEMM on the device had no workspace to borrow, and was refused.
@@ -416,6 +426,7 @@ def test_a_capture_before_any_gemm_on_the_device_goes_through() -> None:
     _gemm(blas)  # cublasCreate and the workspace, both inside the capture
     assert [bound for _, bound, _ in lib.gemms] == [0x300]
     assert lib.modes == [_lanes._RELAXED] * 2 and MODES.current() == 0
+    assert lib.allocators == ["cudaMalloc"]
 
 
 # Bug: a thread given a pooled handle made no CUDA call that makes a context current, and
@@ -440,26 +451,41 @@ def test_each_thread_makes_a_context_current_before_its_first_gemm() -> None:
 # Bug: a plan's workspace for a stream first used inside a capture was refused (the global
 # capture mode, torch.cuda.graph's, refuses an allocation), so PyTorch's own pattern, a
 # warm-up on one stream and the capture on another, failed for every plan with a workspace.
+# And: with CuPy's allocator set to its asynchronous pool, the workspace made in the capture
+# was a node of the graph (cudaMallocAsync), memory that exists only while the graph runs;
+# now it is cudaMalloc's own there.
 def test_a_plans_workspace_is_allocated_relaxed_while_its_stream_captures(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks import count_plan_calls
 
     cupy = count_plan_calls._cupy()
-    made: list[int] = []
+    made: list[tuple[int, str]] = []
 
     def empty(shape: int, dtype: type) -> Any:
-        made.append(MODES.current())
+        made.append((MODES.current(), "pool"))
         return count_plan_calls._CupyArray(shape, dtype)
 
+    def memory(nbytes: int) -> bytearray:
+        made.append((MODES.current(), "cudaMalloc"))
+        return bytearray(nbytes)
+
     cupy.empty = empty
-    cupy.cuda.runtime.streamIsCapturing = lambda ptr: 1
+    cupy.cuda.Memory = memory
+    cupy.cuda.MemoryPointer = lambda memory, offset: memory
+    capturing = cupy.cuda.get_current_stream()
+    capturing.ptr = 0x300
+    cupy.cuda.runtime.streamIsCapturing = lambda ptr: int(ptr == 0x300)
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     from algorithms.cuda.runtime import CudaRuntime  # with the stand-in in place
 
     runtime = CudaRuntime(0)
     assert runtime.workspace(256).nbytes == 256
     assert runtime.workspace(0) is None  # nothing to allocate
-    assert made == [_lanes._RELAXED] and MODES.current() == 0
+    capturing.ptr = 0x100  # a stream not capturing
+    assert runtime.workspace(128).nbytes == 128
+    # In the capture outside CuPy's allocator (_lanes.graph_memory), else through it.
+    assert made == [(_lanes._RELAXED, "cudaMalloc"), (_lanes._RELAXED, "pool")]
+    assert MODES.current() == 0
 
 
 # A thread's first GEMM may come inside a capture, where a runtime call may be refused:

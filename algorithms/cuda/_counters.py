@@ -35,12 +35,14 @@ def _cupy_zeros(nbytes: int) -> Any:
     # of running: runs before the graph's first launch would count from whatever the memory
     # held, and a count that starts off its phase never returns to it (every later split-K
     # run summed wrongly). So the counters are zeroed on a stream of their own, waited for
-    # at once, with the capture mode relaxed (_lanes.relaxed) for the allocation and wait.
+    # at once, with the capture mode relaxed (_lanes.relaxed) for the allocation, the wait
+    # and the stream's destruction (cudaStreamDestroy, at its last reference's release).
     with relaxed():
         side = cupy.cuda.Stream(non_blocking=True)
         with side:
             zeroed = cupy.zeros(nbytes, dtype=cupy.uint8)
         side.synchronize()
+        del side
     return zeroed
 
 

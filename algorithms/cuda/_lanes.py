@@ -105,6 +105,17 @@ def relaxed() -> Iterator[None]:
         exchange_capture_mode(previous)
 
 
+def graph_memory(cupy: Any, nbytes: int) -> Any:
+    """A MemoryPointer to `nbytes` of cudaMalloc's own memory, for a resource made while its
+    stream captures a CUDA graph (call in relaxed mode): CuPy's allocator may be an
+    asynchronous pool (cupy.cuda.MemoryAsyncPool), whose cudaMallocAsync inside a capture
+    becomes a node of the graph, memory that exists only while the graph runs, so the
+    resource would be gone at the next eager call and the graph could not be launched
+    twice with the allocation unfreed. Freed when the pointer is (never, for what a graph
+    captured: tuner.plans keeps it)."""
+    return cupy.cuda.MemoryPointer(cupy.cuda.Memory(nbytes), 0)
+
+
 class CaptureRefused(ValueError):
     """A lane's resource (a cuFFT plan) would be set up while its stream captures a CUDA
     graph, where making it would become part of the graph or end the capture. Passed on,

@@ -15,7 +15,14 @@ from typing import Any, cast
 import numpy as np
 
 from algorithms.cuda import _ahead
-from algorithms.cuda._lanes import PER_THREAD_STREAM, lane_of, relaxed, stream_captures, stream_of
+from algorithms.cuda._lanes import (
+    PER_THREAD_STREAM,
+    graph_memory,
+    lane_of,
+    relaxed,
+    stream_captures,
+    stream_of,
+)
 from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.cuda.event_timing import EventTiming
 from algorithms.problem import ConvProblem
@@ -98,11 +105,14 @@ class CudaRuntime(EventTiming):
 
     def workspace(self, nbytes: int) -> Any:
         """A 1-D uint8 device workspace of `nbytes` (None for 0), also where the current
-        stream captures a CUDA graph: allocated in relaxed capture mode (_lanes.relaxed)."""
+        stream captures a CUDA graph: allocated in relaxed capture mode (_lanes.relaxed),
+        outside CuPy's allocator there (_lanes.graph_memory)."""
         if not nbytes:
             return None
         with self._dev, relaxed():
-            return self._cupy.empty(nbytes, dtype=np.uint8)
+            if not stream_captures(self._cupy, self._cupy.cuda.get_current_stream().ptr):
+                return self._cupy.empty(nbytes, dtype=np.uint8)
+            return self._cupy.ndarray((nbytes,), np.uint8, graph_memory(self._cupy, nbytes))
 
     def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> Any:
         """Standard-normal values generated on the device, seeded from `rng` (never zeros)."""

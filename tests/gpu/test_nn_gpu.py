@@ -60,7 +60,8 @@ def test_forward_and_gradients_match_float64(db_url: str) -> None:
 # A graph captured through the module must replay after the Service has dropped the plans
 # behind its calls (tuner.plans keeps a plan that ran inside a capture). PyTorch's own
 # pattern captures on torch.cuda.graph's stream, where the model never ran: its lanes'
-# workspaces are made inside the capture (algorithms.cuda._lanes.relaxed).
+# workspaces are made inside the capture (algorithms.cuda._lanes.relaxed), but not cuFFT
+# plans (algorithms.cuda.fft refuses to make one there, as the README says).
 @pytest.mark.parametrize("capture_on", ["warm-up stream", "torch's own"])
 def test_a_converted_model_captured_by_hand(db_url: str, capture_on: str) -> None:
     model, reference = _pair(db_url)
@@ -71,6 +72,9 @@ def test_a_converted_model_captured_by_hand(db_url: str, capture_on: str) -> Non
         with torch.cuda.stream(side):
             model(x)  # tuned and planned; this stream's workspaces
         torch.cuda.current_stream().wait_stream(side)
+        picked = {plan.algorithm for _, plan in service(db_url)._call_plans.values()}
+        if capture_on == "torch's own" and "fft" in picked:
+            pytest.skip("fft picked: its cuFFT plans are refused in a capture on a new stream")
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=side if capture_on == "warm-up stream" else None):
             y = model(x)
@@ -86,9 +90,15 @@ def test_a_converted_model_captured_by_hand(db_url: str, capture_on: str) -> Non
 
 
 def test_torch_compile_cuda_graphs(db_url: str) -> None:
+    from torch._dynamo.utils import counters
+
     model, reference = _pair(db_url)
     compiled = torch.compile(model, backend="cudagraphs")
+    counters.clear()
     with torch.no_grad():
         for _ in range(4):  # warm-up runs, the recording, then replays
             x = torch.randn(SHAPE, device="cuda")
             _matches(compiled(x).clone(), reference, x)
+    # The backend falls back to running the graph eagerly, with a log line only, when it
+    # finds something it cannot capture: then this test would pass without any graph.
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])

@@ -48,6 +48,7 @@ def test_plan_runs_in_order_on_the_callers_stream(db_url: str, algorithm: str) -
     x = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
     w = rng.standard_normal(PROBLEM.filter_shape, dtype=np.float32)
     y = cupy.empty(PROBLEM.output_shape, np.float32)
+    cupy.cuda.Device().synchronize()  # made on the legacy stream, which `stream` skips
     stream = cupy.cuda.Stream(non_blocking=True)
     slow = cupy.RawKernel(_SLOW_FILL, "slow_fill")
     with stream:
@@ -71,6 +72,7 @@ def _captured(chosen: Any, rng: Any) -> tuple[Any, ...]:
     x = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
     w = rng.standard_normal(PROBLEM.filter_shape, dtype=np.float32)
     y = cupy.empty(PROBLEM.output_shape, np.float32)
+    cupy.cuda.Device().synchronize()  # made on the legacy stream, which `stream` skips
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         chosen(x, w, out=y)  # warm-up on the capturing stream (its workspace, plans)
@@ -127,8 +129,11 @@ def test_a_graph_outlives_the_plans_behind_it(db_url: str, algorithm: str) -> No
         for batch in range(1, fft._PLAN_CACHE_SIZE + 2):  # other transforms fill cuFFT's LRU
             fft._plan(fft.CUFFT_R2C, batch, 8, 8)
         gc.collect()
-        # Blocks of the workspace's size on its stream: CuPy's pool hands a freed one back.
-        others = [cupy.full(max(nbytes, 1), 7, np.uint8) for _ in range(4)]
+        # Blocks of the workspace's size, and of the cuFFT work areas', on its stream: CuPy's
+        # pool hands a freed one back.
+        sizes = {max(nbytes, 1)} | {cufft.work_area.mem.size for cufft in fft._captured.values()
+                                    if cufft.work_area is not None and cufft.work_area.mem.size}
+        others = [cupy.full(size, 7, np.uint8) for size in sizes for _ in range(4)]
         x[...] = rng.standard_normal(PROBLEM.input_shape, dtype=np.float32)
         y.fill(np.nan)
         graph.launch(stream)
