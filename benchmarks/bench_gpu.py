@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -376,7 +377,12 @@ def main(argv: list[str] | None = None) -> int:
             report["rows"].append(row)
             report["summary"] = summarize(report["rows"])
             report["elapsed_s"] = time.perf_counter() - started
-            args.out.write_text(json.dumps(report, indent=1, default=str))
+            # Written whole, then moved over the last: a step's time limit that ends this
+            # process mid-write leaves the previous layer's report, not a truncated file
+            # that the targets table then fails to read.
+            partial = args.out.with_name(args.out.name + ".partial")
+            partial.write_text(json.dumps(report, indent=1, default=str))
+            os.replace(partial, args.out)
             print(f"{network}/{name}: tuned {fmt(row['tuned'].get('ms'))} ms "
                   f"({row['tuned'].get('algorithm')}), cuDNN {fmt(row['cudnn'].get('ms'))} ms "
                   f"[{time.perf_counter() - t0:.1f} s]", file=sys.stderr, flush=True)
