@@ -5,6 +5,9 @@
 # every step that ended).
 # Usage: benchmarks/gpu_session.sh [STEP ...]     (default: warm tests sanitize fp32)
 # Steps:
+#   smoke      benchmarks/gpu_smoke.py: tune, plan, convolve, a CUDA graph and the torch module
+#              on one small problem against float64, in seconds; when it fails the call
+#              stops there (SMOKE_STOPS=0: goes on), leaving the device time for a fix
 #   warm       benchmarks/warm_kernels.py: every kernel instance compiled once, one process
 #              per CPU, into the kernel cache on disk (algorithms/cuda/_binaries.py; first
 #              on a fresh machine: later steps and their test workers then load instead of
@@ -121,7 +124,7 @@ export CONVTUNE_DB_URL="sqlite:///$LOG/convtune.db"
     date -u; nvidia-smi; nvcc --version
     python3 -c "import cupy, numpy, torch; print('cupy', cupy.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())"
 } > "$LOG/env.log" 2>&1
-rc=0
+rc=0 last=0
 limit() {  # limit STEP: that step's time limit in seconds
     local var="T_${1^^}"
     echo "${!var:-150}"
@@ -132,6 +135,7 @@ run() {  # run STEP LOGNAME COMMAND...: the command under the step's limit, outp
     timeout -k 5 "$(limit "$step")" "$@" > "$LOG/$name.log" 2>&1 || status=$?
     echo "== $name: exit $status, $((SECONDS - began)) s"
     [[ $status -ne 0 ]] && rc=$status
+    last=$status
     return 0
 }
 bench() {  # bench STEP NETWORKS ARGS...: bench_gpu in one mode
@@ -144,6 +148,13 @@ bench() {  # bench STEP NETWORKS ARGS...: bench_gpu in one mode
 SAN_K="odd or groups4 or dilation_stride or depthwise_s2 or element_aligned or holes_1x1_s2 or vector_fills"
 for step in "${steps[@]}"; do
     case $step in
+    smoke)
+        run smoke smoke python3 benchmarks/gpu_smoke.py --device cuda
+        cat "$LOG/smoke.log"
+        if [[ $last -ne 0 && ${SMOKE_STOPS:-1} != 0 ]]; then
+            echo "== smoke failed: the remaining steps are skipped"
+            break
+        fi ;;
     warm)
         run warm warm python3 benchmarks/warm_kernels.py
         tail -n 5 "$LOG/warm.log" ;;

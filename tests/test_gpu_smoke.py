@@ -1,0 +1,81 @@
+"""benchmarks/gpu_smoke.py, the first check of a GPU session, run on the CPU backend: it must
+pass where everything works and name the check that fails where something does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tuner
+from benchmarks import gpu_smoke
+
+
+def _smoke(tmp_path: Path) -> gpu_smoke.Smoke:
+    return gpu_smoke.Smoke("cpu", f"sqlite:///{tmp_path}/smoke.db")
+
+
+def test_every_check_passes_on_a_working_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_smoke.main(["--device", "cpu"]) == 0
+    said = capsys.readouterr().out
+    for name in ("tune", "plan", "convolve", "module"):
+        assert f"ok {name} " in said
+    assert "graph" not in said  # GPU only
+    assert said.rstrip().endswith("smoke: all passed")
+
+
+def test_a_wrong_plan_result_fails_its_check_and_the_rest_still_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tuner.plan
+
+    def off_by_one(*args: Any, **kwargs: Any) -> Any:
+        chosen = real(*args, **kwargs)
+
+        def call(x: Any, w: Any, out: Any = None) -> Any:
+            y = chosen(x, w, out=out)
+            y += np.float32(1)  # the injected bug: every output element off by one
+            return y
+        call.algorithm, call.config = chosen.algorithm, chosen.config  # type: ignore[attr-defined]
+        return call
+
+    monkeypatch.setattr(tuner, "plan", off_by_one)
+    lines: list[str] = []
+    failed = gpu_smoke.run_checks(_smoke(tmp_path), lines.append)
+    assert failed == ["plan"]
+    assert [line.split()[1] for line in lines] == ["tune", "plan:", "convolve", "module"]
+    assert lines[1].startswith("FAIL plan: AssertionError: plan: relative error")
+
+
+def test_no_usable_algorithm_stops_at_tune(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tuner, "find_algorithms", lambda *args, **kwargs: [])
+    lines: list[str] = []
+    assert gpu_smoke.run_checks(_smoke(tmp_path), lines.append) == ["tune"]
+    assert len(lines) == 1 and lines[0].startswith("FAIL tune: AssertionError: no usable")
+
+
+@pytest.mark.parametrize("stops", ["1", "0"])
+def test_a_failed_smoke_step_ends_the_gpu_session_call(tmp_path: Path, stops: str) -> None:
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(  # a Python whose smoke check fails and all else passes
+        f'#!/bin/sh\necho "$*" >> "{calls}"\n'
+        'case "$*" in *gpu_smoke*) exit 1 ;; esac\nexit 0\n')
+    (fake / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "SMOKE_STOPS": stops}
+    done = subprocess.run(["bash", "benchmarks/gpu_session.sh", "smoke", "warm"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    ran = calls.read_text()
+    assert "gpu_smoke.py --device cuda" in ran
+    assert ("warm_kernels.py" in ran) == (stops == "0")
+    assert ("the remaining steps are skipped" in done.stdout) == (stops == "1")
+    assert done.returncode == 1  # the smoke step's status
+    assert (tmp_path / "out" / "logs.tgz").exists()
