@@ -3,7 +3,7 @@
 # limit, every log packed into $OUT/logs.tgz after each step (8 files at most come back from
 # the device tool, and a call cut off at its limit returns what $OUT holds then: the logs of
 # every step that ended).
-# Usage: benchmarks/gpu_session.sh [STEP ...]     (default: warm tests sanitize fp32)
+# Usage: benchmarks/gpu_session.sh [STEP ...]     (default: smoke warm tests sanitize fp32)
 # Steps:
 #   smoke      benchmarks/gpu_smoke.py: tune, plan, convolve, a CUDA graph and the torch module
 #              on one small problem against float64, in seconds; when it fails the call
@@ -104,7 +104,7 @@
 # and name .whl in the device tool's `carry`.
 set -uo pipefail
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(warm tests sanitize fp32)
+[[ ${#steps[@]} -eq 0 ]] && steps=(smoke warm tests sanitize fp32)
 OUT=${OUT:-gpu_out}
 # The logs are kept outside $OUT and packed into it after each step: a call cut off at its
 # limit then returns the steps that ended, not the first 8 of many loose files.
