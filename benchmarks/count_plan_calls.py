@@ -98,7 +98,7 @@ def _cupy() -> SimpleNamespace:
                                     getDeviceProperties=lambda index: {},
                                     getDevice=lambda: 0, streamIsCapturing=lambda ptr: 0),
             Device=lambda index: nullcontext(), get_current_stream=lambda: stream,
-            UnownedMemory=lambda *args: None, Memory=bytearray,
+            UnownedMemory=lambda *args: None, Memory=bytearray, alloc=bytearray,
             MemoryPointer=lambda memory, offset: memory))
 
 

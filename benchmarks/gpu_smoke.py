@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
+import functools
 import os
 import sys
 import tempfile
@@ -51,17 +53,29 @@ class Smoke:
         self.rng = np.random.default_rng()
         self.pick: Any = None
 
-    def operands(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(x, w, the float64 reference) for PROBLEM, float32 operands."""
-        x = self.rng.standard_normal(PROBLEM.input_shape).astype(np.float32)
-        w = self.rng.standard_normal(PROBLEM.filter_shape).astype(np.float32)
-        return x, w, reference_conv(x.astype(np.float64), w.astype(np.float64), PROBLEM)
+    @functools.cached_property
+    def runtime(self) -> Any:
+        """The device's runtime, made at the first check that needs it (a device that is
+        not usable then fails that check, not the script)."""
+        from tuner.devices import get_runtime
+
+        return get_runtime(self.device)
+
+    def operands(self) -> tuple[Any, Any, np.ndarray]:
+        """(x, w, the float64 reference) for PROBLEM: fresh float32 operands on the device."""
+        x, w = (self.runtime.random(shape, PROBLEM.dtype, self.rng)
+                for shape in (PROBLEM.input_shape, PROBLEM.filter_shape))
+        return x, w, reference_conv(self.host(x), self.host(w), PROBLEM)
+
+    def host(self, array: Any) -> np.ndarray:
+        """A float64 host copy of a device array or a torch tensor."""
+        found = array.cpu().numpy() if hasattr(array, "cpu") else self.runtime.to_numpy(array)
+        return np.asarray(found, np.float64)
 
     def agrees(self, y: Any, ref: np.ndarray, what: str) -> None:
         """AssertionError naming `what` unless y matches ref within the pick's tolerance."""
-        host = y.cpu().numpy() if hasattr(y, "cpu") else _to_host(y)
         limit = tolerance(PROBLEM.dtype, self.pick.algorithm, PROBLEM.math)
-        error = relative_error(host.astype(np.float64), ref)
+        error = relative_error(self.host(y), ref)
         assert error <= limit, f"{what}: relative error {error:.3g} over {limit:g}"
 
     def tune(self) -> str:
@@ -87,10 +101,10 @@ class Smoke:
 
         chosen = plan(PROBLEM, self.device, db=self.db)
         x, w, ref = self.operands()
-        xd, wd = _to_device(x, self.gpu), _to_device(w, self.gpu)
-        y = _to_device(np.full(PROBLEM.output_shape, np.nan, np.float32), self.gpu)
+        y = self.runtime.empty(PROBLEM.output_shape, PROBLEM.dtype)
+        y[...] = np.nan  # a plan that writes nothing fails, whatever the memory held
         for _ in range(2):  # the first call sets the stream's lane up, the second is direct
-            chosen(xd, wd, out=y)
+            chosen(x, w, out=y)
         self.agrees(y, ref, "plan")
         return f"{chosen.algorithm}/{chosen.config}"
 
@@ -101,8 +115,8 @@ class Smoke:
 
         x, w, ref = self.operands()
         where = "cuda" if self.gpu else "cpu"
-        y = convolve(torch.from_numpy(x).to(where), torch.from_numpy(w).to(where),
-                     padding=1, device=self.device, db=self.db)
+        tx, tw = (torch.from_numpy(self.host(a).astype(np.float32)).to(where) for a in (x, w))
+        y = convolve(tx, tw, padding=1, device=self.device, db=self.db)
         assert isinstance(y, torch.Tensor), f"convolve gave {type(y).__name__}, not a tensor"
         self.agrees(y, ref, "convolve")
         return "torch in, torch out"
@@ -114,20 +128,19 @@ class Smoke:
 
         chosen = plan(PROBLEM, self.device, db=self.db)
         x, w, _ = self.operands()
-        xd, wd = cupy.asarray(x), cupy.asarray(w)
         y = cupy.empty(PROBLEM.output_shape, np.float32)
         cupy.cuda.Device().synchronize()
         stream = cupy.cuda.Stream(non_blocking=True)
         with stream:
             if chosen.algorithm == "fft":  # its cuFFT plans cannot be made in a capture
-                chosen(xd, wd, out=y)
+                chosen(x, w, out=y)
             stream.begin_capture()
             try:
-                chosen(xd, wd, out=y)
+                chosen(x, w, out=y)
             finally:
                 graph = stream.end_capture()
             x2, w2, ref = self.operands()
-            xd[...], wd[...] = cupy.asarray(x2), cupy.asarray(w2)
+            x[...], w[...] = x2, w2
             graph.launch(stream)
             stream.synchronize()
         self.agrees(y, ref, "graph replay")
@@ -144,7 +157,7 @@ class Smoke:
         try:
             model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(),
                                         torch.nn.Conv2d(16, 4, 1, stride=2)).to(where)
-            reference = _double_copy(model)
+            reference = copy.deepcopy(model).double()
             convert(model, db=self.db)
             x = torch.randn(2, 8, 13, 11, device=where, requires_grad=True)
             x64 = x.detach().double().requires_grad_()
@@ -157,28 +170,6 @@ class Smoke:
         assert x.grad is not None and x64.grad is not None
         torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-4, atol=1e-4)
         return "forward and input gradient"
-
-
-def _double_copy(model: Any) -> Any:
-    import copy
-
-    return copy.deepcopy(model).double()
-
-
-def _to_device(array: np.ndarray, gpu: bool) -> Any:
-    if not gpu:
-        return array
-    import cupy
-
-    return cupy.asarray(array)
-
-
-def _to_host(array: Any) -> np.ndarray:
-    if isinstance(array, np.ndarray):
-        return array
-    import cupy
-
-    return cupy.asnumpy(array)
 
 
 def _has_torch() -> bool:

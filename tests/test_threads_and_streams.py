@@ -461,16 +461,14 @@ def test_a_plans_workspace_is_allocated_relaxed_while_its_stream_captures(
     cupy = count_plan_calls._cupy()
     made: list[tuple[int, str]] = []
 
-    def empty(shape: int, dtype: type) -> Any:
-        made.append((MODES.current(), "pool"))
-        return count_plan_calls._CupyArray(shape, dtype)
+    def allocator(name: str) -> Callable[[int], bytearray]:
+        def alloc(nbytes: int) -> bytearray:
+            made.append((MODES.current(), name))
+            return bytearray(nbytes)
+        return alloc
 
-    def memory(nbytes: int) -> bytearray:
-        made.append((MODES.current(), "cudaMalloc"))
-        return bytearray(nbytes)
-
-    cupy.empty = empty
-    cupy.cuda.Memory = memory
+    cupy.cuda.alloc = allocator("pool")
+    cupy.cuda.Memory = allocator("cudaMalloc")
     cupy.cuda.MemoryPointer = lambda memory, offset: memory
     capturing = cupy.cuda.get_current_stream()
     capturing.ptr = 0x300
@@ -483,7 +481,7 @@ def test_a_plans_workspace_is_allocated_relaxed_while_its_stream_captures(
     assert runtime.workspace(0) is None  # nothing to allocate
     capturing.ptr = 0x100  # a stream not capturing
     assert runtime.workspace(128).nbytes == 128
-    # In the capture outside CuPy's allocator (_lanes.graph_memory), else through it.
+    # In the capture outside CuPy's allocator (_lanes.lane_memory), else through it.
     assert made == [(_lanes._RELAXED, "cudaMalloc"), (_lanes._RELAXED, "pool")]
     assert MODES.current() == 0
 

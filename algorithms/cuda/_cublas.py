@@ -25,7 +25,7 @@ import numpy as np
 
 from algorithms.cuda import _cublaslt, _loader, _recording
 from algorithms.cuda._cublaslt import check_status
-from algorithms.cuda._lanes import graph_memory, lane_of, relaxed, stream_captures
+from algorithms.cuda._lanes import lane_memory, lane_of, relaxed
 from algorithms.cuda._loader import require_cupy
 
 OP_N = 0
@@ -175,7 +175,7 @@ class _Cublas:
         """The workspace of GEMMs on `stream` of `device`, allocated on its first GEMM, in
         relaxed capture mode (_lanes.relaxed): a stream first used while it captures a CUDA
         graph (PyTorch's warm-up-elsewhere pattern) gets its own there too, outside CuPy's
-        allocator (_lanes.graph_memory)."""
+        allocator (_lanes.lane_memory)."""
         key = (device, lane_of(stream))
         found = self._workspaces.get(key)
         if found is not None:
@@ -183,11 +183,8 @@ class _Cublas:
         with self._lock:
             found = self._workspaces.get(key)
             if found is None:
-                with relaxed():
-                    found = self._workspaces[key] = (
-                        graph_memory(self._cupy, WORKSPACE_BYTES)
-                        if stream_captures(self._cupy, stream)
-                        else self._cupy.cuda.alloc(WORKSPACE_BYTES))
+                found = self._workspaces[key] = lane_memory(self._cupy, WORKSPACE_BYTES,
+                                                            stream)
         return found
 
     def _thread_handles(self) -> _ThreadHandles:

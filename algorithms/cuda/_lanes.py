@@ -105,15 +105,19 @@ def relaxed() -> Iterator[None]:
         exchange_capture_mode(previous)
 
 
-def graph_memory(cupy: Any, nbytes: int) -> Any:
-    """A MemoryPointer to `nbytes` of cudaMalloc's own memory, for a resource made while its
-    stream captures a CUDA graph (call in relaxed mode): CuPy's allocator may be an
-    asynchronous pool (cupy.cuda.MemoryAsyncPool), whose cudaMallocAsync inside a capture
-    becomes a node of the graph, memory that exists only while the graph runs, so the
-    resource would be gone at the next eager call and the graph could not be launched
-    twice with the allocation unfreed. Freed when the pointer is (never, for what a graph
-    captured: tuner.plans keeps it)."""
-    return cupy.cuda.MemoryPointer(cupy.cuda.Memory(nbytes), 0)
+def lane_memory(cupy: Any, nbytes: int, stream: int) -> Any:
+    """A MemoryPointer to `nbytes` for a resource `stream`'s lane keeps (a workspace),
+    allocated with the capture mode relaxed: CuPy's allocator's, but cudaMalloc's own while
+    the stream captures a CUDA graph. CuPy's allocator may be an asynchronous pool
+    (cupy.cuda.MemoryAsyncPool), whose cudaMallocAsync inside a capture becomes a node of
+    the graph, memory that exists only while the graph runs, so the resource would be gone
+    at the next eager call and the graph could not be launched twice with the allocation
+    unfreed. Freed when the pointer is (never, for what a graph captured: tuner.plans keeps
+    it)."""
+    with relaxed():
+        if stream_captures(cupy, stream):
+            return cupy.cuda.MemoryPointer(cupy.cuda.Memory(nbytes), 0)
+        return cupy.cuda.alloc(nbytes)
 
 
 class CaptureRefused(ValueError):

@@ -17,9 +17,8 @@ import numpy as np
 from algorithms.cuda import _ahead
 from algorithms.cuda._lanes import (
     PER_THREAD_STREAM,
-    graph_memory,
+    lane_memory,
     lane_of,
-    relaxed,
     stream_captures,
     stream_of,
 )
@@ -106,13 +105,12 @@ class CudaRuntime(EventTiming):
     def workspace(self, nbytes: int) -> Any:
         """A 1-D uint8 device workspace of `nbytes` (None for 0), also where the current
         stream captures a CUDA graph: allocated in relaxed capture mode (_lanes.relaxed),
-        outside CuPy's allocator there (_lanes.graph_memory)."""
+        outside CuPy's allocator there (_lanes.lane_memory)."""
         if not nbytes:
             return None
-        with self._dev, relaxed():
-            if not stream_captures(self._cupy, self._cupy.cuda.get_current_stream().ptr):
-                return self._cupy.empty(nbytes, dtype=np.uint8)
-            return self._cupy.ndarray((nbytes,), np.uint8, graph_memory(self._cupy, nbytes))
+        with self._dev:
+            memory = lane_memory(self._cupy, nbytes, self._current_stream().ptr)
+            return self._cupy.ndarray((nbytes,), np.uint8, memory)
 
     def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> Any:
         """Standard-normal values generated on the device, seeded from `rng` (never zeros)."""
