@@ -7,7 +7,7 @@ and returns, points _cublas at it, and times `gemm_strided_batched` on one ResNe
 shape: what is left is our Python and ctypes' argument passing, the part of a cuBLAS call
 we control. Then the same through the cuBLASLt path (CONVTUNE_CUBLASLT=1, _cublaslt.py)
 against a stand-in libcublasLt. On an H200 (bench_launch_cost.py, 2026-11-26) the whole
-cublasGemmStridedBatchedEx call took 17.8 us of host time. tests/test_cuda_host_checks.py
+cublasGemmStridedBatchedEx call took 17.8 us of host time. tests/test_cublas_calls.py
 uses the same stand-ins to check what arrives.
 """
 

@@ -144,6 +144,10 @@ bench() {  # bench STEP NETWORKS ARGS...: bench_gpu in one mode
         --out "$LOG/bench_$step.json" "$@"
     tail -n 45 "$LOG/bench_$step.log"
 }
+# The host checks of the CUDA backend, run beside tests/gpu where CuPy is real.
+HOST_CHECKS="tests/test_cuda_loader.py tests/test_cuda_fft_layout.py tests/test_cuda_workspaces.py
+    tests/test_cuda_launch_limits.py tests/test_cuda_work.py tests/test_cuda_tf32_copies.py
+    tests/test_cublas_calls.py"
 # Small shapes only under the sanitizers: they slow kernels down by 10-100x.
 SAN_K="odd or groups4 or dilation_stride or depthwise_s2 or element_aligned or holes_1x1_s2 or vector_fills"
 for step in "${steps[@]}"; do
@@ -175,7 +179,7 @@ for step in "${steps[@]}"; do
         # name"), so a run cut off by its limit still names its failures.
         run tests gpu_tests python3 -m pytest -v -p no:cacheprovider -n "${JOBS:-12}" \
             ${TESTS_K:+-k "$TESTS_K"} \
-            ${TESTS:-tests/test_kernels_compile.py tests/test_cuda_host_checks.py tests/gpu}
+            ${TESTS:-tests/test_kernels_compile.py $HOST_CHECKS tests/gpu}
         grep -E "(FAILED|ERROR) |^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$LOG/gpu_tests.log" \
             | sort -u | tail -n 60 ;;
     sanitize)

@@ -79,3 +79,17 @@ def test_a_failed_smoke_step_ends_the_gpu_session_call(tmp_path: Path, stops: st
     assert ("the remaining steps are skipped" in done.stdout) == (stops == "1")
     assert done.returncode == 1  # the smoke step's status
     assert (tmp_path / "out" / "logs.tgz").exists()
+
+
+# Regression: splitting tests/test_cuda_host_checks.py into modules left the session
+# script's default `tests` step naming the old file, which pytest would have refused on
+# the GPU, failing the whole step.
+def test_every_test_path_the_session_script_names_exists() -> None:
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "benchmarks" / "gpu_session.sh").read_text()
+    named = set(re.findall(r"\btests/[\w/]+(?:\.py)?", script))
+    assert "tests/gpu" in named and len(named) > 5
+    missing = sorted(path for path in named if not (root / path).exists())
+    assert missing == []

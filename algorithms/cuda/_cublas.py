@@ -146,7 +146,7 @@ class _Cublas:
         # No argtypes: converting the call's 23 arguments through them took about 3 of the
         # 4 us a call costs here (a no-op stand-in, 2026-11-26); `gemm` passes each as its
         # C type instead (ints as int, addresses as c_void_p, strides as c_longlong).
-        # tests/test_cuda_host_checks.py pins what arrives.
+        # tests/test_cublas_calls.py pins what arrives.
         self._gemm_ex = self._lib.cublasGemmStridedBatchedEx
         self._gemm_ex.restype = ctypes.c_int
         self._local = threading.local()

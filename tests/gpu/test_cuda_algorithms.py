@@ -163,7 +163,7 @@ def test_runtime_basics(runtime: Any) -> None:
 
 def test_im2col_gemm_stays_within_each_maths_tolerance() -> None:
     """At math "tf32" cuBLAS may compute in TF32 on operands our copies rounded (within
-    TF32's error; tests/test_cuda_host_checks.py pins that it is asked to); at "fp32" it
+    TF32's error; tests/test_cuda_tf32_copies.py pins that it is asked to); at "fp32" it
     stays strict."""
     from algorithms.cuda.im2col_gemm import Im2colGemmCuda
 
