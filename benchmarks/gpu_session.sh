@@ -5,7 +5,8 @@
 # every step that ended).
 # Usage: benchmarks/gpu_session.sh [STEP ...]     (default: smoke warm tests sanitize fp32)
 # Steps:
-#   smoke      benchmarks/gpu_smoke.py: tune, plan, convolve, a CUDA graph and the torch module
+#   smoke      benchmarks/check_cupy_surface.py (our CuPy names and calls against this CuPy),
+#              then benchmarks/gpu_smoke.py: tune, plan, convolve, a CUDA graph and the torch module
 #              on one small problem against float64, in seconds; when it fails the call
 #              stops there (SMOKE_STOPS=0: goes on), leaving the device time for a fix
 #   warm       benchmarks/warm_kernels.py: every kernel instance compiled once, one process
@@ -153,6 +154,10 @@ SAN_K="odd or groups4 or dilation_stride or depthwise_s2 or element_aligned or h
 for step in "${steps[@]}"; do
     case $step in
     smoke)
+        # Seconds: every CuPy name and call of ours against this CuPy (a finding is printed
+        # and counts in the call's status, but only the smoke check below stops the call).
+        run smoke cupy_surface python3 benchmarks/check_cupy_surface.py
+        tail -n 20 "$LOG/cupy_surface.log"
         run smoke smoke python3 benchmarks/gpu_smoke.py --device cuda
         cat "$LOG/smoke.log"
         if [[ $last -ne 0 && ${SMOKE_STOPS:-1} != 0 ]]; then

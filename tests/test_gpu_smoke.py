@@ -74,7 +74,7 @@ def test_a_failed_smoke_step_ends_the_gpu_session_call(tmp_path: Path, stops: st
     done = subprocess.run(["bash", "benchmarks/gpu_session.sh", "smoke", "warm"], cwd=root,
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     ran = calls.read_text()
-    assert "gpu_smoke.py --device cuda" in ran
+    assert "check_cupy_surface.py" in ran and "gpu_smoke.py --device cuda" in ran
     assert ("warm_kernels.py" in ran) == (stops == "0")
     assert ("the remaining steps are skipped" in done.stdout) == (stops == "1")
     assert done.returncode == 1  # the smoke step's status
