@@ -1,4 +1,5 @@
-"""How tests/cuda_emu/build.py groups kernel instances into libraries (no compiler needed)."""
+"""How tests/cuda_emu/build.py groups kernel instances into libraries, and what
+tests/cuda_emu/translate.py makes of their source (no compiler needed)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import re
 import pytest
 
 from algorithms.cuda import shipped_kernels
-from tests.cuda_emu.build import GROUP_SIZE, group_of, groups, needs_fibers, unit_source
+from tests.cuda_emu.build import GROUP_SIZE, group_of, groups
+from tests.cuda_emu.translate import needs_fibers, unit_source
 
 
 def test_groups_partition_a_files_instances_the_same_way_every_time() -> None:

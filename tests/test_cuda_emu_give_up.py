@@ -44,8 +44,8 @@ def child(kernel_file: str, schedule: int) -> None:
     from algorithms.cuda import implicit_gemm_wgmma
     from algorithms.reference import reference, relative_error
     from tests.cuda_emu import cases
-    from tests.cuda_emu.build import EmulatedFunction, EmulatedKernel
     from tests.cuda_emu.host import dev
+    from tests.cuda_emu.kernel import EmulatedFunction, EmulatedKernel
     from tests.precision import make_problem
 
     cases.install()

@@ -109,7 +109,7 @@ def test_mma_divergence_is_detected(tmp_path: Path) -> None:
 _SPIN = """
 import sys, time
 import numpy as np
-from tests.cuda_emu.build import EmulatedKernel
+from tests.cuda_emu.kernel import EmulatedKernel
 kernel = EmulatedKernel("spin.cu", "spin", ("spin",))
 began = time.perf_counter()
 kernel((1,), (32,), (np.uint64(int(sys.argv[1])),))
@@ -131,7 +131,7 @@ import numpy as np
 from algorithms.cuda import shipped_kernels
 from algorithms.cuda._loader import CONV_SHAPE
 from algorithms.cuda.im2col_gemm import KERNEL_FILE, name_expression
-from tests.cuda_emu.build import EmulatedKernel
+from tests.cuda_emu.kernel import EmulatedKernel
 from tests.cuda_emu.host import dev
 kernel = EmulatedKernel(KERNEL_FILE, name_expression("float32"), shipped_kernels()[KERNEL_FILE])
 short = np.zeros((), dtype=[("a", np.int32, (CONV_SHAPE.itemsize // 4 - 1,))])[()]

@@ -49,13 +49,9 @@ from algorithms.cuda import (
 )
 from algorithms.cuda._base import CudaAlgorithm
 from algorithms.reference import reference, relative_error
-from tests.cuda_emu.build import (
-    EmulatedFunction,
-    EmulatedKernel,
-    func_set_attribute,
-    sanitizer_env,
-)
+from tests.cuda_emu.build import sanitizer_env
 from tests.cuda_emu.host import FakePlan, dev, dev_at, fake_gemm
+from tests.cuda_emu.kernel import EmulatedFunction, EmulatedKernel, func_set_attribute
 from tests.precision import (
     make_problem,
     nan_storage,

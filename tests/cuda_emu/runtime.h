@@ -15,7 +15,7 @@
 // Launch checks: grid/block limits and __launch_bounds__, 48 KiB of shared memory (dynamic
 // beyond it only as far as the kernel opted in), every typed pointer argument aligned to its
 // element type, barriers reached by all threads of a block the same number of times.
-// build.py rewrites the few CUDA-only constructs (`__shared__` declarations, inline PTX) into
+// translate.py rewrites the few CUDA-only constructs (`__shared__` declarations, inline PTX) into
 // calls of this file; everything else of the kernel source compiles as plain C++17.
 // Warp-level PTX (mma.sync, ldmatrix, cp.async) lives in warp.h, included at the end: a
 // fiber parked at a warp instruction (state kAtWarp) runs again once its warp's last lane
@@ -434,7 +434,7 @@ void call(void (*kernel)(Ps...), void** args, std::index_sequence<I...>) {
 
 // Runs the whole grid; returns only if every check passed (failures abort the process).
 // `smem_limit`: the kernel's max_dynamic_shared_size_bytes (48 KiB unless it opted in).
-// `fibers` false (build.py: a kernel with neither barriers nor warp instructions) runs the
+// `fibers` false (translate.py: a kernel with neither barriers nor warp instructions) runs the
 // threads one after another on the scheduler's own stack, with no fibers.
 template <typename... Ps>
 void launch(void (*kernel)(Ps...), dim3 grid, dim3 block, std::size_t smem,

@@ -327,7 +327,7 @@ EMU_LDMATRIX(x4_trans, 4, true, unsigned& r0, unsigned& r1, unsigned& r2, unsign
 
 // --- cp.async -----------------------------------------------------------------------------------
 // A landed copy is written through the generic proxy: wgmma (async proxy) may read it only
-// after the writing thread's fence.proxy.async (see the wgmma section). build.py defines
+// after the writing thread's fence.proxy.async (see the wgmma section). translate.py defines
 // EMU_USES_WGMMA for a file that has wgmma; no other tracks landings.
 #ifndef EMU_USES_WGMMA
 #define EMU_USES_WGMMA 0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-#: The warp kernels' source, an absolute path (build.translate takes one).
+#: The warp kernels' source, an absolute path (translate.translate takes one).
 WARP_KERNELS = str(Path(__file__).resolve().parent / "warp_kernels.cu")
 #: What a GPU builds them for: they hold wgmma, which only sm_90a has.
 WARP_ARCH = "sm_90a"

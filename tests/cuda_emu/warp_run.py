@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from tests.cuda_emu.build import EmulatedKernel
 from tests.cuda_emu.host import dev_at
+from tests.cuda_emu.kernel import EmulatedKernel
 from tests.cuda_emu.warp_cases import WARP_INSTANCES, WARP_KERNELS
 
 
