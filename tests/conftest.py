@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 
 from algorithms.cuda import _counters
+from algorithms.cuda.runtime import cuda_available
 from db.engine import close_stores
 
 
@@ -25,15 +25,19 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     close_stores()
 
 
-_HAS_CUPY = importlib.util.find_spec("cupy") is not None  # looked up once, not per test
+#: Whether a GPU is usable here, looked up once, not per test. CuPy installed where there is
+#: no GPU (a CPU machine with the cuda extra) is no GPU: its device calls all fail.
+_GPU_USABLE = cuda_available()[0]
 
 
 @pytest.fixture(autouse=True)
-def _host_counters_without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Split K's tile counters (algorithms.cuda._counters) come from CuPy. Without it, runs of
-    # the CUDA algorithms over stand-in kernels (host checks, launch counts) get host memory
-    # posing as device memory: the stand-ins never read it, the emulator's kernels do.
-    if not _HAS_CUPY:
+def _host_counters_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Split K's tile counters (algorithms.cuda._counters) come from CuPy's device memory.
+    # Without a GPU, runs of the CUDA algorithms over stand-in kernels (host checks, launch
+    # counts) get host memory posing as device memory: the stand-ins never read it, the
+    # emulator's kernels do. (It asked whether CuPy was installed: with CuPy but no GPU,
+    # every such split-K run failed on CuPy's device call.)
+    if not _GPU_USABLE:
         from tests.cuda_emu.host import dev
 
         monkeypatch.setattr(_counters, "zeros", lambda nbytes: dev(np.zeros(nbytes, np.uint8)))
