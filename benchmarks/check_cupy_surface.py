@@ -68,19 +68,16 @@ def resolve(dotted: str) -> Any:
     done = parts[0]
     obj = _import(done)
     for part in parts[1:]:
-        if hasattr(obj, part):
-            obj = getattr(obj, part)
-        else:
-            obj = _import(f"{done}.{part}", missing=AttributeError(f"no {done}.{part}"))
         done = f"{done}.{part}"
+        obj = getattr(obj, part) if hasattr(obj, part) else _import(done)
     return obj
 
 
-def _import(name: str, missing: Exception | None = None) -> Any:
+def _import(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError:
-        raise missing or AttributeError(f"no module {name}") from None
+        raise AttributeError(f"no {name}") from None
     except ImportError as exc:  # the module exists; a library it loads does not
         if ".so" in str(exc):
             raise Unloadable(f"{name}: {str(exc).splitlines()[0]}") from None

@@ -5,6 +5,9 @@ that changes from tuning to tuning is regret waiting to happen).
     python benchmarks/pick_stability.py [--device cpu] [--tunings 8] [--torch]
         [--problem n1,c64,h56,w56,k64,r3,s3,pad1] [--out r.json]
 
+The problem defaults to issue 9's small problem (bench_host_path.SMALL), the one
+bench_overhead.py tunes first.
+
 --torch imports PyTorch first, as bench_overhead.py's process has it when it tunes.
 """
 
@@ -23,10 +26,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from algorithms.problem import ConvProblem
+from benchmarks.bench_host_path import SMALL
 from tuner import find_algorithms, find_best_algorithm
-
-#: Issue 9's small problem, the one bench_overhead.py tunes first.
-SMALL = "n1,c64,h56,w56,k64,r3,s3,pad1"
 
 
 def parse_problem(text: str) -> ConvProblem:
@@ -56,14 +57,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tunings", type=int, default=8)
-    parser.add_argument("--problem", default=SMALL)
+    parser.add_argument("--problem", default=None,
+                        help="n1,c64,h56,...: ConvProblem's fields (default: issue 9's small one)")
     parser.add_argument("--torch", action="store_true", help="import PyTorch first")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.tunings < 1:
         parser.error(f"--tunings must be at least 1, got {args.tunings}")
     try:
-        problem = parse_problem(args.problem)
+        problem = (ConvProblem(**SMALL) if args.problem is None  # type: ignore[arg-type]
+                   else parse_problem(args.problem))
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))
     if args.torch:
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     counts = Counter(t["pick"] for t in tunings)
     print("picks:", ", ".join(f"{pick} x{n}" for pick, n in counts.most_common()))
     if args.out is not None:
-        args.out.write_text(json.dumps({"problem": args.problem, "device": args.device,
+        args.out.write_text(json.dumps({"problem": problem.describe(), "device": args.device,
                                         "torch": args.torch, "tunings": tunings}, indent=1))
 
 
