@@ -22,8 +22,6 @@ from tuner import model as M
 from tuner import results as R
 from tuner.devices import identify
 from tuner.errors import NotInDatabase
-from tuner.features import CONFIG_COLUMNS, config_numbers
-from tuner.predicting import band_picks, contenders, family, fast_picks, round_two
 from tuner.service import Service
 from tuner.tuning import Tuner
 
@@ -291,42 +289,6 @@ def test_fast_k_is_validated(db_url: str, monkeypatch: pytest.MonkeyPatch) -> No
         _ = tuner(open_store(db_url), fakes()).fast_k
 
 
-def test_fast_picks_hedge_across_the_first_k_algorithms() -> None:
-    ranked = [("a", "1"), ("a", "2"), ("a", "3"), ("b", "1"), ("c", "1"), ("b", "2"),
-              ("d", "1")]
-    assert fast_picks(ranked, 2) == [("a", "1"), ("a", "2"), ("b", "1")]
-    assert fast_picks(ranked, 3) == [("a", "1"), ("a", "2"), ("a", "3"), ("b", "1"),
-                                     ("c", "1")]
-    assert fast_picks(ranked, 9) == ranked
-    assert fast_picks([], 4) == []
-
-
-def test_fast_picks_hedge_across_layouts_of_one_algorithm() -> None:
-    # Regression (H100 data of 2026-11-25): on ResNet-50's float16 1x1 layers the model
-    # ranked implicit_gemm_tc's NHWC tiles first, so the hedge's "first of the algorithm"
-    # was NHWC too and the NCHW tile that won by up to 1.77x was never measured.
-    ranked = [("tc", "128x128x32-nhwc"), ("tc", "64x128x32-nhwc"), ("im2col", "chunk=all"),
-              ("tc", "128x64"), ("direct", "8x8k16")]
-    # Families in rank order: tc NHWC, im2col, tc NCHW, direct.
-    assert fast_picks(ranked, 3) == ranked[:4]
-    assert fast_picks(ranked, 4) == ranked
-
-
-def test_fast_picks_measure_every_layout_of_the_algorithms_they_chose() -> None:
-    # Regression (H200 data of 2026-11-26, seventeenth session): on ResNet-50's c2048 7x7
-    # 1x1 layers the model ranked im2col_gemm's merged family fifth, so fast mode measured
-    # only the unmerged chunk=all of im2col_gemm and missed the merged one by up to 67%.
-    ranked = [("tc", "64x64"), ("tc", "128x64"), ("im2col_gemm", "chunk=all"),
-              ("wgmma", "128x128"), ("tc", "64x64-nhwc"), ("direct", "8x8k16"),
-              ("im2col_gemm", "chunk=all-merged"), ("winograd", "f4x4"),
-              ("im2col_gemm", "chunk=4-merged")]
-    assert fast_picks(ranked, 3) == [*ranked[:4], ("tc", "64x64-nhwc"),
-                                     ("im2col_gemm", "chunk=all-merged")]
-    # Winograd's tiles are families, so its other tile comes along too once it is chosen.
-    assert fast_picks([("winograd", "f4x4"), ("tc", "64x64"), ("winograd", "f2x2")], 1) == [
-        ("winograd", "f4x4"), ("winograd", "f2x2")]
-
-
 def test_fast_mode_measures_the_best_of_an_algorithm_outside_the_top_k(db_url: str) -> None:
     # Three configurations of "fast" (predicted alike) fill the top 2; fast mode also
     # measures the best of the second algorithm, "mid", and nothing slower.
@@ -351,30 +313,6 @@ class Recording(Fake):
         super().run(x, w, y, workspace, problem, config)
 
 
-def test_band_picks_keep_the_winners_family_close_to_its_best() -> None:
-    predicted = {("tc", "64x64"): 1.0, ("tc", "128x128"): 1.25, ("tc", "128x64"): 1.4,
-                 ("tc", "64x64-nhwc"): 0.9, ("im2col", "chunk=all"): 1.1}
-    # The family is the algorithm in one layout: NHWC tiles and other algorithms stay out.
-    assert band_picks(predicted, ("tc", "128x128")) == [("tc", "64x64"), ("tc", "128x128")]
-    assert band_picks(predicted, ("tc", "64x64"), band=1.5) == [
-        ("tc", "64x64"), ("tc", "128x128"), ("tc", "128x64")]
-    assert band_picks(predicted, ("tc", "64x64-nhwc")) == [("tc", "64x64-nhwc")]
-    assert band_picks(predicted, ("direct", "8x8k16")) == []
-
-
-def test_merged_configurations_are_a_family_of_their_own() -> None:
-    # Regression: with "chunk=all-merged" in im2col_gemm's NCHW family, fast mode measured
-    # the unmerged "chunk=all" as that family's best and never the merged one, 1.3-3.7x
-    # faster on ResNet-50's late 1x1 layers (H200, 2026-11-26).
-    assert family(("im2col_gemm", "chunk=all-merged")) != family(("im2col_gemm", "chunk=all"))
-    assert family(("im2col_gemm", "chunk=4")) == family(("im2col_gemm", "chunk=all"))
-    ranked = [("tc", "64x64"), ("im2col_gemm", "chunk=all"), ("tc", "128x64"),
-              ("im2col_gemm", "chunk=all-merged"), ("direct", "8x8k16")]
-    assert ("im2col_gemm", "chunk=all-merged") in fast_picks(ranked, 3)
-    predicted = {("im2col_gemm", "chunk=all"): 1.0, ("im2col_gemm", "chunk=all-merged"): 1.05}
-    assert band_picks(predicted, ("im2col_gemm", "chunk=all")) == [("im2col_gemm", "chunk=all")]
-
-
 def test_fast_mode_measures_the_winners_close_configurations_in_a_second_round(
         db_url: str) -> None:
     # The model has seen only "default" configurations, so it predicts "fast"'s three alike:
@@ -390,55 +328,6 @@ def test_fast_mode_measures_the_winners_close_configurations_in_a_second_round(
     measured = {r.config for r in got if r.algorithm == "fast" and r.source == R.FRESH}
     assert measured == {"default", "b", "c"}
     assert rows_of(store, UNSEEN) == 3
-
-
-def test_second_round_covers_every_family_close_to_the_winner() -> None:
-    measured = {("tc", "64x64"): 1.0, ("tc", "128x64"): 1.3, ("wgmma", "128x128"): 1.08,
-                ("im2col_gemm", "chunk=all"): 1.5, ("tc", "64x64-nhwc"): 1.12}
-    assert contenders(measured, 1.0) == [("tc", "64x64")]
-    assert contenders(measured, 1.1) == [("tc", "64x64"), ("wgmma", "128x128")]
-    assert contenders(measured, 1.2) == [("tc", "64x64"), ("wgmma", "128x128"),
-                                         ("tc", "64x64-nhwc")]
-    assert contenders({}, 1.2) == []
-    predicted = {("tc", "64x64"): 1.0, ("tc", "32x128"): 1.1, ("tc", "128x64"): 1.2,
-                 ("wgmma", "128x128"): 1.0, ("wgmma", "64x128"): 1.2,
-                 ("wgmma", "256x128"): 2.0, ("im2col_gemm", "chunk=4"): 1.0}
-    # Each contender's family within FAMILY_BAND of its predicted best, unmeasured, once.
-    assert round_two(predicted, measured, runner_up=1.0) == [("tc", "32x128")]
-    assert round_two(predicted, measured, runner_up=1.1) == [("tc", "32x128"),
-                                                             ("wgmma", "64x128")]
-
-
-def test_config_numbers_are_read_by_field() -> None:
-    no = -1.0
-    columns = dict(zip(CONFIG_COLUMNS, config_numbers("256x128x32-nhwc-s3-k2"), strict=True))
-    assert columns == {"tile0": 256.0, "tile1": 128.0, "tile2": 32.0, "stages": 3.0,
-                       "split": 2.0, "in_flight": no, "nhwc": 1.0, "ws": 0.0, "number0": no,
-                       "number1": no}
-    # Regression: read positionally, "128x128-nhwc-s4" (TF32) had its stage count where
-    # "128x128x32-nhwc" (16-bit) has its K-step, and NHWC tiles read like NCHW ones.
-    assert config_numbers("128x128-nhwc-s4")[2:4] == (no, 4.0)
-    assert config_numbers("128x128")[6] == 0.0
-    assert config_numbers("64x128x64-s6-f1-k2")[3:6] == (6.0, 2.0, 1.0)
-    assert config_numbers("16x16k8")[:3] + config_numbers("16x16k8")[8:] == (16.0, 16.0, no,
-                                                                             8.0, no)
-    assert config_numbers("chunk=all")[8] > config_numbers("chunk=16")[8]
-    assert config_numbers("default") == (no,) * 6 + (0.0, 0.0, no, no)
-    # A warp-specialized tile reads apart from its one-role twin of as many stages.
-    assert config_numbers("128x128x32-s3-ws")[7] == 1.0
-    assert config_numbers("128x128x32-s3-ws")[:7] == config_numbers("128x128x32-s3")[:7]
-
-
-def test_winograd_tiles_are_families_of_their_own() -> None:
-    # Regression: with F(2x2) and F(4x4) in one family, fast mode measured the F(4x4) the
-    # model put first and never F(2x2), 15-77% faster on VGG-16's TF32 3x3 layers (H100
-    # 2026-11-27, H200 2026-11-26).
-    assert family(("winograd", "f2x2")) != family(("winograd", "f4x4"))
-    ranked = [("wgmma", "128x128"), ("wgmma", "256x128"), ("winograd", "f4x4"),
-              ("winograd", "f2x2"), ("tc", "64x64"), ("im2col_gemm", "chunk=all")]
-    assert ("winograd", "f2x2") in fast_picks(ranked, 3)  # one family each, not one for both
-    predicted = {("winograd", "f4x4"): 1.0, ("winograd", "f2x2"): 1.05}
-    assert band_picks(predicted, ("winograd", "f4x4")) == [("winograd", "f4x4")]
 
 
 # Bug: tuner.model imported scikit-learn (and SciPy with it) at import, 1.1 of `import
