@@ -26,12 +26,62 @@ def is_torch(array: Any) -> bool:
 
 
 def _torch_module(kind: Any) -> bool:
-    return kind.__module__.partition(".")[0] == "torch"
+    # Any base: a user's subclass of torch.Tensor lives in the user's module (a review of
+    # 2026-11-30: such tensors went the NumPy way and came back as NumPy arrays).
+    return any(getattr(base, "__module__", "").partition(".")[0] == "torch"
+               for base in getattr(kind, "__mro__", (kind,)))
 
 
 #: Whether arrays of a type are torch tensors (without importing torch), kept per type: asked
 #: several times on every cached convolve() (its key, its result).
 is_torch_type: Callable[[Any], bool] = functools.cache(_torch_module)
+
+
+
+def overlaps(a: Any, b: Any) -> bool:
+    """Whether two arrays (NumPy, CuPy or torch) share any byte of memory.
+
+    Why: an algorithm writes its output while it still reads its operands (direct zeroes
+    the output first, the GEMM paths write image by image), so an `out` that overlaps x or
+    w gave wrong numbers without a word (review of 2026-11-30)."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        # Bounds first (cheap), then exact where they meet: interleaved views share none.
+        return bool(np.may_share_memory(a, b) and np.shares_memory(a, b))
+    (lo_a, hi_a), (lo_b, hi_b) = _byte_span(a), _byte_span(b)
+    return lo_a < hi_b and lo_b < hi_a
+
+
+def out_overlaps(out_at: int, out_bytes: int, x_at: int, x_bytes: int, w_at: int,
+                 w_bytes: int) -> bool:
+    """`overlaps` for three contiguous buffers given as address and size: whether out's
+    bytes meet x's or w's (a plan's direct path, on every call: integer compares only)."""
+    out_end = out_at + out_bytes
+    return (x_at < out_end and out_at < x_at + x_bytes) or (
+        w_at < out_end and out_at < w_at + w_bytes)
+
+
+def _byte_span(array: Any) -> tuple[int, int]:
+    """[first, last + 1) of the bytes an array touches (empty for an empty array): NumPy's
+    by its interface, torch's by element strides, CuPy's by `.data.ptr` and byte strides."""
+    if isinstance(array, np.ndarray):
+        start = int(array.__array_interface__["data"][0])
+        item, strides = array.itemsize, array.strides
+    elif is_torch(array):
+        start, item = int(array.data_ptr()), int(array.element_size())
+        strides = tuple(step * item for step in array.stride())
+    else:
+        start, item, strides = int(array.data.ptr), int(array.itemsize), array.strides
+    if 0 in array.shape:
+        return start, start
+    low = high = start
+    for size, stride in zip(array.shape, strides, strict=True):
+        reach = (size - 1) * stride
+        if reach < 0:
+            low += reach
+        else:
+            high += reach
+    return low, high + item
+
 
 
 @dataclass(frozen=True)
@@ -49,29 +99,16 @@ class TimingPolicy:
     # sets it from the leader's median); None times the full budget.
     cutoff_ms: float | None = None
 
-    @classmethod
-    def from_env(cls) -> TimingPolicy:
-        """Defaults, overridden by $CONVTUNE_WARMUP, $CONVTUNE_BUDGET_S, $CONVTUNE_MIN_REPS,
-        $CONVTUNE_MAX_REPS and $CONVTUNE_BATCH_BELOW_MS (quick fleet passes, fast tests)."""
-        base = cls()
-        try:
-            return cls(
-                warmup=int(os.environ.get("CONVTUNE_WARMUP", base.warmup)),
-                budget_s=float(os.environ.get("CONVTUNE_BUDGET_S", base.budget_s)),
-                min_reps=int(os.environ.get("CONVTUNE_MIN_REPS", base.min_reps)),
-                max_reps=int(os.environ.get("CONVTUNE_MAX_REPS", base.max_reps)),
-                batch_below_ms=float(
-                    os.environ.get("CONVTUNE_BATCH_BELOW_MS", base.batch_below_ms)
-                ),
-            )
-        except ValueError as exc:
-            raise ValueError(f"bad CONVTUNE_* timing variable: {exc}") from None
-
     def __post_init__(self) -> None:
-        if self.warmup < 0 or self.min_reps < 1 or self.max_reps < self.min_reps:
-            raise ValueError(f"invalid timing policy {self}")
-        if self.budget_s < 0 or self.batch_below_ms < 0:
-            raise ValueError(f"timing budget and batch threshold must be non-negative: {self}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be non-negative, got {self.warmup}")
+        if self.min_reps < 1 or self.max_reps < self.min_reps:
+            raise ValueError(f"min_reps ({self.min_reps}) must be at least 1 and at most "
+                             f"max_reps ({self.max_reps})")
+        # not (x >= 0): NaN too, which would compare false with every time and never stop.
+        if not (self.budget_s >= 0 and self.batch_below_ms >= 0) or math.isinf(self.budget_s):
+            raise ValueError(f"budget_s ({self.budget_s}) and batch_below_ms "
+                             f"({self.batch_below_ms}) must be finite and non-negative")
         if self.cutoff_ms is not None and not self.cutoff_ms > 0:
             raise ValueError(f"race cutoff must be positive, got {self.cutoff_ms}")
 

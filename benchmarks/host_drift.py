@@ -46,6 +46,7 @@ from algorithms.registry import get_algorithm
 from algorithms.runtime import Runtime, TimingPolicy, batch_size, random_operands
 from benchmarks.bench_host_path import SMALL, layer_problem
 from tuner.devices import backend_of, get_runtime, parse_device
+from tuner.env import timing_policy
 
 
 def steal_jiffies(stat: str = "/proc/stat") -> int | None:
@@ -185,7 +186,7 @@ def main() -> None:
                else "im2col_gemm/default,direct/default")
     names = [n for n in (args.configs or default).split(",") if n]
     rounds = drift(runtime, problem, names, args.seconds, args.interval, args.device_every,
-                   TimingPolicy.from_env())
+                   timing_policy())
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
     meta = {"date": date.today().isoformat(), "device": runtime.fingerprint()["name"],

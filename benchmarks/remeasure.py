@@ -32,6 +32,7 @@ from benchmarks.children import LineChild
 from db.engine import open_store
 from tuner.candidates import Candidate
 from tuner.devices import backend_of, get_runtime
+from tuner.env import timing_policy
 from tuner.measuring import candidate_run, prepare_run
 from tuner.tuning import Tuner
 
@@ -40,7 +41,7 @@ def iso_policy(budget_s: float, min_reps: int) -> TimingPolicy:
     """The re-measurement's timing policy: the environment's, like the tuner's own
     ($CONVTUNE_BATCH_BELOW_MS, ...), so that both sides time a candidate the same way, with
     two warm-ups, the longer budget, and up to 100 samples."""
-    return replace(TimingPolicy.from_env(), warmup=2, budget_s=budget_s, min_reps=min_reps,
+    return replace(timing_policy(), warmup=2, budget_s=budget_s, min_reps=min_reps,
                    max_reps=max(100, min_reps))
 
 

@@ -253,12 +253,20 @@ def _upgrade_with_retry(engine: Engine, attempts: int = 5) -> None:
             time.sleep(0.05 * (attempt + 1))
 
 
+def opened_store(url: str | None = None) -> Store | None:
+    """The store at `url` (default: `default_url()`) if this process opened it, else None:
+    nothing is created (a call refused by its checks must leave no database behind)."""
+    url = url or default_url()
+    if not isinstance(url, str):  # a list would fail as an unhashable dict key
+        raise ValueError(f"db must be a database URL string, got {type(url).__name__}")
+    # A dict read needs no lock, which only keeps two threads from creating one store twice.
+    return _STORES.get(url)
+
+
 def open_store(url: str | None = None) -> Store:
     """The store at `url` (default: `default_url()`), created and upgraded on first use."""
     url = url or default_url()
-    # Open already (every cached call asks): a dict read needs no lock, which only keeps
-    # two threads from creating one store twice.
-    store = _STORES.get(url)
+    store = opened_store(url)  # open already: every cached call asks
     if store is not None:
         return store
     with _LOCK:

@@ -108,6 +108,7 @@ def test_the_runtime_gives_each_threads_default_stream_a_lane(
     assert first != second  # so plans keep a workspace per thread there
     x = count_plan_calls._CupyArray((1, 2, 3, 3), np.float32)
     w = count_plan_calls._CupyArray((2, 2, 1, 1), np.float32)
+    y = count_plan_calls._CupyArray((1, 2, 3, 3), np.float32)  # out=x would not be ready
     shapes = ((1, 2, 3, 3), (2, 2, 1, 1), (1, 2, 3, 3))
-    lanes = _in_threads(lambda: runtime.ready(x, w, x, shapes, "float32")[0])  # type: ignore[index]
+    lanes = _in_threads(lambda: runtime.ready(x, w, y, shapes, "float32")[0])  # type: ignore[index]
     assert lanes[0] != lanes[1]

@@ -79,6 +79,10 @@ class FakeCudaTensor:
     def element_size(self) -> int:
         return self.item
 
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.item
+
 
 def test_a_tensor_is_viewed_from_its_pointer_once() -> None:
     cupy = FakeCupy()
@@ -247,6 +251,24 @@ def test_a_tensor_that_does_not_fit_is_not_ready(raw_stream: dict[int, int], whi
                                                            "float32") is None
 
 
+# Bug (review of 2026-11-30): an `out` that shared memory with x or w ran on the direct
+# path, where the kernels write the output while other blocks still read the operands.
+@pytest.mark.parametrize("operand", [0, 1])
+@pytest.mark.parametrize("shift", [0, 4, -4])
+def test_an_out_that_overlaps_an_operand_is_not_ready(raw_stream: dict[int, int],
+                                                      operand: int, shift: int) -> None:
+    bridge = TorchBridge(FakeCupy(), 1, (PlainTensor,))
+    tensors = list(_plain())
+    start = tensors[operand].ptr + (shift if shift >= 0 else tensors[operand].nbytes + shift)
+    tensors[2] = PlainTensor(start, SHAPES[2])
+    assert bridge.ready(tensors[0], tensors[1], tensors[2], SHAPES, "float32") is None
+    # Just past the operand's last byte, or ending at its first: no overlap, ready.
+    for start in (tensors[operand].ptr + tensors[operand].nbytes,
+                  tensors[operand].ptr - tensors[2].nbytes):
+        tensors[2] = PlainTensor(start, SHAPES[2])
+        assert bridge.ready(tensors[0], tensors[1], tensors[2], SHAPES, "float32") is not None
+
+
 def test_only_plain_tensors_of_the_storage_dtype_are_ready(raw_stream: dict[int, int]) -> None:
     import torch
 
@@ -266,11 +288,18 @@ def test_only_plain_tensors_of_the_storage_dtype_are_ready(raw_stream: dict[int,
 class CupyArray:
     """A stand-in CuPy array: what CudaRuntime.ready reads."""
 
+    #: Where the next stand-in's memory starts: arrays made one after another never overlap.
+    _next = 0x10000
+
     def __init__(self, shape: tuple[int, ...], dtype: str = "float32", contiguous: bool = True,
-                 device: int = 1) -> None:
+                 device: int = 1, ptr: int | None = None) -> None:
         self.shape, self.dtype = shape, np.dtype(dtype)  # type: ignore[assignment]
         self.flags = types.SimpleNamespace(c_contiguous=contiguous)
         self.device = types.SimpleNamespace(id=device)
+        self.nbytes = int(np.prod(shape)) * self.dtype.itemsize
+        if ptr is None:
+            ptr, CupyArray._next = CupyArray._next, CupyArray._next + self.nbytes
+        self.data = types.SimpleNamespace(ptr=ptr)
 
 
 @pytest.fixture()
@@ -350,3 +379,15 @@ def test_a_result_is_made_beside_this_gpus_cupy_arrays_only(
     assert gpu.runtime.output(_plain()[0], SHAPES[2], "float32") is None
     assert gpu.runtime.output(np.ones(SHAPES[0], np.float32), SHAPES[2], "float32") is None
     assert len(made) == 2
+
+
+# Bug (review of 2026-11-30): the same overlap on CuPy arrays' direct path.
+@pytest.mark.parametrize("operand", [0, 1])
+def test_a_cupy_out_that_overlaps_an_operand_is_not_ready(gpu: types.SimpleNamespace,
+                                                          operand: int) -> None:
+    arrays = [CupyArray(shape, ptr=0x100000 * (i + 1)) for i, shape in enumerate(SHAPES)]
+    inside = arrays[operand].data.ptr + arrays[operand].nbytes - 4  # its last element
+    arrays[2] = CupyArray(SHAPES[2], ptr=inside)
+    assert gpu.runtime.ready(*arrays, SHAPES, "float32") is None
+    arrays[2] = CupyArray(SHAPES[2], ptr=inside + 4)
+    assert gpu.runtime.ready(*arrays, SHAPES, "float32") is not None

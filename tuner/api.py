@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from algorithms.problem import ConvProblem
-from tuner.calls import execute, problem_for
+from tuner.calls import execute, problem_for, shape_argument
 from tuner.devices import parse_device
 from tuner.plans import Plan
 from tuner.results import AlgorithmResult
@@ -159,7 +159,7 @@ def convolve_backward_data(
     "backward_data": tuned, stored and planned like `convolve`, with the same arguments.
     """
     geometry = (stride, padding, dilation, groups)
-    return execute(dy, w, tuple(x_shape), "backward_data", geometry, device,
+    return execute(dy, w, shape_argument(x_shape, "x_shape"), "backward_data", geometry, device,
                     workspace_limit, algorithm, db, math, out, False)[1]
 
 
@@ -183,7 +183,7 @@ def convolve_backward_filter(
     Summed over the batch. Direction "backward_filter"; otherwise like `convolve`.
     """
     geometry = (stride, padding, dilation, groups)
-    return execute(x, dy, tuple(w_shape), "backward_filter", geometry, device,
+    return execute(x, dy, shape_argument(w_shape, "w_shape"), "backward_filter", geometry, device,
                     workspace_limit, algorithm, db, math, out, False)[1]
 
 

@@ -8,6 +8,7 @@ kind, shape, dtype and place, which is all its checks depend on: a kept call ski
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from operator import attrgetter
@@ -16,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from algorithms.problem import DTYPES, ConvProblem, as_int, pair
-from algorithms.runtime import is_torch_type
+from algorithms.runtime import is_torch_type, overlaps
 from tuner.devices import get_runtime, parse_device
 from tuner.plans import Plan, dtype_name, is_torch
-from tuner.service import Service, service
+from tuner.service import Service, opened_service, service
 
 
 def _where(x: Any) -> str:
@@ -30,6 +31,9 @@ def _where(x: Any) -> str:
         place = x.device
         if place.type in ("cpu", "cuda"):
             return "cpu" if place.type == "cpu" else f"cuda:{place.index or 0}"
+        # torch's own DLPack error for these names neither the argument nor what we take.
+        raise ValueError(f"torch tensors on device {place.type!r} are not supported; "
+                         f"use cpu or cuda tensors")
     dlpack_device = getattr(x, "__dlpack_device__", None)
     if dlpack_device is not None:  # CuPy, PyTorch, JAX...: (device type, index)
         kind, index = (int(v) for v in dlpack_device())
@@ -73,12 +77,13 @@ def problem_for(
     direction: str = "forward",
 ) -> ConvProblem:
     """The ConvProblem of x (n, c, h, w) and w (k, c/groups, r, s); ValueError if they clash."""
-    if len(x_shape) != 4:
-        raise ValueError(f"x must be 4-D (n, c, h, w), got shape {tuple(x_shape)}")
-    if len(w_shape) != 4:
-        raise ValueError(f"w must be 4-D (k, c/groups, r, s), got shape {tuple(w_shape)}")
-    n, c, h, w = _sizes(x_shape, "x")
-    k, cg, r, s = _sizes(w_shape, "w")
+    x_sizes, w_sizes = shape_argument(x_shape, "x_shape"), shape_argument(w_shape, "w_shape")
+    if len(x_sizes) != 4:
+        raise ValueError(f"x must be 4-D (n, c, h, w), got shape {x_sizes}")
+    if len(w_sizes) != 4:
+        raise ValueError(f"w must be 4-D (k, c/groups, r, s), got shape {w_sizes}")
+    n, c, h, w = x_sizes
+    k, cg, r, s = w_sizes
     count = as_int(groups)
     if count is None or count < 1:
         raise ValueError(f"groups must be a positive int, got {groups!r}")
@@ -88,33 +93,50 @@ def problem_for(
             f"shape mismatch: x has c={c} channels but w has {cg} input channels per group "
             f"x groups={groups} = {cg * groups}"
         )
-    return ConvProblem(
-        n=n, c=c, h=h, w=w, k=k, r=r, s=s,
-        pad=pair(padding, "padding"), stride=pair(stride, "stride"),
-        dilation=pair(dilation, "dilation"), groups=groups, dtype=dtype, math=math,
-        direction=direction,
-    )
-
-
-def _sizes(shape: tuple[int, ...], what: str) -> list[int]:
-    """A shape's sizes as ints; ValueError for one that is not a whole number (int() would
-    truncate 1.5 to 1 and run another problem than the caller's)."""
-    sizes = [as_int(v) for v in shape]
-    if any(v is None for v in sizes):
-        raise ValueError(f"{what}'s shape must hold ints, got {tuple(shape)}")
-    return sizes  # type: ignore[return-value]
+    try:
+        return ConvProblem(
+            n=n, c=c, h=h, w=w, k=k, r=r, s=s,
+            pad=pair(padding, "padding"), stride=pair(stride, "stride"),
+            dilation=pair(dilation, "dilation"), groups=groups, dtype=dtype, math=math,
+            direction=direction,
+        )
+    except ValueError as exc:  # ConvProblem's field is "pad"; this caller's argument not
+        message = str(exc)
+        if message.startswith("pad "):
+            raise ValueError(f"padding {message[4:]}") from None
+        raise
 
 
 #: The geometry arguments of a call, in the order `_execute` receives them.
 GEOMETRY = ("stride", "padding", "dilation", "groups")
 
 
+def _kind(value: Any) -> Any:
+    """What a geometry value's key holds beside it: its type, and a pair's element types.
+    True == 1 and 1.0 == 1 (equal keys), but only 1 is a valid stride; a pair's elements
+    compare alike, so (1.0, 1.0) found the kept plan of (1, 1), unchecked (review of
+    2026-11-30). Tuples of another length are never valid, so never equal a kept key."""
+    kind = type(value)
+    return (type(value[0]), type(value[1])) if kind is tuple and len(value) == 2 else kind
+
+
 def _typed(geometry: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The geometry with each value's type: True == 1 and 1.0 == 1 (equal keys), but only
-    1 is a valid stride."""
+    """The geometry with each value's `_kind`."""
     stride, padding, dilation, groups = geometry
-    return (stride, type(stride), padding, type(padding), dilation, type(dilation), groups,
+    return (stride, _kind(stride), padding, _kind(padding), dilation, _kind(dilation), groups,
             type(groups))
+
+
+def shape_argument(value: Any, name: str) -> tuple[int, ...]:
+    """A backward call's x or w shape as a tuple of ints; ValueError naming `name` for
+    anything else (None, a number, floats)."""
+    try:
+        sizes = tuple(as_int(v) for v in value)
+    except TypeError:
+        raise ValueError(f"{name} must be a shape (a sequence of ints), got {value!r}") from None
+    if any(v is None for v in sizes):
+        raise ValueError(f"{name} must hold ints, got {tuple(value)}")
+    return sizes  # type: ignore[return-value]
 
 
 # Remembered: building and validating a ConvProblem was the largest share of a cached
@@ -171,8 +193,8 @@ def _call_key(a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: st
     try:
         kind_a, kind_b = type(a), type(b)
         return (direction, kind_a, a.shape, a.dtype, _placer(kind_a)(a), kind_b, b.shape,
-                b.dtype, _placer(kind_b)(b), given_shape, stride, type(stride), padding,
-                type(padding), dilation, type(dilation), groups, type(groups), device, math,
+                b.dtype, _placer(kind_b)(b), given_shape, stride, _kind(stride), padding,
+                _kind(padding), dilation, _kind(dilation), groups, type(groups), device, math,
                 workspace_limit, type(workspace_limit), algorithm)
     except (AttributeError, ValueError):
         return None
@@ -187,19 +209,24 @@ def execute(
     """Run `direction` on (a, b): (the plan, the result, its milliseconds when `timed`);
     `given_shape` is the x (backward_data) or w (backward_filter) shape the operands do
     not show."""
-    found = service(db)
     key = _call_key(a, b, given_shape, direction, geometry, device, workspace_limit,
                     algorithm, math)
-    try:
-        chosen = None if key is None else found.call_plan(key)
-    except TypeError:  # unhashable: nothing to keep the plan under
-        key, chosen = None, None
+    # None until this process opened db's store: no call can be kept there yet, and a call
+    # its checks refuse must not create the database.
+    found = opened_service(db)
+    chosen = None
+    if key is not None and found is not None:
+        try:
+            chosen = found.call_plan(key)
+        except TypeError:  # unhashable: nothing to keep the plan under
+            key = None
     if chosen is None:
-        token = found.answers.token()
-        chosen = _checked_plan(found, a, b, given_shape, direction, geometry, device,
-                               workspace_limit, algorithm, math, check_finite)
+        found, token, chosen = _checked_plan(db, a, b, given_shape, direction, geometry,
+                                             device, workspace_limit, algorithm, math,
+                                             check_finite, out)
         if key is not None:
-            found.remember_call(key, token, chosen)
+            with contextlib.suppress(TypeError):  # unhashable, as above
+                found.remember_call(key, token, chosen)
     elif check_finite:
         _refuse_nonfinite(a, b, direction)
     out = chosen.output(a, out)
@@ -222,13 +249,14 @@ def _refuse_nonfinite(a: Any, b: Any, direction: str) -> None:
 
 
 def _checked_plan(
-    found: Service, a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
+    db: str | None, a: Any, b: Any, given_shape: tuple[int, ...] | None, direction: str,
     geometry: tuple[Any, ...], device: str | None, workspace_limit: int | None,
-    algorithm: str | None, math: str, check_finite: bool,
-) -> Plan:
-    """The plan for a call seen first: its operands checked (place, dtype, finiteness when
-    asked), then its problem planned (tuned first if new, unless the caller's stream is
-    capturing a CUDA graph)."""
+    algorithm: str | None, math: str, check_finite: bool, out: Any = None,
+) -> tuple[Service, int, Plan]:
+    """The plan for a call seen first: its operands and `out` checked (place, dtype, shape,
+    finiteness when asked), then its problem planned (tuned first if new, unless the
+    caller's stream is capturing a CUDA graph). With db's Service and its answer token
+    from before the planning (Service.remember_call)."""
     names = _names(direction)
     lives_on = _where(a)
     if _where(b) != lives_on:
@@ -253,8 +281,44 @@ def _checked_plan(
     except TypeError:  # a list stride or padding: nothing to remember it by
         problem = problem_for(*shapes, **dict(zip(GEOMETRY, geometry, strict=True)),
                               dtype=dtype, math=math, direction=direction)
-    return found.plan(problem, device, workspace_limit, algorithm=algorithm,
-                      measure=not _capturing(a, device))
+    # Before planning, which may tune and store: a call refused after would have stored.
+    _check_shapes(problem, (a, b), names)
+    if out is not None:
+        _check_out(out, (a, b), names, problem.operand_shapes[2], dtype, lives_on)
+    found = service(db)
+    token = found.answers.token()
+    return found, token, found.plan(problem, device, workspace_limit, algorithm=algorithm,
+                                    measure=not _capturing(a, device))
+
+
+def _check_shapes(problem: ConvProblem, operands: tuple[Any, Any],
+                  names: tuple[str, str]) -> None:
+    """ValueError unless each operand has the shape `problem` gives it (a backward call's
+    dy against the x or w shape it was given)."""
+    for name, array, shape in zip(names, operands, problem.operand_shapes, strict=False):
+        if tuple(array.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(array.shape)}; this call needs {shape}")
+
+
+def _check_out(out: Any, operands: tuple[Any, Any], names: tuple[str, str],
+               shape: tuple[int, ...], dtype: str, lives_on: str) -> None:
+    """ValueError naming what is wrong with a caller's `out`: not an array we write in
+    place, its place, dtype, shape or layout, or memory it shares with an operand."""
+    flags = None if is_torch(out) else getattr(out, "flags", None)
+    if (flags is None and not is_torch(out)) or not hasattr(out, "dtype"):
+        raise ValueError(f"out must be a NumPy, CuPy or torch array, got {type(out).__name__}")
+    if _where(out) != lives_on:
+        raise ValueError(f"out is on {_where(out)} but {names[0]} is on {lives_on}")
+    if dtype_name(out) != dtype:
+        raise ValueError(f"out is {dtype_name(out)}; this call needs {dtype}")
+    if tuple(out.shape) != shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}; this call needs {shape}")
+    if not (out.is_contiguous() if flags is None else flags.c_contiguous):
+        raise ValueError("out must be C-contiguous")
+    for name, operand in zip(names, operands, strict=True):
+        if overlaps(out, operand):
+            raise ValueError(f"out overlaps {name} in memory; pass an out that shares no "
+                             f"memory with the operands")
 
 
 def _capturing(array: Any, device: str) -> bool:

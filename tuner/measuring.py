@@ -25,7 +25,8 @@ import logging
 import statistics
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -181,13 +182,15 @@ class Measurer:
             return Measured([])
         runtime = self.runtime
         # The operands of the problem's direction: (x, w) -> y, (dy, w) -> dx, (x, dy) -> dw.
-        operands = random_operands(runtime, problem, self.rng)
+        with _fits_in_memory(problem):
+            operands = random_operands(runtime, problem, self.rng)
         rows: list[MeasurementRow] = []
         with runtime.activate():  # run() enqueues on the current device's stream
             # Kernels built before the first run, several at once, rather than one by one
             # inside each candidate's first run.
             runtime.prepare(problem, [(cand.algorithm, cand.config) for cand in candidates])
-            ref = runtime.reference(operands[0], operands[1], problem)
+            with _fits_in_memory(problem):
+                ref = runtime.reference(operands[0], operands[1], problem)
             with timed_region():
                 runtime.warm_up()
             for cand in candidates:
@@ -320,6 +323,18 @@ class Measurer:
             return Measured(rows)
         return Measured([r for i, r in enumerate(rows) if i != culprit] + [rows[culprit]],
                         self.runtime.fault())
+
+
+@contextmanager
+def _fits_in_memory(problem: ConvProblem) -> Iterator[None]:
+    """A MemoryError (NumPy's, CuPy's) as a one-line ValueError: a valid problem may still
+    be too large here for its operands or float64 reference, bad input, not a crash."""
+    try:
+        yield
+    except MemoryError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
+        raise ValueError(f"{problem.describe()} does not fit in this machine's memory for "
+                         f"tuning: {reason}") from None
 
 
 def candidate_run(runtime: Runtime, problem: ConvProblem, cand: Candidate,

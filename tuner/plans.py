@@ -32,7 +32,7 @@ from typing import Any
 
 from algorithms.base import Algorithm
 from algorithms.problem import ConvProblem
-from algorithms.runtime import Runtime, is_torch, is_torch_type
+from algorithms.runtime import Runtime, is_torch, is_torch_type, overlaps
 from tuner.results import AlgorithmResult
 
 #: Set to "0", plans made afterwards take every call the checked way (for comparisons).
@@ -167,9 +167,12 @@ class Plan:
                 self._watch = None
 
     def _adopt(self, array: Any, what: str, shape: tuple[int, ...]) -> Any:
-        adopted = self._runtime.adopt(untracked(array))
+        # Not an array at all (None, a list): the host runtime's np.asarray would take it and
+        # the message name its shape () or its dtype float64, not what the caller passed.
+        adopted = self._runtime.adopt(untracked(array)) if hasattr(array, "dtype") else None
         if adopted is None:
-            raise ValueError(f"{what} must be an array on {self.device}")
+            raise ValueError(f"{what} must be an array on {self.device}, got "
+                             f"{type(array).__name__}")
         if tuple(adopted.shape) != shape:
             raise ValueError(f"{what} has shape {tuple(adopted.shape)}; this plan needs {shape}")
         held = dtype_name(adopted)
@@ -228,6 +231,10 @@ class Plan:
             ya = self._adopt(out, "out", out_shape)
             if not ya.flags.c_contiguous:
                 raise ValueError("out must be C-contiguous")
+            for name, operand in ((a_name, xa), (b_name, wa)):
+                if overlaps(ya, operand):
+                    raise ValueError(f"out overlaps {name} in memory; pass an out that shares "
+                                     f"no memory with the operands")
         with runtime.caller_stream(x):
             watch = self._watch  # as above
             lane = None if watch is None else runtime.lane()

@@ -27,7 +27,7 @@ from algorithms.registry import (
 )
 from db import jobs as stored_jobs
 from db import reports
-from db.engine import Store, StoreUnusable, default_url, open_store
+from db.engine import Store, StoreUnusable, default_url, open_store, opened_store
 from db.rows import MeasurementRow  # the fields of each listed result (api.schemas)
 from tuner import bundles
 from tuner import results as R
@@ -337,6 +337,15 @@ def describe_url(url: str) -> str:
 
 _SERVICES: dict[str, Service] = {}
 _LOCK = threading.Lock()
+
+
+def opened_service(db: str | None = None) -> Service | None:
+    """The Service of `db` if this process opened its store already, else None (nothing is
+    opened or created)."""
+    url = db or default_url()
+    store = opened_store(url)
+    found = None if store is None else _SERVICES.get(url)
+    return found if found is not None and found.store is store else None
 
 
 def service(db: str | None = None) -> Service:

@@ -28,7 +28,7 @@ from tuner.candidates import (
 )
 from tuner.claims import Claimer, ClaimPolicy, new_owner
 from tuner.devices import DeviceIdentity, backend_of, get_runtime, identify
-from tuner.env import env_number
+from tuner.env import env_number, timing_policy
 from tuner.errors import DeviceFault, NotInDatabase
 from tuner.lookup import fallback_order
 from tuner.measuring import Measurer
@@ -118,7 +118,7 @@ class Tuner:
     @property
     def policy(self) -> TimingPolicy:
         """How candidates are timed: the one given, else from the environment."""
-        return self._policy or TimingPolicy.from_env()
+        return self._policy or timing_policy()
 
     @property
     def fast_k(self) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from algorithms.runtime import is_torch
+from algorithms.runtime import is_torch, out_overlaps
 
 #: torch dtypes a CUDA tensor is viewed as without a copy (bfloat16 as its uint16 bits).
 _VIEW_DTYPES = {"float32": "float32", "float16": "float16", "float64": "float64",
@@ -122,7 +122,10 @@ class TorchBridge:
                 or x.get_device() != index or w.get_device() != index
                 or out.get_device() != index):
             return None
-        return self._current_raw_stream(), x.data_ptr(), w.data_ptr(), out.data_ptr()
+        x_at, w_at, out_at = x.data_ptr(), w.data_ptr(), out.data_ptr()
+        if out_overlaps(out_at, out.nbytes, x_at, x.nbytes, w_at, w.nbytes):
+            return None  # the checked path names the overlap
+        return self._current_raw_stream(), x_at, w_at, out_at
 
     def _current_raw_stream(self) -> int:
         """torch's current stream on this GPU, as its raw handle."""

@@ -26,7 +26,7 @@ from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.cuda.event_timing import EventTiming
 from algorithms.problem import ConvProblem
 from algorithms.reference_gemm import errors, reference_gemm
-from algorithms.runtime import Prepared, is_torch
+from algorithms.runtime import Prepared, is_torch, out_overlaps
 
 _DLPACK_CUDA = 2  # kDLCUDA in DLPack's device-type enum
 
@@ -198,8 +198,9 @@ class CudaRuntime(EventTiming):
                     and self._cupy_ready(w, shapes[1], storage)
                     and self._cupy_ready(out, shapes[2], storage)):
                 return None
-            if self._get_device() != self.index:
-                return None
+            if self._get_device() != self.index or out_overlaps(
+                    out.data.ptr, out.nbytes, x.data.ptr, x.nbytes, w.data.ptr, w.nbytes):
+                return None  # the checked path names the overlap
             stream = int(self._current_stream().ptr)
             # Inline as below: a call to lane_of on every plan call for the one rare handle.
             return (stream if stream != PER_THREAD_STREAM else lane_of(stream)), x, w, out

@@ -80,7 +80,7 @@ def _bad_cases() -> list[tuple[str, dict[str, Any], int, str]]:
         ("empty x", {"x": npy(x[:0])}, 422, "n must be positive"),
         ("filter too big", {"w": npy(np.zeros((6, 4, 9, 9), np.float32))}, 422, "empty output"),
         ("bad padding", {"padding": "one"}, 422, "padding must be an int"),
-        ("negative padding", {"padding": "-1"}, 422, "pad must be non-negative"),
+        ("negative padding", {"padding": "-1"}, 422, "padding must be non-negative"),
         ("bad stride", {"stride": "1,2,3"}, 422, "stride must be an int"),
         ("zero stride", {"stride": "0"}, 422, "stride must be at least 1"),
         ("zero dilation", {"dilation": "1x0"}, 422, "dilation must be at least 1"),

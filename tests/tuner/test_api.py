@@ -160,10 +160,10 @@ def test_a_given_shape_that_is_not_whole_numbers_is_refused(
     # 1.5 to 1, so a caller's typo ran (and tuned and stored) another problem than asked.
     w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
     dy = rng.standard_normal((1, 3, 3, 3)).astype(np.float32)
-    with pytest.raises(ValueError, match=r"x's shape must hold ints, got \(1.5, 2, 5, 5\)"):
+    with pytest.raises(ValueError, match=r"x_shape must hold ints, got \(1.5, 2, 5, 5\)"):
         convolve_backward_data(dy, w, (1.5, 2, 5, 5), device="cpu")  # type: ignore[arg-type]
     x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
-    with pytest.raises(ValueError, match="w's shape must hold ints"):
+    with pytest.raises(ValueError, match="w_shape must hold ints"):
         convolve_backward_filter(x, dy, (3, 2, 3.0, 3), device="cpu")  # type: ignore[arg-type]
     assert stored_rows(db_url) == 0
 
