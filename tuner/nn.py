@@ -26,10 +26,11 @@ import torch
 import torch.nn.functional as F
 import torch.nn.grad
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
+from torch.autograd import forward_ad
 
 from tuner.api import convolve, convolve_backward_data, convolve_backward_filter
 from tuner.calls import execute
+from tuner.candidates import validate_workspace_limit
 from tuner.errors import NoUsableAlgorithm
 
 
@@ -43,11 +44,21 @@ def _convolve(
     groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """The forward convolution itself (the body of `conv2d`)."""
-    # Tuples: lists would leave the call nothing to keep its plan under (tuner.calls).
-    return convolve(  # type: ignore[no-any-return]
-        x, w, tuple(stride), tuple(padding), tuple(dilation), groups, None,
-        _limit(workspace_limit), None, db, math,
-    )
+    try:
+        # Tuples: lists would leave the call nothing to keep its plan under (tuner.calls).
+        return convolve(  # type: ignore[no-any-return]
+            x, w, tuple(stride), tuple(padding), tuple(dilation), groups, None,
+            _limit(workspace_limit), None, db, math,
+        )
+    except NoUsableAlgorithm:  # none of ours serves it (say float16 under a limit of 0)
+        return _fallback(x, w, stride, padding, dilation, groups)
+
+
+def _fallback(x: Tensor, w: Tensor, stride: Sequence[int], padding: Sequence[int],
+              dilation: Sequence[int], groups: int) -> Tensor:
+    """PyTorch's own convolution, where no algorithm of ours serves the problem: a model
+    keeps working, as its gradients do through torch.nn.grad (`_gradients`)."""
+    return F.conv2d(x, w, None, tuple(stride), tuple(padding), tuple(dilation), groups)
 
 
 def _backward_data(
@@ -189,26 +200,52 @@ class _EagerConv2d(torch.autograd.Function):
         _save(ctx, (x, w, *geometry), y)
         return y
 
-    # Our gradients are not differentiable themselves: asked for a second derivative
-    # (create_graph=True), this raises instead of silently dropping it, as the operator does.
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        """The operator's formula through the bodies of the backward operators."""
+        """The operator's formula through the bodies of the backward operators; asked for a
+        graph of the gradients (create_graph=True: a gradient penalty, a Hessian-vector
+        product), PyTorch's differentiable gradient functions instead, as ours are not.
+
+        Why: with once_differentiable the second derivative was refused for x but silently
+        dropped for the weight (review of 2026-11-30)."""
+        if torch.is_grad_enabled():
+            return (*_gradients(ctx, grad, _torch_data, _torch_filter), None)
         return (*_gradients(ctx, grad, _backward_data, _backward_filter), None)
+
+
+def _torch_data(grad: Tensor, w: Tensor, x_shape: list[int], stride: Sequence[int],
+                padding: Sequence[int], dilation: Sequence[int], groups: int,
+                *_rest: Any) -> Tensor:
+    """dx by PyTorch (`_backward_data`'s arguments), differentiable in w and grad."""
+    return torch.nn.grad.conv2d_input(x_shape, w, grad, stride, padding, dilation, groups)
+
+
+def _torch_filter(x: Tensor, grad: Tensor, w_shape: list[int], stride: Sequence[int],
+                  padding: Sequence[int], dilation: Sequence[int], groups: int,
+                  *_rest: Any) -> Tensor:
+    """dw by PyTorch (`_backward_filter`'s arguments), differentiable in x and grad."""
+    return torch.nn.grad.conv2d_weight(x, w_shape, grad, stride, padding, dilation, groups)
 
 
 _PLAIN = (Tensor, nn.Parameter)
 
 
 def _traced(x: Tensor, w: Tensor) -> bool:
-    """Whether this call is being traced or transformed (torch.compile, export, jit,
-    functorch) or sees tensors without data (tensor subclasses such as FakeTensor or
-    DTensor, the meta device): then it must go through the operator, which such machinery
-    knows (its fake shape function, its schema)."""
+    """Whether this call is being traced (torch.compile, export, jit) or sees tensors
+    without data (tensor subclasses such as FakeTensor or DTensor, the meta device): then it
+    must go through the operator, which such machinery knows (its fake shape function, its
+    schema)."""
     return (torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or type(x) not in _PLAIN or type(w) not in _PLAIN or x.is_meta
-            or torch._C._are_functorch_transforms_active())
+            or type(x) not in _PLAIN or type(w) not in _PLAIN or x.is_meta)
+
+
+def _pairs(module: nn.Conv2d) -> None:
+    """A one-element stride, padding or dilation as the pair it stands for: nn.Conv2d keeps
+    (1,) as given and F.conv2d repeats it (convtune's calls take ints or pairs)."""
+    for name in ("stride", "padding", "dilation"):
+        value = getattr(module, name)
+        if isinstance(value, tuple) and len(value) == 1:
+            setattr(module, name, value * 2)
 
 
 def _math(x: Tensor) -> str:
@@ -227,7 +264,12 @@ class Conv2d(nn.Conv2d):
     def __init__(self, *args: Any, workspace_limit: int | None = None, db: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.workspace_limit = workspace_limit
+        self._use(workspace_limit, db)
+
+    def _use(self, workspace_limit: int | None, db: str | None) -> None:
+        """Set what this module adds to nn.Conv2d, checked (also for a converted one)."""
+        _pairs(self)
+        self.workspace_limit = validate_workspace_limit(workspace_limit)
         self.db = db
 
     def _padded(self, x: Tensor) -> tuple[Tensor, tuple[int, ...]]:
@@ -250,8 +292,21 @@ class Conv2d(nn.Conv2d):
         """Convolution (and bias) through convtune, and so are the gradients."""
         if input.dim() == 3:  # unbatched (c, h, w), which nn.Conv2d takes too
             return self.forward(input.unsqueeze(0)).squeeze(0)
+        w, bias = self.weight, self.bias
+        kind = input.device.type  # autocast knows no meta device: it raises for one
+        if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
+            # As autocast runs F.conv2d: in its lower precision (float16 or bfloat16).
+            dtype = torch.get_autocast_dtype(kind)
+            input, w = input.to(dtype), w.to(dtype)
+            bias = None if bias is None else bias.to(dtype)
+        if (input.shape[0] == 0 or torch._C._are_functorch_transforms_active()
+                or forward_ad._current_level >= 0):
+            # Nothing to tune in an empty batch; torch.func's transforms (vmap, grad, jvp) and
+            # forward-mode AD's dual tensors need an operator they can transform or carry
+            # tangents through, which ours is not: PyTorch's own (a dual level's Python
+            # global is read here, as asking each input for a tangent costs more).
+            return self._conv_forward(input, w, bias)
         x, padding = self._padded(input)
-        w = self.weight
         math = _math(x)
         traced = _traced(x, w)
         if traced or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
@@ -264,10 +319,17 @@ class Conv2d(nn.Conv2d):
             else:
                 y = _EagerConv2d.apply(x, w, geometry)
         else:  # inference: no graph to record, so straight to the kept call (tuner.calls)
-            y = execute(x, w, None, "forward", (self.stride, padding, self.dilation, self.groups),
-                        None, self.workspace_limit, None, self.db, math, None, False)[1]
-        if self.bias is not None:
-            y = y + self.bias.view(1, -1, 1, 1)
+            try:
+                y = execute(x, w, None, "forward",
+                            (self.stride, padding, self.dilation, self.groups), None,
+                            self.workspace_limit, None, self.db, math, None, False)[1]
+            except NoUsableAlgorithm:
+                y = _fallback(x, w, self.stride, padding, self.dilation, self.groups)
+        if bias is not None:
+            y = y + bias.view(1, -1, 1, 1)
+        if not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):
+            # nn.Conv2d answers channels_last with channels_last; ours compute NCHW.
+            y = y.contiguous(memory_format=torch.channels_last)
         return y
 
 
@@ -275,32 +337,25 @@ M = TypeVar("M", bound=nn.Module)
 
 
 def convert(model: M, *, workspace_limit: int | None = None, db: str | None = None) -> M:
-    """Swap every nn.Conv2d of `model` for a convtune Conv2d, in place; returns the model.
+    """Make every plain nn.Conv2d of `model` (itself included) a convtune Conv2d, in place;
+    returns the model.
 
-    The new modules reuse the old parameter objects, so optimizers and state_dicts carry
-    over unchanged. A model that is itself an nn.Conv2d comes back converted.
+    Each module stays the same object with the same parameters, buffers, hooks and
+    state_dict (optimizers stay valid; hook-based weight_norm and pruning go on working):
+    only its class changes. Subclasses of nn.Conv2d (LazyConv2d, QAT or parametrized
+    convolutions, a user's own forward) are left as they are: their forward is not
+    nn.Conv2d's.
     """
-    if isinstance(model, nn.Conv2d) and not isinstance(model, Conv2d):
-        return cast(M, _converted(model, workspace_limit, db))
-    for name, child in model.named_children():
-        if isinstance(child, nn.Conv2d) and not isinstance(child, Conv2d):
-            setattr(model, name, _converted(child, workspace_limit, db))
-        else:
-            convert(child, workspace_limit=workspace_limit, db=db)
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"convert takes a torch.nn.Module, got {type(model).__name__}")
+    limit = validate_workspace_limit(workspace_limit)
+    for module in model.modules():
+        if type(module) is nn.Conv2d:
+            # Why not a new module with the old parameters: that dropped hooks and buffers,
+            # and failed on a weight that a hook computes (a review of 2026-11-30).
+            module.__class__ = Conv2d
+            cast(Conv2d, module)._use(limit, db)
     return model
-
-
-def _converted(conv: nn.Conv2d, workspace_limit: int | None, db: str | None) -> Conv2d:
-    new = Conv2d(
-        conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
-        padding=conv.padding, dilation=conv.dilation, groups=conv.groups,
-        bias=conv.bias is not None, padding_mode=conv.padding_mode, device="meta",
-        workspace_limit=workspace_limit, db=db,
-    )
-    new.weight = conv.weight  # the same Parameter objects, not copies
-    new.bias = conv.bias
-    new.train(conv.training)
-    return new
 
 
 __all__ = ["Conv2d", "conv2d", "conv2d_backward_data", "conv2d_backward_filter", "convert"]

@@ -153,17 +153,6 @@ def test_tensors_without_data_go_through_the_operator_s_shape_function(db_url: s
     assert tuple(on_meta(torch.empty(2, 4, 9, 8, device="meta")).shape) == (2, 6, 5, 4)
 
 
-def test_a_second_derivative_is_refused_not_dropped(db_url: str) -> None:
-    # Bug pinned: the eager autograd.Function's gradients came back without a graph under
-    # create_graph=True, so a gradient penalty silently lost its convolution terms.
-    conv = Conv2d(2, 3, 3, db=db_url).double()
-    x = torch.randn(1, 2, 5, 5, dtype=torch.float64, requires_grad=True)
-    (dx,) = torch.autograd.grad(conv(x).square().sum(), x, create_graph=True)
-    assert dx.requires_grad
-    with pytest.raises(RuntimeError, match="differentiate twice"):
-        dx.sum().backward()
-
-
 def test_inference_mode_runs_the_plan(db_url: str) -> None:
     reference = nn.Conv2d(2, 3, 3, padding=1).double()
     ours = convert(nn.Conv2d(2, 3, 3, padding=1).double(), db=db_url)
