@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import SQLAlchemyError
@@ -18,7 +22,7 @@ from api.deps import read_tokens, token_refusal, write_tokens
 from api.jobs import JobManager
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import algorithms, bundles, convolve, devices, find, health, jobs, results
-from api.settings import Settings
+from api.settings import Settings, check_config
 from tuner.errors import ClaimTimeout, DeviceFault, NotInDatabase, NoUsableAlgorithm
 from tuner.service import StoreUnusable
 from tuner.version import TUNER_VERSION
@@ -141,8 +145,26 @@ async def _send_json(send: Send, code: int, detail: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def json_safe(value: Any) -> Any:
+    """`value` with every non-finite float (NaN, Infinity) spelled out as a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     """The library's errors become 4xx with its message; anything else a JSON 500."""
+
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler, except that the inputs it echoes are made JSON-safe: Python's
+        # JSON parser reads NaN, Infinity and 1e400 (as inf), and echoing one failed to
+        # render, which left a 422 "Out of range float values" that named no field.
+        return JSONResponse({"detail": json_safe(jsonable_encoder(exc.errors()))},
+                            status.HTTP_422_UNPROCESSABLE_CONTENT)
 
     async def bad_input(_request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status.HTTP_422_UNPROCESSABLE_CONTENT)
@@ -185,6 +207,8 @@ def _install_error_handlers(app: FastAPI) -> None:
             status.HTTP_500_INTERNAL_SERVER_ERROR,
         )
 
+    # Starlette types every handler as taking any Exception; this one is only given its own.
+    app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(ValueError, bad_input)
     app.add_exception_handler(NotInDatabase, not_stored)
     app.add_exception_handler(NoUsableAlgorithm, none_usable)
@@ -199,6 +223,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service: settings (default: from the environment), routers, middleware."""
     settings = settings or Settings.from_env()
+    # An unusable configuration is refused here, in one line naming the setting (`convtune
+    # serve` prints it and exits), not reported to every client as its own mistake.
+    check_config(settings)
     metrics = Metrics()
     job_manager = JobManager(
         db_url=settings.db_url, metrics=metrics, workers=settings.job_workers,

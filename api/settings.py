@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from tuner.env import env_number
-from tuner.service import default_url
+from tuner.devices import parse_device
+from tuner.env import env_number, timing_policy
+from tuner.measuring import RacePolicy
+from tuner.service import check_url, default_url
 from tuner.signing import fleet_key
 
 MIB = 1024 * 1024
@@ -66,3 +68,33 @@ class Settings:
             job_workers=max(1, _int("CONVTUNE_JOB_WORKERS", base.job_workers)),
             jobs_kept=_int("CONVTUNE_JOBS_KEPT", base.jobs_kept),
         )
+
+
+def check_config(settings: Settings) -> None:
+    """ValueError, one line naming the setting, for a configuration the server cannot run."""
+    # Each of these was first read inside a request, where the ValueError it raised became
+    # a 422: the client was told its input was wrong when the server was misconfigured.
+    _check_db_url(settings.db_url or default_url())
+    if settings.device is not None:
+        try:
+            parse_device(settings.device)
+        except ValueError as exc:
+            raise ValueError(f"$CONVTUNE_DEVICE: {exc}") from None
+    timing_policy()  # its messages name the variable
+    try:
+        RacePolicy.from_env()
+    except ValueError as exc:
+        text = str(exc)
+        if "$CONVTUNE_" not in text:  # a bound of the policy itself, worded by field name
+            text = f"$CONVTUNE_RACE_* variables: {text}"
+        raise ValueError(text) from None
+
+
+def _check_db_url(url: str) -> None:
+    """ValueError unless `url` parses and names a backend db.engine can open; nothing is
+    opened, created or read here: a store broken at its location stays a 503 of the
+    requests that use it, not a server that will not start."""
+    try:
+        check_url(url)
+    except ValueError as exc:
+        raise ValueError(f"$CONVTUNE_DB_URL: {exc}") from None

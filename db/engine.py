@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sqlite3
 import sys
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     ArgumentError,
     IntegrityError,
@@ -181,6 +182,10 @@ class StoreUnusable(RuntimeError):
     """The database at a URL cannot be used: another application's, or not a database."""
 
 
+#: SQLite's primary result codes that mean the file is not (or no longer) a database.
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
 def _check_sqlite_file(path: Path) -> None:
     """Refuse, before anything is written, a file that is not an SQLite database or is
     another application's (tables, but none of ours): opening it would add our tables and
@@ -195,18 +200,41 @@ def _check_sqlite_file(path: Path) -> None:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        raise StoreUnusable(f"{path} is not a usable SQLite database: {exc}") from None
+        # Only "not a database" and "malformed" say anything of the file itself. A full
+        # disk, a read-only volume or missing permissions were reported the same way, and
+        # a user told the store is unusable may delete hours of measurements.
+        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF  # of an extended code
+        if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            raise StoreUnusable(f"{path} is not a usable SQLite database: {exc}") from None
+        raise StoreUnusable(f"cannot open the SQLite database {path}: {exc} (the file itself "
+                            "may be fine: check free disk space and permissions)") from None
     if tables and Meta.__tablename__ not in tables:
         shown = ", ".join(sorted(tables)[:5])
         raise StoreUnusable(f"{path} is another application's database (tables: {shown}); "
                             "convtune will not modify it")
 
 
-def _create_engine(url: str) -> Engine:
+def check_url(url: str) -> URL:
+    """`url` parsed, if it names a backend we can load; else ValueError, one line (nothing
+    is opened or created: a server checks its URL at start)."""
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ValueError(f"invalid database URL {url!r}: {exc}") from None
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        raise ValueError(f"invalid database URL {_masked(url)!r}: {exc}") from None
+    try:
+        parsed.get_dialect().import_dbapi()  # the driver too: a missing one is unsupported
+    except (NoSuchModuleError, ImportError) as exc:
+        raise ValueError(f"unsupported database URL {_masked(url)!r}: {exc}") from None
+    return parsed
+
+
+def _masked(url: str) -> str:
+    """`url` with any password hidden, by its shape (also where the URL does not parse)."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def _create_engine(url: str) -> Engine:
+    parsed = check_url(url)
     kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
@@ -217,10 +245,7 @@ def _create_engine(url: str) -> Engine:
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
     else:
         kwargs["pool_pre_ping"] = True
-    try:
-        engine = create_engine(parsed, **kwargs)
-    except (NoSuchModuleError, ImportError) as exc:
-        raise ValueError(f"unsupported database URL {url!r}: {exc}") from None
+    engine = create_engine(parsed, **kwargs)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -240,6 +265,13 @@ def _upgrade_with_retry(engine: Engine, attempts: int = 5) -> None:
                     conn.commit()
                 try:
                     with conn.begin():
+                        if sqlite:
+                            # Python's sqlite3 begins a transaction only before an INSERT,
+                            # UPDATE or DELETE: the CREATE and ALTER of a migration ran in
+                            # autocommit, so an upgrade killed or failing midway left a store
+                            # every later open refused ("duplicate column name"). Begun here,
+                            # the whole upgrade commits or rolls back as one.
+                            conn.exec_driver_sql("BEGIN")
                         upgrade(conn)
                 finally:
                     if sqlite:

@@ -88,6 +88,9 @@ def _add_jobs(conn: Connection) -> None:
 
 #: MIGRATIONS[v] upgrades a version-v database to version v + 1, in one transaction.
 #: Steps only add (tables, columns with defaults, keys that widen): stored names are forever.
+#: _add_claims, _add_math and _add_jobs build their tables from today's models, so a later
+#: step that adds a column to claims, problems or jobs must skip it where it exists already
+#: (an old store gets today's table at the early step).
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     1: _add_claims, 2: _add_generation, 3: _add_math, 4: _add_recorded_at,
     5: _add_jobs,
@@ -103,7 +106,20 @@ def stored_version(conn: Connection) -> int | None:
     if not inspect(conn).has_table(Meta.__tablename__):
         return None
     value = conn.execute(select(Meta.value).where(Meta.key == "schema_version")).scalar()
-    return int(value) if value is not None else None
+    if value is None:
+        return None
+    text_value = str(value)
+    # ASCII digits only: int() also takes "+6", " 6", "6_0" and other scripts' digits, none
+    # of which this code ever writes.
+    if text_value.isascii() and text_value.isdigit():
+        return int(text_value)
+    # A bare int() error ("invalid literal for int() ... 'abc'") named neither the setting,
+    # nor the database, nor what it means; going on could only make things worse.
+    where = conn.engine.url.render_as_string(hide_password=True)
+    raise SchemaError(
+        f"convtune_meta.schema_version is {value!r} in {where}, not a schema version: "
+        "the database is corrupt or not a convtune store"
+    )
 
 
 def _set_meta(conn: Connection, key: str, value: str) -> None:

@@ -17,12 +17,14 @@ A bundle is JSON lines (UTF-8, one compact JSON object per line, keys sorted):
    truncated or edited file is detected.
 
 Reading validates the whole file before anything is written: a foreign or corrupt file,
-or an impossible value (an ok row without a positive finite time, a measured_at past this
-host's clock plus CLOCK_SKEW, a newer schema_version), raises BundleError with a one-line
-message naming the record and leaves the store untouched. Importing merges in one
-transaction (db.bundles.merge_records): re-importing is a no-op, a newer measurement of
-the same (device, problem, algorithm, config, impl_hash) replaces an older one, and an
-older one never replaces a newer one; "newer" is capped by the receiving store's clock.
+or an impossible value (an ok row without a positive finite time, a negative time or error,
+a number too large for a float, a config, impl_hash or tuner_version outside NAME_RE or
+VERSION_RE, a measured_at past this host's clock plus CLOCK_SKEW, a newer schema_version),
+raises BundleError with a one-line message naming the record and leaves the store
+untouched. Importing merges in one transaction (db.bundles.merge_records): re-importing is
+a no-op, a newer measurement of the same (device, problem, algorithm, config, impl_hash)
+replaces an older one, and an older one never replaces a newer one; "newer" is capped by
+the receiving store's clock.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeGuard
@@ -62,6 +65,16 @@ _OPTIONAL_FLOATS = ("time_ms", "spread_ms", "min_ms", "max_error", "rel_error")
 #: Times are finite wherever given; errors may be inf/NaN only on rows that are not ok
 #: (an infinite error is what makes a row wrong_result).
 _TIMES = ("time_ms", "spread_ms", "min_ms")
+#: Config names and implementation hashes are stored forever (and keyed on), so only a
+#: token a real one can be gets in: ASCII letters, digits and `_ . + = : , -`. The shipped
+#: algorithms' configs use [a-z0-9_=-] ("bn1024_bk64", "chunk=all-merged", "128x64x32-s3-f1");
+#: implementation hashes are 16 hex digits (algorithms.registry.hash_sources). No control
+#: character, whitespace, quote, slash or non-ASCII look-alike can pass.
+NAME_RE = re.compile(r"[A-Za-z0-9_.+=:,-]+")
+#: Tuner versions are PEP 440 version strings ("0.1.0", "1!2.0rc1.post3+g1a2b3c").
+VERSION_RE = re.compile(r"[A-Za-z0-9_.+!-]+")
+_TEXT_FIELDS = (("config", 128, NAME_RE), ("impl_hash", 64, NAME_RE),
+                ("tuner_version", 32, VERSION_RE))
 #: How far past this host's clock a measured_at may lie (clocks of a fleet drift a little).
 CLOCK_SKEW = timedelta(minutes=5)
 
@@ -122,6 +135,11 @@ def _json(text: str, number: int) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BundleError(f"bundle line {number} is not valid JSON ({exc.msg})") from None
+    except ValueError:
+        # Python refuses integers of more than sys.get_int_max_str_digits() digits with a
+        # plain ValueError (not a JSONDecodeError) whose text advises a setting: no bundle
+        # value is that long.
+        raise BundleError(f"bundle line {number} holds a number with too many digits") from None
     except RecursionError:  # a hostile line of deeply nested arrays: not a bundle record
         raise BundleError(f"bundle line {number} is nested too deeply") from None
     if not isinstance(value, dict):
@@ -133,9 +151,27 @@ def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _text_ok(value: Any, limit: int) -> bool:
-    """A non-empty string of at most `limit` characters that a database can store (no NUL)."""
-    return isinstance(value, str) and 0 < len(value) <= limit and "\x00" not in value
+def _shown(value: Any) -> str:
+    """`value` for a one-line message: its repr, cut short (a refused name may be huge)."""
+    if _is_int(value) and value.bit_length() > 64:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _number(value: Any, name: str, where: str) -> float | None:
+    """An optional float field as a float (None stays None); BundleError for anything else,
+    including an integer too large for a float (float() would raise OverflowError later)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BundleError(f"{where}: {name} must be a number or null, got {_shown(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise BundleError(
+            f"{where}: {name} ({_shown(value)}) is out of range for a float"
+        ) from None
 
 
 def _check_header(header: dict[str, Any]) -> None:
@@ -146,19 +182,19 @@ def _check_header(header: dict[str, Any]) -> None:
         )
     version = header.get("version")
     if not _is_int(version) or version < 1:
-        raise BundleError(f"bundle header has an invalid version {version!r}")
+        raise BundleError(f"bundle header has an invalid version {_shown(version)}")
     if version > VERSION:
         raise BundleError(
-            f"bundle format version {version} is newer than this convtune reads ({VERSION}); "
-            "upgrade convtune"
+            f"bundle format version {_shown(version)} is newer than this convtune reads "
+            f"({VERSION}); upgrade convtune"
         )
     schema = header.get("schema_version")
     if not _is_int(schema) or schema < 1:
-        raise BundleError(f"bundle header has an invalid schema_version {schema!r}")
+        raise BundleError(f"bundle header has an invalid schema_version {_shown(schema)}")
     if schema > SCHEMA_VERSION:
         raise BundleError(
-            f"bundle schema_version {schema} is newer than this convtune's ({SCHEMA_VERSION}); "
-            "upgrade convtune"
+            f"bundle schema_version {_shown(schema)} is newer than this convtune's "
+            f"({SCHEMA_VERSION}); upgrade convtune"
         )
 
 
@@ -180,12 +216,14 @@ def _device(record: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]:
                 "characters or holds a NUL"
             )
     if not 0 <= info["units"] <= INT32_MAX:
-        raise BundleError(f"bundle line {number}: device {fp} units {info['units']} out of range")
+        raise BundleError(
+            f"bundle line {number}: device {fp} units {_shown(info['units'])} out of range"
+        )
     memory = info.get("memory_bytes")
     if memory is not None and (not _is_int(memory) or not 0 <= memory <= INT64_MAX):
         raise BundleError(
             f"bundle line {number}: device {fp} memory_bytes must be a non-negative integer "
-            f"or null, got {memory!r}"
+            f"or null, got {_shown(memory)}"
         )
     if fingerprint_of(info) != fp:
         raise BundleError(f"bundle line {number}: device fingerprint {fp} does not match its info")
@@ -230,27 +268,39 @@ def _measurement(record: dict[str, Any], number: int) -> tuple[str, int, Measure
     status = record.get("status")
     if status not in STATUSES:
         raise BundleError(f"{where}: unknown status {status!r} (known: {', '.join(STATUSES)})")
-    for name, limit in (("config", 128), ("impl_hash", 64), ("tuner_version", 32)):
+    for name, limit, pattern in _TEXT_FIELDS:
         value = record.get(name)
-        if not _text_ok(value, limit):
-            raise BundleError(f"{where}: {name} {value!r} is invalid")
-    for name in _OPTIONAL_FLOATS:
-        value = record.get(name, "missing")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise BundleError(f"{where}: {name} must be a number or null, got {value!r}")
+        if not isinstance(value, str) or len(value) > limit or not pattern.fullmatch(value):
+            allowed = "_ . + = : , -" if pattern is NAME_RE else "_ . + ! -"
+            raise BundleError(
+                f"{where}: {name} {_shown(value)} is invalid (1 to {limit} ASCII letters, "
+                f"digits and {allowed})"
+            )
+    numbers = {
+        name: _number(record.get(name, "missing"), name, where) for name in _OPTIONAL_FLOATS
+    }
     for name, most in (("reps", INT32_MAX), ("workspace_bytes", INT64_MAX)):
         value = record.get(name)
         if not _is_int(value) or value < 0:
-            raise BundleError(f"{where}: {name} must be a non-negative integer, got {value!r}")
+            raise BundleError(
+                f"{where}: {name} must be a non-negative integer, got {_shown(value)}"
+            )
         if value > most:
-            raise BundleError(f"{where}: {name} {value} is out of range (at most {most})")
+            raise BundleError(
+                f"{where}: {name} ({_shown(value)}) is out of range (at most {most})"
+            )
     for name in _TIMES if status != "ok" else _OPTIONAL_FLOATS:
-        value = record[name]
+        value = numbers[name]
         if value is not None and not math.isfinite(value):
             raise BundleError(f"{where}: {name} {value!r} is not a finite number")
-    time_ms = record["time_ms"]
+    time_ms = numbers["time_ms"]
     if status == "ok" and (time_ms is None or time_ms <= 0):
         raise BundleError(f"{where}: an ok measurement needs a positive time, got {time_ms!r}")
+    # Times, spreads (an interquartile range) and errors (absolute values and norms) are
+    # never negative; NaN, which a wrong_result row may carry, is not below zero.
+    for name, value in numbers.items():
+        if value is not None and value < 0:
+            raise BundleError(f"{where}: {name} {value!r} is negative")
     error = record.get("error")
     if error is not None and (not isinstance(error, str) or "\x00" in error):
         raise BundleError(f"{where}: error must be a string (without NUL) or null")
@@ -276,9 +326,9 @@ def _measurement(record: dict[str, Any], number: int) -> tuple[str, int, Measure
         )
     row = MeasurementRow(
         algorithm=algorithm, config=record["config"], impl_hash=record["impl_hash"],
-        status=status, time_ms=time_ms, spread_ms=record["spread_ms"],
-        min_ms=record["min_ms"], reps=record["reps"], workspace_bytes=record["workspace_bytes"],
-        max_error=record["max_error"], rel_error=record["rel_error"], error=error,
+        status=status, time_ms=time_ms, spread_ms=numbers["spread_ms"],
+        min_ms=numbers["min_ms"], reps=record["reps"], workspace_bytes=record["workspace_bytes"],
+        max_error=numbers["max_error"], rel_error=numbers["rel_error"], error=error,
         measured_at=measured_at, tuner_version=record["tuner_version"],
     )
     return device, problem, row

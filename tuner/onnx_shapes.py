@@ -16,6 +16,10 @@ from typing import Any
 
 from algorithms.problem import ConvProblem
 
+#: How many skipped nodes' reasons the error for a model with nothing to tune names (the
+#: error is one line; a model of a hundred unusable Convs would make it unreadable).
+SKIPS_SHOWN = 3
+
 #: ONNX TensorProto element types we have problems for.
 _DTYPES = {1: "float32", 10: "float16", 11: "float64"}
 
@@ -160,6 +164,13 @@ def onnx_problems(path: str | Path, batch: int) -> tuple[list[tuple[str, ConvPro
             seen.add(conv.problem)
             problems.append((conv.name, conv.problem))
     if not problems:
-        detail = f" ({len(convs)} skipped)" if convs else ""
+        # The error is all the caller shows (its warnings are dropped), so it carries the
+        # reasons: "(1 skipped)" alone left the user to guess what was wrong with the model.
+        detail = ""
+        if convs:
+            reasons = [f"{c.name!r}: {' '.join(c.skipped.split())}" for c in convs]
+            shown = "; ".join(reasons[:SKIPS_SHOWN])
+            more = f"; {len(reasons) - SKIPS_SHOWN} more" if len(reasons) > SKIPS_SHOWN else ""
+            detail = f" ({len(convs)} skipped: {shown}{more})"
         raise ValueError(f"{path} has no 2-D Conv node convtune can tune{detail}")
     return problems, warnings

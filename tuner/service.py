@@ -27,7 +27,7 @@ from algorithms.registry import (
 )
 from db import jobs as stored_jobs
 from db import reports
-from db.engine import Store, StoreUnusable, default_url, open_store, opened_store
+from db.engine import Store, StoreUnusable, check_url, default_url, open_store, opened_store
 from db.rows import MeasurementRow  # the fields of each listed result (api.schemas)
 from tuner import bundles
 from tuner import results as R
@@ -302,6 +302,9 @@ class Service:
     def import_bundle(self, data: str | bytes) -> dict[str, int]:
         """Validate and merge a bundle; every cached answer is dropped afterwards."""
         counts = bundles.import_bundle(self.store, data)  # nothing written if it raises
+        # The merge does not say which store generation it produced, so the cache does not
+        # count it as its own: the next check drops everything once more (never a later
+        # write of another process taken for this one).
         self.answers.clear()
         return counts
 
@@ -325,7 +328,7 @@ class Service:
 MAX_PLANS = 256
 
 __all__ = ["MAX_PLANS", "MODES", "Answer", "MeasurementRow", "Service", "StoreUnusable",
-           "default_url", "describe_url", "service"]
+           "check_url", "default_url", "describe_url", "service"]
 
 def describe_url(url: str) -> str:
     """A database URL fit to print: the password masked."""

@@ -11,7 +11,7 @@ from fastapi import APIRouter, File, Form, HTTPException, Response, UploadFile, 
 
 from algorithms.problem import DTYPES, parse_pair
 from api.deps import RequireToken, ServiceDep, SettingsDep
-from api.routes.common import enforce_limits, request_device
+from api.routes.common import check_tensor_sizes, enforce_limits, request_device
 from api.schemas import (
     MAX_CHANNELS,
     MAX_DEVICE_LEN,
@@ -142,6 +142,13 @@ def convolve(
             f"x is {xa.dtype.name} but w is {wa.dtype.name}: upload the same dtype",
         )
     dev = request_device(facade, device, settings)
+    # load_npy bounds x and w; the output can still be over the limit, and far enough over
+    # for the library's own bound to refuse it with a 422 first.
+    plane = problem_for(
+        (1, 1, *xa.shape[2:]), (1, 1, *wa.shape[2:]), stride=strides, padding=pads,
+        dilation=dilations, dtype=xa.dtype.name,
+    )
+    check_tensor_sizes(xa.shape, wa.shape, plane, settings)
     problem = problem_for(
         xa.shape, wa.shape, stride=strides, padding=pads, dilation=dilations, groups=groups,
         dtype=xa.dtype.name,

@@ -10,7 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import MetricsDep, ServiceDep, SettingsDep, bearer, require_token
-from api.routes.common import enforce_limits, request_device
+from api.routes.common import enforce_limits, limited_problem, request_device
 from api.schemas import ErrorOut, FindRequest, FindResponse
 from tuner.errors import NotInDatabase
 
@@ -43,7 +43,9 @@ async def find(
     reads = body.mode in READ_MODES
     if not reads:
         await require_token(settings, credentials)
-    problem = body.problem.to_problem()
+    # Only a find that may measure has the size limits (a read allocates nothing); its
+    # tensors are checked before the library's own, larger bound can refuse them (422).
+    problem = body.problem.to_problem() if reads else limited_problem(body.problem, settings)
     device = request_device(facade, body.device, settings)
     if not reads:  # only a find that may measure allocates anything
         enforce_limits(facade, problem, device, body.workspace_limit, settings)

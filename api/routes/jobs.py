@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, status
 
 from api.deps import JobsDep, RequireToken, ServiceDep, SettingsDep
 from api.jobs import JobItem, JobQueueFull, JobsStopped
-from api.routes.common import enforce_limits, request_device
+from api.routes.common import enforce_limits, limited_problem, request_device
 from api.schemas import ErrorOut, JobOut, JobRequest
 from tuner.networks import network_problems
 
@@ -44,7 +44,8 @@ def create_job(
             for layer, problem in network_problems(body.network, batch, body.dtype, body.math):
                 items.append(JobItem(problem, layer=layer.name, batch=batch))
     else:
-        items = [JobItem(p.to_problem()) for p in body.problems or []]
+        # Sizes first: a tensor over the limit is a 413 however far over (see limited_problem).
+        items = [JobItem(limited_problem(p, settings)) for p in body.problems or []]
     if not items:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "problems must not be empty")
     if len(items) > settings.max_job_problems:

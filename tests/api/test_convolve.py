@@ -136,6 +136,29 @@ def test_tensor_over_limit_is_413(make_client: Any, db_url: str) -> None:
     assert stored_rows(db_url) == 0
 
 
+# Review finding 15 (2026-11-30): uploads under CONVTUNE_MAX_TENSOR_ELEMENTS whose output is
+# over 2**40 elements got the library's 422 ("more than 2**40 elements"), not the 413 of an
+# output only a little over the limit.
+def test_output_far_over_limit_is_413(client: TestClient, db_url: str) -> None:
+    x = np.zeros((2**15, 1, 1, 1), np.float16)
+    w = np.zeros((2**15, 1, 1, 1), np.float16)
+    response = convolve(client, x, w, padding=16, device="cpu")  # 2**30 x 33 x 33 outputs
+    assert response.status_code == 413, response.text
+    assert "the output tensor" in response.json()["detail"]
+    assert "CONVTUNE_MAX_TENSOR_ELEMENTS" in response.json()["detail"]
+    assert stored_rows(db_url) == 0
+
+
+# Review finding 15: the size check before the library's must keep the form's wording of
+# what else is wrong ("padding", not the library's "pad").
+def test_negative_padding_is_named_as_the_form_names_it(
+    client: TestClient, xw: tuple[np.ndarray, np.ndarray]
+) -> None:
+    response = convolve(client, *xw, padding=-1, groups=2, device="cpu")
+    assert response.status_code == 422
+    assert response.json()["detail"].startswith("padding must be non-negative")
+
+
 def test_output_over_limit_is_413(make_client: Any, db_url: str) -> None:
     # Small uploads, a huge padding: the output tensor is what is too large.
     client = make_client(max_tensor_elements=10_000)

@@ -183,6 +183,37 @@ def test_problem_over_tensor_limit_is_413(make_client: Any, db_url: str) -> None
     assert stored_rows(db_url) == 0
 
 
+# Review finding 15 (2026-11-30): a problem far over CONVTUNE_MAX_TENSOR_ELEMENTS got the
+# library's 422 ("more than 2**40 elements"), one a little over it the service's 413: the
+# library's check ran first. Input far over, and an output far over from small inputs.
+@pytest.mark.parametrize(
+    ("problem", "tensor"),
+    [
+        ({"n": 4096, "c": 4096, "h": 1024, "w": 1024, "k": 4, "r": 3, "s": 3}, "input"),
+        ({"n": 64, "c": 4096, "h": 1024, "w": 1024, "k": 4, "r": 3, "s": 3}, "input"),
+        ({"n": 4096, "c": 1, "h": 1, "w": 1, "k": 65536, "r": 1, "s": 1, "pad": 1024},
+         "output"),
+    ],
+)
+def test_problem_over_tensor_limit_is_413_however_far_over(
+    client: TestClient, db_url: str, problem: dict[str, Any], tensor: str
+) -> None:
+    response = find(client, problem=problem)
+    assert response.status_code == 413, response.text
+    assert f"the {tensor} tensor" in response.json()["detail"]
+    assert "CONVTUNE_MAX_TENSOR_ELEMENTS" in response.json()["detail"]
+    assert stored_rows(db_url) == 0
+
+
+# Review finding 15: checking sizes first must not hide what else is wrong with a problem
+# under the limit: the library's own message, as before.
+def test_problem_under_tensor_limit_keeps_the_librarys_422(client: TestClient) -> None:
+    response = find(client, problem={**TINY, "h": 2, "w": 2, "pad": 0})
+    assert response.status_code == 422 and "empty output" in response.json()["detail"]
+    response = find(client, problem={**TINY, "c": 3, "groups": 2})
+    assert response.status_code == 422 and "does not divide" in response.json()["detail"]
+
+
 def test_problem_over_flops_limit_is_413(make_client: Any, db_url: str) -> None:
     client = make_client(max_problem_flops=100)
     response = find(client)

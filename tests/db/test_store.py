@@ -97,3 +97,31 @@ def test_list_results_filters_and_pages(db_url: str) -> None:
 def test_bad_database_url_is_a_value_error(url: str) -> None:
     with pytest.raises(ValueError, match="database URL"):
         open_store(url)
+
+
+@pytest.mark.parametrize("value", ["abc", "", "+6", "6.0"])
+def test_corrupt_schema_version_names_the_setting(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Review finding 12: a store whose convtune_meta.schema_version was 'abc' gave
+    # "invalid literal for int() with base 10: 'abc'", naming neither the setting nor the
+    # database, nor saying that it is corrupt.
+    from tuner.cli import main
+
+    url = f"sqlite:///{tmp_path / 'odd.db'}"
+    open_store(url)
+    close_stores()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE convtune_meta SET value = :v WHERE key = 'schema_version'"), {"v": value}
+        )
+    engine.dispose()
+    with pytest.raises(SchemaError, match=r"convtune_meta\.schema_version is .* in sqlite:///"
+                       r".*odd\.db, not a schema version: the database is corrupt or not a "
+                       r"convtune store"):
+        open_store(url)
+    assert main(["results", "--db", url]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("convtune: error: convtune_meta.schema_version is ")
+    assert err.count("\n") == 1 and "corrupt or not a convtune store" in err

@@ -4,6 +4,9 @@ and the /v1/bundles route answers 400 (not 500) for bundles that cannot be store
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -13,7 +16,7 @@ from db.engine import open_store
 from tests.fleet.helpers import gpu, row, seed, stored
 from tests.fleet.test_bundle_validation import edited, set_field
 from tests.tuner.fakes import small_problem
-from tuner.bundles import export_bundle
+from tuner.bundles import export_bundle, read_bundle
 from tuner.cli import main
 from tuner.fleet import pull_bundle, push_bundle
 
@@ -23,6 +26,7 @@ from tuner.fleet import pull_bundle, push_bundle
 def test_invalid_server_url_is_one_line(
     command: str, server: str, db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    open_store(db_url)  # push only reads: a store that is not there is its own error
     assert main([command, "--server", server, "--token", "t"] if command == "push"
                 else [command, "--server", server]) == 1
     err = capsys.readouterr().err
@@ -86,3 +90,60 @@ def test_bundle_route_refuses_unstorable_bundles_with_400(db_url: str, other_url
             assert json.loads(response.text)["detail"].startswith("bundle line")
         assert stored(open_store(db_url)) == []
         assert client.post("/v1/bundles", content=good).json()["added"] == 1
+
+
+#: `convtune export` with writes limited to LIMIT bytes once the bundle is read (as a full
+#: disk would): the limit is lifted at exit, so that SQLite can still close its store.
+EXPORT_ON_A_FULL_DISK = """
+import atexit, resource, signal, sys
+from tuner.cli import main
+from tuner.service import Service
+
+limit, argv = int(sys.argv[1]), sys.argv[2:]
+read = Service.export_bundle
+
+def export_bundle(self, **kwargs):
+    text = read(self, **kwargs)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG from write(), not a kill
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    atexit.register(resource.setrlimit, resource.RLIMIT_FSIZE, (soft, hard))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    return text
+
+Service.export_bundle = export_bundle
+sys.exit(main(argv))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="RLIMIT_FSIZE is POSIX")
+def test_export_that_cannot_write_keeps_the_old_file(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Review finding 4: `export -o FILE` wrote in place: a full disk left neither the old
+    # file nor a whole bundle (a truncated one instead), and the error ("[Errno 28] No
+    # space left on device") did not name the file.
+    seed(open_store(db_url), gpu(), small_problem(), [row("direct", 1.0), row("fft", 2.0)])
+    size = len(export_bundle(open_store(db_url)).encode())
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    target = out_dir / "fleet.bundle"
+    target.write_text("precious\n")
+    target.chmod(0o640)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", EXPORT_ON_A_FULL_DISK, str(size // 2), "export", "--db", db_url,
+         "-o", str(target)],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"convtune: error: cannot write {target}: ")
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert target.read_text() == "precious\n"
+    assert [p.name for p in out_dir.iterdir()] == ["fleet.bundle"]  # no temporary left
+    # Written whole when it can be, over the old file, whose permissions it keeps.
+    assert main(["export", "--db", db_url, "-o", str(target)]) == 0
+    assert read_bundle(target.read_text()).counts()["measurements"] == 2
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in out_dir.iterdir()] == ["fleet.bundle"]
+    assert capsys.readouterr().err == f"exported 2 measurements to {target}\n"

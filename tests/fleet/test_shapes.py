@@ -157,3 +157,23 @@ def test_the_sweep_spans_the_networks_kinds_within_its_work_bounds() -> None:
 def test_an_unknown_network_names_the_sweep_among_the_known() -> None:
     with pytest.raises(ValueError, match=r"unknown network 'lenet'.*resnet50.*sweep"):
         network_layers("lenet")
+
+
+def test_a_model_with_nothing_to_tune_says_why(tmp_path: Path) -> None:
+    # Review finding 13: when every Conv was skipped, the error said "(1 skipped)" and the
+    # reason (here: groups that do not divide the channels) was collected and dropped.
+    path = save(tmp_path, [conv("grouped", "x", "w", "y", group=3)], [weight("w", (6, 1, 3, 3))],
+                c=4)
+    with pytest.raises(ValueError) as refused:
+        onnx_problems(path, 1)
+    assert str(refused.value) == (
+        f"{path} has no 2-D Conv node convtune can tune (1 skipped: 'grouped': weight has 1 "
+        "channels per group x group=3, input has c=4)"
+    )
+    # Past SKIPS_SHOWN nodes, the rest are counted, not listed: the error stays one line.
+    many = [conv(f"c{i}", "x", "w", f"y{i}", pads=[1, 0, 0, 0]) for i in range(5)]
+    path = save(tmp_path, many, [weight("w", (4, 3, 3, 3))])
+    with pytest.raises(ValueError, match=r"\(5 skipped: 'c0': asymmetric padding .*'c1': .*"
+                       r"'c2': asymmetric padding .*; 2 more\)$") as refused:
+        onnx_problems(path, 1)
+    assert "'c3'" not in str(refused.value) and "\n" not in str(refused.value)

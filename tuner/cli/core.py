@@ -14,16 +14,19 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from algorithms.problem import DIRECTIONS, ConvProblem, parse_pair
+from tuner.candidates import validate_workspace_limit
 from tuner.cli import app
 from tuner.cli.tables import stored_results_table
-from tuner.devices import parse_device
+from tuner.devices import get_runtime, parse_device
 from tuner.networks import NETWORKS, SYNTHETIC, network_problems
 from tuner.onnx_shapes import onnx_problems
 from tuner.quiet import periodic
 from tuner.results import AlgorithmResult
-from tuner.service import MODES, Service, service
+from tuner.service import MODES, Service, default_url, service
 
 
 def stdout() -> Console:
@@ -84,15 +87,52 @@ def parse_directions(text: str) -> tuple[str, ...]:
 
 def parse_batches(text: str) -> list[int]:
     """'1,8,32' -> [1, 8, 32]; ValueError for anything that is not positive ints."""
+    items = [b.strip() for b in text.split(",")]
+    # Every item must be ASCII digits: an empty one ('1,,2', ',8,') is a typo, not a list
+    # of fewer batch sizes (they were dropped silently), and int() would also take '+1',
+    # '1_0' or other scripts' digits.
     try:
-        batches = [int(b) for b in text.split(",") if b.strip()]
-    except ValueError:
-        raise ValueError(
-            f"--batch must be positive ints separated by commas, got {text!r}"
-        ) from None
-    if not batches or min(batches) < 1:
-        raise ValueError(f"--batch must be positive ints separated by commas, got {text!r}")
-    return batches
+        if all(b.isascii() and b.isdigit() for b in items):
+            batches = [int(b) for b in items]
+            if min(batches) >= 1:
+                return batches
+    except ValueError:  # more digits than int() converts
+        pass
+    raise ValueError(f"--batch must be positive ints separated by commas, got {text!r}")
+
+
+def stored_url(db: str | None) -> str:
+    """The database URL (--db, else the default) of a command that only reads the store.
+
+    Only commands that write create a store: a read of an SQLite file that is not there
+    (a typo in --db, a default never written to) is an error, not an empty answer that
+    leaves a stray empty store behind. In-memory SQLite, SQLite URIs (`file:...`) and
+    other databases are left to the store to open or refuse.
+    """
+    url = db or default_url()
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return url  # unparsable: opening it says so, as for every command
+    database = parsed.database
+    if (parsed.get_backend_name() != "sqlite" or not database or database == ":memory:"
+            or database.startswith("file:")):
+        return url
+    path = Path(database).expanduser()
+    if not path.exists():
+        raise ValueError(f"no database at {path} (nothing has been stored there yet)")
+    return url
+
+
+def usable_device(device: str | None) -> str:
+    """The canonical device of --device, refused now if it cannot run here.
+
+    Checked before the store is opened or any progress is shown: a device found unusable
+    midway printed several lines and left a new store behind.
+    """
+    dev = parse_device(device)
+    get_runtime(dev)  # ValueError (backend unavailable, no such index); cached for the run
+    return dev
 
 
 def _ms(value: float | None) -> str:
@@ -168,7 +208,10 @@ def find(
         math=math,
         direction=direction,
     )
-    dev = parse_device(device)
+    # Every argument is checked before the store is opened (or created): a bad one is one
+    # line, with no "database ..." line before it and no new store after it.
+    validate_workspace_limit(workspace_limit)
+    dev = usable_device(device)
     facade = service(db)
     print(f"convtune: database {facade.location}", file=sys.stderr)
     results = facade.find(problem, dev, workspace_limit, mode=mode)
@@ -241,7 +284,10 @@ def tune(
     """Tune every distinct convolution of a network (--model or --onnx), print the winners."""
     work = network_work(model, onnx, batch, dtype, math, directions)
     model = model or onnx.name  # type: ignore[union-attr]
-    dev = parse_device(device)
+    # Checked before the store is opened and the progress bar drawn (its last state was
+    # left above the error): a bad argument is one line and creates nothing.
+    validate_workspace_limit(workspace_limit)
+    dev = usable_device(device)
     facade = service(db)
     print(f"convtune: database {facade.location}", file=sys.stderr)
     rows: list[dict[str, Any]] = []
@@ -317,7 +363,7 @@ def results(
 ) -> None:
     """List the measurements the database holds, newest first."""
     filters = {"device": device, "algorithm": algorithm, "status": status}
-    total, page = service(db).results(filters, limit=limit, offset=offset)
+    total, page = service(stored_url(db)).results(filters, limit=limit, offset=offset)
     if as_json:
         print(json.dumps({"total": total, "offset": offset, "results": page}, indent=2))
         return
@@ -328,7 +374,7 @@ def results(
 @app.command()
 def devices(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Show the devices here and the devices the database holds measurements for."""
-    listing = service(db).devices()
+    listing = service(stored_url(db)).devices()
     if as_json:
         listing.pop("default")
         print(json.dumps(listing, indent=2))

@@ -3,6 +3,10 @@ warm (a machine's kernels built before its first tuning or plan)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import stat
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,6 +24,7 @@ from tuner.cli.core import (
     ModelOpt,
     OnnxOpt,
     network_work,
+    stored_url,
 )
 from tuner.devices import parse_device
 from tuner.fleet import pull_bundle, push_bundle
@@ -37,6 +42,56 @@ ServerOpt = Annotated[
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write `text` to the file `path`: all of it, or nothing and the old file untouched.
+
+    A regular file (or a new one) is written beside its final place and renamed over it:
+    writing in place truncated the old file first, so a full disk left neither the old
+    bundle nor a whole new one. Anything else (/dev/stdout, a pipe) is written to as it is,
+    since renaming over a device node would replace the node itself. OSError names `path`.
+    """
+    data = text.encode("utf-8")
+    try:
+        # The kernel follows the links (/dev/stdout to a pipe has no path realpath could
+        # give); realpath is for a regular file only.
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        try:
+            with open(path, "wb") as out:
+                out.write(data)
+        except OSError as exc:
+            raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return
+    target = Path(os.path.realpath(path))  # through symlinks: replace the file, not the link
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        # O_EXCL: never write through someone else's file (or link) of that name. 0o666 and
+        # the umask, as for any new file; an existing file keeps its permissions.
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:  # its reason is about the temporary file: say so
+        raise OSError(f"cannot write {path}: cannot create a file in {target.parent}: "
+                      f"{exc.strerror or exc}") from None
+    try:
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())  # on disk before the rename makes it the file
+            if mode is not None:
+                os.chmod(temporary, stat.S_IMODE(mode))
+            os.replace(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+    except OSError as exc:
+        raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _summary(counts: dict[str, Any]) -> str:
@@ -57,12 +112,12 @@ def export(
     ] = None,
 ) -> None:
     """Write the store's measurements as a bundle (JSON lines) to stdout or --output."""
-    text = service(db).export_bundle(device=device)
+    text = service(stored_url(db)).export_bundle(device=device)
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        output.write_text(text, encoding="utf-8")
+        write_whole(output, text)
     measurements = text.count('"type":"measurement"')
     _say(f"exported {measurements} measurements" + (f" to {output}" if output else ""))
 
@@ -89,7 +144,8 @@ def push(
     device: ExportDeviceOpt = None,
 ) -> None:
     """Send the store's measurements (or one device's) to a convtune server."""
-    counts = push_bundle(server, service(db).export_bundle(device=device), token=token)
+    counts = push_bundle(server, service(stored_url(db)).export_bundle(device=device),
+                         token=token)
     _say(f"pushed to {server}: {_summary(counts)}")
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import tempfile
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -16,12 +17,52 @@ from tuner.devices import parse_device
 from tuner.env import http_timeouts
 from tuner.service import default_url, describe_url
 
-# The HTTP layer sits on top of the tuner: uvicorn imports it by name, the CLI never does.
+# The HTTP layer sits on top of the tuner: it is imported by name (as uvicorn does), never
+# by an import statement of the CLI.
 APP_FACTORY = "api.app:create_app"
 #: uvicorn's h11 protocol with TCP_NODELAY per connection (see api/protocol.py).
 HTTP_PROTOCOL = "api.protocol:NoDelayH11Protocol"
 #: prometheus_client's multiprocess directory (api.metrics reads the same variable).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: uvicorn's log levels (uvicorn.config.LOG_LEVELS), listed here so that a bad one is a
+#: usage error before uvicorn is imported (it was a bare KeyError: "convtune: error: 'x'").
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+def _log_level(value: str) -> str:
+    if value not in LOG_LEVELS:
+        raise typer.BadParameter(f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    return value
+
+
+def _build_app() -> Any:
+    """The API app, built here from the environment the workers will read.
+
+    The server's own misconfiguration (a bad database URL, bad $CONVTUNE_* variables) is
+    thus one line and exit 1 now; built only inside uvicorn, it started a server on which
+    every request failed.
+    """
+    from uvicorn.importer import import_from_string
+
+    return import_from_string(APP_FACTORY)()
+
+
+def _check_listen(host: str, port: int) -> None:
+    """OSError (one line) unless `host:port` can be bound, as uvicorn binds it.
+
+    uvicorn reported a port in use or a bad host with its log lines and exit 3, never the
+    CLI's one-line error. The socket is closed again at once, with SO_REUSEADDR (uvicorn
+    sets it too) so that closing it leaves nothing in the way of uvicorn's bind.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except OSError as exc:  # socket.gaierror (a bad host) included
+        reason = exc.strerror or str(exc)
+        raise OSError(f"cannot listen on {host}:{port}: {reason[:1].lower()}{reason[1:]}") \
+            from None
 
 
 @app.command()
@@ -35,7 +76,9 @@ def serve(
     workers: Annotated[
         int, typer.Option("--workers", min=1, max=64, help="uvicorn worker processes.")
     ] = 1,
-    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    log_level: Annotated[str, typer.Option(
+        "--log-level", callback=_log_level, help=f"One of {', '.join(LOG_LEVELS)}.",
+    )] = "info",
 ) -> None:
     """Serve the HTTP API (POST /v1/find, /v1/convolve, /v1/jobs; GET /v1/results, ...).
 
@@ -51,17 +94,22 @@ def serve(
     if device:
         os.environ["CONVTUNE_DEVICE"] = parse_device(device)
     http_timeouts()  # a malformed $CONVTUNE_*_TIMEOUT_S: one line now, not per connection
+    # Built before $PROMETHEUS_MULTIPROC_DIR is set below: this process serves no requests
+    # (with several workers), so its metrics must not be kept in that directory.
+    served = _build_app()
+    _check_listen(host, port)
     print(f"convtune: database {describe_url(os.environ.get('CONVTUNE_DB_URL') or default_url())}",
           file=sys.stderr)
     # Several workers are several processes: their metrics are summed through files in a
-    # fresh directory (a reused one would add a previous server's counts).
+    # fresh directory (a reused one would add a previous server's counts). Each process
+    # builds its own app from the factory; one worker serves the app checked above.
     metrics_dir = None
     if workers > 1 and not os.environ.get(MULTIPROC_ENV):
         metrics_dir = os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="convtune-metrics-")
     try:
         uvicorn.run(
-            APP_FACTORY, factory=True, host=host, port=port, workers=workers,
-            log_level=log_level, http=HTTP_PROTOCOL,
+            served if workers == 1 else APP_FACTORY, factory=workers > 1, host=host, port=port,
+            workers=workers, log_level=log_level, http=HTTP_PROTOCOL,
         )
     finally:
         if metrics_dir is not None:

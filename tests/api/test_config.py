@@ -1,0 +1,99 @@
+"""The server's own configuration is checked when the app is built, not blamed on clients."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from api.app import create_app
+from api.settings import Settings
+from tests.api.conftest import TestClient
+
+
+def refusal(settings: Settings) -> str:
+    """The one-line ValueError create_app raises for `settings`."""
+    with pytest.raises(ValueError) as caught:
+        create_app(settings)
+    text = str(caught.value)
+    assert "\n" not in text
+    return text
+
+
+# Review finding 3 (2026-11-30): a database URL that does not parse, or names a backend
+# SQLAlchemy cannot load, built an app whose every route (/healthz too) answered 422, as if
+# each client's request were wrong; `convtune serve` started normally.
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("notaurl", "invalid database URL 'notaurl'"),
+        ("foo://bar", "unsupported database URL 'foo://bar'"),
+        ("sqlite+nosuchdriver:///x.db", "unsupported database URL"),
+    ],
+)
+def test_unusable_database_url_is_refused_when_the_app_is_built(url: str, why: str) -> None:
+    text = refusal(replace(Settings.from_env(), db_url=url))
+    assert text.startswith("$CONVTUNE_DB_URL") and why in text
+
+
+# Review finding 3: the refusal must not print the password of a URL it names, whether the
+# URL parses (an unknown backend) or not (a port that is not a number, a plain ValueError).
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("foo://user:s3cret@db.example/x", "foo://user:***@db.example/x"),
+        ("postgresql://user:s3cret@db.example:pg/x", "postgresql://user:***@db.example:pg/x"),
+    ],
+)
+def test_refused_database_url_keeps_its_password_hidden(url: str, shown: str) -> None:
+    text = refusal(replace(Settings.from_env(), db_url=url))
+    assert text.startswith("$CONVTUNE_DB_URL") and "s3cret" not in text and shown in text
+
+
+# Review finding 3: CONVTUNE_BUDGET_S=abc in the server's environment made every tuning
+# POST /v1/find answer 422 ("bad CONVTUNE_* timing variable"); so did the race variables.
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("CONVTUNE_BUDGET_S", "abc"),
+        ("CONVTUNE_MAX_REPS", "1"),  # fewer than CONVTUNE_MIN_REPS (2, from tests/conftest)
+        ("CONVTUNE_RACE_FACTOR", "fast"),
+        ("CONVTUNE_CONFIRM_TOP", "-1"),
+    ],
+)
+def test_bad_timing_variable_is_refused_when_the_app_is_built(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    assert f"${name}" in refusal(Settings.from_env())
+
+
+# Review finding 3: a race factor under 1 passes the variable's parse, and the policy's own
+# check words its refusal by field ("race factor"), not by the variable to fix.
+def test_race_factor_under_one_names_the_race_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONVTUNE_RACE_FACTOR", "0.5")
+    text = refusal(Settings.from_env())
+    assert "$CONVTUNE_RACE_" in text and "race factor must be at least 1" in text
+
+
+# Review finding 3: CONVTUNE_DEVICE=gpu made /healthz and every find without a device 422.
+def test_unknown_server_device_is_refused_when_the_app_is_built() -> None:
+    text = refusal(replace(Settings.from_env(), device="gpu"))
+    assert text.startswith("$CONVTUNE_DEVICE") and "unknown device 'gpu'" in text
+
+
+# Review finding 3: the checks must leave building the app cheap and side-effect free: no
+# database (nor its directory) is created, and one broken where it lies still lets the
+# server start and answers its requests 503 (tests/api/test_store_errors.py).
+def test_building_the_app_creates_no_database(tmp_path: Path) -> None:
+    where = tmp_path / "not" / "yet"
+    create_app(replace(Settings.from_env(), db_url=f"sqlite:///{where / 'convtune.db'}"))
+    assert not (tmp_path / "not").exists()
+
+
+# Review finding 3: a server whose configuration is fine still answers /healthz 200.
+def test_valid_configuration_is_healthy(db_url: str) -> None:
+    with TestClient(create_app(replace(Settings.from_env(), db_url=db_url,
+                                       device="cpu"))) as client:
+        assert client.get("/healthz").status_code == 200
