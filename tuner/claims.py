@@ -55,19 +55,33 @@ class ClaimPolicy:
         )
 
 
+def pid_namespace() -> str:
+    """This process's PID namespace (its inode under /proc), or "" where there is none."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
 def new_owner() -> str:
-    """A claim owner id, unique across a fleet: host:pid:random."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    """A claim owner id, unique across a fleet: host:pid:random:pid-namespace."""
+    return (f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}:"
+            f"{pid_namespace()}")
 
 
 def owner_is_dead(owner: str) -> bool:
-    """Whether `owner` names a process of this host that no longer runs.
+    """Whether `owner` names a process of this host and PID namespace that no longer runs.
 
-    Owners on other hosts, or that do not parse, are presumed alive: only expiry frees them.
+    Owners on other hosts or in other PID namespaces (containers sharing the host's name:
+    a PID there means nothing here), or that do not parse, are presumed alive: only expiry
+    frees them.
     """
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
+    fields = owner.split(":")
+    if len(fields) != 4:  # an older tuner's host:pid:random says no namespace
+        return False
+    host, pid_text, _, namespace = fields
+    if (host != socket.gethostname() or not pid_text.isdigit()
+            or namespace != pid_namespace()):
         return False
     try:
         os.kill(int(pid_text), 0)  # signal 0: existence check only
@@ -136,12 +150,19 @@ class Claimer:
                                        problem=target)
 
     def _take_over_dead(self, fingerprint: str, target: str) -> bool:
-        """Claim it now if its holder is a dead process of this host."""
+        """Claim it now if its holder is a dead process of this host, or this Claimer
+        itself (a claim whose release failed, as the write before it did, would otherwise
+        hold up our own next attempt until it expires)."""
         holder = self._holder(fingerprint, target)
-        if holder is None or not owner_is_dead(holder["owner"]):
+        if holder is None:
             return False
-        log.warning("taking over the claim of %s: that process no longer runs",
-                    holder["owner"])
+        if holder["owner"] == self.owner:
+            log.info("taking back our own claim on %s, left by a failed release", target)
+        elif owner_is_dead(holder["owner"]):
+            log.warning("taking over the claim of %s: that process no longer runs",
+                        holder["owner"])
+        else:
+            return False
         with self.store.session() as session:
             claims.release_claim(session=session, fingerprint=fingerprint, problem=target,
                                  owner=holder["owner"])

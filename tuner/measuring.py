@@ -381,10 +381,11 @@ def log_lanes(problem: ConvProblem, rows: list[MeasurementRow], lanes: list[Lane
 
 
 def failure_text(exc: BaseException) -> str:
-    """A failed candidate's error: type, message and where it was raised, bounded."""
+    """A failed candidate's error: type, message and where it was raised, bounded, with
+    any NUL spelled out (PostgreSQL refuses NUL in text: the whole tuning's save failed)."""
     last = traceback.extract_tb(exc.__traceback__)[-1:]
     where = f" at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno}" if last else ""
-    return f"{type(exc).__name__}: {exc}{where}"[:2000]
+    return f"{type(exc).__name__}: {exc}{where}".replace("\x00", "\\x00")[:2000]
 
 
 def contenders(rows: list[MeasurementRow], race: RacePolicy) -> list[int]:

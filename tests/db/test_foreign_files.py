@@ -48,3 +48,33 @@ def test_corrupt_file_is_refused_with_what_is_wrong(
     assert main(["results", "--db", f"sqlite:///{path}"]) == 1
     assert "not a usable SQLite database" in capsys.readouterr().err
     assert _digest(path) == before
+
+
+# Bug (a review of 2026-11-30): a healthy store on a full disk or a read-only volume was
+# reported as "not a usable SQLite database" (every sqlite3 error was), which invites a
+# user to delete a store of hours of measurements that works again once space is freed.
+@pytest.mark.parametrize(("message", "code"), [
+    ("database or disk is full", 13), ("unable to open database file", 14),
+    ("disk I/O error", 10 | (3 << 8)), ("attempt to write a readonly database", 8),
+])
+def test_a_store_that_cannot_be_opened_is_not_called_unusable(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        message: str, code: int) -> None:
+    from db import engine
+
+    path = tmp_path / "store.db"
+    assert main(["find", "--n", "1", "--c", "2", "--h", "5", "--w", "5", "--k", "2", "--r", "3",
+                 "--s", "3", "--device", "cpu", "--db", f"sqlite:///{path}"]) == 0
+    engine.close_stores()
+    capsys.readouterr()
+
+    def failing(*args: object, **kwargs: object) -> None:
+        error = sqlite3.OperationalError(message)
+        error.sqlite_errorcode = code  # what sqlite3 sets on the errors it raises
+        raise error
+
+    monkeypatch.setattr(engine.sqlite3, "connect", failing)
+    assert main(["results", "--db", f"sqlite:///{path}"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a usable" not in err
+    assert f"cannot open the SQLite database {path}: {message}" in err

@@ -23,6 +23,7 @@ from tests.fleet.helpers import QUICK, algos, stored
 from tests.fleet.workers import tune
 from tests.tuner.fakes import Fake, small_problem
 from tuner import results as R
+from tuner.claims import owner_is_dead, pid_namespace
 from tuner.devices import identify
 from tuner.errors import ClaimTimeout
 from tuner.tuning import Tuner
@@ -182,11 +183,51 @@ def test_claim_of_a_dead_local_process_is_taken_over_at_once(
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    _claim_for(db_url, f"{socket.gethostname()}:{gone.pid}:deadbeef0000")
+    _claim_for(db_url, f"{socket.gethostname()}:{gone.pid}:deadbeef0000:{pid_namespace()}")
     started = time.monotonic()
     best = find_best_algorithm(small_problem(), "cpu", db=db_url)
     assert best.source == R.FRESH and time.monotonic() - started < 30
     assert "no longer runs" in caplog.text
+
+
+# Bug (a review of 2026-11-30): a tuner in another PID namespace with this host's name (two
+# containers with host networking) judged a live tuner dead by its PID, which means nothing
+# in its own namespace, took its claim over, and both measured the same problem at once.
+@pytest.mark.parametrize("namespace", ["4026531836999", None])
+def test_a_claim_from_another_pid_namespace_is_not_taken_over(
+        db_url: str, monkeypatch: pytest.MonkeyPatch, namespace: str | None) -> None:
+    import socket
+
+    from tuner.api import find_best_algorithm
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its PID is free here, as a live PID of another namespace may be
+    owner = f"{socket.gethostname()}:{gone.pid}:cafe00000000"
+    assert not owner_is_dead(owner)  # an older tuner's id says no namespace: alive
+    if namespace is not None:
+        owner += f":{namespace}"
+        assert not owner_is_dead(owner)
+    monkeypatch.setenv("CONVTUNE_CLAIM_WAIT_S", "0.3")
+    _claim_for(db_url, owner)
+    with pytest.raises(ClaimTimeout, match="cafe00000000"):
+        find_best_algorithm(small_problem(), "cpu", db=db_url)
+
+
+# Bug (same review): when a save failed (a locked SQLite store), the release of the claim
+# failed too, and the same tuner's next attempt waited for its own leftover claim until it
+# expired (up to 60 s), logging that another tuner was measuring.
+def test_a_tuner_takes_back_its_own_leftover_claim(db_url: str,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    tuner = Tuner(open_store(db_url), policy=QUICK, algorithms=algos(Fake("a")),
+                  claim_ttl_s=600.0, claim_wait_s=0.3)
+    _claim_for(db_url, tuner.owner)
+    caplog.set_level(logging.INFO)
+    started = time.monotonic()
+    found = tuner.find(small_problem(), "cpu")
+    assert {r.source for r in found} == {R.FRESH} and time.monotonic() - started < 30
+    assert "taking back our own claim" in caplog.text
 
 
 def test_waiting_for_a_live_claim_says_who_holds_it(

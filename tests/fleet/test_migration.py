@@ -167,3 +167,35 @@ def test_version_6_adds_the_jobs_table(store_url: str) -> None:
     with store.engine.connect() as conn:
         assert inspect(conn).has_table("jobs")
     assert len(stored(store)) == 2
+
+
+# Bug (a review of 2026-11-30): with Python's sqlite3 the CREATE and ALTER statements of a
+# migration ran outside the upgrade's transaction (autocommit), so an upgrade killed or
+# failing midway (Ctrl-C, a full disk) left, say, measurements.recorded_at added under
+# schema version 4: every later open failed with "duplicate column name: recorded_at".
+@pytest.mark.parametrize("interrupted", [1, 3, 4, 5])
+def test_an_upgrade_that_fails_midway_leaves_the_store_as_it_was(
+        store_url: str, monkeypatch: pytest.MonkeyPatch, interrupted: int) -> None:
+    from db import migrations
+
+    make_version_1(store_url)
+    step = migrations.MIGRATIONS[interrupted]
+
+    def then_fail(conn: object) -> None:
+        step(conn)  # type: ignore[arg-type]
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setitem(migrations.MIGRATIONS, interrupted, then_fail)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        open_store(store_url)
+    engine = create_engine(store_url)
+    with engine.connect() as conn:
+        assert stored_version(conn) == 1  # nothing of the upgrade stayed
+        assert not inspect(conn).has_table("claims")
+    engine.dispose()
+    monkeypatch.setitem(migrations.MIGRATIONS, interrupted, step)
+    store = open_store(store_url)  # upgrades again, whole this time
+    with store.engine.connect() as conn:
+        assert stored_version(conn) == SCHEMA_VERSION
+    assert [(r["algorithm"], r["time_ms"]) for r in stored(store)] == [("direct", 1.0),
+                                                                       ("fft", 2.0)]

@@ -52,3 +52,23 @@ def test_auto_mode_measures_instead_of_predicting(db_url: str) -> None:
     a = Fake("a")
     tuner(db_url, a).find(small_problem(n=2), "cpu")
     assert tuner(db_url, a).find(small_problem(n=4), "cpu")[0].source == R.FRESH
+
+
+class RaisesWithNul(Fake):
+    """A candidate whose failure message holds a NUL (a driver's C string, say)."""
+
+    def run(self, *args: object) -> None:
+        raise RuntimeError("bad\x00launch")
+
+
+# Bug (a review of 2026-11-30): PostgreSQL refuses NUL in text, so one candidate failing
+# with a NUL in its message lost the whole tuning (the good candidates' rows too) and the
+# find raised psycopg's DataError; SQLite stored the failure as data.
+def test_a_failure_message_with_a_nul_is_stored_as_data(store_url: str) -> None:
+    found = {r.algorithm: r for r in tuner(store_url, Fake("good"), RaisesWithNul("nul"))
+             .find(small_problem(), "cpu")}
+    assert found["good"].status == R.OK and found["nul"].status == R.FAILED
+    assert "bad\\x00launch" in (found["nul"].error or "")
+    stored = {r.algorithm: r for r in tuner(store_url, Fake("good"), RaisesWithNul("nul"))
+              .find(small_problem(), "cpu", mode="cached")}
+    assert stored["nul"].error == found["nul"].error and stored["good"].status == R.OK
