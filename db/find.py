@@ -193,7 +193,7 @@ _BUMP_GENERATION = (
 _GENERATION = select(Meta.value).where(Meta.key == GENERATION_KEY)
 
 
-def lock_for_write(*, session: Session) -> None:
+def lock_for_write(*, session: Session) -> int:
     """Take the store's write lock before reading what a write depends on; count the write.
 
     One UPDATE of the `generation` meta row: on SQLite it starts the write transaction now,
@@ -202,8 +202,14 @@ def lock_for_write(*, session: Session) -> None:
     committed meanwhile, busy timeout or not); on PostgreSQL it locks that row, so
     concurrent merges and saves run one after another instead of colliding on unique keys.
     The bump itself tells other processes' answer caches that measurements changed.
+
+    Returns the generation this write produces once committed: read in the same
+    transaction, after the bump, while the lock keeps every other write out, so the value
+    is this write's own (the answer cache of this process tells its writes from others'
+    by it).
     """
     session.execute(_BUMP_GENERATION)
+    return generation(session=session)
 
 
 def generation(*, session: Session) -> int:
@@ -219,11 +225,15 @@ def save_measurements(
     device_info: Mapping[str, Any],
     key: Mapping[str, Any],
     rows: Sequence[MeasurementRow],
-) -> None:
-    """Insert or replace measurements (unique per device, problem, algorithm, config, hash)."""
+) -> int | None:
+    """Insert or replace measurements (unique per device, problem, algorithm, config, hash).
+
+    Returns the store generation this write produces (see lock_for_write), None when
+    `rows` is empty (nothing written, the generation not bumped).
+    """
     if not rows:
-        return
-    lock_for_write(session=session)
+        return None
+    produced = lock_for_write(session=session)
     device_id = ensure_device(session=session, fingerprint=fingerprint, info=device_info)
     problem_id = ensure_problem(session=session, key=key)
     # One read of what this device stored for the problem, then one executemany for the
@@ -250,3 +260,4 @@ def save_measurements(
         session.execute(insert(Measurement), inserts)
     if updates:
         session.execute(update(Measurement), updates)
+    return produced

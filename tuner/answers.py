@@ -7,8 +7,17 @@ precision included), workspace limit and find mode. Invalidation:
   stand-in devices' answers, which rest on other rows);
 - a write by another process bumps the store's `generation` counter (db.find); the cache
   reads it at most once every `check_s` seconds ($CONVTUNE_CACHE_CHECK_S, default 2 s; 0
-  reads it before every answer) and drops everything when it moved. Other processes'
-  writes therefore show within `check_s` seconds.
+  reads it before every answer) and drops everything when it moved past a value that is
+  not one of its own writes'. Other processes' writes therefore show within `check_s`
+  seconds.
+Every write bumps the counter by one, so each generation number is one write. A write of
+this process reports the number it produced (read in its own transaction, see
+db.find.lock_for_write) to `invalidate` / `clear`; a check lets the counter move only over
+numbers reported so, and drops everything otherwise. Attribution is by number, not by
+count, so a check that runs between one of our commits and its report (another thread's
+answer) cannot count that write twice and take another process's write for ours: it sees a
+number not yet reported, drops everything, and the late report is then ignored. A write
+reported without its number is never taken for ours (the next check drops everything).
 An answer computed while an invalidation happened is not kept (a local generation guards
 every put), so a stale answer never survives a re-tune in this process.
 """
@@ -29,6 +38,8 @@ from tuner.env import env_number
 CHECK_S = 2.0
 #: Most answers kept; the oldest go first beyond that.
 MAX_ENTRIES = 65536
+#: Most own write generations noted between two checks (beyond: the next check drops all).
+MAX_OWN = 4096
 
 
 def check_interval() -> float:
@@ -47,7 +58,9 @@ class AnswerCache:
         self._lock = threading.Lock()
         self._local = 0  # bumped by every invalidation in this process
         self._seen: int | None = None  # the store generation the entries reflect
-        self._own = 0  # writes by this process since `_seen` was read
+        # Generations past `_seen` produced by this process's writes (already invalidated).
+        self._own: set[int] = set()
+        self._check_lock = threading.Lock()  # one read of the store's counter at a time
         self._next_check = 0.0
 
     def token(self) -> int:
@@ -83,42 +96,80 @@ class AnswerCache:
             if broad:
                 self._broad.add(key)
 
-    def invalidate(self, fingerprint: str, problem: ConvProblem) -> None:
+    def invalidate(
+        self, fingerprint: str, problem: ConvProblem, generation: int | None = None
+    ) -> None:
         """Drop every answer about `problem` on the device `fingerprint`.
 
-        Called after this process committed one write of that problem's measurements.
+        Called after this process committed one write of that problem's measurements;
+        `generation` is the store generation that write produced (db.find.save_measurements),
+        None where unknown (the next check of the store then drops everything).
         """
         with self._lock:
             self._local += 1
-            self._own += 1
+            self._mine(generation)
             for key in [k for k in self._answers if _about(k, fingerprint, problem)]:
                 del self._answers[key]
             for key in self._broad:
                 self._answers.pop(key, None)
             self._broad.clear()
 
-    def clear(self) -> None:
-        """Drop every answer (after this process committed one write of many problems)."""
+    def clear(self, generation: int | None = None) -> None:
+        """Drop every answer (after this process committed one write of many problems).
+
+        `generation`: the store generation that write produced, None where unknown (the
+        next check of the store then drops everything once more).
+        """
         with self._lock:
             self._local += 1
-            self._own += 1
+            self._mine(generation)
             self._answers.clear()
             self._broad.clear()
+
+    def _mine(self, generation: int | None) -> None:
+        """Note `generation` as produced by this process (under `_lock`)."""
+        if generation is None:
+            return  # unknown: not ours as far as the checks go, so never a foreign one's
+        if self._seen is not None and generation <= self._seen:
+            return  # a check read it first, took it for another process's and dropped all
+        if len(self._own) >= MAX_OWN:
+            self._own.clear()  # checks stopped (no answers asked): drop all at the next one
+        self._own.add(generation)
 
     def __len__(self) -> int:
         return len(self._answers)
 
     def _check_store(self) -> None:
-        with self.store.session() as session:
-            now = store_find.generation(session=session)
-        with self._lock:
-            self._next_check = time.monotonic() + self.check_s
-            # Our own writes were invalidated precisely already; any other one drops all.
-            if self._seen is not None and now != self._seen + self._own:
-                self._local += 1
-                self._answers.clear()
-                self._broad.clear()
-            self._seen, self._own = now, 0
+        # One check at a time, so that the counters read come in order: a value below the
+        # last one seen then means a store that went back (replaced), never a late read.
+        with self._check_lock:
+            started = time.monotonic()
+            if started < self._next_check:
+                return  # another thread checked while this one waited
+            with self.store.session() as session:
+                now = store_find.generation(session=session)
+            with self._lock:
+                # What committed before `started` is in `now`: the next check is due
+                # `check_s` after it, so no write stays unseen longer than that.
+                self._next_check = started + self.check_s
+                seen = self._seen
+                if seen is not None and now < seen:  # a store that went back: replaced
+                    self._own.clear()
+                    self._drop_all()
+                elif seen is not None and now > seen:
+                    # Our own writes were invalidated precisely already, each by its
+                    # number; a number in (seen, now] not among them is another process's.
+                    ours = sum(1 for g in self._own if seen < g <= now)
+                    if ours != now - seen:
+                        self._drop_all()
+                self._seen = now
+                self._own = {g for g in self._own if g > now}  # committed after our read
+
+    def _drop_all(self) -> None:
+        """Drop every answer after a write that was not this process's (under `_lock`)."""
+        self._local += 1
+        self._answers.clear()
+        self._broad.clear()
 
 
 def _about(key: Hashable, fingerprint: str, problem: ConvProblem) -> bool:

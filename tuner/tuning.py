@@ -79,8 +79,9 @@ class Tuner:
 
     Several tuners (threads, processes, hosts) may share one store; see tuner.claims.
     `identify` maps a device string to its DeviceIdentity and `runtime` to its Runtime
-    (tests inject fakes). `on_store` is called with (fingerprint, problem) after this tuner
-    stored measurements of that problem (the answer cache listens).
+    (tests inject fakes). `on_store` is called with (fingerprint, problem, generation) after
+    this tuner stored measurements of that problem, generation being the store's write
+    generation that write produced (db.find.lock_for_write; the answer cache listens).
     """
 
     def __init__(
@@ -94,7 +95,7 @@ class Tuner:
         runtime: Callable[[str], Runtime] = get_runtime,
         claim_ttl_s: float | None = None,
         claim_wait_s: float | None = None,
-        on_store: Callable[[str, ConvProblem], None] | None = None,
+        on_store: Callable[[str, ConvProblem, int | None], None] | None = None,
         fast_k: int | None = None,
     ) -> None:
         self.store = store
@@ -110,7 +111,7 @@ class Tuner:
                                    or fast_k < 1):
             raise ValueError(f"fast_k must be a positive int, got {fast_k!r}")
         self._fast_k = fast_k
-        #: Who holds this tuner's claims: host:pid:uuid, unique across a fleet.
+        #: Who holds this tuner's claims (tuner.claims.new_owner), unique across a fleet.
         self.owner = new_owner()
 
     # The environment is read per tuning, not per answer: a long-lived tuner (the service's)
@@ -366,12 +367,14 @@ class Tuner:
     ) -> None:
         if not rows:
             return
-        self.store.write(lambda session: store_find.save_measurements(
+        produced = self.store.write(lambda session: store_find.save_measurements(
             session=session, fingerprint=identity.fingerprint, device_info=identity.info,
             key=problem.key(), rows=rows,
         ))
         if self._on_store is not None:
-            self._on_store(identity.fingerprint, problem)
+            # The generation, read in the write's own transaction, tells the answer cache
+            # exactly which bump was ours, even if it read the counter in the meantime.
+            self._on_store(identity.fingerprint, problem, produced)
 
 
 def _hashes(candidates: list[Candidate]) -> dict[str, str]:
