@@ -102,3 +102,16 @@ def test_torch_compile_cuda_graphs(db_url: str) -> None:
     # The backend falls back to running the graph eagerly, with a log line only, when it
     # finds something it cannot capture: then this test would pass without any graph.
     assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+
+
+# Review of 2026-11-30: under torch.autocast the module ran in float32 (F.conv2d runs in
+# float16 there), so a float16 activation met a float32 weight and a converted model broke.
+def test_autocast_runs_in_float16(db_url: str) -> None:
+    model, reference = _pair(db_url)
+    x = torch.randn(SHAPE, device="cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        y = model(x)
+        from_half = model(x.half())
+    assert y.dtype == from_half.dtype == torch.float16
+    # float16 operands (11-bit significands) with float32 accumulation, against float64.
+    torch.testing.assert_close(y.double(), reference(x.double()), rtol=2e-2, atol=2e-2)
