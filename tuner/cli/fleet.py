@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from tuner.cli import app
-from tuner.cli.core import (
+from tuner.cli.arguments import (
     BatchOpt,
     DbOpt,
     DeviceOpt,

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from tuner.cli import app
-from tuner.cli.core import DbOpt, DeviceOpt
+from tuner.cli.arguments import DbOpt, DeviceOpt
 from tuner.devices import parse_device
 from tuner.env import http_timeouts
 from tuner.service import default_url, describe_url
