@@ -52,6 +52,17 @@ def test_network_job_expands_layers(make_client: Any) -> None:
     assert "tensor" in response.json()["detail"]
 
 
+# Review finding 15 (2026-11-30): a job problem far over CONVTUNE_MAX_TENSOR_ELEMENTS got the
+# library's 422 ("more than 2**40 elements") instead of the service's 413.
+def test_job_problem_far_over_tensor_limit_is_413(client: TestClient, db_url: str) -> None:
+    huge = {"n": 4096, "c": 4096, "h": 1024, "w": 1024, "k": 4, "r": 3, "s": 3}
+    response = client.post("/v1/jobs", json={"problems": [TINY, huge], "device": "cpu"})
+    assert response.status_code == 413, response.text
+    assert "the input tensor" in response.json()["detail"]
+    assert "CONVTUNE_MAX_TENSOR_ELEMENTS" in response.json()["detail"]
+    assert stored_rows(db_url) == 0
+
+
 def test_network_job_is_listed_per_layer(make_client: Any) -> None:
     client = make_client(max_jobs=0)  # nothing may run: the job is validated, then refused
     response = client.post("/v1/jobs", json={"network": "resnet50", "batches": [1, 8]})
