@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tuner.devices import parse_device
 from tuner.env import env_number, timing_policy
-from tuner.measuring import RacePolicy
+from tuner.racing import RacePolicy
 from tuner.service import check_url, default_url
 from tuner.signing import fleet_key
 

@@ -20,7 +20,7 @@ from db.engine import open_store
 from tests.tuner.fakes import Fake, small_problem
 from tuner import claims, quiet
 from tuner import results as R
-from tuner.measuring import RacePolicy
+from tuner.racing import RacePolicy
 from tuner.results import AlgorithmResult, rank, within_noise
 from tuner.tuning import Tuner
 
