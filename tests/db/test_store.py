@@ -29,17 +29,21 @@ def test_reopened_database_keeps_results(db_url: str) -> None:
     assert {(r.algorithm, r.time_ms) for r in before} == {(r.algorithm, r.time_ms) for r in after}
 
 
-def test_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'future.db'}"
+def _store_with_schema_version(url: str, value: str) -> None:
+    """A new store at `url` whose recorded schema version is then set to `value`."""
     open_store(url)
     close_stores()
     engine = create_engine(url)
     with engine.begin() as conn:
         conn.execute(
-            text("UPDATE convtune_meta SET value = :v WHERE key = 'schema_version'"),
-            {"v": str(SCHEMA_VERSION + 1)},
+            text("UPDATE convtune_meta SET value = :v WHERE key = 'schema_version'"), {"v": value}
         )
     engine.dispose()
+
+
+def test_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'future.db'}"
+    _store_with_schema_version(url, str(SCHEMA_VERSION + 1))
     with pytest.raises(SchemaError, match="newer"):
         open_store(url)
 
@@ -109,14 +113,7 @@ def test_corrupt_schema_version_names_the_setting(
     from tuner.cli import main
 
     url = f"sqlite:///{tmp_path / 'odd.db'}"
-    open_store(url)
-    close_stores()
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(
-            text("UPDATE convtune_meta SET value = :v WHERE key = 'schema_version'"), {"v": value}
-        )
-    engine.dispose()
+    _store_with_schema_version(url, value)
     with pytest.raises(SchemaError, match=r"convtune_meta\.schema_version is .* in sqlite:///"
                        r".*odd\.db, not a schema version: the database is corrupt or not a "
                        r"convtune store"):
