@@ -28,7 +28,7 @@ from api.metrics import Metrics
 from tuner.env import env_number
 from tuner.quiet import periodic
 from tuner.results import AlgorithmResult
-from tuner.service import Service, service
+from tuner.service import JOB_FINISHED, JOB_STALE_AFTER_KEY, Service, service
 
 log = logging.getLogger("convtune.api")
 
@@ -39,11 +39,9 @@ JOB_HEARTBEAT_S = 10.0
 #: ($CONVTUNE_JOB_STALE_S). Well above the heartbeat: a beat may wait for a timed round to
 #: end and for a busy store (SQLite waits up to a minute for another writer's lock).
 JOB_STALE_S = 120.0
-#: The key of a stored snapshot that carries the stale bound (db.jobs.STALE_AFTER_KEY; the
-#: API may not import db). Stored, so it never changes.
-STALE_AFTER_KEY = "stale_after_s"
-#: States after which a job no longer changes (db.jobs.FINISHED).
-FINISHED = ("done", "failed")
+#: The key of a stored snapshot that carries the stale bound, and the states after which a
+#: job no longer changes (db.jobs, through the tuner: the API does not import db).
+STALE_AFTER_KEY, FINISHED = JOB_STALE_AFTER_KEY, JOB_FINISHED
 
 
 class JobQueueFull(RuntimeError):
@@ -152,20 +150,22 @@ class JobManager:
     def _finder(self) -> Callable[..., list[AlgorithmResult]]:
         return self._given_find or self._service().find
 
-    def _save(self, job: Job) -> None:
-        """Write `job` to the store (the caller holds the lock); forget it once finished."""
+    def _save(self, job: Job) -> bool:
+        """Write `job` to the store (the caller holds the lock); forget it once finished.
+        False where the stored job had finished already (a reader reported it failed)."""
         finished = job.state in FINISHED
         if finished:
             self._jobs.pop(job.id, None)  # even if the write fails: it no longer counts
         # The row carries our stale bound, so every reader judges it as we promise.
         snapshot = {**job.as_dict(), STALE_AFTER_KEY: self._stale_s}
         try:
-            self._service().save_job(job.id, snapshot, kept=self._kept)
+            written = self._service().save_job(job.id, snapshot, kept=self._kept)
         except Exception:
             if finished:
                 self._unsaved[job.id] = job
             raise
         self._unsaved.pop(job.id, None)
+        return written
 
     def _save_quietly(self, job: Job) -> None:
         # In a job thread nobody awaits the error: log it; the poll shows the last state.
@@ -237,21 +237,22 @@ class JobManager:
                 self._save_quietly(job)
             for job in list(self._jobs.values()):
                 try:
-                    self._save(job)
+                    if self._save(job):
+                        continue
+                    # Refused: read back what the reader stored, for its message.
                     stored = self._service().job(job.id)
                 except Exception:  # a missed beat is retried; fn of periodic must not raise
                     log.warning("could not refresh job %s in the store", job.id, exc_info=True)
                     continue
-                if stored is None or stored["state"] in FINISHED:
-                    # Not heard from for longer than we promised (a long pause, a store we
-                    # could not reach), a reader reported the job failed: its client was
-                    # told so, and the job stops after its current problem.
-                    log.warning("job %s was reported failed meanwhile: %s", job.id,
-                                stored and stored["error"])
-                    self._jobs.pop(job.id, None)
-                    job.state = "failed"
-                    job.error = stored["error"] if stored else "the job was dropped"
-                    self._metrics.jobs.labels("failed").inc()
+                # Not heard from for longer than we promised (a long pause, a store we
+                # could not reach), a reader reported the job failed: its client was
+                # told so, and the job stops after its current problem.
+                log.warning("job %s was reported failed meanwhile: %s", job.id,
+                            stored and stored["error"])
+                self._jobs.pop(job.id, None)
+                job.state = "failed"
+                job.error = stored["error"] if stored else "the job was dropped"
+                self._metrics.jobs.labels("failed").inc()
 
     def _run(self, job: Job) -> None:
         with self._lock:

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from algorithms.problem import DTYPES, ConvProblem, as_int, pair
-from algorithms.runtime import is_torch_type, overlaps
+from algorithms.runtime import is_torch_type
 from tuner.devices import get_runtime, parse_device
-from tuner.plans import Plan, dtype_name, is_torch
+from tuner.plans import Plan, dtype_name, is_torch, refuse_overlap
 from tuner.service import Service, opened_service, service
 
 
@@ -304,8 +304,9 @@ def _check_out(out: Any, operands: tuple[Any, Any], names: tuple[str, str],
                shape: tuple[int, ...], dtype: str, lives_on: str) -> None:
     """ValueError naming what is wrong with a caller's `out`: not an array we write in
     place, its place, dtype, shape or layout, or memory it shares with an operand."""
-    flags = None if is_torch(out) else getattr(out, "flags", None)
-    if (flags is None and not is_torch(out)) or not hasattr(out, "dtype"):
+    torch_out = is_torch(out)
+    flags = None if torch_out else getattr(out, "flags", None)
+    if (flags is None and not torch_out) or not hasattr(out, "dtype"):
         raise ValueError(f"out must be a NumPy, CuPy or torch array, got {type(out).__name__}")
     if _where(out) != lives_on:
         raise ValueError(f"out is on {_where(out)} but {names[0]} is on {lives_on}")
@@ -315,10 +316,7 @@ def _check_out(out: Any, operands: tuple[Any, Any], names: tuple[str, str],
         raise ValueError(f"out has shape {tuple(out.shape)}; this call needs {shape}")
     if not (out.is_contiguous() if flags is None else flags.c_contiguous):
         raise ValueError("out must be C-contiguous")
-    for name, operand in zip(names, operands, strict=True):
-        if overlaps(out, operand):
-            raise ValueError(f"out overlaps {name} in memory; pass an out that shares no "
-                             f"memory with the operands")
+    refuse_overlap(out, zip(names, operands, strict=True))
 
 
 def _capturing(array: Any, device: str) -> bool:

@@ -153,7 +153,6 @@ def _gradients(ctx: Any, grad: Tensor, data: Callable[..., Tensor],
     """(dx, dw) by `data` and `filter_` (the operators, or their bodies); None where the
     input needs no gradient."""
     x, w = ctx.saved_tensors
-    stride, padding, dilation, groups = ctx.geometry[:4]
     grad_x = grad_w = None
     # Where convtune has no backward algorithm for the device, PyTorch's reference
     # gradients keep training working.
@@ -161,14 +160,12 @@ def _gradients(ctx: Any, grad: Tensor, data: Callable[..., Tensor],
         try:
             grad_x = data(grad, w, list(x.shape), *ctx.geometry)
         except NoUsableAlgorithm:
-            grad_x = torch.nn.grad.conv2d_input(x.shape, w, grad, stride, padding, dilation,
-                                                groups)
+            grad_x = _torch_data(grad, w, list(x.shape), *ctx.geometry)
     if ctx.needs_input_grad[1]:
         try:
             grad_w = filter_(x, grad, list(w.shape), *ctx.geometry)
         except NoUsableAlgorithm:
-            grad_w = torch.nn.grad.conv2d_weight(x, w.shape, grad, stride, padding, dilation,
-                                                 groups)
+            grad_w = _torch_filter(x, grad, list(w.shape), *ctx.geometry)
     return grad_x, grad_w
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from algorithms.base import Algorithm
@@ -92,6 +92,15 @@ def _dense(array: Any) -> Any:
     if is_torch(array) and array.is_cuda and not array.is_contiguous():
         return (array.detach() if array.requires_grad else array).contiguous()
     return array
+
+
+def refuse_overlap(out: Any, operands: Iterable[tuple[str, Any]]) -> None:
+    """ValueError naming the first (name, array) of `operands` that `out` shares memory
+    with: an algorithm writes its output while still reading its operands."""
+    for name, operand in operands:
+        if overlaps(out, operand):
+            raise ValueError(f"out overlaps {name} in memory; pass an out that shares no "
+                             f"memory with the operands")
 
 
 class Plan:
@@ -231,10 +240,7 @@ class Plan:
             ya = self._adopt(out, "out", out_shape)
             if not ya.flags.c_contiguous:
                 raise ValueError("out must be C-contiguous")
-            for name, operand in ((a_name, xa), (b_name, wa)):
-                if overlaps(ya, operand):
-                    raise ValueError(f"out overlaps {name} in memory; pass an out that shares "
-                                     f"no memory with the operands")
+            refuse_overlap(ya, ((a_name, xa), (b_name, wa)))
         with runtime.caller_stream(x):
             watch = self._watch  # as above
             lane = None if watch is None else runtime.lane()

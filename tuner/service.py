@@ -309,14 +309,16 @@ class Service:
         return counts
 
     # --- jobs of the HTTP service --------------------------------------------------------
-    def save_job(self, job_id: str, snapshot: Mapping[str, Any], *, kept: int) -> None:
-        """Store a job's snapshot; finished jobs beyond the `kept` newest are dropped."""
-        def work(session: Session) -> None:
-            stored_jobs.save_job(session=session, job_id=job_id, snapshot=snapshot)
+    def save_job(self, job_id: str, snapshot: Mapping[str, Any], *, kept: int) -> bool:
+        """Store a job's snapshot; finished jobs beyond the `kept` newest are dropped. False,
+        nothing written, where the stored job has finished already (db.jobs.save_job)."""
+        def work(session: Session) -> bool:
+            written = stored_jobs.save_job(session=session, job_id=job_id, snapshot=snapshot)
             if snapshot["state"] in stored_jobs.FINISHED:
                 stored_jobs.prune_jobs(session=session, kept=kept)
+            return written
 
-        self.store.write(work)
+        return self.store.write(work)
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         """A stored job's snapshot, whichever process runs it; None when unknown."""
@@ -327,8 +329,9 @@ class Service:
 #: Plans kept per Service: each may hold a workspace, so the oldest go first beyond this.
 MAX_PLANS = 256
 
-__all__ = ["MAX_PLANS", "MODES", "Answer", "MeasurementRow", "Service", "StoreUnusable",
-           "check_url", "default_url", "describe_url", "service"]
+__all__ = ["JOB_FINISHED", "JOB_STALE_AFTER_KEY", "MAX_PLANS", "MODES", "Answer",
+           "MeasurementRow", "Service", "StoreUnusable", "check_url", "default_url",
+           "describe_url", "service"]
 
 def describe_url(url: str) -> str:
     """A database URL fit to print: the password masked."""
@@ -337,6 +340,9 @@ def describe_url(url: str) -> str:
     except Exception:  # not a URL SQLAlchemy can parse: say nothing more about it
         return "(unparsable database URL)"
 
+
+#: What a job's stored snapshot says, for the HTTP layer (which does not import db).
+JOB_FINISHED, JOB_STALE_AFTER_KEY = stored_jobs.FINISHED, stored_jobs.STALE_AFTER_KEY
 
 _SERVICES: dict[str, Service] = {}
 _LOCK = threading.Lock()
@@ -353,11 +359,11 @@ def opened_service(db: str | None = None) -> Service | None:
 
 def service(db: str | None = None) -> Service:
     """The long-lived Service of database URL `db` (default: $CONVTUNE_DB_URL or the cache)."""
+    found = opened_service(db)
+    if found is not None:
+        return found
     url = db or default_url()
     store = open_store(url)
-    found = _SERVICES.get(url)
-    if found is not None and found.store is store:
-        return found
     with _LOCK:
         found = _SERVICES.get(url)
         if found is None or found.store is not store:  # new, or its store was closed

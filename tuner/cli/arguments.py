@@ -9,14 +9,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from algorithms.problem import DIRECTIONS, ConvProblem
 from tuner.devices import get_runtime, parse_device
 from tuner.networks import NETWORKS, SYNTHETIC, network_problems
 from tuner.onnx_shapes import onnx_problems
-from tuner.service import MODES, default_url
+from tuner.service import MODES, check_url, default_url
 
 DbOpt = Annotated[
     str | None,
@@ -96,10 +94,7 @@ def stored_url(db: str | None) -> str:
     other databases are left to the store to open or refuse.
     """
     url = db or default_url()
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return url  # unparsable: opening it says so, as for every command
+    parsed = check_url(url)  # unparsable or unsupported: the error opening it would give
     database = parsed.database
     if (parsed.get_backend_name() != "sqlite" or not database or database == ":memory:"
             or database.startswith("file:")):
