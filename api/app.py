@@ -24,7 +24,7 @@ from api.metrics import Metrics, MetricsMiddleware
 from api.routes import algorithms, bundles, convolve, devices, find, health, jobs, results
 from api.settings import Settings, check_config
 from tuner.errors import ClaimTimeout, DeviceFault, NotInDatabase, NoUsableAlgorithm
-from tuner.service import StoreUnusable
+from tuner.service import StoreReadOnly, StoreUnusable
 from tuner.version import TUNER_VERSION
 
 log = logging.getLogger("convtune.api")
@@ -195,6 +195,15 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": f"database error: {detail}"},
                             status.HTTP_503_SERVICE_UNAVAILABLE)
 
+    async def read_only(_request: Request, exc: Exception) -> JSONResponse:
+        # A fleet's shared cache served read-only: the request asked for a measurement or a
+        # write. The client is told what it can ask; the store's location stays in the log.
+        log.info("refused a write: %s", exc)
+        return JSONResponse({"detail": "this server's store is read-only: it answers what it "
+                             "holds (mode 'cached' or 'heuristic', or a problem it has "
+                             "measured), but cannot measure, import or record anything"},
+                            status.HTTP_403_FORBIDDEN)
+
     async def client_gone(request: Request, _exc: Exception) -> JSONResponse:
         # The client left, or its body missed its deadline (api.protocol): nobody reads this.
         log.info("client disconnected during %s %s", request.method, request.url.path)
@@ -214,6 +223,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NoUsableAlgorithm, none_usable)
     app.add_exception_handler(ClaimTimeout, busy)
     app.add_exception_handler(DeviceFault, device_lost)
+    app.add_exception_handler(StoreReadOnly, read_only)
     app.add_exception_handler(StoreUnusable, store_broken)
     app.add_exception_handler(SQLAlchemyError, store_broken)
     app.add_exception_handler(ClientDisconnect, client_gone)
@@ -249,9 +259,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=(
             "POST endpoints need `Authorization: Bearer <token>` when the server sets "
             "$CONVTUNE_API_TOKEN; GET endpoints are open. Errors are JSON "
-            "`{\"detail\": ...}`: 400 corrupt upload, 401 token, 404 not stored / no such "
-            "job, 409 no usable algorithm (convolve), 413 too large, 422 invalid input, "
-            "429 job queue full, 503 another tuner still holds this problem's claim."
+            "`{\"detail\": ...}`: 400 corrupt upload, 401 token, 403 a measurement or "
+            "write asked of a read-only store, 404 not stored / no such job, 409 no usable "
+            "algorithm (convolve), 413 too large, 422 invalid input, 429 job queue full, "
+            "503 another tuner still holds this problem's claim."
         ),
         lifespan=lifespan,
     )

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     ArgumentError,
+    DBAPIError,
     IntegrityError,
     NoSuchModuleError,
     OperationalError,
@@ -127,6 +128,37 @@ def adopt_database(old: Path, new: Path) -> bool:
         partial.unlink(missing_ok=True)
 
 
+class StoreReadOnly(RuntimeError):
+    """The store refuses writes (a read-only file, volume or role): it can answer what it
+    holds, but nothing can be measured, imported or recorded in it."""
+
+
+#: SQLite's primary result code for a write to a read-only database.
+_SQLITE_READONLY = 8
+#: PostgreSQL's SQLSTATEs for a write refused: a read-only transaction (a standby, or
+#: default_transaction_read_only) and a role without the privilege.
+_PG_REFUSED_WRITES = frozenset({"25006", "42501"})
+
+
+#: What a read-only store can still do, and what to do for the rest.
+_READ_ONLY_ADVICE = (
+    "it answers what it holds (mode 'cached' or 'heuristic', or a problem it has measured), "
+    "but cannot measure, import or record anything; give a writable store (db=, --db or "
+    "$CONVTUNE_DB_URL) for that")
+
+
+def refused_write(exc: DBAPIError, url: str,
+                  advice: str = _READ_ONLY_ADVICE) -> StoreReadOnly | None:
+    """StoreReadOnly, one line, if `exc` is the database refusing a write; else None."""
+    orig = exc.orig
+    code = (getattr(orig, "sqlite_errorcode", None) or 0) & 0xFF  # of an extended code
+    if code != _SQLITE_READONLY and getattr(orig, "sqlstate", None) not in _PG_REFUSED_WRITES:
+        return None
+    where = make_url(url).render_as_string(hide_password=True)
+    reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    return StoreReadOnly(f"the store {where} is read-only ({reason}): {advice}")
+
+
 class Store:
     """An open results database: one engine and its sessions."""
 
@@ -142,9 +174,18 @@ class Store:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A session in one transaction: committed on success, rolled back on error."""
-        with self._sessions() as session, session.begin():
-            yield session
+        """A session in one transaction: committed on success, rolled back on error.
+
+        A write the database refuses as read-only raises StoreReadOnly, naming the store.
+        """
+        try:
+            with self._sessions() as session, session.begin():
+                yield session
+        except DBAPIError as exc:
+            refused = refused_write(exc, self.url)
+            if refused is None:
+                raise
+            raise refused from None
 
     def write(self, work: Callable[[Session], T], attempts: int = 3) -> T:
         """Run `work` in one transaction; again when another process's write collided.
@@ -279,7 +320,15 @@ def _upgrade_with_retry(engine: Engine, attempts: int = 5) -> None:
                         conn.exec_driver_sql("PRAGMA foreign_keys=ON")
                         conn.commit()
             return
-        except (OperationalError, IntegrityError, ProgrammingError):
+        except (OperationalError, IntegrityError, ProgrammingError) as exc:
+            # Only a store at an older schema version gets here read-only: one at this
+            # version opens without a write (db.migrations.upgrade).
+            refused = refused_write(
+                exc, engine.url.render_as_string(hide_password=False),
+                "its schema is older than this convtune's, which must upgrade it once with "
+                "write access before it can read it")
+            if refused is not None:
+                raise refused from None
             if attempt == attempts - 1:
                 raise
             time.sleep(0.05 * (attempt + 1))

@@ -152,5 +152,8 @@ def upgrade(conn: Connection, target: int = SCHEMA_VERSION) -> int:
         MIGRATIONS[version](conn)
     # New tables of later versions are created here too; existing ones are left as they are.
     Base.metadata.create_all(conn)
-    _set_version(conn, target)
+    if found != target:
+        # A store already at this version is opened without a single write, so a read-only
+        # one (a fleet's shared cache on a read-only volume or a read-only role) opens.
+        _set_version(conn, target)
     return found

@@ -27,7 +27,15 @@ from algorithms.registry import (
 )
 from db import jobs as stored_jobs
 from db import reports
-from db.engine import Store, StoreUnusable, check_url, default_url, open_store, opened_store
+from db.engine import (
+    Store,
+    StoreReadOnly,
+    StoreUnusable,
+    check_url,
+    default_url,
+    open_store,
+    opened_store,
+)
 from db.rows import MeasurementRow  # the fields of each listed result (api.schemas)
 from tuner import bundles
 from tuner import results as R
@@ -330,8 +338,8 @@ class Service:
 MAX_PLANS = 256
 
 __all__ = ["JOB_FINISHED", "JOB_STALE_AFTER_KEY", "MAX_PLANS", "MODES", "Answer",
-           "MeasurementRow", "Service", "StoreUnusable", "check_url", "default_url",
-           "describe_url", "service"]
+           "MeasurementRow", "Service", "StoreReadOnly", "StoreUnusable", "check_url",
+           "default_url", "describe_url", "service"]
 
 def describe_url(url: str) -> str:
     """A database URL fit to print: the password masked."""

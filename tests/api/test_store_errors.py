@@ -7,6 +7,7 @@ from pathlib import Path
 
 from api.app import create_app
 from api.settings import Settings
+from db.engine import close_stores
 from tests.api.conftest import TestClient
 
 
@@ -19,3 +20,25 @@ def test_corrupt_database_over_http_says_what_is_wrong(tmp_path: Path) -> None:
         response = client.get("/v1/results")
     assert response.status_code == 503
     assert "not a usable SQLite database" in response.json()["detail"]
+
+
+def test_a_read_only_store_answers_and_refuses_measurements_with_403(tmp_path: Path) -> None:
+    # Bug: a read-only store (a fleet's shared cache on a read-only volume) could not be
+    # opened at all, since every open wrote its schema version: every route was a 503
+    # "attempt to write a readonly database". Now it answers what it holds; a request that
+    # would measure or write is a 403 saying so, without the store's location.
+    path = tmp_path / "fleet.db"
+    problem = {"n": 1, "c": 3, "h": 6, "w": 6, "k": 2, "r": 3, "s": 3, "pad": 1}
+    writable = replace(Settings.from_env(), db_url=f"sqlite:///{path}")
+    with TestClient(create_app(writable)) as client:
+        assert client.post("/v1/find", json={"problem": problem, "device": "cpu"}).is_success
+    close_stores()
+    read_only = replace(writable, db_url=f"sqlite:///file:{path}?mode=ro&uri=true")
+    with TestClient(create_app(read_only)) as client:
+        cached = client.post("/v1/find",
+                             json={"problem": problem, "device": "cpu", "mode": "cached"})
+        assert cached.status_code == 200 and cached.json()["best"]["status"] == "ok"
+        new = client.post("/v1/find", json={"problem": {**problem, "h": 7}, "device": "cpu"})
+        assert new.status_code == 403
+        assert new.json()["detail"].startswith("this server's store is read-only")
+        assert str(tmp_path) not in new.text
