@@ -130,7 +130,9 @@ def convolve(
     array (NumPy, CuPy or torch), or `out` itself when given. Same dtype as `x`.
 
     NaN and infinity pass through, as in cuDNN: what they spread to depends on the algorithm
-    (an FFT spreads one NaN over the whole output). `check_finite=True` refuses them with a
+    (an FFT spreads one NaN over the whole output; direct, which skips the padding, never
+    multiplies a weight by a padded zero, so a NaN weight misses the outputs whose window
+    reads padding at its tap). `check_finite=True` refuses them with a
     ValueError naming the input instead (one pass over each input; waits on a GPU).
     """
     # run_convolution's work without its Convolution record: a call per layer of a model.

@@ -316,6 +316,8 @@ def _check_out(out: Any, operands: tuple[Any, Any], names: tuple[str, str],
         raise ValueError(f"out has shape {tuple(out.shape)}; this call needs {shape}")
     if not (out.is_contiguous() if flags is None else flags.c_contiguous):
         raise ValueError("out must be C-contiguous")
+    if not getattr(flags, "writeable", True):  # NumPy's; CuPy and torch arrays are writeable
+        raise ValueError("out is read-only; pass a writeable array")
     refuse_overlap(out, zip(names, operands, strict=True))
 
 

@@ -65,22 +65,30 @@ def _backward_data(
     dy: Tensor, w: Tensor, x_shape: Sequence[int], stride: Sequence[int], padding: Sequence[int],
     dilation: Sequence[int], groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
-    """dx from dy (the body of `conv2d_backward_data`)."""
-    return convolve_backward_data(  # type: ignore[no-any-return]
-        dy.contiguous(), w, tuple(x_shape), tuple(stride), tuple(padding), tuple(dilation),
-        groups, workspace_limit=_limit(workspace_limit), db=db, math=math,
-    )
+    """dx from dy (the body of `conv2d_backward_data`); PyTorch's where none of ours serves
+    (in the body, not its caller, as a compiled backward graph calls the operator itself)."""
+    try:
+        return convolve_backward_data(  # type: ignore[no-any-return]
+            dy.contiguous(), w, tuple(x_shape), tuple(stride), tuple(padding),
+            tuple(dilation), groups, workspace_limit=_limit(workspace_limit), db=db, math=math,
+        )
+    except NoUsableAlgorithm:
+        return _torch_data(dy, w, list(x_shape), stride, padding, dilation, groups)
 
 
 def _backward_filter(
     x: Tensor, dy: Tensor, w_shape: Sequence[int], stride: Sequence[int], padding: Sequence[int],
     dilation: Sequence[int], groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
-    """dw from dy (the body of `conv2d_backward_filter`)."""
-    return convolve_backward_filter(  # type: ignore[no-any-return]
-        x, dy.contiguous(), tuple(w_shape), tuple(stride), tuple(padding), tuple(dilation),
-        groups, workspace_limit=_limit(workspace_limit), db=db, math=math,
-    )
+    """dw from dy (the body of `conv2d_backward_filter`); PyTorch's where none of ours
+    serves."""
+    try:
+        return convolve_backward_filter(  # type: ignore[no-any-return]
+            x, dy.contiguous(), tuple(w_shape), tuple(stride), tuple(padding),
+            tuple(dilation), groups, workspace_limit=_limit(workspace_limit), db=db, math=math,
+        )
+    except NoUsableAlgorithm:
+        return _torch_filter(x, dy, list(w_shape), stride, padding, dilation, groups)
 
 
 @torch.library.custom_op("convtune::conv2d", mutates_args=())
@@ -148,24 +156,28 @@ def _save(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     ctx.geometry = inputs[2:]  # stride, padding, dilation, groups, math, limit, db
 
 
+def _differentiable(grad: Tensor) -> bool:
+    """Whether the gradients being computed must themselves be differentiable or batched:
+    a graph of them asked for (create_graph=True: a gradient penalty, a Hessian-vector
+    product), torch.func's transforms over them (vmap of a backward), or batched output
+    gradients (is_grads_batched, a vectorized jacobian: the older vmap, whose tensors have
+    no storage). Ours are neither: PyTorch's gradient functions then serve."""
+    return (torch.is_grad_enabled() or torch._C._are_functorch_transforms_active()
+            or not torch._C._has_storage(grad))
+
+
 def _gradients(ctx: Any, grad: Tensor, data: Callable[..., Tensor],
                filter_: Callable[..., Tensor]) -> tuple[Tensor | None, Tensor | None]:
-    """(dx, dw) by `data` and `filter_` (the operators, or their bodies); None where the
-    input needs no gradient."""
+    """(dx, dw) by `data` and `filter_` (the operators, their bodies, or PyTorch's where
+    `_differentiable`); None where the input needs no gradient."""
+    if _differentiable(grad):
+        data, filter_ = _torch_data, _torch_filter
     x, w = ctx.saved_tensors
     grad_x = grad_w = None
-    # Where convtune has no backward algorithm for the device, PyTorch's reference
-    # gradients keep training working.
     if ctx.needs_input_grad[0]:
-        try:
-            grad_x = data(grad, w, list(x.shape), *ctx.geometry)
-        except NoUsableAlgorithm:
-            grad_x = _torch_data(grad, w, list(x.shape), *ctx.geometry)
+        grad_x = data(grad, w, list(x.shape), *ctx.geometry)
     if ctx.needs_input_grad[1]:
-        try:
-            grad_w = filter_(x, grad, list(w.shape), *ctx.geometry)
-        except NoUsableAlgorithm:
-            grad_w = _torch_filter(x, grad, list(w.shape), *ctx.geometry)
+        grad_w = filter_(x, grad, list(w.shape), *ctx.geometry)
     return grad_x, grad_w
 
 
@@ -199,14 +211,11 @@ class _EagerConv2d(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        """The operator's formula through the bodies of the backward operators; asked for a
-        graph of the gradients (create_graph=True: a gradient penalty, a Hessian-vector
-        product), PyTorch's differentiable gradient functions instead, as ours are not.
+        """The operator's formula through the bodies of the backward operators.
 
-        Why: with once_differentiable the second derivative was refused for x but silently
-        dropped for the weight (review of 2026-11-30)."""
-        if torch.is_grad_enabled():
-            return (*_gradients(ctx, grad, _torch_data, _torch_filter), None)
+        Why not once_differentiable: with it the second derivative was refused for x but
+        silently dropped for the weight (review of 2026-11-30); `_gradients` switches to
+        PyTorch's differentiable functions instead."""
         return (*_gradients(ctx, grad, _backward_data, _backward_filter), None)
 
 
@@ -243,6 +252,11 @@ def _pairs(module: nn.Conv2d) -> None:
         value = getattr(module, name)
         if isinstance(value, tuple) and len(value) == 1:
             setattr(module, name, value * 2)
+
+
+def _autocast(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """`t` as autocast casts an operand of F.conv2d: floating point but float64 to `dtype`."""
+    return t.to(dtype) if t.is_floating_point() and t.dtype != torch.float64 else t
 
 
 def _math(x: Tensor) -> str:
@@ -293,9 +307,10 @@ class Conv2d(nn.Conv2d):
         kind = input.device.type  # autocast knows no meta device: it raises for one
         if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
             # As autocast runs F.conv2d: in its lower precision (float16 or bfloat16).
+            # Autocast leaves float64 alone (and so does it here: a float64 model stays exact).
             dtype = torch.get_autocast_dtype(kind)
-            input, w = input.to(dtype), w.to(dtype)
-            bias = None if bias is None else bias.to(dtype)
+            input, w = _autocast(input, dtype), _autocast(w, dtype)
+            bias = None if bias is None else _autocast(bias, dtype)
         if (input.shape[0] == 0 or torch._C._are_functorch_transforms_active()
                 or forward_ad._current_level >= 0):
             # Nothing to tune in an empty batch; torch.func's transforms (vmap, grad, jvp) and

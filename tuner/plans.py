@@ -240,6 +240,8 @@ class Plan:
             ya = self._adopt(out, "out", out_shape)
             if not ya.flags.c_contiguous:
                 raise ValueError("out must be C-contiguous")
+            if not getattr(ya.flags, "writeable", True):
+                raise ValueError("out is read-only; pass a writeable array")
             refuse_overlap(ya, ((a_name, xa), (b_name, wa)))
         with runtime.caller_stream(x):
             watch = self._watch  # as above

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,6 +40,8 @@ class ResultsQuery(BaseModel):
     dilation_w: _Int = None
     groups: _Int = None
     dtype: _Text = None
+    math: Literal["fp32", "tf32"] | None = None
+    direction: Literal["forward", "backward_data", "backward_filter"] | None = None
     limit: int = Field(default=100, ge=1, le=1000)
     offset: int = Field(default=0, ge=0, le=2**31 - 1)
 

@@ -49,9 +49,25 @@ def test_results_filter_and_paginate(client: TestClient, db_url: str) -> None:
             "time_ms", "workspace_bytes", "measured_at"} <= set(item)
 
 
+def test_results_filter_by_direction_and_math(client: TestClient) -> None:
+    # Bug: ResultsQuery listed every problem field but these two, so a direction filter was
+    # a 422 and a shape's forward and backward rows came back mixed.
+    for direction in ("forward", "backward_data", "backward_filter"):
+        _tune(client, direction=direction)
+    rows = client.get("/v1/results", params={"h": TINY["h"]}).json()["items"]
+    for direction in ("forward", "backward_data", "backward_filter"):
+        page = client.get("/v1/results", params={"direction": direction}).json()
+        assert page["total"] == sum(i["problem"]["direction"] == direction for i in rows) > 0
+        assert {i["problem"]["direction"] for i in page["items"]} == {direction}
+    assert client.get("/v1/results", params={"math": "fp32"}).json()["total"] == len(rows)
+    assert client.get("/v1/results", params={"math": "tf32"}).json()["total"] == 0
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [
+        ({"direction": "sideways"}, "direction"),
+        ({"math": "fp64"}, "math"),
         ({"limit": 0}, "limit"),
         ({"limit": 100_000}, "limit"),
         ({"offset": -1}, "offset"),

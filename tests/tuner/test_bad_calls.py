@@ -116,6 +116,22 @@ def test_a_bad_out_is_refused_before_tuning(db_url: str, rng: np.random.Generato
     assert stored_rows(db_url) == 0
 
 
+# Bug: a read-only out passed every check: the problem was tuned and stored, then NumPy
+# refused the write inside an algorithm ("output array is read-only"), naming no argument.
+def test_a_read_only_out_is_refused_first_and_by_a_plan(db_url: str,
+                                                        rng: np.random.Generator) -> None:
+    x, w = _operands(rng, k=6)
+    out = np.zeros((2, 6, 9, 9), np.float32)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match=r"^out is read-only; pass a writeable array$"):
+        convolve(x, w, padding=1, device="cpu", out=out)
+    assert stored_rows(db_url) == 0
+    kept = plan(problem_for(x.shape, w.shape, padding=1), device="cpu")
+    with pytest.raises(ValueError, match=r"^out is read-only; pass a writeable array$"):
+        kept(x, w, out=out)
+    assert not out.any()
+
+
 def test_a_dy_that_does_not_match_the_given_shape_is_refused_before_tuning(
         db_url: str, rng: np.random.Generator) -> None:
     x, w = _operands(rng, k=6)

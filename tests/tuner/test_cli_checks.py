@@ -160,3 +160,13 @@ def test_serve_that_cannot_listen_is_one_line(busy_port: int) -> None:
         assert done.returncode == 1, done.stderr
         line = _one_error_line(done.stderr)
         assert line.startswith(f"convtune: error: cannot listen on {host}:{port}: ") and why in line
+
+
+def test_a_direction_named_twice_is_tuned_once() -> None:
+    # Review of the backward pass, finding 6: '--directions forward,forward' tuned, printed
+    # and counted every layer twice.
+    from tuner.cli.arguments import parse_directions
+
+    assert parse_directions("forward,forward") == ("forward",)
+    assert parse_directions("backward_data, forward,backward_data") == \
+        ("backward_data", "forward")

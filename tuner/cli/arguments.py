@@ -61,7 +61,9 @@ def parse_directions(text: str) -> tuple[str, ...]:
     """'all' -> every direction; 'forward,backward_data' -> those; ValueError otherwise."""
     if text.strip() == "all":
         return DIRECTIONS
-    chosen = tuple(d.strip() for d in text.split(","))
+    # Each once, in the order given: a repeated one ('forward,forward') tuned, printed and
+    # counted every layer twice.
+    chosen = tuple(dict.fromkeys(d.strip() for d in text.split(",")))
     unknown = [d for d in chosen if d not in DIRECTIONS]
     if unknown or not chosen:
         raise ValueError(f"--directions must be 'all' or a comma list of {list(DIRECTIONS)}, "

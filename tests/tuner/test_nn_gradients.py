@@ -1,0 +1,106 @@
+"""The PyTorch module's gradients where autograd is used beyond one backward pass: the
+faults a review of the backward pass found on 2026-11-30 (CPU; float64 where numbers are
+compared, nn.Conv2d or torch.nn.grad the oracle)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+import tuner.nn as tnn  # noqa: E402
+from tuner.nn import convert  # noqa: E402
+
+
+def _twins(db_url: str, dtype: Any = torch.float64, **kwargs: Any) -> tuple[Any, Any]:
+    """nn.Conv2d and a converted copy of it with the same parameters."""
+    args = dict(in_channels=2, out_channels=3, kernel_size=3, padding=1) | kwargs
+    reference = nn.Conv2d(**args).to(dtype)
+    return reference, convert(copy.deepcopy(reference), db=db_url)
+
+
+# Bug: under torch.autocast a float64 model was cast to bfloat16 (autocast leaves float64
+# operands alone): its output came back bfloat16 and its weight gradient off by 6e-2.
+def test_autocast_leaves_a_float64_model_exact(db_url: str) -> None:
+    reference, ours = _twins(db_url)
+    x = torch.randn(2, 2, 7, 7, dtype=torch.float64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, y_ref = ours(x), reference(x)
+    assert y.dtype == y_ref.dtype == torch.float64
+    torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-9)
+    y.sum().backward()
+    y_ref.sum().backward()
+    torch.testing.assert_close(ours.weight.grad, reference.weight.grad, rtol=1e-9, atol=1e-9)
+
+
+# Bug: batched output gradients (is_grads_batched, which jacobian(vectorize=True) uses) ran
+# our backward on vmap's storage-less tensors: "Batching rule not implemented for
+# aten::detach".
+def test_batched_output_gradients_match_nn_conv2d(db_url: str) -> None:
+    reference, ours = _twins(db_url)
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64, requires_grad=True)
+    cotangents = torch.randn(4, 1, 3, 5, 5, dtype=torch.float64)
+    (got,) = torch.autograd.grad(ours(x), x, cotangents, is_grads_batched=True)
+    (expected,) = torch.autograd.grad(reference(x), x, cotangents, is_grads_batched=True)
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+    jacobian = torch.autograd.functional.jacobian(ours, x, vectorize=True)
+    torch.testing.assert_close(
+        jacobian, torch.autograd.functional.jacobian(reference, x), rtol=1e-9, atol=1e-9)
+
+
+# Bug: second derivatives through the custom operator (traced, compiled or subclass
+# inputs) failed: its autograd formula called the backward operators, which have none
+# ("no autograd formula was registered for convtune.conv2d_backward_data").
+def test_second_derivatives_through_the_operator(db_url: str) -> None:
+    reference, ours = _twins(db_url, stride=2)
+    x = torch.randn(2, 2, 7, 7, dtype=torch.float64)
+    penalties = []
+    for conv in (ours, reference):
+        traced = torch.jit.trace(conv, x)
+        xx = x.clone().requires_grad_()
+        (dx,) = torch.autograd.grad(traced(xx).square().sum(), xx, create_graph=True)
+        penalties.append(torch.autograd.grad(dx.square().sum(), [conv.weight, xx]))
+    for got, expected in zip(*penalties, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+
+
+# Bug: where no backward algorithm of ours serves (bfloat16 with workspace_limit=0 on the
+# CPU), a compiled model's backward raised NoUsableAlgorithm: the fallback to PyTorch's
+# gradients was in the formula the compiler traces, not in the operators its graph calls.
+def test_a_compiled_backward_that_no_algorithm_serves_falls_back(db_url: str) -> None:
+    reference = nn.Conv2d(2, 3, 3, padding=1).to(torch.bfloat16)
+    ours = convert(copy.deepcopy(reference), workspace_limit=0, db=db_url)
+    compiled = torch.compile(ours, backend="aot_eager", fullgraph=True)
+    x = torch.randn(2, 2, 6, 6, dtype=torch.bfloat16, requires_grad=True)
+    compiled(x).float().sum().backward()
+    expected = torch.nn.grad.conv2d_weight(x.double(), ours.weight.shape,
+                                           torch.ones(2, 3, 6, 6, dtype=torch.float64),
+                                           padding=1)
+    torch.testing.assert_close(ours.weight.grad.double(), expected, rtol=2e-2, atol=2e-1)
+
+
+def test_a_compiled_backward_still_runs_our_backward_algorithms(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fallbacks above must not send a compiled model's ordinary backward to PyTorch.
+    calls: list[str] = []
+    for name in ("convolve_backward_data", "convolve_backward_filter"):
+        real = getattr(tnn, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(tnn, name, counted)
+    reference, ours = _twins(db_url)
+    compiled = torch.compile(ours, backend="aot_eager", fullgraph=True)
+    x = torch.randn(2, 2, 6, 6, dtype=torch.float64, requires_grad=True)
+    compiled(x).sum().backward()
+    assert sorted(set(calls)) == ["convolve_backward_data", "convolve_backward_filter"]
+    x_ref = x.detach().clone().requires_grad_()
+    reference(x_ref).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-9, atol=1e-9)
