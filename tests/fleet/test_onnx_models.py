@@ -1,0 +1,198 @@
+"""ONNX models as users export them: the faults a review of `--onnx` found on 2026-11-30,
+each checked against the problem the node really computes (shapes from ONNX's own shape
+inference or the model's construction)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from algorithms.problem import ConvProblem
+from tuner.onnx_shapes import onnx_convs, onnx_problems
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _weights(**shapes: tuple[int, ...]) -> list[Any]:
+    return [numpy_helper.from_array(np.ones(shape, np.float32), name)
+            for name, shape in shapes.items()]
+
+
+def _ints(name: str, values: list[int]) -> Any:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def _save(path: Path, nodes: list[Any], inputs: list[Any], initializers: list[Any],
+          functions: list[Any] | None = None, elem: int = TensorProto.FLOAT,
+          outputs: list[Any] | None = None, domains: tuple[str, ...] = ()) -> Path:
+    graph = helper.make_graph(
+        nodes, "g", inputs,
+        outputs or [helper.make_tensor_value_info(nodes[-1].output[0], elem, None)],
+        initializers)
+    opsets = [helper.make_opsetid(domain, 1)
+              for domain in (*domains, *(["local"] if functions else []))]
+    opsets.insert(0, helper.make_opsetid("", 17))
+    onnx.save(helper.make_model(graph, opset_imports=opsets, functions=functions or []),
+              str(path))
+    return path
+
+
+def _x(shape: list[Any], elem: int = TensorProto.FLOAT, name: str = "x") -> Any:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _conv(x: str, w: str, y: str, name: str, **attrs: Any) -> Any:
+    return helper.make_node("Conv", [x, w], [y], name=name, **attrs)
+
+
+def _by_name(path: Path, batch: int) -> dict[str, ConvProblem | str]:
+    return {c.name: c.problem or c.skipped for c in onnx_convs(path, batch)}
+
+
+# Bug: a model exported at batch 1 records every tensor's shape at batch 1 (torch's exporter,
+# onnxsim, a saved shape inference); only the inputs were re-batched, so every later Conv
+# kept n=1 under --batch 4, without a word.
+def test_shapes_recorded_at_the_export_s_batch_are_inferred_again(tmp_path: Path) -> None:
+    nodes = [_conv("x", "w1", "a", "c0", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["b"]),
+             _conv("b", "w2", "y", "c1")]
+    graph = helper.make_graph(nodes, "g", [_x([1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 6, 6])],
+                              _weights(w1=(4, 3, 3, 3), w2=(5, 4, 3, 3)))
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph))
+    assert model.graph.value_info  # a and b recorded at batch 1
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    found = _by_name(tmp_path / "m.onnx", 4)
+    assert found == {"c0": ConvProblem(n=4, c=3, h=8, w=8, k=4, r=3, s=3, pad=1),
+                     "c1": ConvProblem(n=4, c=4, h=8, w=8, k=5, r=3, s=3)}
+
+
+# Bug: a Reshape to a constant shape fixes the batch (here at 1); the Conv after it was
+# tuned at n=1 under --batch 2, listed as batch 2. Frames folded into the batch (n = 2 x
+# batch) follow the batch and are kept.
+def test_a_batch_the_model_fixes_is_skipped_and_a_folded_one_kept(tmp_path: Path) -> None:
+    fixed = _save(tmp_path / "fixed.onnx", [
+        _conv("x", "w1", "a", "c0"),
+        helper.make_node("Reshape", ["a", "shape"], ["b"]),
+        _conv("b", "w2", "y", "c1"),
+    ], [_x(["N", 3, 8, 8])], [*_weights(w1=(4, 3, 3, 3), w2=(2, 4, 3, 3)),
+                              _ints("shape", [1, 4, 6, 6])])
+    found = _by_name(fixed, 2)
+    assert found["c0"] == ConvProblem(n=2, c=3, h=8, w=8, k=4, r=3, s=3)
+    assert "fixes its batch at 1" in str(found["c1"]) and "batch 2" in str(found["c1"])
+    assert _by_name(fixed, 1)["c1"] == ConvProblem(n=1, c=4, h=6, w=6, k=2, r=3, s=3)
+    folded = _save(tmp_path / "folded.onnx", [
+        helper.make_node("Reshape", ["x", "shape"], ["b"]),
+        _conv("b", "w", "y", "frames"),
+    ], [_x(["N", 2, 3, 8, 8])], [*_weights(w=(4, 3, 3, 3)), _ints("shape", [-1, 3, 8, 8])])
+    assert _by_name(folded, 3) == {"frames": ConvProblem(n=6, c=3, h=8, w=8, k=4, r=3, s=3)}
+
+
+# Bug: every non-initializer input's first dimension was set to the batch: a weight fed as
+# an input lost its output channels (k4 became k2) and a per-channel scale of shape [3]
+# stopped broadcasting (the Conv was skipped as "input shape unknown").
+def test_only_data_inputs_are_batched(tmp_path: Path) -> None:
+    path = _save(tmp_path / "m.onnx", [
+        helper.make_node("Mul", ["x", "scale"], ["a"]),
+        _conv("a", "w", "y", "c0"),
+    ], [_x([1, 3, 8, 8]), _x([4, 3, 3, 3], name="w"), _x([3, 1, 1], name="scale")], [])
+    assert _by_name(path, 2) == {"c0": ConvProblem(n=2, c=3, h=8, w=8, k=4, r=3, s=3)}
+
+
+# Bug: shape inference ran without data propagation: a Conv after a Reshape whose shape is
+# computed from the input (Shape -> Gather -> Concat, as exporters write view/flatten with a
+# dynamic batch) was skipped as "not fully known".
+def test_a_shape_computed_from_the_input_resolves(tmp_path: Path) -> None:
+    path = _save(tmp_path / "m.onnx", [
+        _conv("x", "w1", "a", "c0", pads=[1, 1, 1, 1]),
+        helper.make_node("Shape", ["a"], ["s"]),
+        helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+        helper.make_node("Concat", ["n", "rest"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["a", "shape"], ["b"]),
+        helper.make_node("ReduceSum", ["b", "axis"], ["c"], keepdims=0),
+        _conv("c", "w2", "y", "c1", pads=[1, 1, 1, 1]),
+    ], [_x(["N", 3, 8, 8])], [*_weights(w1=(8, 3, 3, 3), w2=(4, 2, 3, 3)), _ints("i0", [0]),
+                              _ints("rest", [2, 4, 8, 8]), _ints("axis", [2])])
+    assert _by_name(path, 2)["c1"] == ConvProblem(n=2, c=2, h=8, w=8, k=4, r=3, s=3, pad=1)
+
+
+# Bug: Conv nodes in If/Loop bodies and in model-local functions were passed over in
+# silence (a model with only those "has no 2-D Conv node", no reason given).
+def test_convs_in_subgraphs_and_local_functions_count(tmp_path: Path) -> None:
+    then = helper.make_graph([_conv("x", "w", "t", "c_then")], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    branchy = _save(tmp_path / "if.onnx", [
+        helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)],
+        [_x([1, 3, 8, 8]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        _weights(w=(4, 3, 3, 3)))
+    expected = ConvProblem(n=2, c=3, h=8, w=8, k=4, r=3, s=3)
+    assert onnx_problems(branchy, 2)[0] == [("if0/then_branch/c_then", expected)]
+    block = helper.make_function("local", "Block", ["a", "b"], ["c"],
+                                 [_conv("a", "b", "c", "c_fn")], [helper.make_opsetid("", 17)])
+    functional = _save(tmp_path / "fn.onnx", [
+        helper.make_node("Block", ["x", "w"], ["y"], domain="local", name="blk")],
+        [_x([1, 3, 8, 8])], _weights(w=(4, 3, 3, 3)), functions=[block])
+    assert [p for _, p in onnx_problems(functional, 2)[0]] == [expected]
+
+
+# Bug: ConvTranspose, QLinearConv and ConvInteger were passed over without a word, a custom
+# domain's "Conv" was tuned as ONNX's, bfloat16 models were refused ("unsupported element
+# type 16"), malformed attributes ended the whole command (a TypeError traceback, or "list
+# index out of range" naming no node), auto_pad "" (NOTSET to ONNX) was "unknown", an
+# uneven SAME_LOWER named SAME_UPPER's pads and an input of unknown rank was "-2-D".
+def test_every_convolution_is_tuned_or_named_with_its_reason(tmp_path: Path) -> None:
+    w = _weights(w=(4, 3, 3, 3))
+    path = _save(tmp_path / "m.onnx", [
+        helper.make_node("ConvTranspose", ["x", "w"], ["t"], name="up"),
+        helper.make_node("Conv", ["x", "w"], ["c"], name="custom", domain="com.example"),
+        _conv("x", "w", "s1", "int_strides", strides=2),
+        _conv("x", "w", "s2", "short_pads", pads=[1, 1]),
+        _conv("x", "w", "e", "empty_auto_pad", auto_pad="", pads=[1, 1, 1, 1]),
+        _conv("x", "w2", "l", "same_lower", auto_pad="SAME_LOWER"),
+        _conv("unranked", "w", "u", "unranked"),
+    ], [_x([1, 3, 8, 8]), helper.make_tensor_value_info("unranked", TensorProto.FLOAT, None)],
+        [*w, *_weights(w2=(4, 3, 2, 2))],
+        outputs=[helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+                 for name in ("t", "s1", "s2", "e", "l", "u")], domains=("com.example",))
+    found = _by_name(path, 2)
+    assert "ConvTranspose is not tuned" in str(found["up"])
+    assert "domain 'com.example'" in str(found["custom"])
+    assert found["int_strides"] == "attribute strides=2 is not 2 ints"
+    assert found["short_pads"] == "attribute pads=[1, 1] is not 4 ints"
+    assert found["empty_auto_pad"] == ConvProblem(n=2, c=3, h=8, w=8, k=4, r=3, s=3, pad=1)
+    assert "asymmetric padding [1, 1, 0, 0]" in str(found["same_lower"])
+    assert found["unranked"] == "input rank unknown after shape inference"
+    warnings = onnx_problems(path, 2)[1]
+    assert any(line.startswith("skipping ConvTranspose node 'up'") for line in warnings)
+    half = _save(tmp_path / "bf16.onnx", [_conv("x", "w", "y", "c0")],
+                 [_x([1, 3, 8, 8], TensorProto.BFLOAT16)],
+                 [helper.make_tensor("w", TensorProto.BFLOAT16, (4, 3, 3, 3),
+                                     np.ones(108, np.uint16).tolist())],
+                 elem=TensorProto.BFLOAT16)
+    assert _by_name(half, 2) == {"c0": ConvProblem(n=2, c=3, h=8, w=8, k=4, r=3, s=3,
+                                                   dtype="bfloat16")}
+    ints = _save(tmp_path / "int.onnx", [_conv("x", "w", "y", "c0")],
+                 [_x([1, 3, 8, 8], TensorProto.INT32)],
+                 [numpy_helper.from_array(np.ones((4, 3, 3, 3), np.int32), "w")],
+                 elem=TensorProto.INT32)
+    assert _by_name(ints, 2) == {"c0": "unsupported element type INT32"}
+
+
+# Bug: every weight was read, external data included: a model past 2 GB failed in shape
+# inference ("Failed to serialize proto"), and an empty file was a model "with no Conv".
+def test_weights_are_never_read_and_an_empty_file_is_not_a_model(tmp_path: Path) -> None:
+    weight = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, 3, 3, 3])
+    weight.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", "not_here.bin"), ("offset", "0"), ("length", "432")):
+        weight.external_data.add(key=key, value=value)
+    path = _save(tmp_path / "m.onnx", [_conv("x", "w", "y", "c0")], [_x([1, 3, 8, 8])],
+                 [weight])
+    assert _by_name(path, 2) == {"c0": ConvProblem(n=2, c=3, h=8, w=8, k=4, r=3, s=3)}
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    with pytest.raises(ValueError, match="is not an ONNX model"):
+        onnx_problems(tmp_path / "empty.onnx", 1)
