@@ -10,12 +10,14 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deps import read_tokens, token_refusal, write_tokens
@@ -156,6 +158,19 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+_VERBS = ("delete", "get", "head", "options", "patch", "post", "put", "trace")
+
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the app's routes take on `path`, read from its OpenAPI paths (the
+    routers' own structures are FastAPI's internals)."""
+    methods: set[str] = set()
+    for template, item in app.openapi()["paths"].items():
+        if compile_path(template)[0].match(path):
+            methods.update(verb.upper() for verb in item if verb in _VERBS)
+    return sorted(methods)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     """The library's errors become 4xx with its message; anything else a JSON 500."""
 
@@ -204,6 +219,16 @@ def _install_error_handlers(app: FastAPI) -> None:
                              "measured), but cannot measure, import or record anything"},
                             status.HTTP_403_FORBIDDEN)
 
+    async def http_error(request: Request, exc: Exception) -> Response:
+        # Starlette's 405 names the methods of the first route of the path only (POST for
+        # /v1/bundles, which also has GET); RFC 9110 asks for every method the path takes.
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+            allowed = allowed_methods(request.app, request.url.path)
+            if allowed:
+                exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed)}
+        return await http_exception_handler(request, exc)  # type: ignore[arg-type]
+
     async def client_gone(request: Request, _exc: Exception) -> JSONResponse:
         # The client left, or its body missed its deadline (api.protocol): nobody reads this.
         log.info("client disconnected during %s %s", request.method, request.url.path)
@@ -218,6 +243,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     # Starlette types every handler as taking any Exception; this one is only given its own.
     app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(ValueError, bad_input)
     app.add_exception_handler(NotInDatabase, not_stored)
     app.add_exception_handler(NoUsableAlgorithm, none_usable)
@@ -258,7 +284,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Pick the fastest convolution algorithm for a problem on a device, and run it.",
         description=(
             "POST endpoints need `Authorization: Bearer <token>` when the server sets "
-            "$CONVTUNE_API_TOKEN; GET endpoints are open. Errors are JSON "
+            "$CONVTUNE_API_TOKEN; GET endpoints under /v1 (and cached finds) need it or "
+            "$CONVTUNE_READ_TOKEN when that is set, and are open otherwise. Errors are JSON "
             "`{\"detail\": ...}`: 400 corrupt upload, 401 token, 403 a measurement or "
             "write asked of a read-only store, 404 not stored / no such job, 409 no usable "
             "algorithm (convolve), 413 too large, 422 invalid input, 429 job queue full, "

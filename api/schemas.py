@@ -284,3 +284,24 @@ class ErrorOut(BaseModel):
     """Every error: a message naming what was wrong."""
 
     detail: Any
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorOut, "description": description}
+
+
+#: What any /v1 route may answer besides its own statuses: the read token (checked before
+#: the route, in api.app's middleware) and a store the server cannot use.
+READ_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: _error("Missing or wrong bearer token (when the server sets $CONVTUNE_READ_TOKEN)."),
+    503: _error("The server's store is unusable or unreachable."),
+}
+#: ... and what any POST may: a body that cannot be read or is too large, and a read-only
+#: store asked to measure or write. Routes add their own (and their own wording) over these.
+WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **READ_RESPONSES,
+    400: _error("A body that cannot be parsed (JSON that is not UTF-8, a corrupt upload)."),
+    401: _error("Missing or wrong bearer token."),
+    403: _error("A measurement or write asked of a read-only store."),
+    413: _error("A body over $CONVTUNE_MAX_BODY_BYTES, or a problem over the size limits."),
+}

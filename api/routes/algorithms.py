@@ -6,13 +6,13 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from api.schemas import AlgorithmsResponse
+from api.schemas import READ_RESPONSES, AlgorithmsResponse
 from tuner.service import Service
 
 router = APIRouter(prefix="/v1", tags=["algorithms"])
 
 
-@router.get("/algorithms", response_model=AlgorithmsResponse)
+@router.get("/algorithms", response_model=AlgorithmsResponse, responses=READ_RESPONSES)
 def algorithms() -> dict[str, Any]:
     """Every algorithm name ever registered, with the backends that can run it here."""
     return Service.algorithms()

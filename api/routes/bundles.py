@@ -10,6 +10,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from api.deps import RequireToken, ServiceDep, SettingsDep
+from api.schemas import READ_RESPONSES, WRITE_RESPONSES
 from tuner.bundles import MEDIA_TYPE, BundleError
 from tuner.signing import SIGNATURE_HEADER, sign, signature_refusal
 
@@ -41,6 +42,7 @@ _BUNDLE_BODY = {
     dependencies=[RequireToken],
     openapi_extra={"requestBody": _BUNDLE_BODY},
     responses={
+        **WRITE_RESPONSES,
         400: {"description": "Not a valid convtune bundle (nothing was stored)."},
         401: {"description": f"Bad token, or (with a fleet key) a missing or invalid "
                              f"{SIGNATURE_HEADER}."},
@@ -71,6 +73,7 @@ async def import_bundle_route(
     "/bundles",
     response_class=Response,
     responses={
+        **READ_RESPONSES,
         200: {"content": {MEDIA_TYPE: {"schema": {"type": "string"}}},
               "description": "A bundle (JSON lines)."},
         404: {"description": "No stored device has a fingerprint starting with `device`."},

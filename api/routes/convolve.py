@@ -19,6 +19,7 @@ from api.schemas import (
     MAX_PAD,
     MAX_STRIDE,
     MAX_WORKSPACE,
+    WRITE_RESPONSES,
     ErrorOut,
 )
 from api.settings import Settings
@@ -104,8 +105,8 @@ _HEADERS = {
             "description": "The output tensor as .npy bytes.",
             "headers": _HEADERS,
         },
+        **WRITE_RESPONSES,
         400: {"model": ErrorOut, "description": "A corrupt .npy upload."},
-        401: {"model": ErrorOut, "description": "Missing or wrong bearer token."},
         409: {"model": ErrorOut, "description": "No usable algorithm for this problem."},
         413: {"model": ErrorOut, "description": "Upload or problem over the size limits."},
         422: {"model": ErrorOut, "description": "Wrong shapes, dtypes, fields or algorithm."},

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import MetricsDep, ServiceDep, SettingsDep, bearer, require_token
 from api.routes.common import enforce_limits, limited_problem, request_device
-from api.schemas import ErrorOut, FindRequest, FindResponse
+from api.schemas import WRITE_RESPONSES, ErrorOut, FindRequest, FindResponse
 from tuner.errors import NotInDatabase
 
 router = APIRouter(prefix="/v1", tags=["find"])
@@ -24,7 +24,7 @@ READ_MODES = frozenset({"cached", "heuristic"})
     "/find",
     response_model=FindResponse,
     responses={
-        401: {"model": ErrorOut, "description": "Missing or wrong bearer token."},
+        **WRITE_RESPONSES,
         404: {"model": ErrorOut, "description": "mode=cached or heuristic, and the problem "
               "is neither stored nor predictable."},
         413: {"model": ErrorOut, "description": "Problem over the size limits or memory."},

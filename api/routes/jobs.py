@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Path, status
 from api.deps import JobsDep, RequireToken, ServiceDep, SettingsDep
 from api.jobs import JobItem, JobQueueFull, JobsStopped
 from api.routes.common import enforce_limits, limited_problem, request_device
-from api.schemas import ErrorOut, JobOut, JobRequest
+from api.schemas import READ_RESPONSES, WRITE_RESPONSES, ErrorOut, JobOut, JobRequest
 from tuner.networks import network_problems
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -21,11 +21,12 @@ router = APIRouter(prefix="/v1", tags=["jobs"])
     status_code=status.HTTP_202_ACCEPTED,
     dependencies=[RequireToken],
     responses={
-        401: {"model": ErrorOut, "description": "Missing or wrong bearer token."},
+        **WRITE_RESPONSES,
         413: {"model": ErrorOut, "description": "A problem over the size limits or memory."},
         422: {"model": ErrorOut, "description": "Invalid network, problems or device."},
         429: {"model": ErrorOut, "description": "Too many jobs queued or running."},
-        503: {"model": ErrorOut, "description": "The server is shutting down."},
+        503: {"model": ErrorOut, "description": "The server is shutting down, or its store "
+              "is unusable or unreachable."},
     },
 )
 def create_job(
@@ -69,7 +70,7 @@ def create_job(
 @router.get(
     "/jobs/{job_id}",
     response_model=JobOut,
-    responses={404: {"model": ErrorOut, "description": "No such job."}},
+    responses={**READ_RESPONSES, 404: {"model": ErrorOut, "description": "No such job."}},
 )
 def get_job(
     job_id: Annotated[str, Path(max_length=64, pattern="^[0-9a-f]+$")], jobs: JobsDep

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import ServiceDep
-from api.schemas import ResultsPage
+from api.schemas import READ_RESPONSES, ResultsPage
 
 router = APIRouter(prefix="/v1", tags=["results"])
 
@@ -46,7 +46,7 @@ class ResultsQuery(BaseModel):
     offset: int = Field(default=0, ge=0, le=2**31 - 1)
 
 
-@router.get("/results", response_model=ResultsPage)
+@router.get("/results", response_model=ResultsPage, responses=READ_RESPONSES)
 def results(query: Annotated[ResultsQuery, Query()], facade: ServiceDep) -> dict[str, Any]:
     """Stored measurements joined with their problem and device, newest first."""
     filters = query.model_dump(exclude={"limit", "offset"}, exclude_none=True)
