@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, get_type_hints
 from pydantic import BaseModel, ConfigDict, Field, Strict, create_model
 
 from algorithms.problem import LIMITS, ConvProblem
+from tuner.networks import NETWORKS
 from tuner.results import AlgorithmResult
 from tuner.service import MeasurementRow
 
@@ -232,7 +233,8 @@ class JobRequest(BaseModel):
     )
 
     network: Annotated[str, Field(max_length=64)] | None = Field(
-        default=None, description="resnet50, vgg16 or alexnet (with `batches`)."
+        default=None,
+        description=f"A built-in network, one of {', '.join(NETWORKS)} (with `batches`).",
     )
     batches: Annotated[
         list[Annotated[int, Strict(), Field(ge=1, le=MAX_BATCH)]],

@@ -55,7 +55,7 @@ def list_results(
     """Stored measurements joined with their problem and device, newest first, paginated.
 
     `filters` may name any problem field, `algorithm`, `status`, `config`, or `device`
-    (a fingerprint, or a prefix of one of at least 8 characters). Returns (total, page).
+    (a fingerprint, or a prefix of one). Returns (total, page).
     """
     query = select(Measurement, Problem, Device).join(
         Problem, Measurement.problem_id == Problem.id

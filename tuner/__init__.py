@@ -16,6 +16,7 @@ from tuner.api import (
 from tuner.errors import NotInDatabase, NoUsableAlgorithm
 from tuner.plans import Plan
 from tuner.results import AlgorithmResult
+from tuner.service import StoreReadOnly
 from tuner.tuning import Tuner
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "NoUsableAlgorithm",
     "NotInDatabase",
     "Plan",
+    "StoreReadOnly",
     "TimingPolicy",
     "Tuner",
     "convolve",

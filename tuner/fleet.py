@@ -11,6 +11,12 @@ from tuner.bundles import MEDIA_TYPE
 from tuner.signing import SIGNATURE_HEADER, fleet_key, sign, signature_refusal
 
 ENV_TOKEN = "CONVTUNE_API_TOKEN"
+#: The read scope's token: a server that sets it answers GETs to it or the write token.
+ENV_READ_TOKEN = "CONVTUNE_READ_TOKEN"
+
+
+def _bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
 BUNDLES_PATH = "/v1/bundles"
 
 
@@ -63,9 +69,7 @@ def push_bundle(
     """
     token = token or os.environ.get(ENV_TOKEN)
     data = bundle.encode()
-    headers = {"Content-Type": MEDIA_TYPE}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = {"Content-Type": MEDIA_TYPE, **_bearer(token)}
     key = fleet_key()
     if key:
         headers[SIGNATURE_HEADER] = sign(data, key)
@@ -84,13 +88,19 @@ def push_bundle(
 
 
 def pull_bundle(
-    server: str, *, device: str | None = None, client: httpx.Client | None = None
+    server: str, *, device: str | None = None, token: str | None = None,
+    client: httpx.Client | None = None,
 ) -> str:
     """GET a bundle from a convtune server (only devices whose fingerprint starts with
-    `device`, when given); with $CONVTUNE_FLEET_KEY set, its signature must match."""
+    `device`, when given); with $CONVTUNE_FLEET_KEY set, its signature must match.
+
+    The token (`token`, else $CONVTUNE_READ_TOKEN, else $CONVTUNE_API_TOKEN) goes in
+    `Authorization: Bearer`: a server that sets a read token answers no GET without it.
+    """
+    token = token or os.environ.get(ENV_READ_TOKEN) or os.environ.get(ENV_TOKEN)
     params = {"device": device} if device else {}
     url = _url(server)
-    response = _send(client, "GET", url, params=params)
+    response = _send(client, "GET", url, params=params, headers=_bearer(token))
     key = fleet_key()
     if key:
         refusal = signature_refusal(response.content, response.headers.get(SIGNATURE_HEADER),

@@ -21,7 +21,7 @@ class ResultsQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    device: _Text = Field(default=None, description="Fingerprint, or a prefix of 8+ chars.")
+    device: _Text = Field(default=None, description="Fingerprint, or a prefix of one.")
     algorithm: _Text = None
     status: _Text = None
     config: _Text = None

@@ -57,3 +57,22 @@ def test_without_a_fleet_key_pushes_need_no_signature(db_url: str, tmp_path: Pat
     with TestClient(create_app(Settings(db_url=f"sqlite:///{tmp_path / 's.db'}"))) as client:
         assert client.post("/v1/bundles", content=text).json()["added"] == 1
         assert SIGNATURE_HEADER.lower() not in client.get("/v1/bundles").headers
+
+
+def test_a_pull_sends_the_read_token(db_url: str, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug: pull sent no token, so it could not pull from a server that sets
+    # $CONVTUNE_READ_TOKEN (every GET under /v1 answers 401 there): no --token, no variable.
+    seed(open_store(db_url), gpu(), small_problem(), [row("direct", 1.0)])
+    settings = Settings(db_url=db_url, api_token="writer", read_token="reader")
+    monkeypatch.delenv("CONVTUNE_READ_TOKEN", raising=False)
+    monkeypatch.delenv("CONVTUNE_API_TOKEN", raising=False)
+    with TestClient(create_app(settings)) as client:
+        with pytest.raises(RuntimeError, match="401"):
+            pull_bundle("http://testserver", client=client)
+        assert pull_bundle("http://testserver", token="reader", client=client)
+        monkeypatch.setenv("CONVTUNE_API_TOKEN", "writer")  # the write token reads too
+        assert pull_bundle("http://testserver", client=client)
+        monkeypatch.setenv("CONVTUNE_READ_TOKEN", "reader")
+        monkeypatch.setenv("CONVTUNE_API_TOKEN", "wrong")
+        assert pull_bundle("http://testserver", client=client)

@@ -225,7 +225,7 @@ def tune(
 @app.command()
 def results(
     device: Annotated[
-        str | None, typer.Option("--device", help="Device fingerprint (or 8+ char prefix).")
+        str | None, typer.Option("--device", help="Device fingerprint (or a prefix of one).")
     ] = None,
     algorithm: Annotated[str | None, typer.Option("--algorithm")] = None,
     status: Annotated[str | None, typer.Option("--status")] = None,

@@ -150,9 +150,18 @@ def push(
 
 
 @app.command()
-def pull(server: ServerOpt, db: DbOpt = None, device: ExportDeviceOpt = None) -> None:
+def pull(
+    server: ServerOpt,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", help="Read token (default: $CONVTUNE_READ_TOKEN, else "
+                                     "$CONVTUNE_API_TOKEN)."),
+    ] = None,
+    db: DbOpt = None,
+    device: ExportDeviceOpt = None,
+) -> None:
     """Fetch a convtune server's measurements (or one device's) and merge them here."""
-    counts = service(db).import_bundle(pull_bundle(server, device=device))
+    counts = service(db).import_bundle(pull_bundle(server, device=device, token=token))
     _say(f"pulled from {server}: {_summary(counts)}")
 
 
