@@ -22,6 +22,7 @@ timed region holds the tuner.quiet gate, so none of our background threads runs 
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 import traceback
@@ -40,7 +41,7 @@ from db.rows import MeasurementRow, utcnow
 from tuner import results as R
 from tuner.candidates import Candidate
 from tuner.quiet import timed_region
-from tuner.racing import RacePolicy, contenders
+from tuner.racing import RacePolicy, challengers, contenders
 from tuner.version import TUNER_VERSION
 
 log = logging.getLogger("convtune.measuring")
@@ -145,12 +146,17 @@ class Measurer:
                 rows[i] = lane.settle(rows[i])
             log_lanes(problem, [rows[i] for i in verified], lanes, "screen")
             top = contenders(rows, self.race)
-            if len(top) < 2:
-                return Measured(rows)
-            runs = [candidate_run(runtime, problem, candidates[i], operands, workspace)
-                    for i in top]
-            confirm = self.race.confirm_round(self.policy, len(top))
-            return self._confirm(problem, rows, top, self._interleaved(runs, confirm))
+            confirmed: set[int] = set()
+            while len(top) >= 2:  # each round confirms rows never confirmed before
+                runs = [candidate_run(runtime, problem, candidates[i], operands, workspace)
+                        for i in top]
+                confirm = self.race.confirm_round(self.policy, len(top))
+                measured = self._confirm(problem, rows, top, self._interleaved(runs, confirm))
+                if measured.fault is not None:
+                    return measured
+                confirmed.update(top)
+                top = challengers(rows, confirmed, self.race)
+            return Measured(rows)
 
     def _verify(self, problem: ConvProblem, cand: Candidate, operands: tuple[Any, Any, Any],
                 ref: Any) -> MeasurementRow:
@@ -198,7 +204,8 @@ class Measurer:
             try:
                 prepare_run(lane.run)
                 with timed_region():
-                    probes = [sample(lane.run, 1) for _ in range(policy.warmup)]
+                    probes = [_checked(sample(lane.run, 1), probe=True)
+                              for _ in range(policy.warmup)]
             except Exception as exc:
                 if self._fail(lane, exc):
                     return lanes
@@ -212,7 +219,7 @@ class Measurer:
                     try:
                         if len(active) > 1:  # another candidate ran last
                             self.runtime.prime(lane.run, lane.last_ms)
-                        lane.times.append(sample(lane.run, lane.batch))
+                        lane.times.append(_checked(sample(lane.run, lane.batch)))
                         lane.last_ms = lane.times[-1]
                         if (host := self.runtime.last_host_ms) is not None:
                             lane.host_ms.append(host)
@@ -252,6 +259,16 @@ class Measurer:
             return Measured(rows)
         return Measured([r for i, r in enumerate(rows) if i != culprit] + [rows[culprit]],
                         self.runtime.fault())
+
+
+def _checked(ms: float, probe: bool = False) -> float:
+    """A timer's sample, or RuntimeError (the lane fails) unless finite and positive (zero
+    allowed for a warm-up probe, whose batch it does not set): a NaN stopped the whole
+    find, a zero won and raced out every other candidate, a negative time was stored and
+    then broke every ranking of the problem (a review of the tuner, 2026-11-30)."""
+    if not math.isfinite(ms) or ms < 0 or (ms == 0 and not probe):
+        raise RuntimeError(f"the timer gave {ms!r} ms for a sample")
+    return ms
 
 
 @contextmanager

@@ -81,16 +81,43 @@ def _capped(policy: TimingPolicy, reps: int) -> TimingPolicy:
     return replace(policy, max_reps=max(policy.min_reps, min(policy.max_reps, reps)))
 
 
-def contenders(rows: list[MeasurementRow], race: RacePolicy) -> list[int]:
-    """Indices of the rows to confirm: the fastest few within the race factor of the leader.
+def _timed(rows: list[MeasurementRow]) -> list[int]:
+    return [i for i, r in enumerate(rows)
+            if r.status == R.OK and r.time_ms is not None and r.min_ms is not None]
 
-    Ordered by fastest run, not median: interference only adds time, so a noisy
-    candidate's fastest run still says what it can do.
+
+def contenders(rows: list[MeasurementRow], race: RacePolicy) -> list[int]:
+    """Indices of the rows to confirm: the leader (fastest median), then the fastest few
+    others within the race factor of it.
+
+    The others are ordered by fastest run, not median: interference only adds time, so a
+    noisy candidate's fastest run still says what it can do. The leader always enters: left
+    out (three rivals each with one lucky sample), its first-pass median was ranked against
+    the round's times, taken in another pass (a review of the tuner, 2026-11-30).
     """
-    ok = [i for i, r in enumerate(rows)
-          if r.status == R.OK and r.time_ms is not None and r.min_ms is not None]
+    ok = _timed(rows)
     if len(ok) < 2 or race.confirm_top < 2:
         return []
-    leader = min(rows[i].time_ms or 0.0 for i in ok)
-    near = [i for i in ok if (rows[i].min_ms or 0.0) <= leader * race.factor]
-    return sorted(near, key=lambda i: rows[i].min_ms or 0.0)[: race.confirm_top]
+    first = min(ok, key=lambda i: rows[i].time_ms or 0.0)
+    limit = (rows[first].time_ms or 0.0) * race.factor
+    near = sorted((i for i in ok if i != first and (rows[i].min_ms or 0.0) <= limit),
+                  key=lambda i: rows[i].min_ms or 0.0)
+    return [first, *near[: race.confirm_top - 1]] if near else []
+
+
+def challengers(rows: list[MeasurementRow], confirmed: set[int],
+                race: RacePolicy) -> list[int]:
+    """After a confirmation round: the best confirmed row and the unconfirmed rows whose
+    first-pass time beats it, to be re-timed together; empty when none does.
+
+    A round that ran slower than the first pass (a clock, other work) left an unconfirmed
+    row's older time ahead of every confirmed one: only times of one pass decide."""
+    timed = _timed(rows)
+    ranked = sorted((i for i in timed if i in confirmed), key=lambda i: rows[i].time_ms or 0.0)
+    if not ranked:
+        return []
+    best = ranked[0]
+    ahead = sorted((i for i in timed if i not in confirmed
+                    and (rows[i].time_ms or 0.0) < (rows[best].time_ms or 0.0)),
+                   key=lambda i: rows[i].time_ms or 0.0)
+    return [best, *ahead[: max(race.confirm_top - 1, 1)]] if ahead else []

@@ -175,6 +175,11 @@ class Tuner:
         if missing and mode == "cached":
             borrowed = self._fallback(problem, identity, allowed)
             if borrowed is not None:
+                if any(r.source == R.PREDICTED for r in borrowed):
+                    # A prediction stands in only for what this device has not measured, as
+                    # in heuristic mode: it answered over this device's own rows (a review
+                    # of the tuner, 2026-11-30). Another device's rows are never mixed in.
+                    borrowed = [stored.get((r.algorithm, r.config), r) for r in borrowed]
                 return rank(results + borrowed)
             names = sorted({f"{c.algorithm.name}/{c.config}" for c in missing})
             raise NotInDatabase(
