@@ -118,14 +118,36 @@ def adopt_database(old: Path, new: Path) -> bool:
                 target.close()
         finally:
             source.close()
-        os.link(partial, new)  # unlike a rename, fails if someone else got there first
+        _publish(partial, new)
         return True
     except FileExistsError:
         return False
-    except sqlite3.DatabaseError:
-        return False  # not a database: leave it where it is; a new one starts at `new`
+    except sqlite3.DatabaseError as exc:
+        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            return False  # not a database: leave it where it is; a new one starts at `new`
+        # A full disk, a lock, an I/O error: going on would start an empty store at `new`,
+        # and `new` existing would then stop every later adoption, the measurements lost
+        # for good without a word (a review of the on-disk state, 2026-11-30).
+        raise StoreUnusable(f"cannot copy the measurements of {old} to {new}: {exc} "
+                            "(nothing was changed; free the space or set "
+                            f"${ENV_URL})") from None
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _publish(partial: Path, new: Path) -> None:
+    """Put the complete copy `partial` at `new`, unless another process put one there."""
+    try:
+        os.link(partial, new)  # unlike a rename, fails if someone else got there first
+    except FileExistsError:
+        raise
+    except OSError:
+        # No hard links here (vfat, exFAT, many FUSE and SMB mounts): a rename, which may
+        # replace a copy another process published a moment ago (an equal copy of `old`).
+        if new.exists():
+            raise FileExistsError(new) from None
+        os.replace(partial, new)
 
 
 class StoreReadOnly(RuntimeError):

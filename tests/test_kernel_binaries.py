@@ -288,3 +288,26 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path,
     compiler = FakeCompiler()
     assert _get(tmp_path, compiler)[0].startswith("_Z")
     assert list(tmp_path.iterdir()) == []
+
+
+# Bug: the digest covered the cubin only, so a damaged kernel name was read as valid: no
+# compile again, and every get_function of it failed.
+def test_an_entry_whose_name_is_damaged_is_compiled_again(tmp_path: Path) -> None:
+    compiler = FakeCompiler()
+    first = _get(tmp_path, compiler)
+    (entry,) = tmp_path.iterdir()
+    data = bytearray(entry.read_bytes())
+    data[1] ^= 0x01  # one byte of the lowered name
+    entry.write_bytes(bytes(data))
+    assert _get(tmp_path, compiler) == first and compiler.calls == 2
+
+
+def test_the_cache_folder_needs_no_home_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug: Path.home() raised where there is no home (no $HOME, a container's UID without
+    # a passwd entry), failing every kernel build; CuPy's own default does not.
+    def homeless() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("CUPY_CACHE_DIR", raising=False)
+    monkeypatch.setattr(Path, "home", homeless)
+    assert _binaries.cache_dir().name == _binaries.FOLDER

@@ -310,7 +310,15 @@ class ModelCache:
         saved = model_files.load(self._directory, self.store.url, kind)
         if saved is None or not _fresh(saved.rows, len(samples)):
             return None
-        return saved if model_files.fitted_on(saved, samples) else None
+        if not model_files.fitted_on(saved, samples) or not isinstance(saved.model, CostModel):
+            return None
+        try:
+            # A file of other code that still unpickles (another feature layout) fails
+            # here, once, rather than in every find of every process until a refit.
+            saved.model.predict(samples[:1])
+        except Exception:
+            return None
+        return saved
 
 
 def _fresh(rows_at_fit: int, rows_now: int) -> bool:

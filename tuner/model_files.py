@@ -15,6 +15,7 @@ user's, written atomically. A file that fails to load is ignored, and the next f
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -36,6 +37,12 @@ if TYPE_CHECKING:
 
 ENV_DIR = "CONVTUNE_MODEL_DIR"
 _ROOT = Path(__file__).resolve().parents[1]
+#: The model code's digest, read when this process imports it (about 2 ms): read at the
+#: first save instead, sources upgraded on disk meanwhile (pip install -U under a running
+#: server) put this process's fit under the new code's key, and every new process's find
+#: failed on it ("X has 52 features, but ... is expecting 51").
+_SOURCES = hash_sources([_ROOT / "tuner" / "model.py", _ROOT / "tuner" / "features.py",
+                         Path(__file__), *(_ROOT / "algorithms").rglob("*.py")])
 
 
 @dataclass(frozen=True)
@@ -48,13 +55,17 @@ class SavedModel:
 
 
 def model_dir() -> Path | None:
-    """Where fitted models are kept: $CONVTUNE_MODEL_DIR, else the user's cache; None: off."""
+    """Where fitted models are kept: $CONVTUNE_MODEL_DIR, else the user's cache; None: off
+    (also where there is no user cache: no home directory, as for a container's UID)."""
     configured = os.environ.get(ENV_DIR)
     if configured is not None:
         return Path(configured) if configured else None
     from platformdirs import user_cache_dir
 
-    return Path(user_cache_dir("convtune")) / "models"
+    try:
+        return Path(user_cache_dir("convtune")) / "models"
+    except (RuntimeError, KeyError, OSError):
+        return None
 
 
 def samples_digest(samples: Sequence[Sample]) -> str:
@@ -71,10 +82,8 @@ def code_version() -> str:
     """What a fitted model depends on besides its samples: sources and library versions."""
     import sklearn  # here, not at import: see tuner.model's _sklearn
 
-    sources = hash_sources([_ROOT / "tuner" / "model.py", _ROOT / "tuner" / "features.py",
-                            *(_ROOT / "algorithms").rglob("*.py")])
     return (f"{sys.version_info[:2]} numpy {np.__version__} sklearn {sklearn.__version__} "
-            f"{sources}")
+            f"{_SOURCES}")
 
 
 def path_for(directory: Path, url: str, kind: str) -> Path:
@@ -84,13 +93,17 @@ def path_for(directory: Path, url: str, kind: str) -> Path:
 
 
 def load(directory: Path, url: str, kind: str) -> SavedModel | None:
-    """The saved model, or None when there is none or it cannot be read."""
+    """The saved model, or None when there is none or it cannot be read (the caller checks
+    that it predicts: tuner.model)."""
     try:
         with path_for(directory, url, kind).open("rb") as f:
             saved = pickle.load(f)  # our own file: see the module docstring
     except Exception:  # missing, truncated, or from code it no longer unpickles against
         return None
-    return saved if isinstance(saved, SavedModel) else None
+    if not (isinstance(saved, SavedModel) and isinstance(getattr(saved, "rows", None), int)
+            and isinstance(getattr(saved, "digest", None), str)):
+        return None  # another layout of the file (no field is trusted by name alone)
+    return saved
 
 
 def fitted_on(saved: SavedModel, samples: Sequence[Sample]) -> bool:
@@ -103,10 +116,17 @@ def save(directory: Path, url: str, kind: str, samples: Sequence[Sample],
          model: CostModel) -> None:
     """Keep `model` (fitted on `samples`) for later processes; failures are ignored."""
     path = path_for(directory, url, kind)
+    partial: str | None = None
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=path.name, delete=False) as f:
+            partial = f.name
             pickle.dump(SavedModel(len(samples), samples_digest(samples), model), f)
-        os.replace(f.name, path)  # atomic: a reader sees the old file or the new one
-    except OSError:
-        return  # a read-only or full cache: the next process fits, as before
+        os.replace(partial, path)  # atomic: a reader sees the old file or the new one
+    except Exception:
+        # A read-only or full cache, a directory where the file goes: the next process fits,
+        # as before. The temporary goes too (each failed save left one, a full disk's
+        # 64 KiB partial included).
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)

@@ -40,7 +40,9 @@ Compiler = Callable[[str, str, str, tuple[str, ...]], tuple[str, bytes]]
 
 def cache_dir() -> Path:
     """The folder of the cached binaries, inside CuPy's kernel cache directory."""
-    root = os.environ.get("CUPY_CACHE_DIR") or str(Path.home() / ".cupy" / "kernel_cache")
+    # CuPy's own default, spelled as CuPy spells it: Path.home() raised where there is no
+    # home (no $HOME, a container's UID without a passwd entry), failing every kernel build.
+    root = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
     return Path(root) / FOLDER
 
 
@@ -62,7 +64,8 @@ def binary(source: str, filename: str, name_expression: str, options: tuple[str,
     partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        partial.write_bytes(b"\0".join((lowered_name.encode(), _digest(cubin), cubin)))
+        name = lowered_name.encode()
+        partial.write_bytes(b"\0".join((name, _digest(name, cubin), cubin)))
         os.replace(partial, path)
     except OSError:
         # A full disk may leave part of the file: nothing else would ever remove it.
@@ -71,14 +74,16 @@ def binary(source: str, filename: str, name_expression: str, options: tuple[str,
     return lowered_name, cubin
 
 
-def _digest(cubin: bytes) -> bytes:
-    return hashlib.sha256(cubin).hexdigest().encode()
+def _digest(name: bytes, cubin: bytes) -> bytes:
+    """The digest of an entry: the lowered name with the cubin (a damaged name, not covered
+    once, was read as valid and failed every later get_function)."""
+    return hashlib.sha256(name + b"\0" + cubin).hexdigest().encode()
 
 
 def _read(entry: bytes) -> tuple[str, bytes] | None:
     """(lowered name, cubin) of a cache file's bytes; None for a damaged or foreign one."""
     parts = entry.split(b"\0", 2)
-    if len(parts) != 3 or not parts[0] or not parts[2] or _digest(parts[2]) != parts[1]:
+    if len(parts) != 3 or not parts[0] or not parts[2] or _digest(parts[0], parts[2]) != parts[1]:
         return None
     try:
         return parts[0].decode(), parts[2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,45 @@ def test_the_fast_environment_reader_agrees_with_os_environ(
     assert [engine._decoded(v) for v in read()] == [os.environ.get(n) for n in names]
     monkeypatch.setenv("CONVTUNE_TEST_UNSET", "now set")  # read at each call, not once
     assert engine._decoded(read()[1]) == "now set"
+
+
+def test_a_failed_copy_of_the_old_store_starts_no_empty_one(
+    homes: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Bug: a copy that failed for want of space (or a lock, an I/O error) was taken for "not
+    # a database": an empty store started at the new place, and its existence then stopped
+    # every later copy, the old measurements never used again, without a word.
+    cache, data = homes
+    seed(open_store(f"sqlite:///{cache / 'convtune.db'}"), gpu(), small_problem(),
+         [row("direct", 1.5)])
+    real = sqlite3.connect
+
+    def full_disk(target: str, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        connection = real(target, *args, **kwargs)
+        if str(target).endswith(".partial"):
+            connection.execute("PRAGMA max_page_count = 1")  # the copy cannot fit
+        return connection
+
+    monkeypatch.setattr(engine.sqlite3, "connect", full_disk)
+    engine._url_from.cache_clear()
+    with pytest.raises(engine.StoreUnusable, match="cannot copy the measurements"):
+        default_url()
+    assert not (data / "convtune.db").exists() and not list(data.glob("*.partial"))
+    monkeypatch.setattr(engine.sqlite3, "connect", real)
+    assert stored(open_store(default_url())) != []
+
+
+def test_adopting_where_there_are_no_hard_links(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug: on a filesystem without hard links (vfat, exFAT, many FUSE and SMB mounts)
+    # os.link raised EPERM, which failed every default_url() after copying the whole store.
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    seed(open_store(f"sqlite:///{old}"), gpu(), small_problem(), [row("direct", 1.5)])
+
+    def no_links(*_args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(engine.os, "link", no_links)
+    assert adopt_database(old, new) is True
+    assert stored(open_store(f"sqlite:///{new}")) == stored(open_store(f"sqlite:///{old}"))
+    assert not list(tmp_path.glob("*.partial"))

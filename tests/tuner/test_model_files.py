@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from db.engine import close_stores, open_store
 from tests.tuner.fakes import small_problem
@@ -96,3 +99,66 @@ def test_tuning_in_a_second_process_loads_the_first_ones_fit(db_url: str,
     runs = [subprocess.run([sys.executable, "-c", script, db_url], capture_output=True,
                            text=True, cwd=root, check=True).stdout.split() for _ in range(2)]
     assert runs == [["1", "0"], ["0", "1"]]
+
+
+class _OtherCode(M.CostModel):
+    """A model of other code: unpickles as a CostModel, predicts nothing."""
+
+    def __init__(self) -> None:
+        pass
+
+    def predict(self, samples: object) -> list[M.Prediction]:
+        raise ValueError("X has 52 features, but the model is expecting 51")
+
+
+# Bug: a file of other model code that still unpickled (here one fitted on another feature
+# layout: an upgrade under a running process saved its old fit under the new code's key)
+# was loaded, and every find of every new process failed in predict until a refit.
+def test_a_saved_fit_that_cannot_predict_is_fitted_anew(db_url: str, tmp_path: Path) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    first = ModelCache(store, directory=tmp_path)
+    model = first.model("cpu")
+    assert model is not None
+    path = model_files.path_for(tmp_path, store.url, "cpu")
+    saved = model_files.load(tmp_path, store.url, "cpu")
+    assert saved is not None
+
+    broken = model_files.SavedModel(saved.rows, saved.digest, _OtherCode())  # type: ignore[arg-type]
+    path.write_bytes(pickle.dumps(broken))
+    later = ModelCache(store, directory=tmp_path)
+    assert later.model("cpu") is not None and (later.fits, later.loads) == (1, 0)
+
+
+def test_a_failed_save_leaves_no_temporary(db_url: str, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug: a save that failed (a full disk, the file's path a directory, a pickling error)
+    # left its temporary behind, one more per process.
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    models = tmp_path / "models"
+    model_files.path_for(models, store.url, "cpu").mkdir(parents=True)  # where the file goes
+    assert ModelCache(store, directory=models).model("cpu") is not None
+    assert [p.name for p in models.iterdir()] == [
+        model_files.path_for(models, store.url, "cpu").name]
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    other = tmp_path / "other"
+    monkeypatch.setattr(model_files.pickle, "dump", full)
+    assert ModelCache(store, directory=other).model("cpu") is not None
+    assert list(other.iterdir()) == []
+
+
+def test_no_home_directory_turns_saving_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug: with no $HOME and a UID without a passwd entry (a container's), platformdirs
+    # raised and a heuristic find crashed with it.
+    import platformdirs
+
+    def homeless(*_args: object, **_kwargs: object) -> str:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv(model_files.ENV_DIR, raising=False)
+    monkeypatch.setattr(platformdirs, "user_cache_dir", homeless)
+    assert model_files.model_dir() is None
