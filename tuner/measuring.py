@@ -326,6 +326,21 @@ def log_lanes(problem: ConvProblem, rows: list[MeasurementRow], lanes: list[Lane
                                     "host_ms": host}})
 
 
+#: What a failure for want of memory says (NumPy's and CuPy's MemoryError, torch's
+#: OutOfMemoryError, the CUDA libraries' allocation statuses): memory another process held
+#: for a while, not a property of the candidate.
+_OUT_OF_MEMORY = ("MemoryError:", "OutOfMemoryError:", "out of memory",
+                  "cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY",
+                  "CUBLAS_STATUS_ALLOC_FAILED", "CUFFT_ALLOC_FAILED")
+
+
+def out_of_memory(row: MeasurementRow) -> bool:
+    """Whether `row` failed for want of memory: reported, but not stored, so that the next
+    find measures the candidate again (stored, it was never run again in auto mode, and a
+    3x slower candidate won for good; a review of the tuner, 2026-11-30)."""
+    return row.status == R.FAILED and any(mark in (row.error or "") for mark in _OUT_OF_MEMORY)
+
+
 def failure_text(exc: BaseException) -> str:
     """A failed candidate's error: type, message and where it was raised, bounded, with
     any NUL spelled out (PostgreSQL refuses NUL in text: the whole tuning's save failed)."""

@@ -31,7 +31,7 @@ from tuner.devices import DeviceIdentity, backend_of, get_runtime, identify
 from tuner.env import env_number, timing_policy
 from tuner.errors import DeviceFault, NotInDatabase
 from tuner.lookup import fallback_order
-from tuner.measuring import Measurer
+from tuner.measuring import Measurer, out_of_memory
 from tuner.predicting import not_measured, predict, second_round, top_candidates
 from tuner.results import AlgorithmResult, best_of, per_algorithm, rank
 
@@ -283,8 +283,11 @@ class Tuner:
         measurer = Measurer(self._runtime(identity.device), self.policy, self._rng)
         measured = measurer.measure(problem, candidates)
         # Keep what was measured, a culprit's failure included, so that the next process
-        # skips it; nothing is stored for candidates never run or not fully timed.
-        self._save(problem, identity, measured.rows)
+        # skips it; nothing is stored for candidates never run or not fully timed, nor for
+        # a failure for want of memory, which the next find measures again.
+        culprit_row = measured.rows[-1] if measured.fault is not None else None
+        self._save(problem, identity, [r for r in measured.rows
+                                       if r is culprit_row or not out_of_memory(r)])
         if measured.fault is not None:
             culprit = measured.rows[-1]
             left = len(candidates) - len(measured.rows)

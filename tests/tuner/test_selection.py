@@ -115,3 +115,28 @@ def test_a_cached_prediction_keeps_this_device_s_own_rows(db_url: str) -> None:
               tuner.find_candidates(small_problem(h=9), "cpu", mode="cached")}
     assert cached["A"].source == R.MEASURED_HERE and cached["A"].time_ms == 2.0
     assert cached["B"].source == R.PREDICTED
+
+
+class _MemoryOnce(Clocked):
+    """A candidate whose first run finds the memory held by another process."""
+
+    failed = False
+
+    def run(self, x, w, y, workspace, problem, config):  # type: ignore[no-untyped-def]
+        if not self.failed:
+            self.failed = True
+            raise MemoryError("out of memory allocating 1,073,741,824 bytes")
+        super().run(x, w, y, workspace, problem, config)
+
+
+# Bug: a failure for want of memory (another process held it) was stored like any failure,
+# and auto mode never ran the candidate again: a 3x slower one won for good.
+def test_an_out_of_memory_failure_is_reported_not_stored(db_url: str) -> None:
+    runtime = Scripted({"best": steady(1.0), "slow": steady(3.0)})
+    best, slow = _MemoryOnce("best", runtime), Clocked("slow", runtime)
+    first = tuner_for(db_url, runtime, POLICY, best, slow)
+    found = {r.algorithm: r for r in first.find_candidates(small_problem(), "cpu")}
+    assert found["best"].status == R.FAILED and "MemoryError" in (found["best"].error or "")
+    assert found["slow"].status == R.OK
+    later = tuner_for(db_url, runtime, POLICY, best, slow)  # another process, memory free
+    assert later.best(small_problem(), "cpu").algorithm == "best"
