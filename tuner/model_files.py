@@ -7,7 +7,8 @@ REFIT_GROWTH: the rule that already spares refits within a process (tuner.model)
 holds" means the digest of its first n samples (oldest first) is the file's, so a store
 rebuilt, re-measured or edited under the same URL is fitted anew. "Model code" is a digest
 of the source of the model, its features and the algorithms (whose `work` the features read),
-and of the library versions: any change of them refits.
+and of the library versions: any change of them refits, and the save of that fit removes
+the store's and kind's files of other model code (one file per store and kind is kept).
 
 The files are pickles, and loading one runs code it names: they live in a directory of this
 user's, written atomically. A file that fails to load is ignored, and the next fit replaces it.
@@ -86,10 +87,16 @@ def code_version() -> str:
             f"{_SOURCES}")
 
 
+def _short(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def path_for(directory: Path, url: str, kind: str) -> Path:
-    """The file of the model of `kind` fitted on the store at `url`."""
-    key = hashlib.sha256(f"{url}\0{kind}\0{code_version()}".encode()).hexdigest()[:32]
-    return directory / f"model-{key}.pkl"
+    """The file of the model of `kind` fitted on the store at `url` by this model code:
+    named for (store, kind), then for the code, so that a save can find the files it
+    outdates."""
+    store = _short("\0".join((url, kind)))
+    return directory / f"model-{store}-{_short(code_version())}.pkl"
 
 
 def load(directory: Path, url: str, kind: str) -> SavedModel | None:
@@ -123,6 +130,12 @@ def save(directory: Path, url: str, kind: str, samples: Sequence[Sample],
             partial = f.name
             pickle.dump(SavedModel(len(samples), samples_digest(samples), model), f)
         os.replace(partial, path)  # atomic: a reader sees the old file or the new one
+        partial = None
+        # The same store's and kind's fits by other model code: no process of this code
+        # reads them, and each upgrade left one more, 0.2-2 MB, for good.
+        for old in directory.glob(f"{path.name.rsplit('-', 1)[0]}-*.pkl"):
+            if old != path:
+                old.unlink(missing_ok=True)
     except Exception:
         # A read-only or full cache, a directory where the file goes: the next process fits,
         # as before. The temporary goes too (each failed save left one, a full disk's
