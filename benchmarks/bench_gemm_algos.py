@@ -41,7 +41,7 @@ from algorithms.cuda import _cublas, _cublaslt  # noqa: E402  (no CuPy needed to
 from algorithms.cuda._cublaslt import OP_N, Shape  # noqa: E402
 from algorithms.cuda.runtime import CudaRuntime, cuda_available  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
-from benchmarks.bench_gpu import layer_problems  # noqa: E402
+from benchmarks.bench_layers import layer_problems  # noqa: E402
 
 #: ResNet-50's stride-1 1x1 layers below 0.9 of cuDNN in TF32 on the H100 (2026-11-27).
 DEFAULT_LAYERS = ("res2.1x1b", "res3.1x1b", "res3.1x1a.rest", "res4.1x1b", "res4.1x1a.rest",

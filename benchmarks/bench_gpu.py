@@ -40,7 +40,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from algorithms.problem import ConvProblem  # noqa: E402
 from algorithms.reference import tolerance  # noqa: E402
 from algorithms.registry import algorithms_for, get_algorithm  # noqa: E402
 from algorithms.runtime import TimingPolicy, random_operands  # noqa: E402
+from benchmarks.bench_layers import layer_problems  # noqa: E402
 from benchmarks.gpu_report import (  # noqa: E402
     HBM_COPY_GBPS,
     bandwidth,
@@ -67,45 +67,6 @@ from benchmarks.gpu_report import (  # noqa: E402
 )
 from tuner.candidates import Candidate  # noqa: E402
 from tuner.measuring import candidate_run  # noqa: E402
-
-# (name, h=w, c, k, filter, pad, stride) from shared/ANCHORS.md; used only when
-# tuner.networks (the project's own layer lists) cannot be imported.
-_FALLBACK_LAYERS: dict[str, list[tuple[str, int, int, int, int, int, int]]] = {
-    "resnet50": [
-        ("conv1", 224, 3, 64, 7, 3, 2), ("res2.1x1a", 56, 64, 64, 1, 0, 1),
-        ("res2.3x3", 56, 64, 64, 3, 1, 1), ("res2.1x1b", 56, 64, 256, 1, 0, 1),
-        ("res2.1x1a.rest", 56, 256, 64, 1, 0, 1), ("res3.1x1a.s2", 56, 256, 128, 1, 0, 2),
-        ("res3.proj", 56, 256, 512, 1, 0, 2), ("res3.3x3", 28, 128, 128, 3, 1, 1),
-        ("res3.1x1b", 28, 128, 512, 1, 0, 1), ("res3.1x1a.rest", 28, 512, 128, 1, 0, 1),
-        ("res4.1x1a.s2", 28, 512, 256, 1, 0, 2), ("res4.proj", 28, 512, 1024, 1, 0, 2),
-        ("res4.3x3", 14, 256, 256, 3, 1, 1), ("res4.1x1b", 14, 256, 1024, 1, 0, 1),
-        ("res4.1x1a.rest", 14, 1024, 256, 1, 0, 1), ("res5.1x1a.s2", 14, 1024, 512, 1, 0, 2),
-        ("res5.proj", 14, 1024, 2048, 1, 0, 2), ("res5.3x3", 7, 512, 512, 3, 1, 1),
-        ("res5.1x1b", 7, 512, 2048, 1, 0, 1), ("res5.1x1a.rest", 7, 2048, 512, 1, 0, 1),
-    ],
-    "vgg16": [
-        ("conv1_1", 224, 3, 64, 3, 1, 1), ("conv1_2", 224, 64, 64, 3, 1, 1),
-        ("conv2_1", 112, 64, 128, 3, 1, 1), ("conv2_2", 112, 128, 128, 3, 1, 1),
-        ("conv3_1", 56, 128, 256, 3, 1, 1), ("conv3_2", 56, 256, 256, 3, 1, 1),
-        ("conv4_1", 28, 256, 512, 3, 1, 1), ("conv4_2", 28, 512, 512, 3, 1, 1),
-        ("conv5_1", 14, 512, 512, 3, 1, 1),
-    ],
-}
-
-
-def layer_problems(network: str, batch: int, dtype: str, math: str = "fp32",
-                   direction: str = "forward") -> list[tuple[str, ConvProblem]]:
-    """(layer name, problem) for each distinct convolution of a network."""
-    try:
-        from tuner.networks import network_problems
-    except ImportError:
-        return [
-            (name, ConvProblem(n=batch, c=c, h=hw, w=hw, k=k, r=f, s=f, pad=p, stride=s,
-                               dtype=dtype, math=math, direction=direction))
-            for name, hw, c, k, f, p, s in _FALLBACK_LAYERS[network]
-        ]
-    return [(layer.name, replace(problem, direction=direction))
-            for layer, problem in network_problems(network, batch, dtype, math)]
 
 
 def torch_conv(torch: Any, problem: ConvProblem, a: Any, b: Any) -> Any:
@@ -127,6 +88,15 @@ def _runner(rt: Any, algorithm: Any, x: Any, w: Any, y: Any, ws: Any, problem: C
     """A no-argument call of one configuration as plans and the tuner make it (its calls
     replayed: tuner.measuring.candidate_run), binding the loop variables."""
     return candidate_run(rt, problem, Candidate(algorithm, config, 0, ""), (x, w, y), ws)
+
+
+class DeviceLost(RuntimeError):
+    """A configuration left the CUDA context unusable: `row` holds the layer so far, the
+    culprit's error included, so that the report names it."""
+
+    def __init__(self, row: dict[str, Any], fault: str) -> None:
+        super().__init__(fault)
+        self.row = row
 
 
 class Bench:
@@ -239,6 +209,17 @@ class Bench:
                     del ws
                 except Exception as exc:  # out of memory, launch failure: record, go on
                     result.update(status="error", error=f"{type(exc).__name__}: {exc}")
+                    # Said as it happens: a fault that ends the process left no row naming
+                    # its configuration (a review of the benchmarks, 2026-11-30).
+                    print(f"  {name} {algorithm.name}/{config}: {result['error']}",
+                          file=sys.stderr, flush=True)
+                    fault = rt.fault()
+                    if fault is not None:  # sticky: every later call would fail too
+                        entry["configs"][config] = result
+                        row["algorithms"][algorithm.name] = entry
+                        row["fault"] = {"algorithm": algorithm.name, "config": config,
+                                        "error": result["error"], "device": fault}
+                        raise DeviceLost(row, fault) from None
                 entry["configs"][config] = result
             timed = [(r["ms"], c) for c, r in entry["configs"].items() if r.get("ms")]
             if timed:
@@ -257,7 +238,8 @@ class Bench:
             row["speed_vs_cudnn"] = row["cudnn"]["ms"] / row["tuned"]["ms"]
         row["device"] = device_summary(row)
         if (problem.direction == "forward" and problem.r == 3 and problem.s == 3
-                and problem.groups == 1):
+                and problem.groups == 1 and problem.dtype == "float32"
+                and problem.math == "fp32"):  # cupy.matmul is strict FP32: compared with that
             row["gemm"] = self.gemm(problem, row["algorithms"].get("implicit_gemm", {}))
         if problem.groups == problem.c:
             row["bandwidth"] = bandwidth(row, problem.buffer_bytes, self.args.hbm_gbps)
@@ -326,6 +308,15 @@ class Bench:
                 "implicit_vs_matmul": ours / rate if ours else None}
 
 
+def write_report(report: dict[str, Any], out: Path) -> None:
+    """`report` as JSON at `out`, written whole, then moved over the last: a step's time
+    limit that ends this process mid-write leaves the previous layer's report, not a
+    truncated file that the targets table then fails to read."""
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(report, indent=1, default=str))
+    os.replace(partial, out)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -359,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no usable GPU: {why}", file=sys.stderr)
         return 2
     bench = Bench(args)
+    bench.rt.warm_up()  # clocks out of idle before the first layer, whose side goes first
     report: dict[str, Any] = {
         "device": bench.rt.fingerprint(), "kernel_sources_sha256": kernel_sources_hash(),
         "settings": {k: str(v) for k, v in vars(args).items()},
@@ -372,17 +364,19 @@ def main(argv: list[str] | None = None) -> int:
             layers = layers[: args.layers]
         for name, problem in layers:
             t0 = time.perf_counter()
-            row = bench.layer(network, name, problem)
+            try:
+                row = bench.layer(network, name, problem)
+            except DeviceLost as lost:
+                report["rows"].append(lost.row)
+                write_report(report, args.out)
+                print(f"{network}/{name}: {lost.row['fault']} left the device unusable; "
+                      "stopping (rerun without it)", file=sys.stderr, flush=True)
+                return 3
             bench.cupy.get_default_memory_pool().free_all_blocks()
             report["rows"].append(row)
             report["summary"] = summarize(report["rows"])
             report["elapsed_s"] = time.perf_counter() - started
-            # Written whole, then moved over the last: a step's time limit that ends this
-            # process mid-write leaves the previous layer's report, not a truncated file
-            # that the targets table then fails to read.
-            partial = args.out.with_name(args.out.name + ".partial")
-            partial.write_text(json.dumps(report, indent=1, default=str))
-            os.replace(partial, args.out)
+            write_report(report, args.out)
             print(f"{network}/{name}: tuned {fmt(row['tuned'].get('ms'))} ms "
                   f"({row['tuned'].get('algorithm')}), cuDNN {fmt(row['cudnn'].get('ms'))} ms "
                   f"[{time.perf_counter() - t0:.1f} s]", file=sys.stderr, flush=True)

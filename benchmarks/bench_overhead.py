@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -299,8 +300,9 @@ def main() -> None:
             lambda: F.conv2d(x, w, padding=1), sync, args.seconds)
         results["plan_algorithm"] = f"{chosen.algorithm}/{chosen.config}"
         # The model below tunes every ResNet-50 convolution first: a run cut off there
-        # still leaves these numbers.
+        # still leaves these numbers (in --out too, rewritten after each section).
         print(json.dumps(results), file=sys.stderr, flush=True)
+        _save(args.out, results)
 
         reference = resnet50().to(device).eval()
         converted = resnet50().to(device).eval()
@@ -308,6 +310,7 @@ def main() -> None:
         convert(converted, db=db)
         image = torch.randn(batch, 3, 224, 224, device=device)
         results["resnet50"] = model_rows(reference, converted, image, sync, args.seconds)
+        _save(args.out, results)
         if gpu:
             # The small problem's work alone on each side: whether convolve() can reach
             # F.conv2d's time there is first a question of the kernels (the H200's host of
@@ -358,8 +361,16 @@ def main() -> None:
           f"({r['converted_over_torch']:.2f}x ours) | within 5% of predicted |")
     print(f"| ResNet-50 convolutions alone, summed | {r['our_convs_ms']:.2f} ms | "
           f"{r['torch_convs_ms']:.2f} ms | |")
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
+    _save(args.out, results)
+
+
+def _save(out: Path | None, results: dict[str, Any]) -> None:
+    """The results so far at `out` (written whole, then moved: a cut-off leaves the last)."""
+    if out is None:
+        return
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(results, indent=2, default=str))
+    os.replace(partial, out)
 
 
 def _us(value: float | str) -> str:

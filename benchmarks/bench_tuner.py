@@ -254,6 +254,10 @@ def main() -> None:
         if args.profile and Path(f"{tmp}/bench_tuner.db").exists():  # none: an empty store
             shutil.copyfile(f"{tmp}/bench_tuner.db", f"{tmp}/profiled.db")
         tuned, cost = tune(url, args.device, args.model, args.batch, args.mode)
+        if args.out:  # the timed tuning kept even if a later phase is cut off or fails
+            args.out.write_text(json.dumps({**cost, **prefit, "mode": args.mode,
+                                            "partial": "before the re-measurement",
+                                            "tuned": tuned}, indent=2, default=str))
         began = time.perf_counter()
         isolated = remeasure_apart(url, args, [row["key"] for row in tuned])
         remeasure_s = time.perf_counter() - began

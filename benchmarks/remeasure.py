@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -71,35 +72,53 @@ def isolated_ms(runtime: Runtime, cands: list[Candidate], problem: ConvProblem,
         for run in runs:  # replays worked out untimed, as the tuner's are
             prepare_run(run)
         runtime.warm_up()
-        # Per configuration its latest time per run: the fastest warm-up's at first.
-        last = [min((sample(run, 1) for _ in range(policy.warmup)), default=0.0)
-                for run in runs]
+        # A configuration that raises (out of memory, a launch failure) is NaN, and the
+        # others go on: one such once ended the child and with it the whole run (a review
+        # of the benchmarks, 2026-11-30).
+        failed = [False for _ in runs]
+        last = [0.0 for _ in runs]  # its latest time per run: the fastest warm-up's at first
+        for i, run in enumerate(runs):
+            try:
+                last[i] = min((sample(run, 1) for _ in range(policy.warmup)), default=0.0)
+            except Exception as exc:
+                failed[i] = _failed(cands[i], exc)
         batches = [batch_size(ms or None, policy) for ms in last]
         times: list[list[float]] = [[] for _ in runs]
         hosts: list[list[float]] = [[] for _ in runs]
         spent = [0.0 for _ in runs]
 
         def wanted(i: int) -> bool:
-            return len(times[i]) < policy.min_reps or (
-                spent[i] < policy.budget_s and len(times[i]) < policy.max_reps)
+            return not failed[i] and (len(times[i]) < policy.min_reps or (
+                spent[i] < policy.budget_s and len(times[i]) < policy.max_reps))
 
         while active := [i for i in range(len(runs)) if wanted(i)]:
             for i in active:
                 began = time.perf_counter()
-                if len(active) > 1:  # another configuration ran last
-                    runtime.prime(runs[i], last[i])
-                last[i] = sample(runs[i], batches[i])
+                try:
+                    if len(active) > 1:  # another configuration ran last
+                        runtime.prime(runs[i], last[i])
+                    last[i] = sample(runs[i], batches[i])
+                except Exception as exc:
+                    failed[i] = _failed(cands[i], exc)
+                    continue
                 times[i].append(last[i])
                 if (host := runtime.last_host_ms) is not None:
                     hosts[i].append(host)
                 spent[i] += time.perf_counter() - began
-        walls = [statistics.median(t) for t in times]
+        walls = [math.nan if failed[i] else statistics.median(t) for i, t in enumerate(times)]
         host_ms = [statistics.median(h) if h else None for h in hosts]
         device_ms = getattr(runtime, "device_ms", None)
         if not device_time or device_ms is None:
             return [(wall, None, host) for wall, host in zip(walls, host_ms, strict=True)]
-        return [(wall, float(device_ms(run, runs_spanning(wall))), host)
-                for run, wall, host in zip(runs, walls, host_ms, strict=True)]
+        return [(wall, math.nan if math.isnan(wall) else float(device_ms(run, runs_spanning(wall))),
+                 host) for run, wall, host in zip(runs, walls, host_ms, strict=True)]
+
+
+def _failed(cand: Candidate, exc: Exception) -> bool:
+    """Say on stderr that `cand` failed (its times are NaN); True."""
+    print(f"remeasure: {cand.algorithm.name}/{cand.config} failed: {type(exc).__name__}: "
+          f"{exc}", file=sys.stderr, flush=True)
+    return True
 
 
 #: Per problem key, each configuration's medians, one per pass.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -30,7 +31,9 @@ def regret_rows(tuned: list[dict[str, Any]], isolated: list[dict[str, Any]],
     for layer, (row, given) in enumerate(zip(tuned, isolated, strict=True)):
         passes = {name: v if isinstance(v, list) else [v] for name, v in given.items()}
         times = {name: statistics.median(v) for name, v in passes.items()}
-        best = min(times, key=lambda name: times[name])
+        # A configuration that failed alone is NaN (remeasure.isolated_ms): never the best.
+        best = min((name for name in times if not math.isnan(times[name])),
+                   key=lambda name: times[name])
         pick_ms = times[row["pick"]]
         rows.append({**row, "pick_iso_ms": pick_ms, "best": best, "best_iso_ms": times[best],
                      "regret": pick_ms / times[best] - 1, "isolated_ms": times,

@@ -338,3 +338,23 @@ def test_the_tuning_reports_what_its_runtime_built_ahead(
     assert cost["build_s"] == pytest.approx(0.5)
     assert "prepare" not in vars(runtime)  # the runtime's own method again afterwards
     assert "kernels built ahead: 6 in 0.5 s by 4 threads" in _model_share(cost)
+
+
+# Bug: one configuration that raised in the isolated re-measurement (out of memory, a launch
+# failure) ended the child process and with it the whole regret run. Now it is NaN, the
+# others are timed, and NaN is never the best alone.
+def test_a_configuration_that_fails_alone_is_nan_and_never_the_best() -> None:
+    class Breaks(Fake):
+        def run(self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem,
+                config: str) -> None:
+            raise RuntimeError("CUDA_ERROR_LAUNCH_FAILED")
+
+    broken, fine = Breaks("broken"), Fake("fine")
+    cands = [Candidate(a, "default", 0, a.impl_hash) for a in (broken, fine)]  # type: ignore[arg-type]
+    policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
+    (bad, _, _), (good, _, _) = isolated_ms(CpuRuntime(), cands, small_problem(), policy,
+                                            np.random.default_rng())
+    assert np.isnan(bad) and good > 0 and fine.runs == 1 + 3
+    tuned = [{"layer": "l", "problem": "p", "pick": "fine/default", "tuned_ms": 1.0}]
+    rows = regret_rows(tuned, [{"broken/default": bad, "fine/default": good}])
+    assert rows[0]["best"] == "fine/default" and rows[0]["regret"] == 0.0

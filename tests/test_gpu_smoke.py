@@ -93,3 +93,26 @@ def test_every_test_path_the_session_script_names_exists() -> None:
     assert "tests/gpu" in named and len(named) > 5
     missing = sorted(path for path in named if not (root / path).exists())
     assert missing == []
+
+
+def test_a_deadline_shrinks_the_last_steps_and_skips_what_cannot_start(tmp_path: Path) -> None:
+    # Bug: the planned call's step limits summed to 720 s against a 600 s call, and a call
+    # cut off by the device tool loses the step in flight: DEADLINE_S bounds every step by
+    # what is left and skips a step with under 20 s.
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(  # every step would take 100 s (not env.log's -c)
+        '#!/bin/sh\ncase "$1" in -c) exit 0 ;; esac\nexec sleep 100\n')
+    (fake / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "SMOKE_STOPS": "0", "DEADLINE_S": "35", "T_SMOKE": "100", "T_WARM": "100"}
+    done = subprocess.run(["bash", "benchmarks/gpu_session.sh", "smoke", "warm"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=90, check=False)
+    assert "== cupy_surface: exit 124, 2" in done.stdout, done.stdout  # cut at 25 s, not 100
+    assert "== warm: skipped" in done.stdout and "cannot open" not in done.stderr
+    assert (tmp_path / "out" / "logs.tgz").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["logs.tgz"]

@@ -51,3 +51,20 @@ def test_a_target_without_its_layers_says_so_and_a_later_file_wins() -> None:
     table = T.markdown([T.verdict(t, rows) for t in T.TARGETS], T.matmul_ratios([strict]))
     assert "| math=tf32, ResNet-50 + VGG-16 | 2 | 1.225 |" in table
     assert "no data for resnet50, vgg16" in table and "0.900 (wgmma 1.500)" in table
+
+
+def test_layers_without_a_ratio_and_gpu_time_are_shown() -> None:
+    # Bug: a target whose layers all lacked a ratio (cuDNN or every candidate of ours failed
+    # there) divided by zero and killed the whole table; layers without one were dropped
+    # from the geomean without a word. GPU time alone is shown beside the wall ratio.
+    none = T.layers([_run([{**_row("resnet50", "a", 1.0), "speed_vs_cudnn": None},
+                           {**_row("vgg16", "b", 1.0), "speed_vs_cudnn": None}])])
+    assert T.verdict(T.TARGETS[0], none)["missing"] == ["resnet50", "vgg16"]
+    partial = T.layers([_run([
+        {**_row("resnet50", "a", 2.0), "device": {"tuned_vs_cudnn": 1.5}},
+        {**_row("vgg16", "b", 2.0), "device": {"tuned_vs_cudnn": 1.5}},
+        {**_row("vgg16", "c", 1.0), "speed_vs_cudnn": None}])])
+    found = T.verdict(T.TARGETS[0], partial)
+    assert found["without_ratio"] == 1 and found["device_geomean"] == pytest.approx(1.5)
+    table = T.markdown([found], {})
+    assert "| 2 | 2.000 | 1.500 |" in table and "1 layers without a ratio" in table
