@@ -154,3 +154,19 @@ def test_the_ranking_variants_rank_the_fast_algorithm_first(name: str) -> None:
     ranked = sorted(model.predict([s for s in samples if s.problem == problems[0]]),
                     key=lambda p: p.time_ms)
     assert ranked[0].algorithm == "a"
+
+
+def test_an_algorithm_the_model_never_saw_is_ranked_after_what_it_predicts() -> None:
+    # Bug: the ranking scored took the model's output for algorithms it was never fitted on
+    # (an all-zero algorithm column), where a find gives them no time (from_model) and fast
+    # mode measures them apart: MobileNet-v2's depthwise bests came first by luck, and the
+    # published top-1 was overstated (48 against 33 of its 60 H200 layers).
+    from benchmarks.bench_model import by_times
+    from tests.tuner.fakes import small_problem
+    from tuner.features import Sample
+
+    problem = small_problem()
+    candidates = [Sample(problem, 2, name, "default", 0, None, "cpu")
+                  for name in ("unseen", "slow", "fast")]
+    ranked = by_times({("slow", "default"): 2.0, ("fast", "default"): 1.0}, candidates)
+    assert [s.algorithm for s in ranked] == ["fast", "slow", "unseen"]

@@ -45,7 +45,8 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -168,9 +169,34 @@ def fit(samples: Sequence[Sample], *, seed: int = 0, members: int = MEMBERS) -> 
     return CostModel(encoder, tuple(rankers), len(samples), len(problems), tuple(scales))
 
 
-def one_thread() -> Any:
-    """A context in which fits and predictions run on one thread (see ONE_THREAD)."""
-    return _controller().limit(limits=1)
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """A context in which fits and predictions run on one thread (see ONE_THREAD).
+
+    The limit is the whole process's: nested or concurrent users share one, set by the
+    first to enter and restored by the last to leave. Each took its own once, and two
+    overlapping predictions (the service's threads) left the process on one BLAS thread
+    for good, the second restoring the first's limit of 1 (a review of the cost model,
+    2026-11-30).
+    """
+    global _LIMITER, _LIMITED
+    with _LIMIT_LOCK:
+        if _LIMITED == 0:
+            _LIMITER = _controller().limit(limits=1)
+        _LIMITED += 1
+    try:
+        yield
+    finally:
+        with _LIMIT_LOCK:
+            _LIMITED -= 1
+            if _LIMITED == 0 and _LIMITER is not None:
+                _LIMITER.restore_original_limits()
+                _LIMITER = None
+
+
+_LIMIT_LOCK = threading.Lock()
+_LIMITED = 0  # users inside one_thread now
+_LIMITER: Any = None  # their shared limit, while any is
 
 
 @functools.cache

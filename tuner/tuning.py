@@ -41,8 +41,8 @@ from tuner.results import AlgorithmResult, best_of, per_algorithm, rank
 #: from other devices or predict; fast: the store, then measure only what
 #: tuner.predicting.fast_picks takes of the prediction (the top `fast_k`, the best of each
 #: of the `fast_k` best families, and of every other family of the algorithms so chosen),
-#: then the winner's family's configurations predicted close to its best
-#: (predicting.round_two); heuristic: never measure, predict.
+#: then the configurations predicted close to the best of each family that came within
+#: RUNNER_UP of the winner (predicting.round_two); heuristic: never measure, predict.
 MODES = ("cached", "tune", "auto", "exhaustive", "fast", "heuristic")
 #: Default number of candidates a fast find measures ($CONVTUNE_FAST_K).
 FAST_K = 4
@@ -223,8 +223,9 @@ class Tuner:
         nearest measured problem) ranks fastest, the fastest-ranked of each of its
         `fast_k` fastest families (an algorithm in one operand layout) and of every other
         family of the algorithms so chosen, and any it cannot rank; then, in a second round
-        with the first round's winner, the configurations of the winner's family predicted
-        within FAMILY_BAND of that family's fastest (tuner.predicting.round_two); the others come
+        with the bests of the families that came within RUNNER_UP of the winner (the
+        winner's included), each such family's configurations predicted within FAMILY_BAND
+        of its fastest that no round measured yet (tuner.predicting.round_two); the others come
         back unmeasured (source "not measured", time null, the prediction in the note).
         With nothing to predict from it measures every candidate.
         mode="heuristic" never measures: this device's stored results, the rest predicted
