@@ -28,13 +28,23 @@ from tuner.results import AlgorithmResult, rank
 def predict(
     store: Store, problem: ConvProblem, identity: DeviceIdentity, allowed: list[Candidate]
 ) -> list[AlgorithmResult] | None:
-    """A predicted result per allowed candidate, or None when nothing to predict from."""
+    """A predicted result per allowed candidate, or None when nothing to predict from.
+
+    A prediction with no usable time is none: a model that knows none of the candidates'
+    algorithms gives way to the nearest measured problem, and a nearest problem on which
+    every candidate failed to nothing, so that fast mode measures every candidate and
+    heuristic mode says NotInDatabase (both answered with nothing measured and no time,
+    and best() found no usable algorithm; a review of the cost model, 2026-11-30).
+    """
     if not allowed:
         return None
     model = model_cache(store).model(str(identity.info.get("kind", "")))
     if model is not None:
-        return from_model(model, problem, identity, allowed)
-    return scaled_nearest(store, problem, identity, allowed)
+        found = from_model(model, problem, identity, allowed)
+        if any(r.usable for r in found):
+            return found
+    nearest = scaled_nearest(store, problem, identity, allowed)
+    return nearest if nearest is not None and any(r.usable for r in nearest) else None
 
 
 def from_model(

@@ -337,8 +337,9 @@ class Tuner:
             if predicted is None:
                 raise NotInDatabase(
                     f"nothing to predict {problem.describe()} on "
-                    f"{identity.info.get('name', identity.device)} from: too few measurements "
-                    "for a model, and no measured problem of the same kind on this device"
+                    f"{identity.info.get('name', identity.device)} from: no model that knows "
+                    "these algorithms, and no problem of the same kind measured with them on "
+                    "this device"
                 )
             return [known.get((p.algorithm, p.config), p) for p in predicted]
         chosen = allowed if predicted is None else top_candidates(predicted, allowed, self.fast_k)

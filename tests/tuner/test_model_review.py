@@ -77,3 +77,44 @@ def test_fast_mode_never_runs_a_stored_failure_again(db_url: str) -> None:
             unseen, "cpu", mode="fast")
         runs.append(fast.runs_of)
     assert runs[0].get("c") == 1 and runs[1] == {}
+
+
+def _failed_neighbour(store: Any, near: ConvProblem) -> None:
+    from db import find as store_find
+    from db.rows import MeasurementRow, utcnow
+    from tuner import results as R
+    from tuner.devices import identify
+
+    cpu = identify("cpu")
+    rows = [MeasurementRow(algorithm=a, config="default", impl_hash=Fake.impl_hash,
+                           status=R.FAILED, time_ms=None, spread_ms=None, min_ms=None, reps=0,
+                           workspace_bytes=0, max_error=None, rel_error=None,
+                           error="cudaErrorLaunchFailure", measured_at=utcnow(),
+                           tuner_version="t") for a in ("a", "b")]
+    store.write(lambda s: store_find.save_measurements(
+        session=s, fingerprint=cpu.fingerprint, device_info=cpu.info, key=near.key(),
+        rows=rows))
+
+
+# Bug: a prediction with no usable time counted as one: with the nearest problem's every
+# candidate failed (and no model), fast mode measured nothing and best() found no usable
+# algorithm; with a model that knows none of the algorithms, heuristic mode answered "ok"
+# rows without a time instead of NotInDatabase.
+def test_a_prediction_without_a_time_is_no_prediction(db_url: str) -> None:
+    import pytest
+
+    from tuner.errors import NotInDatabase
+
+    store = open_store(db_url)
+    _failed_neighbour(store, small_problem(n=2, c=6, k=12, h=10, w=10))
+    algos = [Fake("a"), Fake("b")]
+    quick = TimingPolicy(warmup=0, budget_s=0.0, min_reps=2, max_reps=2)
+    problem = small_problem(n=3, c=6, k=12, h=10, w=10)
+    tuner = Tuner(store, policy=quick, algorithms=algos)  # type: ignore[arg-type]
+    assert tuner.best(problem, "cpu", mode="fast").algorithm in ("a", "b")
+    assert [a.runs > 0 for a in algos] == [True, True]
+    other = open_store(db_url.replace(".db", "_2.db"))
+    seed(other, SPEED, training_problems())
+    new = Tuner(other, policy=quick, algorithms=[Fake("new")])  # type: ignore[list-item]
+    with pytest.raises(NotInDatabase, match="no model that knows these algorithms"):
+        new.find_candidates(problem, "cpu", mode="heuristic")
