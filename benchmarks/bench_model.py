@@ -205,6 +205,7 @@ def from_results(paths: Sequence[Path]) -> Measured:
     for path in paths:
         report = json.loads(path.read_text())
         info = report["device"]
+        device = str(info.get("fingerprint") or info.get("name", ""))  # H100 and H200: apart
         for row in report["rows"]:
             problem = problem_of(row["problem"])
             problems[row["network"]].add(problem)
@@ -213,7 +214,7 @@ def from_results(paths: Sequence[Path]) -> Measured:
                     if found.get("status") == "ok" and found.get("ms"):
                         samples.append(Sample(problem, int(info["units"]), algorithm, config,
                                               found["workspace_bytes"], found["ms"],
-                                              info["kind"]))
+                                              info["kind"], device))
     return samples, dict(problems), info
 
 

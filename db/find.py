@@ -143,10 +143,10 @@ def load_similar_measurements(
 
 def load_timed_measurements(
     *, session: Session, kind: str
-) -> list[tuple[dict[str, Any], int, MeasurementRow]]:
+) -> list[tuple[dict[str, Any], int, MeasurementRow, int]]:
     """Every usable (ok, timed) measurement on devices of one kind, for fitting a model.
 
-    Returns (problem key, device units, row) triples. Where a device measured the same
+    Returns (problem key, device units, row, device id) tuples. Where a device measured the same
     problem and configuration with several implementations, only the newest row is kept:
     it reflects the code that runs now (rows of removed configurations still teach the
     model how the problem behaves).
@@ -158,12 +158,12 @@ def load_timed_measurements(
         .where(*_timed_on(kind))
         .order_by(Measurement.measured_at, Measurement.id)
     )
-    newest: dict[tuple[int, int, str, str], tuple[dict[str, Any], int, MeasurementRow]] = {}
+    newest: dict[tuple[int, int, str, str], tuple[dict[str, Any], int, MeasurementRow, int]] = {}
     keys: dict[int, dict[str, Any]] = {}
     for problem, device_id, units, *values in found:
         row = plain_row(dict(zip(ROW_FIELDS, values, strict=True)))
         key = keys.setdefault(problem.id, {f: getattr(problem, f) for f in PROBLEM_FIELDS})
-        newest[(device_id, problem.id, row.algorithm, row.config)] = (key, units, row)
+        newest[(device_id, problem.id, row.algorithm, row.config)] = (key, units, row, device_id)
     return list(newest.values())
 
 

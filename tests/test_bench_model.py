@@ -62,7 +62,7 @@ def test_from_results_reads_each_usable_configuration(tmp_path: Path) -> None:
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(report))
     samples, problems, info = from_results([path])
-    assert samples == [Sample(P, 132, "direct", "16x16k8", 0, ms, "cuda")]
+    assert samples == [Sample(P, 132, "direct", "16x16k8", 0, ms, "cuda", "GPU")]
     assert problems == {"net": {P}} and info["name"] == "GPU"
 
 

@@ -163,6 +163,9 @@ class Sample:
     workspace_bytes: int
     time_ms: float | None = None
     kind: str = ""  # the device's kind ("cpu", "cuda"), whose implementations say `work`
+    #: Which device measured it (training rows only; not a feature): a problem's rows are
+    #: compared with the fastest of the same device's.
+    device: str = ""
 
 
 @dataclass(frozen=True)

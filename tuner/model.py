@@ -149,10 +149,13 @@ def fit(samples: Sequence[Sample], *, seed: int = 0, members: int = MEMBERS) -> 
     x, per_flop = encoder.matrix(samples), log_ms_per_flop(samples)
     index = {p: i for i, p in enumerate(problems)}
     of_row = np.array([index[s.problem] for s in samples])
-    # Per problem and unit count (one store may hold GPUs of one kind but other sizes): its
-    # fastest row, and every row's time relative to that.
-    groups: dict[tuple[Any, int], int] = {}
-    group = np.array([groups.setdefault((s.problem, s.units), len(groups)) for s in samples])
+    # Per problem and device (one store may hold GPUs of one kind, of other sizes or of the
+    # same unit count: an H100 and an H200 both have 132 SMs, and pooled, the slower one's
+    # rows were all measured against the other's best, its own never the fastest; a review
+    # of the cost model, 2026-11-30): its fastest row, and every row's time relative to it.
+    groups: dict[tuple[Any, int, str], int] = {}
+    group = np.array([groups.setdefault((s.problem, s.units, s.device), len(groups))
+                      for s in samples])
     best = np.full(len(groups), np.inf)
     np.minimum.at(best, group, per_flop)
     relative = per_flop - best[group]
@@ -256,8 +259,8 @@ def samples_from_store(store: Store, kind: str) -> tuple[int, list[Sample]]:
         rows = store_find.load_timed_measurements(session=session, kind=kind)
     return generation, [
         Sample(problem_of(key), units, row.algorithm, row.config, row.workspace_bytes,
-               row.time_ms, kind)
-        for key, units, row in rows
+               row.time_ms, kind, str(device))
+        for key, units, row, device in rows
     ]
 
 
@@ -348,8 +351,10 @@ class ModelCache:
 
 
 def _fresh(rows_at_fit: int, rows_now: int) -> bool:
-    """The refit rule: a fit on `rows_at_fit` samples serves until they grew by REFIT_GROWTH."""
-    return rows_now < rows_at_fit * (1 + REFIT_GROWTH)
+    """The refit rule: a fit on `rows_at_fit` samples serves until they grew by REFIT_GROWTH,
+    or shrank (rows re-measured as failures, or removed: a fit on rows the store no longer
+    holds was served for good; a review of the cost model, 2026-11-30)."""
+    return rows_at_fit <= rows_now < rows_at_fit * (1 + REFIT_GROWTH)
 
 
 _CACHES: weakref.WeakKeyDictionary[Store, ModelCache] = weakref.WeakKeyDictionary()

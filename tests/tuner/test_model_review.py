@@ -118,3 +118,65 @@ def test_a_prediction_without_a_time_is_no_prediction(db_url: str) -> None:
     new = Tuner(other, policy=quick, algorithms=[Fake("new")])  # type: ignore[list-item]
     with pytest.raises(NotInDatabase, match="no model that knows these algorithms"):
         new.find_candidates(problem, "cpu", mode="heuristic")
+
+
+def _put(store: Any, fingerprint: str, info: dict[str, Any], problem: ConvProblem,
+         speeds: dict[str, float], status: str = "ok") -> None:
+    from db import find as store_find
+    from db.rows import MeasurementRow, utcnow
+
+    rows = [MeasurementRow(
+        algorithm=a, config="default", impl_hash="h", status=status,
+        time_ms=problem.flops * 1e-9 * s if status == "ok" else None, spread_ms=0.0,
+        min_ms=None, reps=3, workspace_bytes=0, max_error=0.0, rel_error=0.0,
+        error=None if status == "ok" else "boom", measured_at=utcnow(), tuner_version="t")
+        for a, s in speeds.items()]
+    store.write(lambda s: store_find.save_measurements(
+        session=s, fingerprint=fingerprint, device_info=info, key=problem.key(), rows=rows))
+
+
+# Bug: the fit compared each row with the fastest of its problem and unit count, pooling two
+# devices of one kind and unit count (an H100 and an H200: 132 SMs each): the slower one's
+# rows were all "slower than the fastest", its own best never the fastest.
+def test_two_devices_of_one_unit_count_are_not_pooled(db_url: str,
+                                                       monkeypatch: Any) -> None:
+    store = open_store(db_url)
+    speeds = {"a": 1.0, "b": 1.5, "c": 3.0}
+    for fingerprint, slow in (("h100", 2.0), ("h200", 1.0)):
+        info = {"kind": "cuda", "name": fingerprint, "arch": "9.0", "units": 132}
+        for problem in training_problems():
+            _put(store, fingerprint, info, problem, {a: s * slow for a, s in speeds.items()})
+    targets = []
+    real = M._regressor
+
+    class Spy:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def fit(self, x: Any, y: Any) -> Any:
+            targets.append(y.copy())
+            return self.inner.fit(x, y)
+
+    monkeypatch.setattr(M, "_regressor", lambda *a, **k: Spy(real(*a, **k)))
+    assert M.fit(M.samples_from_store(store, "cuda")[1], members=1) is not None
+    import numpy as np
+
+    assert sorted(set(np.round(targets[0], 4))) == [0.0, round(float(np.log(1.5)), 4),
+                                                    round(float(np.log(3.0)), 4)]
+
+
+# Bug: a fit was served for good once the store's samples shrank (rows re-measured as
+# failures, or removed): only growth made it refit.
+def test_a_fit_is_not_served_once_its_rows_are_gone(db_url: str) -> None:
+    from tuner.devices import identify
+
+    store = open_store(db_url)
+    cpu = identify("cpu")
+    speeds = {"a": 1.0, "b": 2.0, "c": 4.0, "d": 8.0}
+    for problem in training_problems():
+        _put(store, cpu.fingerprint, cpu.info, problem, speeds)
+    cache = M.ModelCache(store)
+    assert cache.model("cpu") is not None
+    for problem in training_problems():  # every row re-measured as a failure
+        _put(store, cpu.fingerprint, cpu.info, problem, speeds, status="failed")
+    assert cache.model("cpu") is None
