@@ -8,7 +8,9 @@ For ResNet-50 b32, VGG-16 b16, GoogLeNet b32 and MobileNet-v2 b32 (--networks) i
 precision asked for (--dtype float32/float16/bfloat16, --math fp32/tf32) it compiles every
 kernel (first run of each configuration), checks every configuration against a float64
 convolution on the GPU (PyTorch's float64 conv2d, or our im2col_gemm in float64 without
-PyTorch), then times, with CUDA events and L2 flushed before each run (CudaRuntime.time):
+PyTorch), then times, with CUDA events and L2 flushed before each sample (CudaRuntime.time;
+a sample of a run under 0.5 ms is several runs back to back, the later ones warm, alike on
+both sides; TFLOP/s and GB/s of such layers are warm-cache rates):
 - each algorithm at its best configuration,
 - our tuned choice: the fastest correct (algorithm, config) measured here, or, with --tuner,
   the pick of the real tuner (tuner.api.find_best_algorithm, a throw-away database),
