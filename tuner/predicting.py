@@ -58,11 +58,14 @@ def from_model(
         Sample(problem, units, c.algorithm.name, c.config, c.workspace_bytes, kind=kind)
         for c in known
     ])
+    unknown = len(allowed) - len(known)
+    # Its confidence compares it with the candidates the model ranks only: say so.
+    apart = (f" it ranks (not with {unknown} of algorithms it never saw)" if unknown else "")
     out = []
     for cand, p in zip(known, predictions, strict=True):
         out.append(_predicted(cand, identity, time_ms=p.time_ms, confidence=p.confidence, note=(
             f"model ({model.describe()}): its members differ by ±{math.expm1(p.spread):.0%}; "
-            f"{p.confidence:.0%} of them put it within 10% of the fastest"
+            f"{p.confidence:.0%} of them put it within 10% of the fastest{apart}"
         )))
     for cand in allowed:
         if not model.knows(cand.algorithm.name):
