@@ -31,6 +31,7 @@ import json
 import math
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -273,6 +274,9 @@ def main() -> None:
 
     rows = []
     for name, held in held_out_splits(problems, train_only):
+        if not held_out_layers(samples, held):  # a store without this network's layers
+            print(f"{name}: no measured layer, not scored", file=sys.stderr)
+            continue
         train = [s for s in samples if s.problem not in held]
         fit_started = time.perf_counter()
         model = M.fit(train, seed=args.seed)
