@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from algorithms.problem import ConvProblem
 
 #: Float64 bytes of one batch chunk (padded input, output, one tap copy): bounds the
@@ -24,6 +26,19 @@ def as_float64(xp: Any, array: Any, dtype: str) -> Any:
     if dtype == "bfloat16" and array.dtype == xp.uint16:
         return (array.astype(xp.uint32) << 16).view(xp.float32).astype(xp.float64)
     return array.astype(xp.float64)
+
+
+#: bfloat16's quiet NaN, as the uint16 bits a GPU array holds it in.
+BF16_NAN_BITS = 0x7FC0
+
+
+def fill_nan(array: Any) -> None:
+    """Fill `array` with NaN in its storage: bfloat16 bits (uint16) take BF16_NAN_BITS.
+
+    `fill(nan)` on those bits is no NaN (NumPy refuses it; on a GPU a float-to-integer cast),
+    so an unwritten output of a bfloat16 candidate did not show in its verification.
+    """
+    array.fill(BF16_NAN_BITS if array.dtype == np.uint16 else np.nan)
 
 
 def errors(xp: Any, out: Any, ref: Any, dtype: str) -> tuple[float, float]:

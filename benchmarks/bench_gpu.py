@@ -56,6 +56,7 @@ from algorithms.cuda.event_timing import runs_spanning  # noqa: E402
 from algorithms.cuda.runtime import CudaRuntime, cuda_available  # noqa: E402
 from algorithms.problem import ConvProblem  # noqa: E402
 from algorithms.reference import tolerance  # noqa: E402
+from algorithms.reference_gemm import as_float64, errors, fill_nan  # noqa: E402
 from algorithms.registry import algorithms_for, get_algorithm  # noqa: E402
 from algorithms.runtime import TimingPolicy, random_operands  # noqa: E402
 from benchmarks.bench_layers import layer_problems  # noqa: E402
@@ -79,6 +80,12 @@ def torch_conv(torch: Any, problem: ConvProblem, a: Any, b: Any) -> Any:
     if problem.direction == "backward_filter":
         return torch.nn.grad.conv2d_weight(a, problem.filter_shape, b, *geometry)
     return torch.nn.functional.conv2d(a, b, None, *geometry)
+
+
+def _tensor(torch: Any, array: Any, dtype: str) -> Any:
+    """A torch view of a CuPy array holding `dtype` (bfloat16 bits as torch.bfloat16)."""
+    tensor = torch.from_dlpack(array)
+    return tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
 
 
 def _tflops(problem: ConvProblem, ms: float | None) -> float | None:
@@ -143,31 +150,23 @@ class Bench:
             return None
 
     def reference(self, x: Any, w: Any, problem: ConvProblem) -> Any:
-        """A float64 result on the GPU (PyTorch's, else our im2col_gemm; forward on the host
-        without PyTorch for the backward directions)."""
+        """A float64 result on the GPU (PyTorch's, else the tuner's own: per-tap float64
+        GEMMs, algorithms.reference_gemm)."""
         cupy = self.cupy
         if self.torch is not None:
             torch = self.torch
-            xt = torch.from_dlpack(x.astype(cupy.float64))
-            wt = torch.from_dlpack(w.astype(cupy.float64))
+            # as_float64: bfloat16 arrays hold bits (uint16), which astype would take as
+            # integers (a review of the benchmarks, 2026-11-30: the bfloat16 step compared
+            # bit patterns throughout).
+            xt = torch.from_dlpack(as_float64(cupy, x, problem.dtype))
+            wt = torch.from_dlpack(as_float64(cupy, w, problem.dtype))
             return cupy.from_dlpack(torch_conv(torch, problem, xt, wt).contiguous())
-        if problem.direction != "forward":
-            from algorithms.reference import reference
+        return self.rt.reference(x, w, problem)  # per-tap cuBLAS DGEMMs, any direction
 
-            return cupy.asarray(reference(cupy.asnumpy(x), cupy.asnumpy(w), problem))
-        p64 = ConvProblem.from_key({**problem.key(), "dtype": "float64"})
-        algorithm = get_algorithm("cuda", "im2col_gemm")
-        config = algorithm.configs(p64)[0]
-        y = cupy.empty(p64.output_shape, cupy.float64)
-        ws = self.rt.workspace(algorithm.workspace_bytes(p64, config))
-        algorithm.run(x.astype(cupy.float64), w.astype(cupy.float64), y, ws, p64, config)
-        return y
-
-    def rel_error(self, y: Any, ref: Any) -> float:
-        """Relative error ||y - ref|| / ||ref|| in float64, on the GPU."""
-        cupy = self.cupy
-        diff = cupy.linalg.norm((y.astype(cupy.float64) - ref).ravel())
-        return float(diff / cupy.linalg.norm(ref.ravel()))
+    def rel_error(self, y: Any, ref: Any, dtype: str) -> float:
+        """Relative error ||y - ref|| / ||ref|| in float64, on the GPU (`y` holding `dtype`:
+        bfloat16 as its bits)."""
+        return errors(self.cupy, y, ref, dtype)[1]
 
     def layer(self, network: str, name: str, problem: ConvProblem) -> dict[str, Any]:
         """Check and time everything on one layer."""
@@ -193,12 +192,12 @@ class Bench:
                     "workspace_bytes": algorithm.workspace_bytes(problem, config)}
                 try:
                     ws = rt.workspace(result["workspace_bytes"])
-                    y.fill(np.nan)
+                    fill_nan(y)
                     t0 = time.perf_counter()
                     _runner(rt, algorithm, x, w, y, ws, problem, config)()  # compiles
                     rt.synchronize()
                     result["first_run_s"] = time.perf_counter() - t0
-                    err = self.rel_error(y, ref)
+                    err = self.rel_error(y, ref, problem.dtype)
                     result["rel_error"] = err
                     if not err <= tolerance(problem.dtype, algorithm.name, problem.math):
                         result["status"] = "wrong"
@@ -279,7 +278,7 @@ class Bench:
         if self.torch is None:
             return {"skipped": "PyTorch with CUDA is not available"}
         torch = self.torch
-        xt, wt = torch.from_dlpack(x), torch.from_dlpack(w)
+        xt, wt = _tensor(torch, x, problem.dtype), _tensor(torch, w, problem.dtype)
 
         def conv() -> Any:
             return torch_conv(torch, problem, xt, wt)
@@ -287,7 +286,8 @@ class Bench:
         try:
             out = conv()
             torch.cuda.synchronize()
-            err = self.rel_error(self.cupy.from_dlpack(out.contiguous()), ref)
+            err = self.rel_error(self.cupy.from_dlpack(out.float().contiguous()), ref,
+                                 "float32")  # CuPy has no bfloat16: widened exactly
             ms, spread = self.time(conv)
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}

@@ -36,6 +36,7 @@ import numpy as np
 
 from algorithms.problem import ConvProblem
 from algorithms.reference import tolerance
+from algorithms.reference_gemm import fill_nan
 from algorithms.runtime import Runtime, Timing, TimingPolicy, batch_size, random_operands
 from db.rows import MeasurementRow, utcnow
 from tuner import results as R
@@ -174,7 +175,7 @@ class Measurer:
             workspace = runtime.workspace(cand.workspace_bytes)
             if workspace is not None:
                 workspace.fill(0xFF)  # reads of unwritten workspace show up as NaN
-            y.fill(np.nan)  # unwritten outputs show up as NaN
+            fill_nan(y)  # unwritten outputs show up as NaN (bfloat16 bits included)
             candidate_run(runtime, problem, cand, operands, workspace)()
             runtime.synchronize()
             max_error, rel = runtime.compare(y, ref, problem.dtype)

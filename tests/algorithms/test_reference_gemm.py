@@ -64,3 +64,19 @@ def test_wrong_operand_shapes_are_refused(rng: np.random.Generator) -> None:
     a, b = _operands(p, rng)
     with pytest.raises(ValueError, match="do not match"):
         reference_gemm(np, a[:, :1], b, p)
+
+
+def test_fill_nan_fills_bfloat16_bits_with_a_nan() -> None:
+    # Bug: the tuner's verification and bench_gpu filled outputs with fill(nan), which on a
+    # GPU's bfloat16 storage (uint16 bits) is no NaN (NumPy refuses it; CuPy casts), so an
+    # output a bfloat16 candidate left unwritten did not show.
+    import numpy as np
+
+    from algorithms.reference_gemm import as_float64, fill_nan
+
+    bits = np.zeros(4, np.uint16)
+    fill_nan(bits)
+    assert np.isnan(as_float64(np, bits, "bfloat16")).all()
+    floats = np.zeros(4, np.float32)
+    fill_nan(floats)
+    assert np.isnan(floats).all()

@@ -77,3 +77,24 @@ def test_convolve_runs_behind_the_work_on_torchs_stream(db_url: str) -> None:
     side.synchronize()
     assert float(x[0, 0, 0, 0]) == 0.5
     _check(y, x, w, "forward", db_url)
+
+
+def test_a_bfloat16_problem_is_tuned_and_its_verification_sees_unwritten_outputs(
+        db_url: str) -> None:
+    # Bug (found by reading, 2026-11-30): the tuner filled a candidate's output with
+    # fill(nan) before verifying it, which on bfloat16's uint16 storage is no NaN: an
+    # output left unwritten went unseen. Now tuned in bfloat16 on the GPU, against float64.
+    torch = pytest.importorskip("torch")
+    from tuner import find_algorithms
+
+    problem = replace(PROBLEM, dtype="bfloat16")
+    found = find_algorithms(problem, "cuda:0", db=db_url)
+    usable = [r for r in found if r.usable]
+    assert usable and all((r.rel_error or 0.0) <= tolerance("bfloat16", r.algorithm)
+                          for r in usable)
+    x = torch.randn(problem.input_shape, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(problem.filter_shape, device="cuda", dtype=torch.bfloat16)
+    y = convolve(x, w, db=db_url, **GEOMETRY)
+    expected = reference(x.double().cpu().numpy(), w.double().cpu().numpy(), problem)
+    assert y.dtype == torch.bfloat16
+    assert relative_error(y.double().cpu().numpy(), expected) <= tolerance("bfloat16", "x")
