@@ -311,3 +311,18 @@ def test_the_cache_folder_needs_no_home_directory(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("CUPY_CACHE_DIR", raising=False)
     monkeypatch.setattr(Path, "home", homeless)
     assert _binaries.cache_dir().name == _binaries.FOLDER
+
+
+def test_a_crashed_writer_s_old_temporary_is_swept(tmp_path: Path) -> None:
+    # Bug: a process killed mid-write left its <key>.cubin.<pid>.<tid>.tmp (0.5 MB) for good.
+    import os
+    import time
+
+    stale = tmp_path / "abc.cubin.123.456.tmp"
+    fresh = tmp_path / "def.cubin.123.789.tmp"  # perhaps another process writing right now
+    for path in (stale, fresh):
+        path.write_bytes(b"partial")
+    old = time.time() - 2 * _binaries.STALE_S
+    os.utime(stale, (old, old))
+    _get(tmp_path, FakeCompiler())
+    assert not stale.exists() and fresh.exists()

@@ -23,6 +23,7 @@ import os
 import pickle
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,20 @@ def load(directory: Path, url: str, kind: str) -> SavedModel | None:
     return saved
 
 
+def _sweep(directory: Path) -> None:
+    """Remove temporaries a killed process left (`model-*.pkl` and a random suffix; kill -9
+    mid-save kept them for good; a review of the state on disk, 2026-11-30)."""
+    now = time.time()
+    for stale in directory.glob("model-*.pkl?*"):
+        with contextlib.suppress(OSError):
+            if now - stale.stat().st_mtime > STALE_S:
+                stale.unlink()
+
+
+#: Age past which a temporary is a crashed writer's (a save takes well under a second).
+STALE_S = 3600.0
+
+
 def fitted_on(saved: SavedModel, samples: Sequence[Sample]) -> bool:
     """Whether `saved` was fitted on the first samples of `samples` (as many as it had)."""
     return (saved.rows <= len(samples)
@@ -126,6 +141,7 @@ def save(directory: Path, url: str, kind: str, samples: Sequence[Sample],
     partial: str | None = None
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        _sweep(directory)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=path.name, delete=False) as f:
             partial = f.name
             pickle.dump(SavedModel(len(samples), samples_digest(samples), model), f)

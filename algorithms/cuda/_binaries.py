@@ -27,6 +27,7 @@ import functools
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ def binary(source: str, filename: str, name_expression: str, options: tuple[str,
     lowered_name, cubin = compile_(source, filename, name_expression, options)
     # Per process and thread: two devices' threads may compile one instance at once.
     partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    _sweep(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         name = lowered_name.encode()
@@ -72,6 +74,20 @@ def binary(source: str, filename: str, name_expression: str, options: tuple[str,
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
     return lowered_name, cubin
+
+
+#: Age past which a temporary of the cache is a crashed writer's (a write takes ms).
+STALE_S = 3600.0
+
+
+def _sweep(folder: Path) -> None:
+    """Remove temporaries a killed process left (kill -9 mid-write: 0.5 MB each, kept for
+    good before; a review of the state on disk, 2026-11-30)."""
+    with contextlib.suppress(OSError):
+        now = time.time()
+        for stale in folder.glob("*.cubin.*.tmp"):
+            if now - stale.stat().st_mtime > STALE_S:
+                stale.unlink(missing_ok=True)
 
 
 def _digest(name: bytes, cubin: bytes) -> bytes:

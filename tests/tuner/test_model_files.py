@@ -178,3 +178,21 @@ def test_a_save_removes_the_fits_of_other_model_code(db_url: str, tmp_path: Path
     ModelCache(store, directory=tmp_path).model("cpu")
     assert sorted(p.name for p in tmp_path.glob("model-*")) == sorted(
         [model_files.path_for(tmp_path, store.url, "cpu").name, other_store.name])
+
+
+def test_a_crashed_save_s_old_temporary_is_swept(db_url: str, tmp_path: Path) -> None:
+    # Bug: a process killed mid-save left model-<key>.pkl<random> for good, one per crash.
+    import os
+    import time
+
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    models = tmp_path / "models"
+    models.mkdir()
+    stale, fresh = models / "model-a-b.pklx1y2", models / "model-c-d.pklz3w4"
+    for path in (stale, fresh):
+        path.write_bytes(b"partial")
+    old = time.time() - 2 * model_files.STALE_S
+    os.utime(stale, (old, old))
+    assert ModelCache(store, directory=models).model("cpu") is not None
+    assert not stale.exists() and fresh.exists()
