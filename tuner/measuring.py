@@ -137,7 +137,8 @@ class Measurer:
             runs = [candidate_run(runtime, problem, candidates[i], operands, workspace)
                     for i in verified]
             lanes = self._interleaved(runs, self.race.first_pass(self.policy, len(verified)),
-                                      self.race.factor)
+                                      self.race.factor,
+                                      [candidates[i].workspace_bytes for i in verified])
             fatal = next((j for j, lane in enumerate(lanes) if lane.fatal), None)
             if fatal is not None:  # partly timed rows are no results either
                 culprit = lanes[fatal].settle(rows[verified[fatal]])
@@ -191,15 +192,24 @@ class Measurer:
         return MeasurementRow(**row)
 
     def _interleaved(self, runs: list[Callable[[], None]], policy: TimingPolicy,
-                     factor: float | None = None) -> list[Lane]:
+                     factor: float | None = None,
+                     workspaces: Sequence[int] | None = None) -> list[Lane]:
         """Time `runs` interleaved, A B C A B C ...: a burst of interference or a drifting
         clock then hits them alike, where timing one after the other let it decide between
         them. Each first takes its untimed warm-ups (the fastest decides its batch); each
         sample is primed (runtime.prime), so that it does not start from the previous
         candidate's caches. With a race `factor`, a run stops after min_reps once its
-        fastest sample is past `factor` x the leader's median. Stops at the first failure
-        that leaves the device unable to run work."""
+        fastest sample is past `factor` x the median of the leader among the runs needing no
+        more workspace than it (`workspaces`; default all alike). Stops at the first failure
+        that leaves the device unable to run work.
+
+        Why per workspace: a run stopped after min_reps is stored like any, and under a
+        workspace limit that excludes the overall leader the stored answer was decided
+        between such short, noisy runs (a review of the tuner, 2026-11-30). Raced only
+        against what fits wherever it fits, a stopped run is clearly worse than something
+        every limit that allows it allows too."""
         lanes = [Lane(run) for run in runs]
+        sizes = list(workspaces) if workspaces is not None else [0] * len(runs)
         sample = self.runtime.sample_ms
         for lane in lanes:
             try:
@@ -228,11 +238,13 @@ class Measurer:
                         if self._fail(lane, exc):
                             return lanes
                     lane.spent_s += time.perf_counter() - began
-            medians = [statistics.median(lane.times) for lane in lanes
+            medians = [(sizes[j], statistics.median(lane.times)) for j, lane in enumerate(lanes)
                        if lane.error is None and len(lane.times) >= policy.min_reps]
-            cutoff = min(medians) * factor if factor is not None and medians else None
-            for lane in active:
-                lane.review(policy, cutoff)
+            for j, lane in enumerate(lanes):
+                if not lane.active:
+                    continue
+                fits = [ms for size, ms in medians if size <= sizes[j]]
+                lane.review(policy, min(fits) * factor if factor is not None and fits else None)
         return lanes
 
     def _fail(self, lane: Lane, exc: Exception) -> bool:

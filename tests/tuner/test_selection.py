@@ -140,3 +140,25 @@ def test_an_out_of_memory_failure_is_reported_not_stored(db_url: str) -> None:
     assert found["slow"].status == R.OK
     later = tuner_for(db_url, runtime, POLICY, best, slow)  # another process, memory free
     assert later.best(small_problem(), "cpu").algorithm == "best"
+
+
+# Bug: racing stopped a candidate against the overall leader, and its few samples were
+# stored like a full measurement: tuned with no limit (the leader needing a large
+# workspace), a later find under workspace_limit=0 ranked two such short runs, one of which
+# caught a burst, and picked the slower (the answer under a limit depended on history).
+def test_racing_never_decides_an_answer_under_a_workspace_limit(db_url: str) -> None:
+    def script() -> dict[str, Script]:
+        return {"BIG": steady(1.0), "C1": _then([2.0, 3.2, 2.0, 3.2], 2.0),  # a burst first
+                "C2": steady(2.1)}
+
+    def algos(runtime: Scripted) -> tuple[Clocked, ...]:
+        return (Clocked("BIG", runtime, ws=1 << 20), Clocked("C1", runtime),
+                Clocked("C2", runtime))
+
+    runtime = Scripted(script())
+    tuner_for(db_url, runtime, POLICY, *algos(runtime)).find(small_problem(), "cpu")
+    assert runtime.samples["C1"] > 1 + POLICY.min_reps  # raced only against what fits
+    again = Scripted(script())
+    limited = tuner_for(db_url, again, POLICY, *algos(again)).find_candidates(
+        small_problem(), "cpu", workspace_limit=0)
+    assert limited[0].algorithm == "C1" and not again.samples  # from the store
