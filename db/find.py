@@ -146,43 +146,55 @@ def load_timed_measurements(
 ) -> list[tuple[dict[str, Any], int, MeasurementRow, int]]:
     """Every usable (ok, timed) measurement on devices of one kind, for fitting a model.
 
-    Returns (problem key, device units, row, device id) tuples. Where a device measured the same
-    problem and configuration with several implementations, only the newest row is kept:
-    it reflects the code that runs now (rows of removed configurations still teach the
-    model how the problem behaves).
+    Returns (problem key, device units, row, device id) tuples. Where a device measured the
+    same problem and configuration more than once (several implementations), only the
+    newest row counts, usable or not: it reflects the code that runs now (rows of removed
+    configurations still teach the model how the problem behaves). The newest usable one
+    counted before, so a configuration whose current code fails kept its older code's time
+    and drew fast mode's measurements (a review of the cost model, 2026-11-30).
     """
+    newest = _newest_on(kind)
     found = session.execute(
-        select(Problem, Device.id, Device.units, *(Measurement.__table__.c[f] for f in ROW_FIELDS))
+        select(Problem, newest.c.device_id, Device.units,
+               *(Measurement.__table__.c[f] for f in ROW_FIELDS))
         .join(Measurement, Measurement.problem_id == Problem.id)
+        .join(newest, newest.c.id == Measurement.id)
         .join(Device, Measurement.device_id == Device.id)
-        .where(*_timed_on(kind))
+        .where(*_usable(newest))
         .order_by(Measurement.measured_at, Measurement.id)
     )
-    newest: dict[tuple[int, int, str, str], tuple[dict[str, Any], int, MeasurementRow, int]] = {}
     keys: dict[int, dict[str, Any]] = {}
+    out = []
     for problem, device_id, units, *values in found:
         row = plain_row(dict(zip(ROW_FIELDS, values, strict=True)))
         key = keys.setdefault(problem.id, {f: getattr(problem, f) for f in PROBLEM_FIELDS})
-        newest[(device_id, problem.id, row.algorithm, row.config)] = (key, units, row, device_id)
-    return list(newest.values())
+        out.append((key, units, row, device_id))
+    return out
 
 
 def count_timed_measurements(*, session: Session, kind: str) -> int:
     """How many rows load_timed_measurements would return, counted in the database."""
-    kept = (
-        select(Measurement.device_id, Measurement.problem_id, Measurement.algorithm,
-               Measurement.config)
-        .join(Device, Measurement.device_id == Device.id)
-        .where(*_timed_on(kind))
-        .distinct()
-        .subquery()
-    )
-    return int(session.execute(select(func.count()).select_from(kept)).scalar_one())
+    newest = _newest_on(kind)
+    return int(session.execute(
+        select(func.count()).select_from(newest).where(*_usable(newest))).scalar_one())
 
 
-def _timed_on(kind: str) -> tuple[Any, ...]:
-    """The conditions of a usable timed measurement on a device of kind `kind`."""
-    return Device.kind == kind, Measurement.status == "ok", Measurement.time_ms > 0
+def _newest_on(kind: str) -> Any:
+    """The rows of devices of kind `kind`, each numbered by newness within its (device,
+    problem, algorithm, config): 1 the newest."""
+    m = Measurement
+    newness = func.row_number().over(
+        partition_by=(m.device_id, m.problem_id, m.algorithm, m.config),
+        order_by=(m.measured_at.desc(), m.id.desc()))
+    return (select(m.id, m.device_id, m.status, m.time_ms, newness.label("newness"))
+            .join(Device, m.device_id == Device.id)
+            .where(Device.kind == kind)
+            .subquery())
+
+
+def _usable(newest: Any) -> tuple[Any, ...]:
+    """The newest row of its configuration, and usable: ok and timed."""
+    return newest.c.newness == 1, newest.c.status == "ok", newest.c.time_ms > 0
 
 
 _BUMP_GENERATION = (

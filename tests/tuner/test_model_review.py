@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -10,11 +11,14 @@ from threadpoolctl import threadpool_info
 from algorithms.problem import ConvProblem
 from algorithms.runtime import TimingPolicy
 from db.engine import open_store
+from tests.fleet.conftest import pg_url, store_url
 from tests.tuner.fakes import Fake, small_problem
 from tests.tuner.test_model import seed, training_problems
 from tuner import model as M
 from tuner.features import Sample
 from tuner.tuning import Tuner
+
+__all__ = ["pg_url", "store_url"]  # the store fixtures: SQLite, then PostgreSQL
 
 SPEED = {"fast": 1.0, "mid": 2.5, "slow": 8.0, "slowest": 20.0}
 
@@ -194,3 +198,33 @@ def test_a_prediction_says_what_it_was_not_compared_with(db_url: str) -> None:
         small_problem(n=3, c=6, k=12, h=10, w=10), "cpu", mode="heuristic")}
     assert "not with 1 of algorithms it never saw" in (found["fast"].note or "")
     assert found["new"].time_ms is None
+
+
+# Bug: the model's samples kept a configuration's time from older code when the current
+# code's newer measurement of it failed: the newest usable row counted, not the newest.
+def test_a_configuration_whose_newest_row_failed_teaches_no_time(store_url: str) -> None:
+    from datetime import timedelta
+
+    from db import find as store_find
+    from db.rows import MeasurementRow, utcnow
+    from tuner import results as R
+    from tuner.devices import identify
+
+    store = open_store(store_url)
+    cpu = identify("cpu")
+    problem = small_problem(n=1, c=4, k=8, h=8, w=8)
+    old = MeasurementRow(algorithm="x", config="default", impl_hash="old", status=R.OK,
+                         time_ms=0.01, spread_ms=0.0, min_ms=None, reps=3, workspace_bytes=0,
+                         max_error=0.0, rel_error=0.0, error=None,
+                         measured_at=utcnow() - timedelta(days=1), tuner_version="t")
+    new = MeasurementRow(algorithm="x", config="default", impl_hash="new", status=R.FAILED,
+                         time_ms=None, spread_ms=None, min_ms=None, reps=0, workspace_bytes=0,
+                         max_error=None, rel_error=None, error="kernel launch failed",
+                         measured_at=utcnow(), tuner_version="t")
+    for row in (old, new):
+        store.write(functools.partial(
+            lambda s, row: store_find.save_measurements(
+                session=s, fingerprint=cpu.fingerprint, device_info=cpu.info,
+                key=problem.key(), rows=[row]), row=row))
+    assert M.samples_from_store(store, "cpu")[1] == []
+    assert M.sample_count(store, "cpu")[1] == 0
