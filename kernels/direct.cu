@@ -184,7 +184,11 @@ __global__ void __launch_bounds__(THREADS)
 
     A acc = A(0);
     const int total = N * PQ;  // one channel of dy over the batch: < 2^31 like dy itself
-    for (int i = threadIdx.x; i < total; i += THREADS) {
+    // An unsigned counter: a signed one, past 2^31 - THREADS, wrapped negative and the loop
+    // read gigabytes past dy's end (total in the last THREADS below 2^31; a review of
+    // index overflow, 2026-11-30). total < 2^31 keeps i + THREADS below 2^32.
+    for (unsigned u = threadIdx.x; u < static_cast<unsigned>(total); u += THREADS) {
+        const int i = static_cast<int>(u);
         const int img = fast_div(i, pq_mul, pq_shr);
         const int pq = i - img * PQ;
         const int p = fast_div(pq, q_mul, q_shr);

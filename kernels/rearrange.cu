@@ -128,7 +128,11 @@ __global__ void __launch_bounds__(256)
     const float* src = of_x ? x : w;
     const int n = of_x ? nx : nw, b = blockIdx.x % SCALE_BLOCKS;
     float m = 0.0f;
-    for (int i = b * 256 + threadIdx.x; i < n; i += SCALE_BLOCKS * 256) m = fmaxf(m, fabsf(src[i]));
+    // Unsigned: a signed counter past 2^31 - SCALE_BLOCKS * 256 wrapped negative and read
+    // far past the operand (n in the last 16384 below 2^31; a review of index overflow).
+    for (unsigned i = b * 256u + threadIdx.x; i < static_cast<unsigned>(n);
+         i += SCALE_BLOCKS * 256u)
+        m = fmaxf(m, fabsf(src[i]));
     best[threadIdx.x] = m;
     __syncthreads();
     for (int half = 128; half > 0; half /= 2) {

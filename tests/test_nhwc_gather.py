@@ -37,3 +37,22 @@ def test_copy_bytes_counts_the_rows_a_gather_touches() -> None:
     problem = ConvProblem(n=1, c=1, h=56, w=56, k=1, r=1, s=1, stride=2)
     x = 56 * 56 * 4
     assert copy_bytes(problem, 2) == (3 * x, x // 2 + 2 * x // 4)
+
+
+# Bug (a review of index overflow, 2026-11-30): a strided 1x1 layer with one output row
+# whose stride_h * W passes 2**31 made np.int32 raise in the gathered copy's launch, so
+# every NHWC tc and wgmma configuration of it failed; with one row that step is unused.
+# And wgmma's supports() raised a ValueError where the channel-padded copy passed the
+# problem model's limits, instead of answering unsupported.
+def test_huge_strides_and_paddings_are_answered_not_raised() -> None:
+    from algorithms.cuda import _rearrange
+    from algorithms.cuda.implicit_gemm_wgmma import ImplicitGemmWgmmaCuda, _run_plan
+    from algorithms.problem import ConvProblem
+
+    one_row = ConvProblem(n=1, c=8, h=1, w=32768, k=8, r=1, s=1, stride=(65536, 1),
+                          dtype="float16")
+    _rearrange.nhwc_copies(one_row)
+    wgmma = ImplicitGemmWgmmaCuda()
+    _run_plan(one_row, wgmma.configs(one_row)[0])
+    huge = ConvProblem(n=1, c=1, h=2**19, w=2**19, k=1, r=1, s=1, dtype="float16")
+    assert not wgmma.supports(huge)

@@ -143,9 +143,13 @@ def _transpose_launch(batch: int, rows: int, cols: int, itemsize: int, parts: in
     if pixels is None:  # the strided arguments, unused
         gather: tuple[Any, ...] = (np.int32(cols), *fastdiv_args(1), *(np.int32(1),) * 3)
     else:
-        q = pixels.out_hw[1]
+        p, q = pixels.out_hw
+        # The step between output rows' input rows: with one output row it is never taken,
+        # and stride_h * W may then pass 2**31 (np.int32 refused it; a review of index
+        # overflow, 2026-11-30).
+        row_step = pixels.stride[0] * pixels.w if p > 1 else 0
         gather = (np.int32(pixels.h * pixels.w), *fastdiv_args(q), np.int32(q),
-                  np.int32(pixels.stride[0] * pixels.w), np.int32(pixels.stride[1]))
+                  np.int32(row_step), np.int32(pixels.stride[1]))
     # One block per tile (grid_stride_blocks' cap), each looping over the rest.
     return _copy(name_expression("transpose", itemsize, parts, pixels is not None),
                  (grid_stride_blocks(tiles, threads=1),),

@@ -192,8 +192,12 @@ class _ImplicitGemmWgmmaCudaForward(CudaAlgorithm):
             return unsupported(f"implicit_gemm_wgmma needs C/groups a multiple of {vector} "
                                f"for {problem.dtype} with groups (16-byte copies within one "
                                f"filter tap), got {cg}")
-        if not tensors_fit_int32(problem, *(prod(shape) for shape in _rearrange.nhwc_problem(
-                problem).operand_shapes)):
+        try:
+            padded = _rearrange.nhwc_problem(problem)
+        except ValueError:  # padded past the problem model's own limits: far past int32
+            padded = None
+        if padded is None or not tensors_fit_int32(
+                problem, *(prod(shape) for shape in padded.operand_shapes)):
             return unsupported("a padded NHWC copy has 2**31 elements or more "
                                "(32-bit indexing)")
         return gemm_limits(problem, self.configs(problem))
