@@ -36,8 +36,6 @@ after every layer (a cut-off run keeps what it measured); a Markdown table is pr
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import time
@@ -67,6 +65,7 @@ from benchmarks.gpu_report import (  # noqa: E402
     fmt,
     markdown,
     summarize,
+    write_json,
 )
 from tuner.candidates import Candidate  # noqa: E402
 from tuner.measuring import candidate_run  # noqa: E402
@@ -332,15 +331,6 @@ class Bench:
                 "implicit_vs_matmul": ours / rate if ours else None}
 
 
-def write_report(report: dict[str, Any], out: Path) -> None:
-    """`report` as JSON at `out`, written whole, then moved over the last: a step's time
-    limit that ends this process mid-write leaves the previous layer's report, not a
-    truncated file that the targets table then fails to read."""
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text(json.dumps(report, indent=1, default=str))
-    os.replace(partial, out)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -398,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = bench.layer(network, name, problem)
             except DeviceLost as lost:
                 report["rows"].append(lost.row)
-                write_report(report, args.out)
+                write_json(report, args.out)
                 print(f"{network}/{name}: {lost.row['fault']} left the device unusable; "
                       "stopping (rerun without it)", file=sys.stderr, flush=True)
                 return 3
@@ -406,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             report["rows"].append(row)
             report["summary"] = summarize(report["rows"])
             report["elapsed_s"] = time.perf_counter() - started
-            write_report(report, args.out)
+            write_json(report, args.out)
             print(f"{network}/{name}: tuned {fmt(row['tuned'].get('ms'))} ms "
                   f"({row['tuned'].get('algorithm')}), cuDNN {fmt(row['cudnn'].get('ms'))} ms "
                   f"[{time.perf_counter() - t0:.1f} s]", file=sys.stderr, flush=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.bench_host_path import host_us
+from benchmarks.gpu_report import write_json
 from tuner import ConvProblem, convolve, find_best_algorithm, plan
 from tuner.nn import Conv2d, convert
 from tuner.nn import conv2d as operator
@@ -302,7 +302,8 @@ def main() -> None:
         # The model below tunes every ResNet-50 convolution first: a run cut off there
         # still leaves these numbers (in --out too, rewritten after each section).
         print(json.dumps(results), file=sys.stderr, flush=True)
-        _save(args.out, results)
+        if args.out:  # the results so far (a cut-off keeps the last)
+            write_json(results, args.out, indent=2)
 
         reference = resnet50().to(device).eval()
         converted = resnet50().to(device).eval()
@@ -310,7 +311,8 @@ def main() -> None:
         convert(converted, db=db)
         image = torch.randn(batch, 3, 224, 224, device=device)
         results["resnet50"] = model_rows(reference, converted, image, sync, args.seconds)
-        _save(args.out, results)
+        if args.out:  # the results so far (a cut-off keeps the last)
+            write_json(results, args.out, indent=2)
         if gpu:
             # The small problem's work alone on each side: whether convolve() can reach
             # F.conv2d's time there is first a question of the kernels (the H200's host of
@@ -361,16 +363,8 @@ def main() -> None:
           f"({r['converted_over_torch']:.2f}x ours) | within 5% of predicted |")
     print(f"| ResNet-50 convolutions alone, summed | {r['our_convs_ms']:.2f} ms | "
           f"{r['torch_convs_ms']:.2f} ms | |")
-    _save(args.out, results)
-
-
-def _save(out: Path | None, results: dict[str, Any]) -> None:
-    """The results so far at `out` (written whole, then moved: a cut-off leaves the last)."""
-    if out is None:
-        return
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text(json.dumps(results, indent=2, default=str))
-    os.replace(partial, out)
+    if args.out:
+        write_json(results, args.out, indent=2)
 
 
 def _us(value: float | str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,15 @@ from algorithms.registry import algorithms_for
 
 #: An H100's HBM copy rate, measured with a device-to-device copy (issue 10), in GB/s.
 HBM_COPY_GBPS = 3000.0
+
+
+def write_json(data: dict[str, Any], out: Path, indent: int = 1) -> None:
+    """`data` as JSON at `out`, written whole, then moved over the last: a step's time limit
+    that ends the process mid-write leaves the previous report, not a truncated file that
+    the targets table then fails to read."""
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(data, indent=indent, default=str))
+    os.replace(partial, out)
 
 
 def _gbps(nbytes: int, ms: float | None) -> float | None:

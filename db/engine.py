@@ -123,8 +123,7 @@ def adopt_database(old: Path, new: Path) -> bool:
     except FileExistsError:
         return False
     except sqlite3.DatabaseError as exc:
-        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        if _sqlite_code(exc) in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
             return False  # not a database: leave it where it is; a new one starts at `new`
         # A full disk, a lock, an I/O error: going on would start an empty store at `new`,
         # and `new` existing would then stop every later adoption, the measurements lost
@@ -150,6 +149,11 @@ def _publish(partial: Path, new: Path) -> None:
         os.replace(partial, new)
 
 
+def _sqlite_code(exc: BaseException | None) -> int:
+    """SQLite's primary result code of an sqlite3 error (of its extended code); 0 if none."""
+    return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+
+
 class StoreReadOnly(RuntimeError):
     """The store refuses writes (a read-only file, volume or role): it can answer what it
     holds, but nothing can be measured, imported or recorded in it."""
@@ -173,8 +177,8 @@ def refused_write(exc: DBAPIError, url: str,
                   advice: str = _READ_ONLY_ADVICE) -> StoreReadOnly | None:
     """StoreReadOnly, one line, if `exc` is the database refusing a write; else None."""
     orig = exc.orig
-    code = (getattr(orig, "sqlite_errorcode", None) or 0) & 0xFF  # of an extended code
-    if code != _SQLITE_READONLY and getattr(orig, "sqlstate", None) not in _PG_REFUSED_WRITES:
+    if (_sqlite_code(orig) != _SQLITE_READONLY
+            and getattr(orig, "sqlstate", None) not in _PG_REFUSED_WRITES):
         return None
     where = make_url(url).render_as_string(hide_password=True)
     reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
@@ -266,8 +270,7 @@ def _check_sqlite_file(path: Path) -> None:
         # Only "not a database" and "malformed" say anything of the file itself. A full
         # disk, a read-only volume or missing permissions were reported the same way, and
         # a user told the store is unusable may delete hours of measurements.
-        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF  # of an extended code
-        if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        if _sqlite_code(exc) in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
             raise StoreUnusable(f"{path} is not a usable SQLite database: {exc}") from None
         raise StoreUnusable(f"cannot open the SQLite database {path}: {exc} (the file itself "
                             "may be fine: check free disk space and permissions)") from None

@@ -168,36 +168,38 @@ def _conv(node: Any, shapes: dict[str, tuple[list[int | None], int]],
         return str(exc)
 
 
-def _graphs(graph: Any) -> Iterator[Any]:
-    """`graph` and every subgraph below it (If branches, Loop and Scan bodies)."""
+def _subgraphs(node: Any) -> Iterator[tuple[str, Any]]:
+    """(attribute name, graph) of each subgraph a node holds (If branches, Loop and Scan
+    bodies)."""
     from onnx import AttributeProto
 
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            yield attr.name, attr.g
+        elif attr.type == AttributeProto.GRAPHS:
+            for sub in attr.graphs:
+                yield attr.name, sub
+
+
+def _graphs(graph: Any) -> Iterator[Any]:
+    """`graph` and every subgraph below it."""
     yield graph
     for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == AttributeProto.GRAPH:
-                yield from _graphs(attr.g)
-            elif attr.type == AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _graphs(sub)
+        for _name, sub in _subgraphs(node):
+            yield from _graphs(sub)
 
 
 def _nodes(graph: Any, shapes: dict[str, Any], weights: dict[str, list[int]],
            prefix: str = "") -> Iterator[tuple[str, Any, dict[str, Any], dict[str, list[int]]]]:
     """(name, node, shapes and weight shapes in its scope) of every node, subgraphs too."""
-    from onnx import AttributeProto
-
     shapes = {**shapes, **{v.name: _shape(v)
                            for v in (*graph.input, *graph.value_info, *graph.output)}}
     weights = {**weights, **{t.name: list(t.dims) for t in graph.initializer}}
     for i, node in enumerate(graph.node):
         name = prefix + (node.name or f"{node.op_type.lower()}{i}")
         yield name, node, shapes, weights
-        for attr in node.attribute:
-            subs = ([attr.g] if attr.type == AttributeProto.GRAPH
-                    else attr.graphs if attr.type == AttributeProto.GRAPHS else [])
-            for sub in subs:
-                yield from _nodes(sub, shapes, weights, f"{name}/{attr.name}/")
+        for attr_name, sub in _subgraphs(node):
+            yield from _nodes(sub, shapes, weights, f"{name}/{attr_name}/")
 
 
 def _load(onnx: Any, path: str | Path) -> Any:
@@ -233,11 +235,9 @@ def _batch_dims(graph: Any) -> list[Any]:
             if node.op_type in ("Conv", *_NOT_TUNED):
                 not_data.update(node.input[1:])  # weights and biases given as inputs
         del sub.value_info[:]
-        if sub is not graph:
-            continue
-        for out in sub.output:
-            if out.type.HasField("tensor_type"):
-                out.type.tensor_type.ClearField("shape")
+    for out in graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
     # Rank 1 and scalars have no batch (a per-channel scale, a shape tensor); a fixed first
     # dimension is a batch where it is the first data input's, the batch of the export.
     data = [value.type.tensor_type.shape.dim for value in graph.input
