@@ -36,7 +36,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -161,13 +161,40 @@ Measured = tuple[list[Sample], dict[str, set[ConvProblem]], dict[str, Any]]
 
 def held_out_layers(samples: Sequence[Sample], held: set[ConvProblem]
                     ) -> list[list[Sample]]:
-    """Each held-out problem's measured candidates, problems in a fixed order (those
-    measured at all)."""
-    per_problem: dict[ConvProblem, list[Sample]] = defaultdict(list)
+    """Each held-out problem's measured candidates, per device that measured it, in a fixed
+    order (those measured at all). A configuration measured twice on one device (a problem
+    two networks share, each row of bench_gpu measuring it alone) is one candidate at the
+    mean of its times: scored as the duplicates it was, the layer's top-3 held two copies
+    of one configuration and its truth was whichever row came last."""
+    per_layer: dict[tuple[ConvProblem, str], dict[Key, list[Sample]]] = defaultdict(
+        lambda: defaultdict(list))
     for s in samples:
         if s.problem in held:
-            per_problem[s.problem].append(s)
-    return [per_problem[p] for p in sorted(per_problem, key=repr)]
+            per_layer[(s.problem, s.device)][(s.algorithm, s.config)].append(s)
+    return [[_merged(found) for found in per_layer[layer].values()]
+            for layer in sorted(per_layer, key=repr)]
+
+
+def _merged(found: Sequence[Sample]) -> Sample:
+    """One sample for several measurements of one configuration: their mean time."""
+    times = [s.time_ms for s in found if s.time_ms is not None]
+    return replace(found[0], time_ms=statistics.fmean(times) if times else None)
+
+
+def geometry(problem: ConvProblem) -> tuple[Any, ...]:
+    """A layer's shape without its batch, element type, math mode and direction: what a
+    held-out network's problem shares with its own rows measured otherwise."""
+    key = problem.key()
+    return tuple(v for f, v in key.items() if f not in ("n", "dtype", "math", "direction"))
+
+
+def training_rows(samples: Sequence[Sample], held: set[ConvProblem]) -> list[Sample]:
+    """The samples a fit without `held` may learn from: none of a held-out layer's shape at
+    any batch, element type, math or direction (tuned here, the store also holds the
+    held-out network's layers at batches and in math modes other than this run's, which
+    taught the model the layers it was scored on)."""
+    shapes = {geometry(p) for p in held}
+    return [s for s in samples if geometry(s.problem) not in shapes]
 
 
 def held_out_splits(problems: Mapping[str, set[ConvProblem]], train_only: Sequence[str] = ()
@@ -277,7 +304,7 @@ def main() -> None:
         if not held_out_layers(samples, held):  # a store without this network's layers
             print(f"{name}: no measured layer, not scored", file=sys.stderr)
             continue
-        train = [s for s in samples if s.problem not in held]
+        train = training_rows(samples, held)
         fit_started = time.perf_counter()
         model = M.fit(train, seed=args.seed)
         fit_s = time.perf_counter() - fit_started

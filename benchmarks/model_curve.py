@@ -22,7 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_model import by_model, from_results, held_out_layers, score  # noqa: E402
+from benchmarks.bench_model import (  # noqa: E402
+    by_model,
+    from_results,
+    held_out_layers,
+    score,
+    training_rows,
+)
 from tuner import model as M  # noqa: E402
 
 
@@ -33,11 +39,11 @@ def curve(held_out: str, base: Sequence[Path], additions: Sequence[Sequence[Path
     samples, problems, _ = from_results(base)
     held = problems[held_out]
     layers = held_out_layers(samples, held)
-    train = [s for s in samples if s.problem not in held]
+    train = training_rows(samples, held)
     out = []
     for extra in [[], *additions]:
         if extra:
-            train = train + [s for s in from_results(extra)[0] if s.problem not in held]
+            train = train + training_rows(from_results(extra)[0], held)
         scores = []
         for seed in seeds:
             model = M.fit(train, seed=seed)

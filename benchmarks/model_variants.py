@@ -60,6 +60,7 @@ from benchmarks.bench_model import (  # noqa: E402
     held_out_layers,
     held_out_splits,
     score,
+    training_rows,
 )
 from tuner import model as M  # noqa: E402
 from tuner.features import NO_NUMBER, Encoder, Sample  # noqa: E402
@@ -316,7 +317,7 @@ def main() -> None:
         for seed in args.seeds:
             hits1 = hits3 = layers = 0
             for _, held in held_out_splits(problems, args.train_only.split(",")):
-                model = fit([s for s in samples if s.problem not in held], VARIANTS[name], seed)
+                model = fit(training_rows(samples, held), VARIANTS[name], seed)
                 truth = held_out_layers(samples, held)
                 found = score([by_model(model, t) for t in truth], truth)
                 hits1, hits3, layers = hits1 + found.top1, hits3 + found.top3, \
