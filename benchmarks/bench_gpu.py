@@ -22,15 +22,18 @@ dw from x and dy), cuDNN's through torch.nn.grad.conv2d_input / conv2d_weight.
 - for forward 3x3 layers, cupy.matmul FP32 on a GEMM of the same M (out channels), N (n*P*Q) and K
   (c*R*S) next to implicit_gemm.
 Per layer: ms, TFLOP/s (direct-convolution FLOPs, problem.flops), ours/cuDNN speed ratio;
-geometric means at the end. The times above are of runs back to back, as a network issues
-them: where a run takes longer to enqueue than to run, they measure the host (our Python, or
-PyTorch's). So each algorithm's best configuration and cuDNN are also timed on the device
-alone (CudaRuntime.device_ms: the runs wait queued behind a spin), in a table of their own
-with the wall / device ratio of our pick. Depthwise layers (groups == c) are memory-bound,
-so they get a table of their own in effective GB/s (x, w and y once each,
-problem.buffer_bytes, over the time) against the HBM copy rate (measured at the start by a
-device-to-device copy, or --hbm-gbps; about 3,000 GB/s on an H100). JSON goes to --out
-after every layer (a cut-off run keeps what it measured); a Markdown table is printed last.
+geometric means at the end. Our pick and cuDNN are timed once more in alternating rounds
+(--head-to-head, A B B A ...), and their ms and the ratio are those rounds' medians (the
+pick's time from selection, the least of many noisy medians, stays as `selection_ms`). The
+times above are of runs back to back, as a network issues them: where a run takes longer to
+enqueue than to run, they measure the host (our Python, or PyTorch's). So each algorithm's
+best configuration and cuDNN are also timed on the device alone (CudaRuntime.device_ms: the
+runs wait queued behind a spin), in a table of their own with the wall / device ratio of our
+pick. Depthwise layers (groups == c) are memory-bound, so they get a table of their own in
+effective GB/s (x, w and y once each, problem.buffer_bytes, over the time) against the HBM
+copy rate (measured at the start by a device-to-device copy, or --hbm-gbps; about 3,000 GB/s
+on an H100). JSON goes to --out after every layer (a cut-off run keeps what it measured); a
+Markdown table is printed last.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from algorithms.runtime import TimingPolicy, random_operands  # noqa: E402
 from benchmarks.bench_layers import layer_problems  # noqa: E402
 from benchmarks.gpu_report import (  # noqa: E402
     HBM_COPY_GBPS,
+    alternating,
     bandwidth,
     device_summary,
     fmt,
@@ -257,6 +261,8 @@ class Bench:
         row["tuned"] = self.tuned(problem, candidates, x, w, y)
         row["cudnn"] = self.cudnn(problem, x, w, ref)
         if row["tuned"].get("ms") and row["cudnn"].get("ms"):
+            if self.args.head_to_head:
+                self.head_to_head(problem, row, x, w, y)
             row["speed_vs_cudnn"] = row["cudnn"]["ms"] / row["tuned"]["ms"]
         row["device"] = device_summary(row)
         if (problem.direction == "forward" and problem.r == 3 and problem.s == 3
@@ -293,20 +299,46 @@ class Bench:
         return {"source": "measured", "algorithm": name, "config": config, "ms": ms,
                 "tflops": _tflops(problem, ms), "rel_error": err}
 
+    def head_to_head(self, problem: ConvProblem, row: dict[str, Any], x: Any, w: Any,
+                     y: Any) -> None:
+        """Our pick and cuDNN timed again in alternating rounds (gpu_report.alternating):
+        their medians become both sides' `ms`, which the ratio is taken from; the times
+        from selection stay as `selection_ms`."""
+        tuned, cudnn = row["tuned"], row["cudnn"]
+        algorithm = get_algorithm("cuda", tuned["algorithm"])
+        ws = self.rt.workspace(algorithm.workspace_bytes(problem, tuned["config"]))
+        ours = _runner(self.rt, algorithm, x, w, y, ws, problem, tuned["config"])
+        policy = TimingPolicy(warmup=1, budget_s=self.args.head_to_head_budget, min_reps=5,
+                              max_reps=10)
+        try:
+            found = alternating(lambda call: self.rt.time(call, policy).median_ms, ours,
+                                self._cudnn_call(problem, x, w), self.args.head_to_head)
+        except Exception as exc:  # the ratio from selection stays, said so
+            row["head_to_head"] = {"error": f"{type(exc).__name__}: {exc}"}
+            return
+        finally:
+            del ws
+        row["head_to_head"] = found
+        for side, entry in (("ours", tuned), ("cudnn", cudnn)):
+            entry["selection_ms"] = entry["ms"]
+            entry["ms"] = found[f"{side}_ms"]
+            entry["tflops"] = _tflops(problem, entry["ms"])
+
+    def _cudnn_call(self, problem: ConvProblem, x: Any, w: Any) -> Callable[[], Any]:
+        """A no-argument call of PyTorch's convolution of the direction on `x` and `w`."""
+        torch = self.torch
+        xt, wt = _tensor(torch, x, problem.dtype), _tensor(torch, w, problem.dtype)
+        return lambda: torch_conv(torch, problem, xt, wt)
+
     def cudnn(self, problem: ConvProblem, x: Any, w: Any, ref: Any) -> dict[str, Any]:
         """PyTorch's convolution of the direction (cuDNN, benchmark mode, TF32 as `math` says)
         on the same buffers."""
         if self.torch is None:
             return {"skipped": "PyTorch with CUDA is not available"}
-        torch = self.torch
-        xt, wt = _tensor(torch, x, problem.dtype), _tensor(torch, w, problem.dtype)
-
-        def conv() -> Any:
-            return torch_conv(torch, problem, xt, wt)
-
+        conv = self._cudnn_call(problem, x, w)
         try:
             out = conv()
-            torch.cuda.synchronize()
+            self.torch.cuda.synchronize()
             err = self.rel_error(self.cupy.from_dlpack(out.float().contiguous()), ref,
                                  "float32")  # CuPy has no bfloat16: widened exactly
             ms, spread = self.time(conv)
@@ -353,6 +385,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the device's HBM copy rate, GB/s (depthwise layers are judged by "
                         "it); default: measured here by a 1 GiB device-to-device copy "
                         f"({HBM_COPY_GBPS:.0f} where it cannot be)")
+    p.add_argument("--head-to-head", type=int, default=4, metavar="ROUNDS",
+                   help="time our pick and cuDNN again in this many alternating rounds and "
+                        "compare those (0: compare the times from selection)")
+    p.add_argument("--head-to-head-budget", type=float, default=0.02,
+                   help="seconds of timing per side in each round")
     p.add_argument("--tuner", action="store_true",
                    help="ask the real tuner for our pick (slower: it verifies on the host)")
     return p.parse_args(argv)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,28 @@ def write_json(data: dict[str, Any], out: Path, indent: int = 1) -> None:
     partial = out.with_name(out.name + ".partial")
     partial.write_text(json.dumps(data, indent=indent, default=str))
     os.replace(partial, out)
+
+
+def alternating(time: Callable[[Callable[[], Any]], float], ours: Callable[[], Any],
+                theirs: Callable[[], Any], rounds: int) -> dict[str, Any]:
+    """Our pick and cuDNN timed in alternating rounds, A B B A A B ... (`time` gives one
+    round's ms of a call), and each side's median over its rounds.
+
+    A pick's time from selection is the least of some thirty candidates' medians, low by
+    their noise (the winner of many noisy draws), and cuDNN was timed once, seconds later,
+    on clocks that had moved on: both biased a ratio whose bars (1.0, 0.9) are a few
+    percent away. Rounds in ABBA order put both sides on the same clocks, each first as
+    often as second."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    times: dict[str, list[float]] = {"ours": [], "cudnn": []}
+    for i in range(rounds):
+        order = (("ours", ours), ("cudnn", theirs))
+        for side, call in order if i % 2 == 0 else order[::-1]:
+            times[side].append(time(call))
+    return {"rounds": rounds, **{f"{side}_ms": statistics.median(t) for side, t in
+                                 times.items()},
+            **{f"{side}_rounds_ms": t for side, t in times.items()}}
 
 
 def _gbps(nbytes: int, ms: float | None) -> float | None:

@@ -11,7 +11,14 @@ import pytest
 from algorithms.problem import ConvProblem
 from algorithms.reference import reference, relative_error
 from benchmarks.bench_gpu import torch_conv
-from benchmarks.gpu_report import bandwidth, device_summary, layer_kind, markdown, summarize
+from benchmarks.gpu_report import (
+    alternating,
+    bandwidth,
+    device_summary,
+    layer_kind,
+    markdown,
+    summarize,
+)
 
 
 def _row(network: str, layer: str, speed: float | None,
@@ -171,3 +178,30 @@ def test_device_times_say_how_much_of_a_pick_is_host() -> None:
     assert summary["layers counted, device fastest, all"] == 1
     table = markdown({"rows": [row, other], "summary": summary})
     assert "| resnet50/res3.1x1b | 0.020 | 2.00 | direct | 0.010 | 0.015 | 0.75 | 1.50 |" in table
+
+
+def test_the_head_to_head_alternates_sides_on_a_drifting_clock() -> None:
+    # Bug: our pick's ms was the least of some thirty candidates' medians and cuDNN's was
+    # timed once, seconds later: a ratio biased by selection and by clocks that moved
+    # between the two. Alternating rounds put both on the same clocks.
+    rng = np.random.default_rng()
+    ours_ms, cudnn_ms = (float(t) for t in rng.uniform(0.05, 2.0, size=2))
+    drift = float(rng.uniform(0.02, 0.1))  # each round's clock slower than the last's
+    calls: list[str] = []
+
+    def time(call: Any) -> float:
+        calls.append(call())
+        return (ours_ms if calls[-1] == "A" else cudnn_ms) * (1 + drift * len(calls))
+
+    found = alternating(time, lambda: "A", lambda: "B", 4)
+    assert "".join(calls) == "ABBAABBA"
+    assert found["rounds"] == 4 and len(found["ours_rounds_ms"]) == 4
+    # Each side saw the same clocks on average: the ratio is the true one to within the
+    # drift's odd round, where one side ran first then second (ABBA: 1+4+5+8 each).
+    assert found["cudnn_ms"] / found["ours_ms"] == pytest.approx(cudnn_ms / ours_ms,
+                                                                 rel=drift)
+    sequential = [time(lambda: "A") for _ in range(4)] + [time(lambda: "B") for _ in range(4)]
+    assert np.median(sequential[4:]) / np.median(sequential[:4]) > (cudnn_ms / ours_ms) * (
+        1 + drift)
+    with pytest.raises(ValueError, match="rounds"):
+        alternating(time, lambda: "A", lambda: "B", 0)
