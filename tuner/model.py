@@ -174,32 +174,28 @@ def fit(samples: Sequence[Sample], *, seed: int = 0, members: int = MEMBERS) -> 
 
 @contextmanager
 def one_thread() -> Iterator[None]:
-    """A context in which fits and predictions run on one thread (see ONE_THREAD).
+    """A context in which this thread's fits and predictions run on one thread (see
+    ONE_THREAD).
 
-    The limit is the whole process's: nested or concurrent users share one, set by the
-    first to enter and restored by the last to leave. Each took its own once, and two
-    overlapping predictions (the service's threads) left the process on one BLAS thread
-    for good, the second restoring the first's limit of 1 (a review of the cost model,
-    2026-11-30).
+    Only OpenMP is limited, the pool sklearn's trees use, and only for the calling thread:
+    its nthreads-var is a per-thread setting. A limit on every library was the process's:
+    while one thread fitted or predicted, another's CPU timings ran on one BLAS thread
+    (stored as the machine's), and a first device fingerprint taken then recorded
+    blas_threads=1 for the process's life (a review of keys and fingerprints, 2026-11-30).
+    Nested uses in one thread share the outermost's limit.
     """
-    global _LIMITER, _LIMITED
-    with _LIMIT_LOCK:
-        if _LIMITED == 0:
-            _LIMITER = _controller().limit(limits=1)
-        _LIMITED += 1
+    depth = getattr(_DEPTH, "value", 0)
+    limiter = _controller().limit(limits=1, user_api="openmp") if depth == 0 else None
+    _DEPTH.value = depth + 1
     try:
         yield
     finally:
-        with _LIMIT_LOCK:
-            _LIMITED -= 1
-            if _LIMITED == 0 and _LIMITER is not None:
-                _LIMITER.restore_original_limits()
-                _LIMITER = None
+        _DEPTH.value = depth
+        if limiter is not None:
+            limiter.restore_original_limits()
 
 
-_LIMIT_LOCK = threading.Lock()
-_LIMITED = 0  # users inside one_thread now
-_LIMITER: Any = None  # their shared limit, while any is
+_DEPTH = threading.local()  # this thread's uses of one_thread, nested
 
 
 @functools.cache

@@ -6,6 +6,7 @@ import functools
 import threading
 from typing import Any
 
+import pytest
 from threadpoolctl import threadpool_info
 
 from algorithms.problem import ConvProblem
@@ -49,6 +50,43 @@ def test_overlapping_predictions_restore_the_process_s_threads() -> None:
     for thread in threads:
         thread.join()
     assert _blas_threads() == before
+
+
+def _threads(api: str) -> list[int]:
+    return sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == api})
+
+
+# Bug: one_thread limited every library for the whole process: while one thread fitted or
+# predicted (a fast find in the service), another's CPU timings ran on one BLAS thread and
+# were stored as the machine's, and a first identify("cpu") then recorded blas_threads=1
+# in the device fingerprint for the process's life.
+def test_one_thread_limits_only_the_calling_thread_s_openmp() -> None:
+    M._controller()  # loads sklearn and its OpenMP runtime, as a fit does
+    blas, openmp = _threads("blas"), _threads("openmp")
+    if max(blas + openmp, default=1) < 2:
+        pytest.skip("this machine runs BLAS and OpenMP on one thread anyway")
+    inside, done = threading.Event(), threading.Event()
+    seen: dict[str, list[int]] = {}
+
+    def fitting() -> None:
+        with M.one_thread(), M.one_thread():  # nested: one limit
+            seen["openmp"] = _threads("openmp")
+            inside.set()
+            done.wait(10)
+        seen["after"] = _threads("openmp")
+
+    thread = threading.Thread(target=fitting)
+    thread.start()
+    inside.wait(10)
+    try:
+        assert (_threads("blas"), _threads("openmp")) == (blas, openmp)
+        from algorithms.cpu.runtime import _blas_threads
+
+        assert _blas_threads() == max(blas, default=1)
+    finally:
+        done.set()
+        thread.join()
+    assert seen["openmp"] == ([1] if openmp else []) and seen["after"] == openmp
 
 
 class _FailsC(Fake):
