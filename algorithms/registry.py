@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -85,23 +85,28 @@ def get_algorithm(backend_name: str, name: str) -> Algorithm:
     raise ValueError(f"unknown algorithm {name!r} for backend {backend_name!r}; known: {known}")
 
 
-def hash_sources(files: Iterable[Path]) -> str:
+def hash_sources(files: Iterable[Path],
+                 read: Callable[[Path], bytes] = Path.read_bytes) -> str:
     """A short sha256 of source files (names and bytes, in name order): an implementation hash.
 
     Per backend rather than per algorithm: the algorithms share helpers, and a stale result
-    is worse than a re-tune.
+    is worse than a re-tune. `read` gives a file's bytes (the text a backend kept, where it
+    keeps its own copy).
     """
     digest = hashlib.sha256()
     for path in sorted(files, key=lambda p: (p.parent.name, p.name)):
         digest.update(f"{path.parent.name}/{path.name}".encode())
-        digest.update(path.read_bytes())
+        digest.update(read(path))
     return digest.hexdigest()[:16]
 
 
 #: Modules outside the backend folders whose code every backend's algorithms run: the
 #: interface, the backward-as-forward rearrangement (and its stride phases), and the
-#: Winograd transforms both backends take their matrices from.
-SHARED_SOURCES: tuple[str, ...] = ("base.py", "by_forward.py", "phases.py", "winograd.py")
+#: Winograd transforms both backends take their matrices from; and what decides a stored
+#: status, the float64 references and the tolerances (`reference.tolerance`), since a row
+#: verified under one tolerance was served under another (a review of keys, 2026-11-30).
+SHARED_SOURCES: tuple[str, ...] = ("base.py", "by_forward.py", "phases.py", "winograd.py",
+                                   "reference.py", "reference_gemm.py")
 
 
 def algorithm_sources(package_dir: Path) -> list[Path]:

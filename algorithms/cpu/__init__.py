@@ -39,10 +39,15 @@ def device_runtime(index: int = 0) -> Runtime:
     return CpuRuntime()
 
 
-@functools.cache
 def implementation_hash() -> str:
-    """Hash of the CPU algorithms' sources."""
-    return hash_sources(algorithm_sources(Path(__file__).resolve().parent))
+    """Hash of the CPU algorithms' sources, as they were when this process imported them."""
+    return _IMPLEMENTATION_HASH
+
+
+# Hashed at import, with the code this process runs: hashed at the first tuning, a source
+# changed on disk meanwhile (an upgrade under a running server) stored the old code's times
+# under the new code's hash (a review of keys, 2026-11-30).
+_IMPLEMENTATION_HASH = hash_sources(algorithm_sources(Path(__file__).resolve().parent))
 
 
 __all__ = ["DepthwiseConv", "DirectConv", "FftConv", "Im2colGemmConv", "ImplicitGemmConv",

@@ -73,12 +73,10 @@ def device_runtime(index: int) -> Runtime:
     return CudaRuntime(index)
 
 
-@functools.cache
 def implementation_hash() -> str:
-    """Hash of the CUDA algorithms' Python sources and every kernel source they compile."""
-    return hash_sources([
-        *algorithm_sources(Path(__file__).resolve().parent), *_loader.kernel_files(),
-    ])
+    """Hash of the CUDA algorithms' Python sources and every kernel source they compile, as
+    this process imported them (see _loader.SOURCES)."""
+    return _IMPLEMENTATION_HASH
 
 
 def shipped_kernels() -> dict[str, tuple[str, ...]]:
@@ -102,3 +100,16 @@ __all__ = [
     "WinogradCuda",
     "shipped_kernels",
 ]
+
+
+def _kept(path: Path) -> bytes:
+    """A source's bytes: a kernel's as _loader.SOURCES kept it, a Python file's from disk."""
+    if path.parent == _loader.KERNELS_DIR:
+        return _loader.SOURCES[path.name].encode("utf-8")
+    return path.read_bytes()
+
+
+# Hashed at import, with the code this process runs (see _loader.SOURCES).
+_IMPLEMENTATION_HASH = hash_sources(
+    [*algorithm_sources(Path(__file__).resolve().parent),
+     *(_loader.KERNELS_DIR / name for name in _loader.SOURCES)], _kept)

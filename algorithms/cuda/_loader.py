@@ -90,6 +90,17 @@ def kernel_files() -> list[Path]:
     return sorted([*KERNELS_DIR.glob("*.cu"), *KERNELS_DIR.glob("*.cuh")])
 
 
+def _snapshot() -> dict[str, str]:
+    return {path.name: path.read_text(encoding="utf-8") for path in kernel_files()}
+
+
+#: Every kernel source and header as this process found it at import: what it compiles and
+#: what its implementation hash covers. Read at the first compile instead, a kernel changed
+#: on disk meanwhile (an upgrade under a running server) ran, and was stored, as the code
+#: the hash taken before it described (a review of keys, 2026-11-30).
+SOURCES = _snapshot()
+
+
 def kernel_sources_hash() -> str:
     """sha256 of every kernel source and header (names and text), in name order."""
     digest = hashlib.sha256()
@@ -117,7 +128,7 @@ def kernel_source(filename: str) -> str:
     Pasting (rather than `-I`) makes the headers part of the text CuPy hashes for its
     on-disk compile cache, so editing a header recompiles every kernel that includes it.
     """
-    return paste_headers((KERNELS_DIR / filename).read_text(encoding="utf-8"))
+    return paste_headers(SOURCES[filename])
 
 
 def paste_headers(text: str) -> str:
@@ -125,8 +136,7 @@ def paste_headers(text: str) -> str:
     #include line (kernel_source's rule; also for test kernels built on those headers)."""
 
     def header(match: re.Match[str]) -> str:
-        return (KERNELS_DIR / match.group(1)).read_text(encoding="utf-8").replace(
-            "#pragma once", "")
+        return SOURCES[match.group(1)].replace("#pragma once", "")
 
     return _INCLUDE.sub(header, text)
 

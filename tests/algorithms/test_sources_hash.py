@@ -37,3 +37,64 @@ def test_every_shared_module_the_algorithms_import_is_hashed(backend: str) -> No
     imported = set().union(*(_imported(path) for path in hashed)) - _UNHASHED
     assert {f"{name}.py" for name in imported} <= set(SHARED_SOURCES)
     assert {path.name for path in hashed} >= set(SHARED_SOURCES)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_what_decides_a_stored_status_is_hashed(backend: str) -> None:
+    # Bug pinned: the tolerances (reference.tolerance) and the GPU's error measure
+    # (reference_gemm.errors) were outside every hash, so a row verified under one tolerance
+    # was served under another: ok rows over a tightened limit came back "ok", and wrong
+    # rows under a loosened one were skipped for good.
+    from algorithms import reference, reference_gemm
+
+    package = Path(importlib.import_module(f"algorithms.{backend}").__file__ or "").parent
+    hashed = {path.resolve() for path in algorithm_sources(package)}
+    assert Path(reference.__file__).resolve() in hashed
+    assert Path(reference_gemm.__file__).resolve() in hashed
+
+
+_EDIT_AFTER_IMPORT = """
+import json, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+sys.path.insert(0, str(root))
+import algorithms.cpu as cpu, algorithms.cuda as cuda
+from algorithms.cuda import _loader
+before = [cpu.implementation_hash(), cuda.implementation_hash()]
+for path, comment in ((root / "algorithms" / "cpu" / "direct.py", "#"),
+                      (root / "kernels" / "direct.cu", "//")):
+    path.write_text(path.read_text() + f"\\n{comment} edited under a running process\\n")
+after = [cpu.implementation_hash(), cuda.implementation_hash()]
+print(json.dumps({"before": before, "after": after,
+                  "source_edited": "edited under" in _loader.kernel_source("direct.cu")}))
+"""
+
+
+def test_the_hash_and_the_kernels_are_those_the_process_imported(tmp_path: Path) -> None:
+    # Bug pinned: both hashes were taken at the first tuning and the kernel text read at the
+    # first compile, from disk: sources upgraded under a running server were hashed (or
+    # compiled) as new while the process ran the old code, and a fresh process then served
+    # the old code's times as the new code's.
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(root / "algorithms", tmp_path / "algorithms", ignore=ignore)
+    shutil.copytree(root / "kernels", tmp_path / "kernels", ignore=ignore)
+    script = tmp_path / "edit.py"
+    script.write_text(_EDIT_AFTER_IMPORT)
+
+    def run() -> dict[str, object]:
+        done = subprocess.run([sys.executable, str(script), str(tmp_path)], check=True,
+                              capture_output=True, text=True, cwd=tmp_path)
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    first = run()
+    assert first["after"] == first["before"] and first["source_edited"] is False
+    # The edits were real: a process importing the edited sources hashes them otherwise.
+    second = run()
+    assert second["before"][0] != first["before"][0]
+    assert second["before"][1] != first["before"][1]
