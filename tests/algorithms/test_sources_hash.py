@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,7 @@ def test_what_decides_a_stored_status_is_hashed(backend: str) -> None:
 _EDIT_AFTER_IMPORT = """
 import json, sys
 from pathlib import Path
+from typing import Any
 root = Path(sys.argv[1])
 sys.path.insert(0, str(root))
 import algorithms.cpu as cpu, algorithms.cuda as cuda
@@ -87,7 +89,7 @@ def test_the_hash_and_the_kernels_are_those_the_process_imported(tmp_path: Path)
     script = tmp_path / "edit.py"
     script.write_text(_EDIT_AFTER_IMPORT)
 
-    def run() -> dict[str, object]:
+    def run() -> dict[str, Any]:
         done = subprocess.run([sys.executable, str(script), str(tmp_path)], check=True,
                               capture_output=True, text=True, cwd=tmp_path)
         return dict(json.loads(done.stdout.strip().splitlines()[-1]))
