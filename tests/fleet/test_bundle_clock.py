@@ -129,3 +129,26 @@ def test_a_clock_running_ahead_within_the_skew_wins_only_until_the_next_measurem
                       row("fft", 3.0, at=utcnow() + timedelta(seconds=1)))
     assert import_bundle(store, later)["replaced"] == 1
     assert [r["time_ms"] for r in stored(store)] == [3.0]
+
+
+def test_re_importing_a_row_dated_ahead_changes_nothing(store_url: str, tmp_path: Path) -> None:
+    # Bug: a row dated ahead of this store's clock ranked at its import's time, so each
+    # re-import of the same bundle ranked later than the last and "replaced" the row with
+    # itself, refreshing its precedence over measurements recorded in between.
+    store = open_store(store_url)
+    ahead = bundle_of(f"sqlite:///{tmp_path / 'ahead.db'}",
+                      row("fft", 1.0, at=utcnow() + timedelta(minutes=4)))
+    assert import_bundle(store, ahead)["added"] == 1
+    recorded = _recorded(store)
+    again = import_bundle(store, ahead)
+    assert (again["unchanged"], again["replaced"]) == (1, 0)
+    assert _recorded(store) == recorded
+
+
+def _recorded(store: Any) -> list[Any]:
+    from sqlalchemy import select
+
+    from db.models import Measurement
+
+    with store.session() as session:
+        return list(session.scalars(select(Measurement.recorded_at)))
