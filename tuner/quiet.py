@@ -16,19 +16,49 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-_GATE = threading.Lock()
+#: Who holds the gate (a timed region or a chore) and how many chores wait for it. A plain
+#: lock handed the gate to whoever grabbed it first, and a tuning thread re-took it
+#: microseconds after each region, before the woken chore ran: claim renewals were passed
+#: over for 4-5 regions (7 s) and a live tuner's claim expired (a review of concurrency,
+#: 2026-11-30). Now a region does not start while a chore waits.
+_STATE = threading.Condition()
+_held = False
+_chores_waiting = 0
 _inside = threading.local()
+
+
+def _take(chore: bool) -> None:
+    global _held, _chores_waiting
+    with _STATE:
+        if chore:
+            _chores_waiting += 1
+        try:
+            while _held or (not chore and _chores_waiting):
+                _STATE.wait()  # off the GIL
+        finally:
+            if chore:
+                _chores_waiting -= 1
+        _held = True
+
+
+def _give() -> None:
+    global _held
+    with _STATE:
+        _held = False
+        _STATE.notify_all()
 
 
 @contextmanager
 def timed_region() -> Iterator[None]:
-    """Hold the gate while timing: chores wait until the region ends."""
-    with _GATE:
-        _inside.active = True
-        try:
-            yield
-        finally:
-            _inside.active = False
+    """Hold the gate while timing: chores wait until the region ends, and a region waits
+    for the chores already waiting."""
+    _take(chore=False)
+    _inside.active = True
+    try:
+        yield
+    finally:
+        _inside.active = False
+        _give()
 
 
 def in_timed_region() -> bool:
@@ -38,9 +68,13 @@ def in_timed_region() -> bool:
 
 @contextmanager
 def chore() -> Iterator[None]:
-    """Background host work: waits (off the GIL, in the lock) until no region is timed."""
-    with _GATE:
+    """Background host work: waits (off the GIL) until no region is timed, then runs before
+    any region that starts after it asked."""
+    _take(chore=True)
+    try:
         yield
+    finally:
+        _give()
 
 
 @contextmanager

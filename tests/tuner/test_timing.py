@@ -6,6 +6,7 @@ a script, so the true speeds are known by construction and are the oracle.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -366,3 +367,34 @@ def test_bad_race_settings_are_one_line_errors(monkeypatch: pytest.MonkeyPatch) 
         with pytest.raises(ValueError, match=field):
             RacePolicy(**{field: 0})
         monkeypatch.delenv(variable)
+
+
+def test_a_waiting_chore_runs_before_the_next_timed_region() -> None:
+    # Bug: the gate was a plain lock, and a tuning thread re-took it microseconds after each
+    # timed region, before the woken chore thread ran: claim renewals were passed over for
+    # 4-5 regions (7 s), and a live tuner's claim expired. A chore that asks now runs before
+    # any region that starts after it asked.
+    started = 0
+    stop = threading.Event()
+
+    def tuning() -> None:
+        nonlocal started
+        while not stop.is_set():
+            with quiet.timed_region():
+                started += 1
+                time.sleep(0.002)  # off the GIL, as a GPU wait is
+
+    thread = threading.Thread(target=tuning)
+    thread.start()
+    try:
+        passed_over = []
+        for _ in range(30):
+            time.sleep(0.003)
+            asked = started
+            with quiet.chore():
+                passed_over.append(started - asked)
+    finally:
+        stop.set()
+        thread.join()
+    # At most the region that was starting as the chore asked.
+    assert max(passed_over) <= 1, passed_over
