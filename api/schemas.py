@@ -244,7 +244,10 @@ class JobRequest(BaseModel):
     math: Literal["fp32", "tf32"] = Field(
         default="fp32", description="Arithmetic of `network`'s problems (tf32: float32 only)."
     )
-    problems: Annotated[list[ProblemIn], Field(max_length=1000)] | None = None
+    # No length of its own: the body's size limit bounds the parse, and the route answers
+    # CONVTUNE_MAX_JOB_PROBLEMS with a 413 (a fixed 1000 here refused any higher setting
+    # with a 422; a review of concurrency, 2026-11-30).
+    problems: list[ProblemIn] | None = None
     device: Device | None = None
     workspace_limit: WorkspaceLimit | None = None
 

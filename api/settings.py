@@ -66,7 +66,9 @@ class Settings:
             max_jobs=_int("CONVTUNE_MAX_JOBS", base.max_jobs),
             max_job_problems=_int("CONVTUNE_MAX_JOB_PROBLEMS", base.max_job_problems),
             job_workers=max(1, _int("CONVTUNE_JOB_WORKERS", base.job_workers)),
-            jobs_kept=_int("CONVTUNE_JOBS_KEPT", base.jobs_kept),
+            # Positive: with none kept, each job was pruned by the write that finished it
+            # and every client's poll found a 404 (a review of concurrency, 2026-11-30).
+            jobs_kept=env_number("CONVTUNE_JOBS_KEPT", base.jobs_kept, int, positive=True),
         )
 
 

@@ -97,3 +97,11 @@ def test_valid_configuration_is_healthy(db_url: str) -> None:
     with TestClient(create_app(replace(Settings.from_env(), db_url=db_url,
                                        device="cpu"))) as client:
         assert client.get("/healthz").status_code == 200
+
+
+# Bug: CONVTUNE_JOBS_KEPT=0 was accepted, and each job was then pruned by the write that
+# finished it: every client's poll of its job answered 404.
+def test_keeping_no_finished_jobs_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONVTUNE_JOBS_KEPT", "0")
+    with pytest.raises(ValueError, match=r"\$CONVTUNE_JOBS_KEPT must be positive"):
+        Settings.from_env()

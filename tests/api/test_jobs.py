@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.api.conftest import TINY, stored_rows
@@ -94,6 +95,15 @@ def test_too_many_problems_is_413(make_client: Any) -> None:
     response = client.post("/v1/jobs", json={"problems": [TINY] * 3})
     assert response.status_code == 413
     assert "CONVTUNE_MAX_JOB_PROBLEMS" in response.json()["detail"]
+
+
+# Bug: the request schema capped a job at 1000 problems, so CONVTUNE_MAX_JOB_PROBLEMS above
+# 1000 had no effect, and a job over the default limit got a 422 instead of the 413.
+@pytest.mark.parametrize(("limit", "status"), [(1000, 413), (1500, 202)])
+def test_the_job_size_limit_is_the_setting(make_client: Any, limit: int, status: int) -> None:
+    client = make_client(max_job_problems=limit)
+    response = client.post("/v1/jobs", json={"problems": [TINY] * 1001})
+    assert response.status_code == status, response.text
 
 
 def test_unknown_job_is_404(client: TestClient) -> None:
