@@ -384,6 +384,20 @@ def open_store(url: str | None = None) -> Store:
         return store
 
 
+def _after_fork_in_child() -> None:
+    """A forked child's stores drop the connections their pools inherited (SQLite's and
+    the drivers' connections must not cross a fork: the child used its parent's pooled
+    SQLite connection; a review of concurrency, 2026-11-30), and its lock starts free (a
+    parent thread holding it at the fork would have left it held for good)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    for store in _STORES.values():
+        store.engine.dispose(close=False)  # forget them without closing the parent's
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def close_stores() -> None:
     """Dispose every cached engine (tests and forked workers call this)."""
     with _LOCK:

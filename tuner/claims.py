@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from db import claims
@@ -89,7 +90,20 @@ def owner_is_dead(owner: str) -> bool:
         return True
     except (PermissionError, OSError):  # exists (another user's), or cannot tell
         return False
-    return False
+    return _zombie(int(pid_text))
+
+
+def _zombie(pid: int) -> bool:
+    """Whether process `pid` has exited and waits to be reaped: signal 0 still finds it, and
+    a tuner killed by a supervisor that never waited held its claims until they expired
+    (62 s against 4 s once reaped; a review of concurrency, 2026-11-30)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS), or gone meanwhile: signal 0's answer stands
+        return False
+    # "pid (comm) state ...": comm may hold spaces and parentheses; the state follows the
+    # last ") ".
+    return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "Z"
 
 
 class Claimer:

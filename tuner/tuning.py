@@ -7,6 +7,7 @@ per device and problem at a time), `measuring` (verify and time, the runtime pas
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
 
@@ -111,8 +112,18 @@ class Tuner:
                                    or fast_k < 1):
             raise ValueError(f"fast_k must be a positive int, got {fast_k!r}")
         self._fast_k = fast_k
-        #: Who holds this tuner's claims (tuner.claims.new_owner), unique across a fleet.
-        self.owner = new_owner()
+        self._owner = (os.getpid(), new_owner())
+
+    @property
+    def owner(self) -> str:
+        """Who holds this tuner's claims (tuner.claims.new_owner), unique across a fleet:
+        made again in a forked child. Inherited, every child of a process that had tuned
+        took its siblings' live claims as its own leftovers and all measured the same
+        problem at once (a review of concurrency, 2026-11-30)."""
+        pid, owner = self._owner
+        if pid != os.getpid():
+            self._owner = (os.getpid(), owner := new_owner())
+        return owner
 
     # The environment is read per tuning, not per answer: a long-lived tuner (the service's)
     # honours a changed $CONVTUNE_* setting, and a cached answer pays nothing for it.
