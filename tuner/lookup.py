@@ -57,6 +57,7 @@ def fallback_order(
     another model and architecture, are dropped.
     """
     kind, name, arch = here.get("kind"), _text(here.get("name")), _text(here.get("arch"))
+    model_id = _text(here.get("model_id"))
     units = _units(here.get("units"))
     same_model, same_arch = [], []
     for device, rows in others:
@@ -64,8 +65,12 @@ def fallback_order(
             continue
         info = device.get("info") or {}
         # An unknown (empty or missing) model or architecture is no evidence of sameness:
-        # two hosts whose CPU model could not be read are not the same model.
-        if name and _text(device.get("name")) == name:
+        # two hosts whose CPU model could not be read are not the same model. A CPU's name
+        # can be a hypervisor's ("AMD EPYC" for Milan and Genoa alike): where this device
+        # says its model_id, the other must say the same one.
+        if (name and _text(device.get("name")) == name
+                and (not model_id or _text(info.get("model_id", device.get("model_id")))
+                     == model_id)):
             agree = sum(1 for field, value in here.items() if info.get(field) == value)
             same_model.append(((-agree, -_newest(rows)), device, rows))
         elif arch and _text(device.get("arch")) == arch:

@@ -38,15 +38,45 @@ WARM_UP_S = 0.05
 PRIME_BELOW_MS = 100.0
 
 
-def _processor_model() -> str:
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (empty where there is none)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    if fields:
+                        break  # the first processor's block is enough
+                    continue
+                name, _, value = line.partition(":")
+                fields.setdefault(name.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return fields
+
+
+def _processor_model(info: dict[str, str]) -> str:
+    return info.get("model name") or platform.processor() or platform.machine()
+
+
+#: Instruction-set extensions that decide which kernels NumPy's BLAS and oneDNN run.
+_ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni",
+              "amx_tile", "amx_bf16", "amx_int8", "asimd", "asimdhp", "sve", "sve2", "bf16",
+              "i8mm")
+
+
+def _processor_id(info: dict[str, str]) -> str:
+    """Which processor model this is, beyond its name: a hypervisor names an EPYC Milan and
+    a Genoa (AVX-512) both "AMD EPYC", and /proc/cpuinfo on aarch64 names none (Graviton 2
+    and 3 were one device; a review of keys and fingerprints, 2026-11-30). x86: vendor,
+    family, model, stepping; ARM: implementer, part, variant, revision; then the ISA
+    extensions of _ISA_FLAGS it has."""
+    ids = [info.get(k, "") for k in ("vendor_id", "cpu family", "model", "stepping")]
+    if not any(ids):
+        ids = [info.get(k, "") for k in ("CPU implementer", "CPU part", "CPU variant",
+                                         "CPU revision")]
+    flags = set((info.get("flags") or info.get("Features") or "").split())
+    return " ".join([*ids, *(f for f in _ISA_FLAGS if f in flags)]).strip()
 
 
 def _blas_threads() -> int:
@@ -220,9 +250,11 @@ class CpuRuntime:
 
     def fingerprint(self) -> dict[str, Any]:
         """What the timings are valid for: processor, cores, NumPy and BLAS versions."""
+        info = _cpuinfo()
         return {
             "kind": "cpu",
-            "name": _processor_model(),
+            "name": _processor_model(info),
+            "model_id": _processor_id(info),
             "arch": platform.machine(),
             "units": os.cpu_count() or 1,
             # Timings taken with 1 BLAS thread or 2 allowed cores are not valid for 16.

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from algorithms.cuda import _ahead
+from algorithms.cuda import _ahead, _cublaslt
 from algorithms.cuda._lanes import (
     PER_THREAD_STREAM,
     lane_memory,
@@ -332,7 +332,30 @@ class CudaRuntime(EventTiming):
             "driver": int(cupy.cuda.runtime.driverGetVersion()),
             "runtime": int(cupy.cuda.runtime.runtimeGetVersion()),
             "cupy": cupy.__version__,
+            **self._libraries(),
+            # Timings through cuBLASLt (CONVTUNE_CUBLASLT=1) are not those of cuBLAS's GEMMs.
+            "gemm": "cublaslt" if _cublaslt.enabled() else "cublas",
         }
+
+    def _libraries(self) -> dict[str, Any]:
+        """The versions of the GPU libraries this process loaded: "runtime" is the one CuPy
+        was built against, so a cuBLAS, cuFFT or NVRTC upgrade kept old times (and old
+        compile failures) as measured here (a review of keys and fingerprints,
+        2026-11-30). None where a library cannot say."""
+        import importlib
+
+        def version(module: str, read: str) -> Any:
+            try:
+                found = importlib.import_module(f"cupy.cuda.{module}")
+                if module == "cublas":
+                    with self._dev:
+                        return int(found.getVersion(self._cupy.cuda.device.get_cublas_handle()))
+                value = getattr(found, read)()
+                return ".".join(map(str, value)) if isinstance(value, tuple) else int(value)
+            except Exception:  # an older CuPy, or a library that did not load
+                return None
+
+        return {name: version(name, "getVersion") for name in ("cublas", "cufft", "nvrtc")}
 
     def memory_bytes(self) -> int | None:
         """Free device memory, counting what CuPy's pool holds but does not use."""

@@ -3,6 +3,8 @@ an unknown value is no evidence of sameness, so nothing is borrowed on its stren
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from db.engine import open_store
@@ -50,3 +52,42 @@ def test_cached_find_does_not_borrow_from_an_unknown_device(store_url: str) -> N
     seed(open_store(store_url), other, small_problem(), [row("direct", 1.0), row("fft", 2.0)])
     with pytest.raises(NotInDatabase):
         tuner(store_url, here).find(small_problem(), "cpu", mode="cached")
+
+
+# Bug: a hypervisor names an EPYC Milan and a Genoa (AVX-512) both "AMD EPYC", and the two
+# shared one fingerprint and stood in for each other as the same model; aarch64 hosts all
+# had the name "aarch64" (Graviton 2 and 3 alike).
+@pytest.mark.parametrize(("first", "second"), [
+    ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nstepping\t: 1\n"
+     "model name\t: AMD EPYC\nflags\t\t: fpu avx avx2 fma\n",
+     "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nstepping\t: 1\n"
+     "model name\t: AMD EPYC\nflags\t\t: fpu avx avx2 fma avx512f\n"),
+    ("processor\t: 0\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n",
+     "processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\nCPU part\t: 0xd40\n"),
+])
+def test_two_processor_models_under_one_name_are_two_devices(
+    first: str, second: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import builtins
+
+    from algorithms.cpu.runtime import CpuRuntime
+
+    real_open = builtins.open
+    fingerprints = []
+    fake = tmp_path / "cpuinfo"
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(
+        fake if path == "/proc/cpuinfo" else path, *a, **k))
+    for text in (first, second):
+        fake.write_text(text + "\nprocessor\t: 1\nmodel name\t: ignored\n")
+        fingerprints.append(CpuRuntime().fingerprint())
+    monkeypatch.setattr(builtins, "open", real_open)
+    here, there = fingerprints
+    assert here["name"] == there["name"] and here["model_id"] != there["model_id"]
+    assert fingerprint_of(here) != fingerprint_of(there)
+    other = dict(there, info=there)
+    assert [s for s, _, _ in fallback_order(here, [(other, [row("direct", 1.0)])])] == [
+        SAME_ARCHITECTURE]
+    # The same model, measured by another host, still stands in as the same model.
+    same = dict(here, info=dict(here, units=64))
+    assert [s for s, _, _ in fallback_order(here, [(same, [row("direct", 1.0)])])] == [
+        SAME_MODEL]

@@ -155,6 +155,9 @@ def test_runtime_basics(runtime: Any) -> None:
     fp = runtime.fingerprint()
     assert fp["kind"] == "cuda" and fp["units"] > 0 and fp["l2_bytes"] > 0
     assert fp["arch"].count(".") == 1
+    # The libraries whose upgrade must not keep old times as measured here.
+    assert fp["cublas"] > 0 and fp["cufft"] > 0 and fp["nvrtc"].count(".") == 1
+    assert fp["gemm"] in ("cublas", "cublaslt")
     assert runtime.memory_bytes() > 0
     b = runtime.random((256, 256), "float32", rng)
     timing = runtime.time(lambda: b @ b, TimingPolicy(warmup=1, budget_s=0.05, min_reps=3))
