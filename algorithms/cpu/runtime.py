@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,21 @@ def _cpuinfo() -> dict[str, str]:
     except OSError:
         pass
     return fields
+
+
+#: cgroup v2's CPU bandwidth limit of this process's group.
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def _cpu_quota() -> float | None:
+    """CPUs' worth of time the cgroup grants (cgroup v2 cpu.max: quota / period), None when
+    unlimited or unknown: `docker --cpus 2` or a Kubernetes limit leaves the affinity mask
+    at every core, so pods of 2 and 16 CPUs on one node type shared stored times."""
+    try:
+        quota, period = CPU_MAX.read_text().split()[:2]
+        return None if quota == "max" else round(int(quota) / int(period), 2)
+    except (OSError, ValueError):
+        return None
 
 
 def _processor_model(info: dict[str, str]) -> str:
@@ -260,10 +276,13 @@ class CpuRuntime:
             # Timings taken with 1 BLAS thread or 2 allowed cores are not valid for 16.
             "blas_threads": _blas_threads(),
             "cpus_allowed": cpus_allowed(),
+            "cpu_quota": _cpu_quota(),
             "memory_bytes": self.memory_bytes(),
             "numpy": np.__version__,
             "blas": _blas_name(),
-            "python": platform.python_version(),
+            # Major and minor only: a patch release changes no NumPy or BLAS code, and
+            # split every host's results from the fleet's at each upgrade.
+            "python": ".".join(platform.python_version_tuple()[:2]),
         }
 
     def memory_bytes(self) -> int | None:

@@ -49,3 +49,30 @@ def test_cpu_affinity_changes_the_fingerprint() -> None:
     one = json.loads(pinned.stdout)
     assert one["info"]["cpus_allowed"] == 1 and full["info"]["cpus_allowed"] >= 2
     assert one["fp"] != full["fp"]
+
+
+# Bug: a cgroup's CPU limit (docker --cpus 2, a Kubernetes limit) leaves the affinity mask at
+# every core, so pods of 2 and 16 CPUs on one node type shared one fingerprint's times.
+@pytest.mark.parametrize(("text", "quota"), [("200000 100000\n", 2.0), ("max 100000\n", None),
+                                             ("150000 100000\n", 1.5)])
+def test_a_cgroup_cpu_limit_is_in_the_fingerprint(
+    text: str, quota: float | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from algorithms.cpu import runtime
+
+    cpu_max = tmp_path / "cpu.max"
+    cpu_max.write_text(text)
+    monkeypatch.setattr(runtime, "CPU_MAX", cpu_max)
+    assert runtime.CpuRuntime().fingerprint()["cpu_quota"] == quota
+    monkeypatch.setattr(runtime, "CPU_MAX", tmp_path / "absent")  # no cgroup v2: unknown
+    assert runtime.CpuRuntime().fingerprint()["cpu_quota"] is None
+
+
+# Bug: the patch version of Python split every host's results from the fleet's at each
+# upgrade, though a patch release changes no NumPy or BLAS code.
+def test_python_is_named_by_its_minor_version() -> None:
+    import platform
+
+    from algorithms.cpu.runtime import CpuRuntime
+
+    assert CpuRuntime().fingerprint()["python"] == ".".join(platform.python_version_tuple()[:2])
