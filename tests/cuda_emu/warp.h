@@ -151,8 +151,12 @@ inline float tf32_operand(unsigned int bits) { return __uint_as_float(bits & 0xF
 // cvt.rna.tf32.f32: round to 10 mantissa bits, ties away from zero; low 13 bits zero.
 inline void ptx_cvt_rna_tf32_f32(unsigned int& out, float value) {
     const unsigned int u = __float_as_uint(value);
-    if ((u & 0x7F800000u) == 0x7F800000u) {  // inf and NaN pass through
-        out = u & 0xFFFFE000u;
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) {  // NaN stays NaN (masked, a NaN whose payload
+        out = 0x7FFFFFFFu;                   // is in the low 13 bits became inf), as CUTLASS
+        return;                              // converts it: the canonical NaN
+    }
+    if ((u & 0x7F800000u) == 0x7F800000u) {  // inf passes through
+        out = u;
         return;
     }
     out = (u + 0x1000u) & 0xFFFFE000u;
@@ -604,6 +608,14 @@ inline std::vector<float> wgmma_operand(unsigned long long desc, int rows, bool 
     if (((desc >> 49) & 7u) != 0) fail("wgmma: a nonzero matrix base offset");
     const unsigned long long start = (desc & 0x3FFFu) << 4, lbo = ((desc >> 16) & 0x3FFFu) << 4,
                              sbo = ((desc >> 32) & 0x3FFFu) << 4;
+    // The PTX ISA's matrix descriptor: a swizzled matrix whose start is not on its pattern's
+    // boundary (1024 bytes for 128-byte swizzle) needs base offset (start >> 7) & 7, which
+    // this model does not apply: refused rather than read under the wrong XOR. (The swizzle
+    // below takes the offset into dynamic shared memory for the address, as hardware's is,
+    // with dynamic shared memory on a 1024-byte boundary: __align__(1024) on sm_90a.)
+    if (layout == 1 && ((start >> 7) & 7u) != 0) {
+        fail("wgmma: a 128-byte-swizzled matrix starts off its 1024-byte pattern (base offset 0)");
+    }
     std::vector<float> out(static_cast<std::size_t>(rows) * K);
     for (int r = 0; r < rows; ++r) {
         for (int k = 0; k < K; ++k) {

@@ -30,7 +30,8 @@ WARP_ARCH = "sm_90a"
 WARP_INSTANCES = (
     "mma_tf32_kernel", "mma_k16_kernel<half_t>", "mma_k16_kernel<bf16_t>", "ldmatrix_kernel",
     "cp_async_kernel", "dynamic_smem_kernel", "wgmma_kernel<half_t>", "wgmma_kernel<float>",
-    "wgmma_rs_kernel", "mbarrier_kernel",
+    "wgmma_rs_kernel", "mbarrier_kernel", "wgmma_sw128_kernel<half_t>",
+    "wgmma_sw128_kernel<bf16_t>", "wgmma_sw128_kernel<float>",
 )
 
 #: runtime.h kExpireWaits: a schedule flag under which a deadlocked block's mbarrier waits
@@ -268,6 +269,36 @@ def mbarrier_gives_up() -> WarpCase:
                     schedule=EXPIRE_WAITS)
 
 
+def wgmma_sw128(dtype: str, bug: int) -> WarpCase:
+    """The production wgmma path (kernels/wgmma.cuh): K-major tiles under the 128-byte
+    swizzle, each 128-byte K-step four wgmma whose descriptors advance 32 bytes, two
+    warpgroups, N = 128; bug 10 and 11 (float): A from registers, as the NCHW tiles take it.
+    The other wgmma cases are unswizzled, so hardware never checked the swizzle model that
+    every shipped wgmma tile rests on (a review of the emulator, 2026-11-30). Bug 1: tiles
+    stored unswizzled; bug 2: A's descriptor a row into the swizzle pattern."""
+    rng = np.random.default_rng(8)
+    ks = 64 if dtype != "float" else 32
+    a64, b64 = rng.standard_normal((128, ks)), rng.standard_normal((128, ks))
+    c = rng.standard_normal((128, 128)).astype(np.float32)
+    if dtype == "half_t":
+        a, b = a64.astype(np.float16).view(np.uint16), b64.astype(np.float16).view(np.uint16)
+        a_val, b_val = (m.view(np.float16).astype(np.float64) for m in (a, b))
+    elif dtype == "bf16_t":
+        a, b = to_bf16(a64), to_bf16(b64)
+        a_val, b_val = from_bf16(a).astype(np.float64), from_bf16(b).astype(np.float64)
+    else:
+        a, b = a64.astype(np.float32), b64.astype(np.float32)
+        a_val, b_val = tf32_truncated(a), tf32_truncated(b)
+    want = a_val @ b_val.T + c
+    arrays, smem = (a, b, c, _nan(128, 128)), (32768 + 1024, 48 * 1024)
+    if bug == 2:  # the PTX ISA asks for a base offset there: refused, undefined on hardware
+        return WarpCase(f"wgmma_sw128_kernel<{dtype}>", bug, arrays,
+                        aborts="starts off its 1024-byte pattern", smem=smem, threads=256,
+                        gpu="undefined")
+    return WarpCase(f"wgmma_sw128_kernel<{dtype}>", bug, arrays, _matches(3, want, bug % 10),
+                    smem=smem, threads=256)
+
+
 #: Every case, by test id.
 CASES: dict[str, WarpCase] = dict([
     *((f"mma_tf32-bug{b}", mma_tf32(b)) for b in (0, 1, 2)),
@@ -288,4 +319,8 @@ CASES: dict[str, WarpCase] = dict([
     *((f"wgmma_rs-bug{b}", wgmma_rs(b)) for b in (0, 1, 2)),
     *((f"mbarrier-bug{b}", mbarrier(b)) for b in (0, 1, 2, 3)),
     ("mbarrier-bug3-gives-up", mbarrier_gives_up()),
+    *((f"wgmma_sw128-{d}-bug{b}", wgmma_sw128(d, b)) for d in ("half_t", "bf16_t", "float")
+      for b in (0, 1)),
+    ("wgmma_sw128-half_t-bug2", wgmma_sw128("half_t", 2)),
+    *((f"wgmma_sw128-float-bug{b}", wgmma_sw128("float", b)) for b in (10, 11)),
 ])

@@ -288,3 +288,63 @@ __global__ void __launch_bounds__(64) mbarrier_kernel(const float* src, float* o
         }
     }
 }
+// The production wgmma path: 128-byte-swizzled K-major tiles (wgmma.cuh wgmma_desc,
+// SBO 1024), a whole 128-byte K-step issued as four wgmma whose descriptors advance 32 bytes
+// (2 units) each, two warpgroups (A rows 64w..64w+63 at byte 64w * 128), N = 128.
+// D (128 x 128) = A (128 x KS) . B^T (B: 128 x KS) + C, KS = 128 bytes of elements.
+// bug 10 + b (float only): A from registers (wgmma_tf32_rs, the NCHW kernel's form), B
+// swizzled, with bug b.
+// bug 1: tiles stored unswizzled (row r at 128 r, chunk c at 16 c); bug 2: see da.
+template <typename T>
+__global__ void __launch_bounds__(256) wgmma_sw128_kernel(const T* a, const T* b,
+                                                          const float* c, float* d, int bug) {
+    constexpr int E = sizeof(T), KS = 128 / E;
+    extern __shared__ __align__(16) unsigned char smem_raw_[];
+    // Swizzle atoms on 1024-byte shared-window boundaries whatever the base (+1024 bytes).
+    unsigned char* smem_raw = smem_raw_ + ((1024 - (smem_addr(smem_raw_) & 1023)) & 1023);
+    const int tid = threadIdx.x;
+    const bool rs = bug >= 10;
+    bug %= 10;
+    auto at = [&](int r, int k) {
+        const int chunk = k * E / 16, within = k * E % 16;
+        return r * 128 + (bug == 1 ? chunk : (chunk ^ (r % 8))) * 16 + within;
+    };
+    for (int i = tid; i < 128 * KS; i += 256) {
+        const int r = i / KS, k = i % KS;
+        *reinterpret_cast<T*>(smem_raw + at(r, k)) = a[i];
+        *reinterpret_cast<T*>(smem_raw + 16384 + at(r, k)) = b[i];
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    const unsigned long long smem = smem_addr(smem_raw);
+    const int wg = tid / 128, w = (tid % 128) / 32, g = (tid % 32) / 4, t = tid % 4;
+    float acc[64];
+    for (int i = 0; i < 64; ++i)
+        acc[i] = c[(64 * wg + 16 * w + g + 8 * ((i / 2) % 2)) * 128 + 8 * (i / 4) + 2 * t + i % 2];
+    // bug 2: A's descriptor starts a row into the 1024-byte swizzle pattern, base offset 0.
+    const unsigned long long da = wgmma_desc(smem + wg * 64 * 128 + (bug == 2 ? 128 : 0), 1024),
+                             db = wgmma_desc(smem + 16384, 1024);
+    unsigned int fr[KS / 8][4];
+    if constexpr (sizeof(T) == 4) {
+        for (int kc = 0; kc < KS / 8; ++kc)
+            for (int i = 0; i < 4; ++i)
+                fr[kc][i] = __float_as_uint(
+                    a[(64 * wg + 16 * w + g + 8 * (i % 2)) * KS + 8 * kc + t + 4 * (i / 2)]);
+    }
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    const T* kind = nullptr;
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+        if constexpr (sizeof(T) == 4) {
+            if (rs) {
+                wgmma_tf32_rs(acc, fr[kc], db + 2 * kc);
+                continue;
+            }
+        }
+        wgmma_m64n128(kind, acc, da + 2 * kc, db + 2 * kc);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(0) : "memory");
+    for (int i = 0; i < 64; ++i)
+        d[(64 * wg + 16 * w + g + 8 * ((i / 2) % 2)) * 128 + 8 * (i / 4) + 2 * t + i % 2] = acc[i];
+}
