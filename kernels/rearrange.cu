@@ -119,7 +119,10 @@ __device__ __forceinline__ float parts_scale(float peak) {
 // Each operand's partial maxima of |v| for 3xFP16's scales: blocks [0, SCALE_BLOCKS) over x,
 // the next SCALE_BLOCKS over w, block b writing tail[1 + b % SCALE_BLOCKS] of its operand
 // (tail: the floats after its two float16 copies; tail[0] is the scale, transpose's). fmaxf
-// passes over NaN: a NaN element comes through its own parts as NaN.
+// passes over NaN, and infinities are passed over too: a NaN or inf element comes through
+// its own parts as non-finite, and the scale is the finite values' (an inf maximum took no
+// scale, and every part of data past FP16's range overflowed: non-finite outputs the inf
+// never reaches; a review of numerical edge cases, 2026-11-30).
 __global__ void __launch_bounds__(256)
     absmax_parts(const float* __restrict__ x, float* __restrict__ x_tail, int nx,
                  const float* __restrict__ w, float* __restrict__ w_tail, int nw) {
@@ -131,8 +134,10 @@ __global__ void __launch_bounds__(256)
     // Unsigned: a signed counter past 2^31 - SCALE_BLOCKS * 256 wrapped negative and read
     // far past the operand (n in the last 16384 below 2^31; a review of index overflow).
     for (unsigned i = b * 256u + threadIdx.x; i < static_cast<unsigned>(n);
-         i += SCALE_BLOCKS * 256u)
-        m = fmaxf(m, fabsf(src[i]));
+         i += SCALE_BLOCKS * 256u) {
+        const float a = fabsf(src[i]);
+        m = fmaxf(m, a <= __uint_as_float(0x7F7FFFFFu) ? a : 0.0f);  // FLT_MAX: not inf, NaN
+    }
     best[threadIdx.x] = m;
     __syncthreads();
     for (int half = 128; half > 0; half /= 2) {

@@ -14,7 +14,7 @@ from tests.cuda_shapes import SHAPES
 
 
 def _nan_x_cases() -> list[Case | None]:
-    """Both tensor-core kernels with one NaN in x, at both maths."""
+    """Both tensor-core kernels with one NaN in x, at both maths; wgmma with one inf."""
     # NaN passes through the TF32 roundings (issue 10: 3xTF32's big part without cvt.rna's
     # test) to exactly the outputs the reference has NaN at.
     return [case(f"{algorithm}-{shape}-float32-{math}-nan_x", algorithm,
@@ -25,7 +25,12 @@ def _nan_x_cases() -> list[Case | None]:
                                      ("implicit_gemm_tc", "tc_deep"),
                                      ("implicit_gemm_wgmma", "tc_deep"),
                                      ("implicit_gemm_wgmma", "tc_pw_vec"))
-            for math in ("fp32", "tf32")]
+            for math in ("fp32", "tf32")] + [
+        # One +inf among values past FP16's range: 3xFP16's scale comes from the finite
+        # values, and the inf reaches the outputs the reference has non-finite alone.
+        case(f"implicit_gemm_wgmma-{shape}-float32-fp32-inf_x", "implicit_gemm_wgmma",
+             {**TC_EXTRA_SHAPES[shape], "dtype": "float32", "math": "fp32"}, inputs="inf_x")
+        for shape in ("tc_deep", "tc_pw_vec")]
 
 
 def _tf32_cublas_cases() -> list[Case | None]:
