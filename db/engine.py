@@ -392,7 +392,14 @@ def _after_fork_in_child() -> None:
     global _LOCK
     _LOCK = threading.Lock()
     for store in _STORES.values():
-        store.engine.dispose(close=False)  # forget them without closing the parent's
+        if not _in_memory(store.engine.url):  # an in-memory database is its connection:
+            store.engine.dispose(close=False)  # the child keeps its copy of it
+
+
+def _in_memory(url: Any) -> bool:
+    """Whether `url` (a SQLAlchemy URL) names an in-memory SQLite database."""
+    return (url.get_backend_name() == "sqlite"
+            and (url.database in (None, "", ":memory:") or "mode=memory" in str(url)))
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

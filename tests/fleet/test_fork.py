@@ -82,3 +82,22 @@ def test_an_unreaped_dead_tuner_is_dead() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+# Bug (in the fix above): disposing an in-memory SQLite store's pool in the child left it a
+# new, empty database ("no such table"): its one connection is the database.
+def test_a_forked_child_keeps_its_copy_of_an_in_memory_store() -> None:
+    from sqlalchemy import select
+
+    from db.models import Measurement
+
+    store = open_store("sqlite://")
+    Tuner(store, policy=QUICK, algorithms=algos(Fake("a"))).find(small_problem(), "cpu")
+
+    def rows() -> int:
+        with store.session() as session:
+            return len(list(session.scalars(select(Measurement.id))))
+
+    assert rows() >= 1
+    _pid, seen = _in_child(rows).split("|")
+    assert seen == str(rows())
