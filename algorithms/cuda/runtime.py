@@ -342,20 +342,33 @@ class CudaRuntime(EventTiming):
         was built against, so a cuBLAS, cuFFT or NVRTC upgrade kept old times (and old
         compile failures) as measured here (a review of keys and fingerprints,
         2026-11-30). None where a library cannot say."""
-        import importlib
 
-        def version(module: str, read: str) -> Any:
+        def cublas() -> int:
+            from cupy_backends.cuda.libs import cublas
+
+            with self._dev:
+                return int(cublas.getVersion(self._cupy.cuda.device.get_cublas_handle()))
+
+        def cufft() -> int:
+            from cupy.cuda import cufft
+
+            return int(cufft.getVersion())
+
+        def nvrtc() -> str:
+            # cublas and nvrtc are not submodules of cupy.cuda (an import of
+            # "cupy.cuda.cublas" fails): CuPy's own modules, as _cublas and _binaries read.
+            from cupy_backends.cuda.libs import nvrtc
+
+            major, minor = nvrtc.getVersion()
+            return f"{major}.{minor}"
+
+        found: dict[str, Any] = {}
+        for name, read in (("cublas", cublas), ("cufft", cufft), ("nvrtc", nvrtc)):
             try:
-                found = importlib.import_module(f"cupy.cuda.{module}")
-                if module == "cublas":
-                    with self._dev:
-                        return int(found.getVersion(self._cupy.cuda.device.get_cublas_handle()))
-                value = getattr(found, read)()
-                return ".".join(map(str, value)) if isinstance(value, tuple) else int(value)
+                found[name] = read()
             except Exception:  # an older CuPy, or a library that did not load
-                return None
-
-        return {name: version(name, "getVersion") for name in ("cublas", "cufft", "nvrtc")}
+                found[name] = None
+        return found
 
     def memory_bytes(self) -> int | None:
         """Free device memory, counting what CuPy's pool holds but does not use."""
