@@ -12,6 +12,7 @@ region delays its launches, so two tuning threads also time one after the other.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +26,16 @@ _STATE = threading.Condition()
 _held = False
 _chores_waiting = 0
 _inside = threading.local()
+
+
+def _reset_in_child() -> None:
+    # A forked child has only the thread that forked: a region or a chore another thread
+    # was in (or waiting for) at the fork never ends there, and held the gate for good.
+    global _STATE, _held, _chores_waiting
+    _STATE, _held, _chores_waiting = threading.Condition(), False, 0
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def _take(chore: bool) -> None:

@@ -75,6 +75,16 @@ def _locks() -> Callable[[object], threading.Lock]:
 _lock_for = _locks()
 
 
+def _fresh_locks_in_child() -> None:
+    # A forked child has only the thread that forked: a lock another thread held at the fork
+    # would stay held in it for good (a review of the session's changes, 2026-11-30).
+    global _lock_for
+    _lock_for = _locks()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_in_child)
+
+
 class Tuner:
     """Benchmarks the candidates of a problem on a device and keeps every measurement.
 

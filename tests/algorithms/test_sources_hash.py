@@ -57,17 +57,15 @@ def test_what_decides_a_stored_status_is_hashed(backend: str) -> None:
 _EDIT_AFTER_IMPORT = """
 import json, sys
 from pathlib import Path
-from typing import Any
-root = Path(sys.argv[1])
+root, edit = Path(sys.argv[1]), sys.argv[2] == "edit"
 sys.path.insert(0, str(root))
 import algorithms.cpu as cpu, algorithms.cuda as cuda
 from algorithms.cuda import _loader
-before = [cpu.implementation_hash(), cuda.implementation_hash()]
-for path, comment in ((root / "algorithms" / "cpu" / "direct.py", "#"),
-                      (root / "kernels" / "direct.cu", "//")):
-    path.write_text(path.read_text() + f"\\n{comment} edited under a running process\\n")
-after = [cpu.implementation_hash(), cuda.implementation_hash()]
-print(json.dumps({"before": before, "after": after,
+if edit:  # after the import, before anything asks for a hash or a kernel's text
+    for path, comment in ((root / "algorithms" / "cpu" / "direct.py", "#"),
+                          (root / "kernels" / "direct.cu", "//")):
+        path.write_text(path.read_text() + f"\\n{comment} edited under a running process\\n")
+print(json.dumps({"hashes": [cpu.implementation_hash(), cuda.implementation_hash()],
                   "source_edited": "edited under" in _loader.kernel_source("direct.cu")}))
 """
 
@@ -89,14 +87,16 @@ def test_the_hash_and_the_kernels_are_those_the_process_imported(tmp_path: Path)
     script = tmp_path / "edit.py"
     script.write_text(_EDIT_AFTER_IMPORT)
 
-    def run() -> dict[str, Any]:
-        done = subprocess.run([sys.executable, str(script), str(tmp_path)], check=True,
+    def run(edit: bool) -> dict[str, Any]:
+        done = subprocess.run([sys.executable, str(script), str(tmp_path),
+                               "edit" if edit else "read"], check=True,
                               capture_output=True, text=True, cwd=tmp_path)
         return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
-    first = run()
-    assert first["after"] == first["before"] and first["source_edited"] is False
+    imported = run(edit=False)
+    edited_after_import = run(edit=True)
+    assert edited_after_import == imported  # the hashes and the text of the code it runs
     # The edits were real: a process importing the edited sources hashes them otherwise.
-    second = run()
-    assert second["before"][0] != first["before"][0]
-    assert second["before"][1] != first["before"][1]
+    fresh = run(edit=False)
+    assert fresh["hashes"][0] != imported["hashes"][0]
+    assert fresh["hashes"][1] != imported["hashes"][1] and fresh["source_edited"]

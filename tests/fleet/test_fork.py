@@ -101,3 +101,42 @@ def test_a_forked_child_keeps_its_copy_of_an_in_memory_store() -> None:
     assert rows() >= 1
     _pid, seen = _in_child(rows).split("|")
     assert seen == str(rows())
+
+
+# Bug: a forked child inherited the timing gate (and the per-problem tuning locks) as other
+# threads held them at the fork, and those threads do not exist in the child: its first
+# timed region (its first tuning) waited for good.
+@pytest.mark.parametrize("held", ["timed region", "tuning lock"])
+def test_a_child_forked_while_another_thread_held_the_gate_can_tune(held: str) -> None:
+    import threading
+
+    from tuner import quiet, tuning
+
+    key = ("fingerprint", small_problem())
+    inside, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with quiet.timed_region() if held == "timed region" else tuning._lock_for(key):
+            inside.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    inside.wait(10)
+
+    def enter_in_child() -> str:
+        entered = threading.Event()
+
+        def enter() -> None:
+            with quiet.timed_region(), tuning._lock_for(key):
+                entered.set()
+
+        threading.Thread(target=enter, daemon=True).start()
+        return "entered" if entered.wait(2) else "stuck"
+
+    try:
+        _pid, answer = _in_child(enter_in_child).split("|")
+    finally:
+        done.set()
+        thread.join()
+    assert answer == "entered"
