@@ -185,7 +185,9 @@ def one_thread() -> Iterator[None]:
     Nested uses in one thread share the outermost's limit.
     """
     depth = getattr(_DEPTH, "value", 0)
-    limiter = _controller().limit(limits=1, user_api="openmp") if depth == 0 else None
+    # A controller of OpenMP alone: a limiter restores every library it knows to what it
+    # found at entry, and a BLAS setting another thread made meanwhile would be undone.
+    limiter = _controller().select(user_api="openmp").limit(limits=1) if depth == 0 else None
     _DEPTH.value = depth + 1
     try:
         yield

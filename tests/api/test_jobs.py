@@ -106,6 +106,16 @@ def test_the_job_size_limit_is_the_setting(make_client: Any, limit: int, status:
     assert response.status_code == status, response.text
 
 
+# Bug: each problem of a job was checked (and its ConvProblem built) before the job's size,
+# so a body of a few hundred thousand problems was worked through whole before its 413.
+def test_a_job_s_size_is_checked_before_its_problems(make_client: Any) -> None:
+    client = make_client(max_job_problems=2)
+    huge = {"n": 4096, "c": 4096, "h": 1024, "w": 1024, "k": 4, "r": 3, "s": 3}
+    response = client.post("/v1/jobs", json={"problems": [TINY, TINY, huge]})
+    assert response.status_code == 413
+    assert "CONVTUNE_MAX_JOB_PROBLEMS" in response.json()["detail"]
+
+
 def test_unknown_job_is_404(client: TestClient) -> None:
     response = client.get("/v1/jobs/0123abcd")
     assert response.status_code == 404
