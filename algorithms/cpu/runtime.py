@@ -58,16 +58,26 @@ def _cpuinfo() -> dict[str, str]:
 
 #: cgroup v2's CPU bandwidth limit of this process's group.
 CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+#: cgroup v1's (quota and period in microseconds, a quota of -1 unlimited).
+CFS_DIR = Path("/sys/fs/cgroup/cpu")
 
 
 def _cpu_quota() -> float | None:
-    """CPUs' worth of time the cgroup grants (cgroup v2 cpu.max: quota / period), None when
-    unlimited or unknown: `docker --cpus 2` or a Kubernetes limit leaves the affinity mask
-    at every core, so pods of 2 and 16 CPUs on one node type shared stored times."""
+    """CPUs' worth of time the cgroup grants (quota / period: cgroup v2's cpu.max, else v1's
+    cpu.cfs_quota_us and cpu.cfs_period_us), None when unlimited or unknown: `docker --cpus
+    2` or a Kubernetes limit leaves the affinity mask at every core, so pods of 2 and 16 CPUs
+    on one node type shared stored times."""
     try:
         quota, period = CPU_MAX.read_text().split()[:2]
-        return None if quota == "max" else round(int(quota) / int(period), 2)
     except (OSError, ValueError):
+        try:
+            quota = (CFS_DIR / "cpu.cfs_quota_us").read_text().strip()
+            period = (CFS_DIR / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    try:
+        return None if quota in ("max", "-1") else round(int(quota) / int(period), 2)
+    except (ValueError, ZeroDivisionError):
         return None
 
 

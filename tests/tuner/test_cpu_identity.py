@@ -65,7 +65,23 @@ def test_a_cgroup_cpu_limit_is_in_the_fingerprint(
     monkeypatch.setattr(runtime, "CPU_MAX", cpu_max)
     assert runtime.CpuRuntime().fingerprint()["cpu_quota"] == quota
     monkeypatch.setattr(runtime, "CPU_MAX", tmp_path / "absent")  # no cgroup v2: unknown
+    monkeypatch.setattr(runtime, "CFS_DIR", tmp_path / "absent")  # nor v1
     assert runtime.CpuRuntime().fingerprint()["cpu_quota"] is None
+
+
+# Bug: only cgroup v2's cpu.max was read: a host on cgroup v1 (older kernels and Docker
+# set-ups) had its containers' CPU limits left out of the fingerprint.
+@pytest.mark.parametrize(("quota", "expected"), [("300000", 3.0), ("-1", None)])
+def test_a_cgroup_v1_cpu_limit_is_in_the_fingerprint(
+    quota: str, expected: float | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from algorithms.cpu import runtime
+
+    (tmp_path / "cpu.cfs_quota_us").write_text(quota + "\n")
+    (tmp_path / "cpu.cfs_period_us").write_text("100000\n")
+    monkeypatch.setattr(runtime, "CPU_MAX", tmp_path / "absent")
+    monkeypatch.setattr(runtime, "CFS_DIR", tmp_path)
+    assert runtime.CpuRuntime().fingerprint()["cpu_quota"] == expected
 
 
 # Bug: the patch version of Python split every host's results from the fleet's at each
