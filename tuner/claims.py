@@ -101,9 +101,9 @@ def _zombie(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:  # no /proc (macOS), or gone meanwhile: signal 0's answer stands
         return False
-    # "pid (comm) state ...": comm may hold spaces and parentheses; the state follows the
-    # last ") ".
-    return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "Z"
+    # "pid (comm) state ...": comm may hold spaces and parentheses; the state is the first
+    # field after the last ")".
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 class Claimer:

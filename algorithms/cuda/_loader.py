@@ -102,11 +102,12 @@ SOURCES = _snapshot()
 
 
 def kernel_sources_hash() -> str:
-    """sha256 of every kernel source and header (names and text), in name order."""
+    """sha256 of every kernel source and header this process compiles (names and text, in
+    name order: SOURCES)."""
     digest = hashlib.sha256()
-    for path in kernel_files():
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+    for name, text in SOURCES.items():
+        digest.update(name.encode())
+        digest.update(text.encode("utf-8"))
     return digest.hexdigest()
 
 

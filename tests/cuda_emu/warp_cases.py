@@ -289,13 +289,12 @@ def wgmma_sw128(dtype: str, bug: int) -> WarpCase:
     else:
         a, b = a64.astype(np.float32), b64.astype(np.float32)
         a_val, b_val = tf32_truncated(a), tf32_truncated(b)
-    want = a_val @ b_val.T + c
-    arrays, smem = (a, b, c, _nan(128, 128)), (32768 + 1024, 48 * 1024)
+    kernel, arrays, smem = f"wgmma_sw128_kernel<{dtype}>", (a, b, c, _nan(128, 128)), (
+        32768 + 1024, 48 * 1024)
     if bug == 2:  # the PTX ISA asks for a base offset there: refused, undefined on hardware
-        return WarpCase(f"wgmma_sw128_kernel<{dtype}>", bug, arrays,
-                        aborts="starts off its 1024-byte pattern", smem=smem, threads=256,
-                        gpu="undefined")
-    return WarpCase(f"wgmma_sw128_kernel<{dtype}>", bug, arrays, _matches(3, want, bug % 10),
+        return WarpCase(kernel, bug, arrays, aborts="starts off its 1024-byte pattern",
+                        smem=smem, threads=256, gpu="undefined")
+    return WarpCase(kernel, bug, arrays, _matches(3, a_val @ b_val.T + c, bug % 10),
                     smem=smem, threads=256)
 
 
