@@ -90,9 +90,18 @@ def compile_all(
 
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
+# ptxas's numbered notes (C7511, C7515, C7517, C7519, ...) are advice about lost speed, most of
+# them wgmma's: its instructions run one at a time, or a warpgroup.arrive/wait the compiler had
+# to add. None is an error, so nvcc -Werror passes them.
+_ADVISORY = re.compile(r"ptxas info\s*: \((C\d+)\) (.*)")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def advisories(report: str) -> list[str]:
+    """ptxas's numbered performance notes in a report ("C7511: Potential Performance Loss...")."""
+    return [f"{m.group(1)}: {m.group(2)}" for m in _ADVISORY.finditer(report)]
 
 
 def usages(report: str) -> list[Usage]:
@@ -149,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [(filename, u) for (filename, _), text in sorted(reports.items())
             for u in usages(text)]
     print(markdown(rows, args.arch))
+    notes = [f"- {filename}: {note}" for (filename, _), text in sorted(reports.items())
+             for note in advisories(text)]
+    print("\nptxas performance notes:", *(notes or ["none"]), sep="\n")
     return 0
 
 

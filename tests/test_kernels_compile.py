@@ -23,7 +23,7 @@ from algorithms.cuda._loader import (
     nvrtc_options,
     paste_headers,
 )
-from benchmarks.kernel_resources import NVCC, compile_all, usages
+from benchmarks.kernel_resources import NVCC, advisories, compile_all, compile_report, usages
 from benchmarks.nvrtc_ctypes import load_nvrtc
 from tests.cuda_emu.warp_cases import WARP_ARCH, WARP_INSTANCES, WARP_KERNELS
 
@@ -59,6 +59,9 @@ def test_compiles_without_warnings_or_spills(
     assert not spilled, f"register spills in {filename} ({arch}): {spilled}\n{text}"
     stacked = [u.entry for u in found if u.stack_bytes]
     assert not stacked, f"local memory in {filename} ({arch}): {stacked}\n{text}"
+    # A wgmma tile whose instructions ptxas serializes runs at a fraction of its speed, and
+    # only a GPU run would show it: its note fails here first.
+    assert not advisories(text), f"ptxas performance notes in {filename} ({arch}): {text}"
 
 
 @needs_nvcc
@@ -140,3 +143,35 @@ def test_resource_parser_sees_spills_and_stack() -> None:
     assert (spilled.stack_bytes, spilled.spill_stores, spilled.spill_loads) == (48, 40, 44)
     assert (clean.registers, clean.shared_bytes, clean.spill_stores, clean.stack_bytes) == (
         32, 0, 0, 0)
+
+
+# A kernel that reads a wgmma accumulator before waiting for it: ptxas serializes the
+# wgmma instructions and adds a wait, both only "ptxas info" lines that -Werror passes.
+_SERIALIZED_WGMMA = r"""
+#include <cstdint>
+extern "C" __global__ void serialized(float* out, uint64_t da, uint64_t db, int n) {
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int i = 0; i < n; ++i) {
+    asm volatile("wgmma.fence.sync.aligned;\n");
+    asm volatile("wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3}, %4, %5, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(da + i), "l"(db));
+    asm volatile("wgmma.commit_group.sync.aligned;\n");
+    if (d[0] > 1.f) d[1] = 0.f;
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  out[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
+}
+"""
+
+
+@needs_nvcc
+def test_serialized_wgmma_is_seen(tmp_path: Path) -> None:
+    # The performance-note check must be able to fail: real ptxas output of a bad kernel.
+    src = tmp_path / "serialized.cu"
+    src.write_text(_SERIALIZED_WGMMA)
+    done = compile_report(src, "sm_90a")
+    assert done.returncode == 0, done.stdout + done.stderr
+    notes = advisories(done.stdout + done.stderr)
+    assert any("serialized" in note for note in notes), notes
