@@ -180,7 +180,7 @@ def refused_write(exc: DBAPIError, url: str,
     if (_sqlite_code(orig) != _SQLITE_READONLY
             and getattr(orig, "sqlstate", None) not in _PG_REFUSED_WRITES):
         return None
-    where = make_url(url).render_as_string(hide_password=True)
+    where = describe_url(url)
     reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     return StoreReadOnly(f"the store {where} is read-only ({reason}): {advice}")
 
@@ -286,17 +286,23 @@ def check_url(url: str) -> URL:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
-        raise ValueError(f"invalid database URL {_masked(url)!r}: {exc}") from None
+        raise ValueError(f"invalid database URL {describe_url(url)!r}: {exc}") from None
     try:
         parsed.get_dialect().import_dbapi()  # the driver too: a missing one is unsupported
     except (NoSuchModuleError, ImportError) as exc:
-        raise ValueError(f"unsupported database URL {_masked(url)!r}: {exc}") from None
+        raise ValueError(f"unsupported database URL {describe_url(url)!r}: {exc}") from None
     return parsed
 
 
-def _masked(url: str) -> str:
-    """`url` with any password hidden, by its shape (also where the URL does not parse)."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+#: A query parameter naming a secret (libpq's password=, sslpassword=, ...) and its value: a
+#: password given so printed in clear (a review of security, 2026-11-30).
+_SECRET_PARAM = re.compile(r"([?&][^=&]*(?:pass|secret|token)[^=&]*=)[^&]*", re.IGNORECASE)
+
+
+def describe_url(url: str) -> str:
+    """`url` fit to print: any password hidden, in the query too, by its shape (also where
+    the URL does not parse)."""
+    return _SECRET_PARAM.sub(r"\1***", re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url))
 
 
 def _create_engine(url: str) -> Engine:

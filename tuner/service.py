@@ -14,7 +14,6 @@ from collections.abc import Hashable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from algorithms.problem import ConvProblem
@@ -33,6 +32,7 @@ from db.engine import (
     StoreUnusable,
     check_url,
     default_url,
+    describe_url,
     open_store,
     opened_store,
 )
@@ -340,14 +340,6 @@ MAX_PLANS = 256
 __all__ = ["JOB_FINISHED", "JOB_STALE_AFTER_KEY", "MAX_PLANS", "MODES", "Answer",
            "MeasurementRow", "Service", "StoreReadOnly", "StoreUnusable", "check_url",
            "default_url", "describe_url", "service"]
-
-def describe_url(url: str) -> str:
-    """A database URL fit to print: the password masked."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy can parse: say nothing more about it
-        return "(unparsable database URL)"
-
 
 #: What a job's stored snapshot says, for the HTTP layer (which does not import db).
 JOB_FINISHED, JOB_STALE_AFTER_KEY = stored_jobs.FINISHED, stored_jobs.STALE_AFTER_KEY

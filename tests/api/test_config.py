@@ -44,6 +44,11 @@ def test_unusable_database_url_is_refused_when_the_app_is_built(url: str, why: s
     [
         ("foo://user:s3cret@db.example/x", "foo://user:***@db.example/x"),
         ("postgresql://user:s3cret@db.example:pg/x", "postgresql://user:***@db.example:pg/x"),
+        # Bug (a review of security): a password in the query (libpq's password=) printed.
+        ("foo://user@db.example/x?sslmode=require&password=s3cret",
+         "foo://user@db.example/x?sslmode=require&password=***"),
+        ("postgresql://user@db.example:pg/x?SSLPassword=s3cret",
+         "postgresql://user@db.example:pg/x?SSLPassword=***"),
     ],
 )
 def test_refused_database_url_keeps_its_password_hidden(url: str, shown: str) -> None:

@@ -146,3 +146,16 @@ def test_memory_check_counts_the_workspace(client: Any, db_url: str) -> None:
     allowed = client.post("/v1/find", json={**FIND, "workspace_limit": 0})
     assert allowed.status_code == 200, allowed.text
     assert allowed.json()["best"]["workspace_bytes"] == 0
+
+
+def test_invented_methods_share_one_metrics_label(client: Any) -> None:
+    # Bug: /metrics labelled each request with its raw method, so random methods made new
+    # series for good (3,000 requests grew /metrics to 257 MB, unauthenticated).
+    invented = [f"X{i}{'Q' * 200}" for i in range(3)]
+    for method in invented:
+        assert client.request(method, "/healthz").status_code == 405
+    assert client.get("/healthz").status_code == 200
+    text = client.get("/metrics").text
+    assert not any(method in text for method in invented)
+    assert 'requests_total{method="other",route="/healthz",status="405"} 3.0' in text
+    assert 'method="GET"' in text
