@@ -11,7 +11,9 @@ and of the library versions: any change of them refits, and the save of that fit
 the store's and kind's files of other model code (one file per store and kind is kept).
 
 The files are pickles, and loading one runs code it names: they live in a directory of this
-user's, written atomically. A file that fails to load is ignored, and the next fit replaces it.
+user's, written atomically, and are read only where that directory and the file are this
+user's and nobody else can write them (else the cache is off: `trusted`). A file that fails to
+load is ignored, and the next fit replaces it.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import pickle
+import stat
 import sys
 import tempfile
 import time
@@ -36,6 +40,8 @@ from tuner.features import Sample
 
 if TYPE_CHECKING:
     from tuner.model import CostModel
+
+log = logging.getLogger(__name__)
 
 ENV_DIR = "CONVTUNE_MODEL_DIR"
 _ROOT = Path(__file__).resolve().parents[1]
@@ -100,11 +106,43 @@ def path_for(directory: Path, url: str, kind: str) -> Path:
     return directory / f"model-{store}-{_short(code_version())}.pkl"
 
 
+def _ours(st: os.stat_result) -> bool:
+    """Whether a file or directory of `st` is this user's and nobody else may write it."""
+    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+_warned: set[Path] = set()
+
+
+def trusted(directory: Path) -> bool:
+    """Whether `directory` is one whose pickles this process may load and write: this
+    user's and writable by nobody else (a review of security, 2026-11-30: a pickle planted
+    in a shared CONVTUNE_MODEL_DIR ran its code in a server at an anonymous heuristic find).
+    A directory that does not exist yet is, since `save` makes it this user's alone."""
+    if not hasattr(os, "geteuid"):  # Windows: no such owners and modes to check
+        return True
+    try:
+        ok = _ours(directory.stat())
+    except FileNotFoundError:
+        return True
+    except OSError:
+        ok = False
+    if not ok and directory not in _warned:
+        _warned.add(directory)
+        log.warning("convtune: not using the cost models in %s: the directory must be this "
+                    "user's and writable by nobody else (fits are not kept)", directory)
+    return ok
+
+
 def load(directory: Path, url: str, kind: str) -> SavedModel | None:
-    """The saved model, or None when there is none or it cannot be read (the caller checks
-    that it predicts: tuner.model)."""
+    """The saved model, or None when there is none, it cannot be read, or it or its
+    directory is not this user's alone (the caller checks that it predicts: tuner.model)."""
+    if not trusted(directory):
+        return None
     try:
         with path_for(directory, url, kind).open("rb") as f:
+            if hasattr(os, "geteuid") and not _ours(os.fstat(f.fileno())):
+                return None  # checked on the file opened, not on its name: no swap between
             saved = pickle.load(f)  # our own file: see the module docstring
     except Exception:  # missing, truncated, or from code it no longer unpickles against
         return None
@@ -139,8 +177,10 @@ def save(directory: Path, url: str, kind: str, samples: Sequence[Sample],
     """Keep `model` (fitted on `samples`) for later processes; failures are ignored."""
     path = path_for(directory, url, kind)
     partial: str | None = None
+    if not trusted(directory):
+        return  # no process would load it
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         _sweep(directory)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=path.name, delete=False) as f:
             partial = f.name

@@ -196,3 +196,60 @@ def test_a_crashed_save_s_old_temporary_is_swept(db_url: str, tmp_path: Path) ->
     os.utime(stale, (old, old))
     assert ModelCache(store, directory=models).model("cpu") is not None
     assert not stale.exists() and fresh.exists()
+
+
+class _Planted:
+    """A pickle that, loaded, leaves a file: what a planted model file could run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (Path.touch, (str(self.marker),))  # type: ignore[return-value]
+
+
+def _plant(directory: Path, marker: Path) -> Path:
+    directory.mkdir(exist_ok=True)
+    path = model_files.path_for(directory, "sqlite:///x.db", "cpu")
+    path.write_bytes(pickle.dumps(_Planted(marker)))
+    return path
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX owners and modes")
+@pytest.mark.parametrize("where", ["directory", "file", "owner"])
+def test_a_model_file_others_could_write_is_not_loaded(tmp_path: Path, where: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug (a review of security): load unpickled any file at its path, so a pickle planted
+    # in a shared CONVTUNE_MODEL_DIR ran its code in a server at an anonymous heuristic find.
+    directory, marker = tmp_path / "models", tmp_path / "ran"
+    path = _plant(directory, marker)
+    directory.chmod(0o700)
+    path.chmod(0o644)
+    assert model_files.load(directory, "sqlite:///x.db", "cpu") is None
+    assert marker.exists()  # an own file of an own directory is loaded: the check is it
+    marker.unlink()
+    if where == "directory":
+        directory.chmod(0o777)
+    elif where == "file":
+        path.chmod(0o666)
+    else:
+        uid = model_files.os.geteuid() + 1
+        monkeypatch.setattr(model_files.os, "geteuid", lambda: uid)
+        model_files._warned.add(directory)  # its warning said once already
+    assert model_files.load(directory, "sqlite:///x.db", "cpu") is None
+    assert not marker.exists()
+
+
+def test_an_untrusted_directory_keeps_no_fit_and_says_so(db_url: str, tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    ModelCache(store, directory=shared).model("cpu")
+    assert list(shared.iterdir()) == []
+    assert "writable by nobody else" in caplog.text
+    fresh = tmp_path / "new" / "models"
+    ModelCache(store, directory=fresh).model("cpu")
+    assert fresh.stat().st_mode & 0o777 == 0o700 and len(list(fresh.iterdir())) == 1
