@@ -147,3 +147,29 @@ def test_export_that_cannot_write_keeps_the_old_file(
     assert target.stat().st_mode & 0o777 == 0o640
     assert [p.name for p in out_dir.iterdir()] == ["fleet.bundle"]
     assert capsys.readouterr().err == f"exported 2 measurements to {target}\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="giving a link to another user needs root")
+def test_export_refuses_another_users_link_in_a_shared_directory(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Bug (a review of security): `export -o /tmp/x.bundle` resolved a symlink another user
+    # had planted there and overwrote the file it named (Linux's fs.protected_symlinks rule
+    # sidestepped by writing to the resolved path).
+    seed(open_store(db_url), gpu(), small_problem(), [row("direct", 1.0)])
+    shared, victim = tmp_path / "shared", tmp_path / "victim.conf"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    victim.write_text("precious\n")
+    planted = shared / "fleet.bundle"
+    planted.symlink_to(victim)
+    os.lchown(planted, 65534, 65534)
+    assert main(["export", "--db", db_url, "-o", str(planted)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"convtune: error: cannot write {planted}: it is another user's "
+                          "symlink") and err.count("\n") == 1, err
+    assert victim.read_text() == "precious\n"
+    os.lchown(planted, os.geteuid(), os.getegid())  # one's own link is followed, as before
+    assert main(["export", "--db", db_url, "-o", str(planted)]) == 0
+    assert read_bundle(victim.read_text()).counts()["measurements"] == 1

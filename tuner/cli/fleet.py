@@ -53,6 +53,7 @@ def write_whole(path: Path, text: str) -> None:
     since renaming over a device node would replace the node itself. OSError names `path`.
     """
     data = text.encode("utf-8")
+    _refuse_planted_link(path)
     try:
         # The kernel follows the links (/dev/stdout to a pipe has no path realpath could
         # give); realpath is for a regular file only.
@@ -92,6 +93,23 @@ def write_whole(path: Path, text: str) -> None:
             raise
     except OSError as exc:
         raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _refuse_planted_link(path: Path) -> None:
+    """OSError if `path` is a symlink another user made in a sticky, world-writable directory
+    (/tmp): Linux's fs.protected_symlinks rule, which writing to the link's resolved path
+    would sidestep (a review of security, 2026-11-30: `export -o /tmp/x.bundle` through a
+    link another user planted there overwrote the file it named)."""
+    try:
+        link = path.lstat()
+        folder = path.parent.stat()
+    except OSError:
+        return  # no such link: nothing followed
+    shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+    if (stat.S_ISLNK(link.st_mode) and shared and hasattr(os, "geteuid")
+            and link.st_uid not in (os.geteuid(), folder.st_uid)):
+        raise OSError(f"cannot write {path}: it is another user's symlink in a shared "
+                      "directory; remove it or write elsewhere")
 
 
 def _summary(counts: dict[str, Any]) -> str:
