@@ -77,6 +77,10 @@ def check_config(settings: Settings) -> None:
     # Each of these was first read inside a request, where the ValueError it raised became
     # a 422: the client was told its input was wrong when the server was misconfigured.
     _check_db_url(settings.db_url or default_url())
+    if settings.read_token and not settings.api_token:
+        # Reads closed and writes open: surely not meant (a review of security, 2026-11-30).
+        raise ValueError("$CONVTUNE_READ_TOKEN is set but $CONVTUNE_API_TOKEN is not: anyone "
+                         "could tune, convolve and push bundles; set $CONVTUNE_API_TOKEN too")
     if settings.device is not None:
         try:
             parse_device(settings.device)

@@ -110,3 +110,10 @@ def test_keeping_no_finished_jobs_is_refused(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("CONVTUNE_JOBS_KEPT", "0")
     with pytest.raises(ValueError, match=r"\$CONVTUNE_JOBS_KEPT must be positive"):
         Settings.from_env()
+
+
+def test_a_read_token_without_a_write_token_is_refused(db_url: str) -> None:
+    # Bug (a review of security): reads locked, writes (tuning, pushing bundles) left open.
+    text = refusal(Settings(db_url=db_url, read_token="reader"))
+    assert text.startswith("$CONVTUNE_READ_TOKEN is set but $CONVTUNE_API_TOKEN is not")
+    create_app(Settings(db_url=db_url, api_token="writer", read_token="reader"))

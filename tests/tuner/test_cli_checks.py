@@ -170,3 +170,27 @@ def test_a_direction_named_twice_is_tuned_once() -> None:
     assert parse_directions("forward,forward") == ("forward",)
     assert parse_directions("backward_data, forward,backward_data") == \
         ("backward_data", "forward")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "tuning-hub"])
+def test_serve_beyond_loopback_needs_a_token_or_its_flag(
+    host: str, uvicorn_runs: list[Any], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Bug (a review of security): `serve --host 0.0.0.0` without $CONVTUNE_API_TOKEN started
+    # silently, open to anyone's tuning requests and pushed bundles.
+    monkeypatch.delenv("CONVTUNE_API_TOKEN", raising=False)
+    from tuner.cli import serve as serve_module
+
+    monkeypatch.setattr(serve_module, "_check_listen", lambda host, port: None)
+    assert main(["serve", "--host", host, "--port", "0"]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"--host {host} can be reached from other machines" in line
+    assert "--allow-open-writes" in line and uvicorn_runs == []
+    assert main(["serve", "--host", host, "--port", "0", "--allow-open-writes"]) == 0
+    monkeypatch.setenv("CONVTUNE_API_TOKEN", "t")
+    assert main(["serve", "--host", host, "--port", "0"]) == 0
+    monkeypatch.delenv("CONVTUNE_API_TOKEN")
+    for local in ("127.0.0.1", "::1", "localhost"):
+        assert main(["serve", "--host", local, "--port", "0"]) == 0
+    assert len(uvicorn_runs) == 5

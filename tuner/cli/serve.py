@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import socket
@@ -65,6 +66,30 @@ def _check_listen(host: str, port: int) -> None:
             from None
 
 
+def _loopback(host: str) -> bool:
+    """Whether `host` is reachable from this machine only (a name other than localhost is
+    taken as reachable from others: it is not resolved here)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_writes_guarded(host: str, allow_open: bool) -> None:
+    """ValueError (one line) for a server others could reach whose writes need no token.
+
+    A review of security (2026-11-30): `serve --host 0.0.0.0` without $CONVTUNE_API_TOKEN
+    started silently, and anyone who could reach it could tune for an hour a request or
+    push bundles that every host pulling from it then served.
+    """
+    if not (_loopback(host) or allow_open or os.environ.get("CONVTUNE_API_TOKEN")):
+        raise ValueError(f"--host {host} can be reached from other machines and "
+                         "$CONVTUNE_API_TOKEN is not set, so anyone could tune, convolve and "
+                         "push bundles: set it, or pass --allow-open-writes")
+
+
 @app.command()
 def serve(
     host: Annotated[
@@ -79,6 +104,10 @@ def serve(
     log_level: Annotated[str, typer.Option(
         "--log-level", callback=_log_level, help=f"One of {', '.join(LOG_LEVELS)}.",
     )] = "info",
+    allow_open_writes: Annotated[bool, typer.Option(
+        "--allow-open-writes",
+        help="Serve beyond loopback without $CONVTUNE_API_TOKEN (a trusted network only).",
+    )] = False,
 ) -> None:
     """Serve the HTTP API (POST /v1/find, /v1/convolve, /v1/jobs; GET /v1/results, ...).
 
@@ -98,6 +127,7 @@ def serve(
     # (with several workers), so its metrics must not be kept in that directory.
     served = _build_app()
     _check_listen(host, port)
+    _check_writes_guarded(host, allow_open_writes)
     print(f"convtune: database {describe_url(os.environ.get('CONVTUNE_DB_URL') or default_url())}",
           file=sys.stderr)
     # Several workers are several processes: their metrics are summed through files in a
