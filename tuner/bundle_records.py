@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TypeGuard
 
 from algorithms.problem import KEY_DEFAULTS, KEY_FIELDS, ConvProblem
+from algorithms.reference import tolerance
 from algorithms.registry import ALGORITHM_NAMES
 from db.rows import DEVICE_TEXT_LIMITS, INT32_MAX, INT64_MAX, MeasurementRow, utcnow
 from tuner.devices import fingerprint_of
@@ -220,3 +221,23 @@ def measurement_record(record: dict[str, Any], number: int) -> tuple[str, int, M
         measured_at=measured_at, tuner_version=record["tuner_version"],
     )
     return device, problem, row
+
+
+def check_verdict(row: MeasurementRow, key: dict[str, Any], number: int) -> None:
+    """BundleError unless an ok or wrong_result row's relative error agrees with its status
+    under the tolerance of its own dtype, algorithm and math (tuner.measuring decides so).
+
+    A review of security (2026-11-30): an ok row with an error of 1e9 was stored and served
+    as the answer. Call it only for rows of this process's implementation hash, which covers
+    the tolerances (algorithms.registry.SHARED_SOURCES): another version's rows were judged
+    by its own, and are never served here.
+    """
+    if row.rel_error is None or row.status not in ("ok", "wrong_result"):
+        return
+    limit = tolerance(key["dtype"], row.algorithm, key["math"])
+    within = math.isfinite(row.rel_error) and row.rel_error <= limit
+    if within != (row.status == "ok"):
+        raise BundleError(
+            f"bundle line {number} ({row.algorithm}/{row.config}): status {row.status} with a "
+            f"relative error of {row.rel_error:.3g}, where the tolerance is {limit:g}"
+        )

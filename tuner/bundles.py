@@ -37,12 +37,14 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from algorithms.registry import BACKEND_MODULES, backend
 from db.bundles import export_records, merge_records
 from db.engine import Store
 from db.migrations import SCHEMA_VERSION
 from db.rows import MeasurementRow, canonical_json, utcnow
 from tuner.bundle_records import (
     BundleError,
+    check_verdict,
     device_record,
     is_int,
     json_record,
@@ -127,6 +129,12 @@ def _check_header(header: dict[str, Any]) -> None:
         )
 
 
+def _current_hashes(kinds: set[str]) -> dict[str, str]:
+    """This process's implementation hash of each backend among device `kinds`."""
+    return {kind: backend(kind).implementation_hash() for kind in kinds
+            if kind in BACKEND_MODULES}
+
+
 def read_bundle(data: str | bytes) -> Bundle:
     """Parse and validate a whole bundle; BundleError (one line) for anything wrong."""
     if isinstance(data, bytes):
@@ -176,11 +184,14 @@ def read_bundle(data: str | bytes) -> Bundle:
             wanted.append((number, fp, pid))
         else:
             raise BundleError(f"bundle line {number}: unknown record type {kind!r}")
-    for number, fp, pid in wanted:
+    hashes = _current_hashes({info["kind"] for info in bundle.devices.values()})
+    for (number, fp, pid), (_, _, row) in zip(wanted, bundle.measurements, strict=True):
         if fp not in bundle.devices:
             raise BundleError(f"bundle line {number}: measurement of unknown device {fp!r}")
         if pid not in bundle.problems:
             raise BundleError(f"bundle line {number}: measurement of unknown problem {pid!r}")
+        if row.impl_hash == hashes.get(bundle.devices[fp]["kind"]):
+            check_verdict(row, bundle.problems[pid], number)
     expected = {k: last.get(k) for k in ("devices", "problems", "measurements")}
     if expected != bundle.counts():
         raise BundleError(

@@ -157,3 +157,38 @@ def test_bundles_from_before_math_import_as_fp32(store_url: str, other_url: str)
     assert import_bundle(target, edited(source_bundle(other_url), drop_math))["added"] == 2
     assert {r["problem"] for r in stored(target)} == {small_problem().describe()}
     assert small_problem().math == "fp32"
+
+
+def _current(kind: str) -> str:
+    from algorithms.registry import backend
+
+    return backend(kind).implementation_hash()
+
+
+@pytest.mark.parametrize(("status", "rel_error", "says"), [
+    ("ok", 1e9, "status ok with a relative error of 1e+09, where the tolerance is 1e-05"),
+    ("wrong_result", 1e-9, "status wrong_result with a relative error of 1e-09"),
+])
+def test_a_verdict_its_error_contradicts_is_refused(store_url: str, other_url: str,
+                                                     status: str, rel_error: float,
+                                                     says: str) -> None:
+    # Bug (a review of security): an ok row with a relative error of 1e9 (or a wrong_result
+    # one within tolerance) was stored and served: one pushed bundle made a wrong algorithm
+    # every host's answer, or hid a right one.
+    source = open_store(other_url)
+    current = _current("cuda")
+    seed(source, H100, small_problem(), [
+        row("direct", 1.5, impl_hash=current),
+        row("fft", 0.7, impl_hash=current, rel_error=5e-5),  # fft's tolerance is 1e-4
+        row("winograd", 0.2, impl_hash="another-version", rel_error=1e9),  # never served
+    ])
+    text = export_bundle(source)
+    target = open_store(store_url)
+    assert import_bundle(target, text)["added"] == 3
+    forged = edited(text, lambda records: next(
+        m for m in measurements(records) if m["algorithm"] == "direct"
+    ).update(status=status, rel_error=rel_error, time_ms=1e-9 if status == "ok" else None))
+    fresh = open_store(other_url.replace(".db", "-fresh.db"))
+    with pytest.raises(BundleError, match=says.replace("+", r"\+")):
+        import_bundle(fresh, forged)
+    assert stored(fresh) == []
