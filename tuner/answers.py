@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
@@ -36,8 +37,12 @@ from tuner.env import env_number
 
 #: Default seconds between two reads of the store's generation counter.
 CHECK_S = 2.0
-#: Most answers kept; the oldest go first beyond that.
-MAX_ENTRIES = 65536
+#: Most answers kept; the least recently used go first beyond that. An answer of a GPU
+#: problem is tens of KB (its ~40 candidates' results): 65,536 of them grew a server by an
+#: estimated 2 GB, and anonymous heuristic finds could fill them (a review of resource
+#: lifetimes, 2026-11-30: +511 MB at the cap on the CPU). An answer not kept costs one read
+#: of the store.
+MAX_ENTRIES = 8192
 #: Most own write generations noted between two checks (beyond: the next check drops all).
 MAX_OWN = 4096
 
@@ -53,7 +58,7 @@ class AnswerCache:
     def __init__(self, store: Store, check_s: float | None = None) -> None:
         self.store = store
         self.check_s = check_interval() if check_s is None else check_s
-        self._answers: dict[Hashable, Any] = {}
+        self._answers: OrderedDict[Hashable, Any] = OrderedDict()
         self._broad: set[Hashable] = set()  # keys of answers any write may change
         self._lock = threading.Lock()
         self._local = 0  # bumped by every invalidation in this process
@@ -77,7 +82,14 @@ class AnswerCache:
     def get(self, key: Hashable) -> Any | None:
         """The cached answer for `key`, or None."""
         self.current()  # drops everything first when another process has written
-        return self._answers.get(key)
+        found = self._answers.get(key)
+        if found is not None:
+            # Not contextlib.suppress: this is the cached find's path, and costs it less so.
+            try:  # noqa: SIM105
+                self._answers.move_to_end(key)  # used: it leaves last
+            except KeyError:  # dropped meanwhile by another thread: still this call's answer
+                pass
+        return found
 
     def put(self, key: Hashable, token: int, answer: Any, *, broad: bool = False) -> None:
         """Keep `answer` unless something was invalidated since `token` was taken.
@@ -88,11 +100,11 @@ class AnswerCache:
         with self._lock:
             if token != self._local:
                 return
-            if len(self._answers) >= MAX_ENTRIES:
-                oldest = next(iter(self._answers))
-                del self._answers[oldest]
+            if len(self._answers) >= MAX_ENTRIES and key not in self._answers:
+                oldest, _ = self._answers.popitem(last=False)
                 self._broad.discard(oldest)
             self._answers[key] = answer
+            self._answers.move_to_end(key)  # a new answer of a kept key is used as well
             if broad:
                 self._broad.add(key)
 

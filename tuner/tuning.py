@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -58,28 +59,44 @@ def check_mode(mode: object) -> str:
 Stored = dict[tuple[str, str], AlgorithmResult]
 
 
-def _locks() -> Callable[[object], threading.Lock]:
-    table: dict[object, threading.Lock] = {}
-    guard = threading.Lock()
+class _KeyLocks:
+    """`with locks(key):` holds one lock per key, kept only while a thread holds or waits for
+    it: one kept per (device, problem) ever asked for grew a process without bound (a review
+    of resource lifetimes, 2026-11-30: 10,000 problems, 10,001 locks)."""
 
-    def lock_for(key: object) -> threading.Lock:
-        with guard:
-            return table.setdefault(key, threading.Lock())
+    def __init__(self) -> None:
+        self._table: dict[object, tuple[threading.Lock, list[int]]] = {}
+        self._guard = threading.Lock()
 
-    return lock_for
+    def __len__(self) -> int:
+        return len(self._table)
+
+    @contextmanager
+    def __call__(self, key: object) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._table.setdefault(key, (threading.Lock(), [0]))
+            users[0] += 1
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                users[0] -= 1
+                if not users[0]:
+                    del self._table[key]
 
 
 # One lock per (device, problem) in this process: two threads (two HTTP requests, say)
 # asking for the same problem never measure it at the same time; the second reads the
 # first one's results from the store.
-_lock_for = _locks()
+_lock_for = _KeyLocks()
 
 
 def _fresh_locks_in_child() -> None:
     # A forked child has only the thread that forked: a lock another thread held at the fork
     # would stay held in it for good (a review of the session's changes, 2026-11-30).
     global _lock_for
-    _lock_for = _locks()
+    _lock_for = _KeyLocks()
 
 
 os.register_at_fork(after_in_child=_fresh_locks_in_child)

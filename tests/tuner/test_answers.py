@@ -83,3 +83,57 @@ def test_check_interval_comes_from_the_environment(
     monkeypatch.setenv("CONVTUNE_CACHE_CHECK_S", "soon")
     with pytest.raises(ValueError, match="CONVTUNE_CACHE_CHECK_S"):
         Service(open_store(db_url))
+
+
+def test_the_answer_cache_drops_the_least_recently_used(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Bug (a review of resource lifetimes): 65,536 answers kept first in first out, about
+    # 0.5 GB on the CPU and an estimated 2 GB for GPU answers, fillable by anonymous finds.
+    from tuner import answers
+
+    monkeypatch.setattr(answers, "MAX_ENTRIES", 3)
+    cache = answers.AnswerCache(open_store(db_url), check_s=3600)
+    for key in "abc":
+        cache.put(key, cache.token(), key.upper())
+    assert cache.get("a") == "A"  # used: b is now the least recently used
+    cache.put("d", cache.token(), "D")
+    assert [cache.get(k) for k in "abcd"] == ["A", None, "C", "D"]
+    cache.put("c", cache.token(), "C2")  # a kept key again: nothing goes
+    cache.put("e", cache.token(), "E")
+    assert [cache.get(k) for k in "acde"] == [None, "C2", "D", "E"]
+
+
+def test_kept_plans_leave_least_recently_used_first(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Bug (a review of resource lifetimes): plans went first in first out, and the call plans
+    # all at once when full, so a working set just over MAX_PLANS built a plan at every call.
+    from tuner import service as service_module
+
+    monkeypatch.setattr(service_module, "MAX_PLANS", 2)
+    facade = Service(open_store(db_url), cache_check_s=3600)
+    problems = [small_problem(h=h) for h in (5, 6, 7)]
+    plans = [facade.plan(p, "cpu") for p in problems[:2]]
+    assert facade.plan(problems[0], "cpu") is plans[0]  # used: problems[1] leaves next
+    facade.plan(problems[2], "cpu")
+    assert facade.plan(problems[0], "cpu") is plans[0]
+    assert facade.plan(problems[1], "cpu") is not plans[1]
+    token = facade.answers.token()
+    for key, plan in zip("ab", plans, strict=True):
+        facade.remember_call(key, token, plan)
+    assert facade.call_plan("a") is plans[0]
+    facade.remember_call("c", token, plans[1])
+    assert [facade.call_plan(k) for k in "abc"] == [plans[0], None, plans[1]]
+
+
+def test_tuning_keeps_no_lock_per_problem_once_done(db_url: str) -> None:
+    # Bug (a review of resource lifetimes): one lock per (device, problem) ever tuned was
+    # kept for good: 10,000 problems, 10,001 locks.
+    from tuner import tuning
+
+    facade = Service(open_store(db_url), cache_check_s=3600)
+    for h in (5, 6, 7):
+        facade.find(small_problem(h=h), "cpu")
+        facade.find(small_problem(h=h), "cpu", mode="tune")
+    assert len(tuning._lock_for) == 0
