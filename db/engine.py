@@ -9,6 +9,7 @@ import sqlite3
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -230,8 +231,14 @@ class Store:
         raise AssertionError("unreachable")
 
 
-_STORES: dict[str, Store] = {}
+#: Open stores by URL, the least recently used first.
+_STORES: OrderedDict[str, Store] = OrderedDict()
 _LOCK = threading.Lock()
+#: Most stores kept open: beyond, the least recently used is closed (its pooled connections,
+#: three files each for SQLite) and opened again when next asked for. Each kept one before:
+#: a process that used a database per experiment ran out of file descriptors at about 340
+#: (a review of resource lifetimes, 2026-11-30).
+MAX_STORES = 16
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -372,7 +379,20 @@ def opened_store(url: str | None = None) -> Store | None:
     if not isinstance(url, str):  # a list would fail as an unhashable dict key
         raise ValueError(f"db must be a database URL string, got {type(url).__name__}")
     # A dict read needs no lock, which only keeps two threads from creating one store twice.
-    return _STORES.get(url)
+    store = _STORES.get(url)
+    if store is not None:
+        # Not contextlib.suppress: every cached call comes here, and this costs it less.
+        try:  # noqa: SIM105
+            _STORES.move_to_end(url)  # used: closed last
+        except KeyError:  # closed meanwhile by another thread: still this call's store
+            pass
+    return store
+
+
+def is_open(store: Store) -> bool:
+    """Whether `store` is still the one this process keeps open for its URL (see MAX_STORES;
+    unlike opened_store, this leaves its place among the recently used as it is)."""
+    return _STORES.get(store.url) is store
 
 
 def open_store(url: str | None = None) -> Store:
@@ -387,7 +407,18 @@ def open_store(url: str | None = None) -> Store:
             engine = _create_engine(url)
             _upgrade_with_retry(engine)
             store = _STORES[url] = Store(url, engine)
+            _close_unused()
         return store
+
+
+def _close_unused() -> None:
+    """Close the least recently used stores beyond MAX_STORES (under _LOCK). An in-memory
+    database is its connection: closed, its data would be gone, so it stays."""
+    closable = [url for url, kept in _STORES.items() if not _in_memory(kept.engine.url)]
+    for url in closable[:max(0, len(closable) - MAX_STORES)]:
+        # Its idle connections close now; one a thread has checked out closes when returned,
+        # and the store still works for whoever holds it.
+        _STORES.pop(url).engine.dispose()
 
 
 def _after_fork_in_child() -> None:

@@ -284,7 +284,10 @@ class ModelCache:
         fitter: Callable[[Sequence[Sample]], CostModel | None] = fit,
         directory: Path | None = None,
     ) -> None:
-        self.store = store
+        # Weakly: model_cache keeps this cache by its store in a WeakKeyDictionary, which a
+        # strong reference here kept alive for good, and with it every store's engine and
+        # fitted models (a review of resource lifetimes, 2026-11-30).
+        self._store = weakref.ref(store)
         self._fit = fitter
         self._directory = directory
         # kind -> (generation seen, samples at the last fit, the model of that fit)
@@ -296,6 +299,14 @@ class ModelCache:
         self.fit_s = 0.0
         #: How many models came from the directory instead of a fit.
         self.loads = 0
+
+    @property
+    def store(self) -> Store:
+        """The store this cache fits on (alive while anyone asks: they hold it)."""
+        store = self._store()
+        if store is None:
+            raise RuntimeError("the store of this model cache is gone")
+        return store
 
     def model(self, kind: str) -> CostModel | None:
         """The model of device kind `kind` for the store as it is now; None if too small."""

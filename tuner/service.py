@@ -33,6 +33,7 @@ from db.engine import (
     check_url,
     default_url,
     describe_url,
+    is_open,
     open_store,
     opened_store,
 )
@@ -384,4 +385,8 @@ def service(db: str | None = None) -> Service:
         found = _SERVICES.get(url)
         if found is None or found.store is not store:  # new, or its store was closed
             found = _SERVICES[url] = Service(store)
+            # The services of stores closed since (db.engine.MAX_STORES) go with them, their
+            # answers and plans too: they were kept for good.
+            for closed in [u for u, kept in _SERVICES.items() if not is_open(kept.store)]:
+                del _SERVICES[closed]
         return found

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -178,3 +180,40 @@ def test_a_configuration_given_twice_in_one_write_keeps_the_last(store_url: str)
     store = open_store(store_url)
     seed(store, H100, small_problem(), [row("direct", 2.0), row("direct", 1.5)])
     assert [r["time_ms"] for r in stored(store)] == [1.5]
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_a_process_keeps_only_so_many_stores_open(tmp_path: Path) -> None:
+    # Bug (a review of resource lifetimes): every database a process used stayed open, with
+    # its services and fitted models: at about 340 SQLite files, out of file descriptors.
+    import gc
+    import weakref
+
+    from db import engine
+    from tests.tuner.fakes import small_problem
+    from tuner import service as service_module
+    from tuner.model import model_cache
+    from tuner.service import service
+
+    memory = service("sqlite://")
+    memory.find(small_problem(), "cpu")
+    before = _descriptors()
+    first = weakref.ref(service(f"sqlite:///{tmp_path}/0.db").store)
+    for i in range(engine.MAX_STORES * 3):
+        opened = service(f"sqlite:///{tmp_path}/{i}.db")
+        opened.find(small_problem(), "cpu")
+        model_cache(opened.store).model("cpu")  # as a fast find would: kept by its store
+    del opened
+    assert len(engine._STORES) == engine.MAX_STORES + 1  # the in-memory one stays open
+    assert len(service_module._SERVICES) <= engine.MAX_STORES + 1
+    assert _descriptors() - before <= 3 * engine.MAX_STORES
+    gc.collect()
+    assert first() is None  # gone, with its model cache
+    assert service("sqlite://") is memory and memory.find(small_problem(), "cpu", mode="cached")
+    # A closed store opens again, its measurements still there.
+    again = service(f"sqlite:///{tmp_path}/0.db")
+    assert again.find(small_problem(), "cpu", mode="cached")
