@@ -144,6 +144,8 @@ def load(directory: Path, url: str, kind: str) -> SavedModel | None:
             if hasattr(os, "geteuid") and not _ours(os.fstat(f.fileno())):
                 return None  # checked on the file opened, not on its name: no swap between
             saved = pickle.load(f)  # our own file: see the module docstring
+            with contextlib.suppress(OSError):  # used: not swept as unused (a read-only
+                os.utime(f.fileno())  # cache keeps its times; nothing sweeps it either)
     except Exception:  # missing, truncated, or from code it no longer unpickles against
         return None
     if not (isinstance(saved, SavedModel) and isinstance(getattr(saved, "rows", None), int)
@@ -154,16 +156,24 @@ def load(directory: Path, url: str, kind: str) -> SavedModel | None:
 
 def _sweep(directory: Path) -> None:
     """Remove temporaries a killed process left (`model-*.pkl` and a random suffix; kill -9
-    mid-save kept them for good; a review of the state on disk, 2026-11-30)."""
+    mid-save kept them for good; a review of the state on disk, 2026-11-30), and fits no
+    process has saved or loaded for UNUSED_S (those of stores since deleted: a temporary
+    store per run left its 0.9 MB here for good; a review of resource lifetimes)."""
     now = time.time()
     for stale in directory.glob("model-*.pkl?*"):
         with contextlib.suppress(OSError):
             if now - stale.stat().st_mtime > STALE_S:
                 stale.unlink()
+    for fit in directory.glob("model-*.pkl"):
+        with contextlib.suppress(OSError):
+            if now - fit.stat().st_mtime > UNUSED_S:
+                fit.unlink()
 
 
 #: Age past which a temporary is a crashed writer's (a save takes well under a second).
 STALE_S = 3600.0
+#: Age past which a fit nobody saved or loaded is dropped (a load renews it).
+UNUSED_S = 30 * 86400.0
 
 
 def fitted_on(saved: SavedModel, samples: Sequence[Sample]) -> bool:

@@ -253,3 +253,29 @@ def test_an_untrusted_directory_keeps_no_fit_and_says_so(db_url: str, tmp_path: 
     fresh = tmp_path / "new" / "models"
     ModelCache(store, directory=fresh).model("cpu")
     assert fresh.stat().st_mode & 0o777 == 0o700 and len(list(fresh.iterdir())) == 1
+
+
+def test_fits_unused_for_long_are_swept_and_a_load_renews_one(db_url: str,
+                                                              tmp_path: Path) -> None:
+    # Bug (a review of resource lifetimes): a fit stayed for good after its store was
+    # deleted (a temporary store per run: 0.9 MB each in the user's cache, forever).
+    import os
+    import time
+
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    models = tmp_path / "models"
+    ModelCache(store, directory=models).model("cpu")
+    (ours,) = models.iterdir()
+    gone, recent = models / "model-aaaa-bbbb.pkl", models / "model-cccc-dddd.pkl"
+    for path in (gone, recent):
+        path.write_bytes(b"a fit of a store deleted since")
+    old, older = (time.time() - model_files.UNUSED_S * f for f in (0.5, 2.0))
+    os.utime(recent, (old, old))
+    for path in (gone, ours):
+        os.utime(path, (older, older))
+    later = ModelCache(store, directory=models)
+    assert later.model("cpu") is not None and later.loads == 1
+    assert time.time() - ours.stat().st_mtime < 60  # the load renewed it
+    model_files._sweep(models)  # what the next save does first
+    assert sorted(p.name for p in models.iterdir()) == sorted([ours.name, recent.name])
