@@ -123,8 +123,11 @@ def _blas_name() -> str:
         return "unknown"
 
 
-#: Each thread's scratch (CpuRuntime.scratch): `.buffer`, a 1-D uint8 array.
+#: Each thread's scratch (CpuRuntime.scratch): `.buffer`, a 1-D uint8 array, and `.small`,
+#: the calls in a row that needed under a quarter of it.
 _SCRATCH = threading.local()
+#: Calls in a row needing under a quarter of a thread's scratch after which it is cut.
+SHRINK_AFTER = 256
 
 
 class CpuRuntime:
@@ -160,10 +163,22 @@ class CpuRuntime:
 
     def scratch(self, nbytes: int) -> np.ndarray:
         """The first `nbytes` of the calling thread's scratch, grown to the largest need
-        so far (a larger buffer replaces it: views handed out before keep the old one)."""
+        so far (a larger buffer replaces it: views handed out before keep the old one), and
+        cut to the need after SHRINK_AFTER calls in a row that each needed under a quarter
+        of it: one large call kept its buffer for the thread's life (each of a server's
+        worker threads its own largest; a review of resource lifetimes, 2026-11-30), where
+        a model's largest layer, met at every pass, keeps it."""
         buffer: np.ndarray | None = getattr(_SCRATCH, "buffer", None)
         if buffer is None or buffer.size < nbytes:
             buffer = _SCRATCH.buffer = np.empty(nbytes, dtype=np.uint8)
+            _SCRATCH.small = 0
+        elif 4 * nbytes < buffer.size:
+            _SCRATCH.small += 1
+            if _SCRATCH.small >= SHRINK_AFTER:
+                buffer = _SCRATCH.buffer = np.empty(nbytes, dtype=np.uint8)
+                _SCRATCH.small = 0
+        else:
+            _SCRATCH.small = 0
         return buffer[:nbytes]
 
     def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:

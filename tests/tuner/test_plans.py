@@ -376,3 +376,31 @@ def test_the_direct_path_can_be_turned_off(
         check(out, x, w, PROBLEM, chosen.algorithm)
         check(chosen(x, w), x, w, PROBLEM, chosen.algorithm)
         assert runtime.asked == [] and runtime.made == []
+
+
+def test_a_thread_s_scratch_is_cut_after_many_small_needs() -> None:
+    # Bug (a review of resource lifetimes): one large call kept its scratch for the
+    # thread's life (each of a server's worker threads its own largest).
+    import threading
+
+    from algorithms.cpu import runtime as cpu_runtime
+
+    seen: list[int] = []
+
+    def work() -> None:
+        runtime = cpu_runtime.CpuRuntime()
+        big = runtime.scratch(1 << 22).ctypes.data
+        for _ in range(cpu_runtime.SHRINK_AFTER - 1):
+            assert runtime.scratch(1024).ctypes.data == big  # kept so far
+        runtime.scratch(1 << 21)  # half of it: a model's next-largest layer keeps it
+        for _ in range(cpu_runtime.SHRINK_AFTER - 1):
+            runtime.scratch(1024)
+        assert runtime.scratch(1 << 21).ctypes.data == big
+        for _ in range(cpu_runtime.SHRINK_AFTER):
+            runtime.scratch(1024)
+        seen.append(cpu_runtime._SCRATCH.buffer.nbytes)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert seen == [1024]
