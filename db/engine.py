@@ -9,11 +9,13 @@ import sqlite3
 import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote_plus
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -233,6 +235,9 @@ class Store:
 
 #: Open stores by URL, the least recently used first.
 _STORES: OrderedDict[str, Store] = OrderedDict()
+#: Every store this process made and someone still holds, closed for MAX_STORES or not: a
+#: forked child must drop their inherited connections too.
+_MADE: weakref.WeakSet[Store] = weakref.WeakSet()
 _LOCK = threading.Lock()
 #: Most stores kept open: beyond, the least recently used is closed (its pooled connections,
 #: three files each for SQLite) and opened again when next asked for. Each kept one before:
@@ -303,13 +308,22 @@ def check_url(url: str) -> URL:
 
 #: A query parameter naming a secret (libpq's password=, sslpassword=, ...) and its value: a
 #: password given so printed in clear (a review of security, 2026-11-30).
-_SECRET_PARAM = re.compile(r"([?&][^=&]*(?:pass|secret|token)[^=&]*=)[^&]*", re.IGNORECASE)
+_PARAM = re.compile(r"([?&])([^=&]*)=([^&]*)")
+_SECRET_WORDS = ("pass", "secret", "token")
+
+
+def _masked_param(match: re.Match[str]) -> str:
+    # The name as SQLAlchemy reads it: p%61ssword is password (the review of the session's
+    # changes, 2026-11-30).
+    name = unquote_plus(match.group(2)).lower()
+    secret = any(word in name for word in _SECRET_WORDS)
+    return f"{match.group(1)}{match.group(2)}={'***' if secret else match.group(3)}"
 
 
 def describe_url(url: str) -> str:
     """`url` fit to print: any password hidden, in the query too, by its shape (also where
     the URL does not parse)."""
-    return _SECRET_PARAM.sub(r"\1***", re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url))
+    return _PARAM.sub(_masked_param, re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url))
 
 
 def _create_engine(url: str) -> Engine:
@@ -407,6 +421,7 @@ def open_store(url: str | None = None) -> Store:
             engine = _create_engine(url)
             _upgrade_with_retry(engine)
             store = _STORES[url] = Store(url, engine)
+            _MADE.add(store)
             _close_unused()
         return store
 
@@ -414,7 +429,9 @@ def open_store(url: str | None = None) -> Store:
 def _close_unused() -> None:
     """Close the least recently used stores beyond MAX_STORES (under _LOCK). An in-memory
     database is its connection: closed, its data would be gone, so it stays."""
-    closable = [url for url, kept in _STORES.items() if not _in_memory(kept.engine.url)]
+    # Over a copy (list() runs in C): opened_store moves its URL to the end without the
+    # lock, and iterating the table itself raised halfway (a review of the session's changes).
+    closable = [url for url, kept in list(_STORES.items()) if not _in_memory(kept.engine.url)]
     for url in closable[:max(0, len(closable) - MAX_STORES)]:
         # Its idle connections close now; one a thread has checked out closes when returned,
         # and the store still works for whoever holds it.
@@ -428,7 +445,7 @@ def _after_fork_in_child() -> None:
     parent thread holding it at the fork would have left it held for good)."""
     global _LOCK
     _LOCK = threading.Lock()
-    for store in _STORES.values():
+    for store in list(_MADE):  # those closed for MAX_STORES too: a holder may use them
         if not _in_memory(store.engine.url):  # an in-memory database is its connection:
             store.engine.dispose(close=False)  # the child keeps its copy of it
 
@@ -445,6 +462,6 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def close_stores() -> None:
     """Dispose every cached engine (tests and forked workers call this)."""
     with _LOCK:
-        for store in _STORES.values():
+        for store in list(_STORES.values()):
             store.engine.dispose()
         _STORES.clear()

@@ -120,8 +120,12 @@ class AnswerCache:
         with self._lock:
             self._local += 1
             self._mine(generation)
-            for key in [k for k in self._answers if _about(k, fingerprint, problem)]:
-                del self._answers[key]
+            # Over a copy (list() runs in C: no other thread runs meanwhile): a get() moves
+            # its key to the end without the lock, and iterating the table itself then
+            # raised halfway, leaving the tuned problem's old answer served (a review of
+            # the session's changes, 2026-11-30).
+            for key in [k for k in list(self._answers) if _about(k, fingerprint, problem)]:
+                self._answers.pop(key, None)
             for key in self._broad:
                 self._answers.pop(key, None)
             self._broad.clear()

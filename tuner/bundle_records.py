@@ -232,8 +232,11 @@ def check_verdict(row: MeasurementRow, key: dict[str, Any], number: int) -> None
     the tolerances (algorithms.registry.SHARED_SOURCES): another version's rows were judged
     by its own, and are never served here.
     """
-    if row.rel_error is None or row.status not in ("ok", "wrong_result"):
+    if row.status not in ("ok", "wrong_result"):
         return
+    if row.rel_error is None:  # this code records the error of every row it verified
+        raise BundleError(f"bundle line {number} ({row.algorithm}/{row.config}): status "
+                          f"{row.status} without the relative error that decided it")
     limit = tolerance(key["dtype"], row.algorithm, key["math"])
     within = math.isfinite(row.rel_error) and row.rel_error <= limit
     if within != (row.status == "ok"):

@@ -144,8 +144,10 @@ def load(directory: Path, url: str, kind: str) -> SavedModel | None:
             if hasattr(os, "geteuid") and not _ours(os.fstat(f.fileno())):
                 return None  # checked on the file opened, not on its name: no swap between
             saved = pickle.load(f)  # our own file: see the module docstring
-            with contextlib.suppress(OSError):  # used: not swept as unused (a read-only
-                os.utime(f.fileno())  # cache keeps its times; nothing sweeps it either)
+            # Used: not swept as unused (a read-only cache keeps its times; nothing sweeps
+            # it either). By name where utime takes no descriptor (Windows).
+            with contextlib.suppress(OSError, TypeError, NotImplementedError):
+                os.utime(f.fileno() if os.utime in os.supports_fd else f.name)
     except Exception:  # missing, truncated, or from code it no longer unpickles against
         return None
     if not (isinstance(saved, SavedModel) and isinstance(getattr(saved, "rows", None), int)

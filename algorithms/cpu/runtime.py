@@ -123,11 +123,11 @@ def _blas_name() -> str:
         return "unknown"
 
 
-#: Each thread's scratch (CpuRuntime.scratch): `.buffer`, a 1-D uint8 array, and `.small`,
-#: the calls in a row that needed under a quarter of it.
+#: Each thread's scratch (CpuRuntime.scratch): `.buffer`, a 1-D uint8 array, and
+#: `.needed_at`, when a call last needed a quarter of it or more (time.monotonic()).
 _SCRATCH = threading.local()
-#: Calls in a row needing under a quarter of a thread's scratch after which it is cut.
-SHRINK_AFTER = 256
+#: Seconds without a call needing a quarter of a thread's scratch after which it is cut.
+SHRINK_AFTER_S = 60.0
 
 
 class CpuRuntime:
@@ -164,21 +164,20 @@ class CpuRuntime:
     def scratch(self, nbytes: int) -> np.ndarray:
         """The first `nbytes` of the calling thread's scratch, grown to the largest need
         so far (a larger buffer replaces it: views handed out before keep the old one), and
-        cut to the need after SHRINK_AFTER calls in a row that each needed under a quarter
-        of it: one large call kept its buffer for the thread's life (each of a server's
-        worker threads its own largest; a review of resource lifetimes, 2026-11-30), where
-        a model's largest layer, met at every pass, keeps it."""
+        cut to the need once no call has needed a quarter of it for SHRINK_AFTER_S: one
+        large call kept its buffer for the thread's life (each of a server's worker threads
+        its own largest; a review of resource lifetimes, 2026-11-30), where a model's
+        largest layer, met at every pass, keeps it (by time, not by calls: a deep model's
+        pass of 300 small calls cut and grew it again at every pass)."""
         buffer: np.ndarray | None = getattr(_SCRATCH, "buffer", None)
         if buffer is None or buffer.size < nbytes:
             buffer = _SCRATCH.buffer = np.empty(nbytes, dtype=np.uint8)
-            _SCRATCH.small = 0
-        elif 4 * nbytes < buffer.size:
-            _SCRATCH.small += 1
-            if _SCRATCH.small >= SHRINK_AFTER:
-                buffer = _SCRATCH.buffer = np.empty(nbytes, dtype=np.uint8)
-                _SCRATCH.small = 0
-        else:
-            _SCRATCH.small = 0
+            _SCRATCH.needed_at = time.monotonic()
+        elif 4 * nbytes >= buffer.size:
+            _SCRATCH.needed_at = time.monotonic()
+        elif time.monotonic() - _SCRATCH.needed_at > SHRINK_AFTER_S:
+            buffer = _SCRATCH.buffer = np.empty(nbytes, dtype=np.uint8)
+            _SCRATCH.needed_at = time.monotonic()
         return buffer[:nbytes]
 
     def random(self, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:

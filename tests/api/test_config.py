@@ -49,6 +49,8 @@ def test_unusable_database_url_is_refused_when_the_app_is_built(url: str, why: s
          "foo://user@db.example/x?sslmode=require&password=***"),
         ("postgresql://user@db.example:pg/x?SSLPassword=s3cret",
          "postgresql://user@db.example:pg/x?SSLPassword=***"),
+        ("postgresql://user@db.example:pg/x?p%61ssword=s3cret",  # what SQLAlchemy decodes
+         "postgresql://user@db.example:pg/x?p%61ssword=***"),
     ],
 )
 def test_refused_database_url_keeps_its_password_hidden(url: str, shown: str) -> None:

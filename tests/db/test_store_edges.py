@@ -217,3 +217,25 @@ def test_a_process_keeps_only_so_many_stores_open(tmp_path: Path) -> None:
     # A closed store opens again, its measurements still there.
     again = service(f"sqlite:///{tmp_path}/0.db")
     assert again.find(small_problem(), "cpu", mode="cached")
+
+
+def test_closing_stores_survives_uses_that_reorder_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Bug (the review of the session's changes): opened_store() moves its URL to the end
+    # without the lock, and closing the least recently used iterated the table itself:
+    # open_store raised "OrderedDict mutated during iteration" after adding its store.
+    from db import engine
+
+    hot = f"sqlite:///{tmp_path}/hot.db"
+    open_store(hot)
+    in_memory = engine._in_memory
+
+    def reordering(url: Any) -> bool:
+        engine.opened_store(hot)  # as another thread's cached call would, meanwhile
+        return in_memory(url)
+
+    monkeypatch.setattr(engine, "_in_memory", reordering)
+    for i in range(engine.MAX_STORES + 2):
+        open_store(f"sqlite:///{tmp_path}/{i}.db")
+    assert engine.is_open(open_store(hot))

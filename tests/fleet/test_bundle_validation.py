@@ -168,9 +168,12 @@ def _current(kind: str) -> str:
 @pytest.mark.parametrize(("status", "rel_error", "says"), [
     ("ok", 1e9, "status ok with a relative error of 1e+09, where the tolerance is 1e-05"),
     ("wrong_result", 1e-9, "status wrong_result with a relative error of 1e-09"),
+    # The review of the session's changes: a null error passed the check.
+    ("ok", None, "status ok without the relative error that decided it"),
+    ("wrong_result", None, "status wrong_result without the relative error"),
 ])
 def test_a_verdict_its_error_contradicts_is_refused(store_url: str, other_url: str,
-                                                     status: str, rel_error: float,
+                                                     status: str, rel_error: float | None,
                                                      says: str) -> None:
     # Bug (a review of security): an ok row with a relative error of 1e9 (or a wrong_result
     # one within tolerance) was stored and served: one pushed bundle made a wrong algorithm

@@ -167,8 +167,20 @@ def test_export_refuses_another_users_link_in_a_shared_directory(
     os.lchown(planted, 65534, 65534)
     assert main(["export", "--db", db_url, "-o", str(planted)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"convtune: error: cannot write {planted}: it is another user's "
-                          "symlink") and err.count("\n") == 1, err
+    assert err.startswith(f"convtune: error: cannot write {planted}: {planted} is another "
+                          "user's symlink") and err.count("\n") == 1, err
+    assert victim.read_text() == "precious\n"
+    # Through a planted link to a folder of the other user's (the review of the session's
+    # changes: only the last component was checked).
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "x.bundle").symlink_to(victim)
+    folder_link = shared / "bundles"
+    folder_link.symlink_to(theirs)
+    for made in (theirs, theirs / "x.bundle", folder_link):
+        os.lchown(made, 65534, 65534)
+    assert main(["export", "--db", db_url, "-o", str(folder_link / "x.bundle")]) == 1
+    assert f"{folder_link} is another user's symlink" in capsys.readouterr().err
     assert victim.read_text() == "precious\n"
     os.lchown(planted, os.geteuid(), os.getegid())  # one's own link is followed, as before
     assert main(["export", "--db", db_url, "-o", str(planted)]) == 0

@@ -140,3 +140,23 @@ def test_a_child_forked_while_another_thread_held_the_gate_can_tune(held: str) -
         done.set()
         thread.join()
     assert answer == "entered"
+
+
+# Bug (the review of the session's changes): a store closed for db.engine.MAX_STORES but
+# still held (a kept service) refilled its pool, and a forked child used those connections:
+# the fork handler walked only the stores still open.
+def test_a_forked_child_drops_a_closed_but_held_store_s_connections(tmp_path: Any) -> None:
+    from db import engine
+
+    held = open_store(f"sqlite:///{tmp_path}/held.db")
+    for i in range(engine.MAX_STORES):
+        open_store(f"sqlite:///{tmp_path}/{i}.db")
+    assert not engine.is_open(held)
+    Tuner(held, policy=QUICK, algorithms=algos(Fake("a"))).find(small_problem(), "cpu")
+    def kept() -> int:  # connections its pool (a QueuePool) holds for the next session
+        pool: Any = held.engine.pool
+        return int(pool.checkedin())
+
+    assert kept() >= 1
+    _pid, inherited = _in_child(kept).split("|")
+    assert inherited == "0"

@@ -137,3 +137,28 @@ def test_tuning_keeps_no_lock_per_problem_once_done(db_url: str) -> None:
         facade.find(small_problem(h=h), "cpu")
         facade.find(small_problem(h=h), "cpu", mode="tune")
     assert len(tuning._lock_for) == 0
+
+
+def test_an_invalidation_survives_gets_that_reorder_the_table(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Bug (the review of the session's changes): get() moves its key to the end without the
+    # lock, and invalidate() iterated the table itself: "OrderedDict mutated during
+    # iteration" came out of find(mode="tune") after its write, the tuned problem's old
+    # answer still served. Another thread's get() is played here inside the iteration.
+    from tuner import answers
+
+    cache = answers.AnswerCache(open_store(db_url), check_s=3600)
+    problems = [small_problem(h=h) for h in (5, 6, 7)]
+    keys = [("fp", p, None, "auto") for p in problems]
+    for key in keys:
+        cache.put(key, cache.token(), "old")
+    about = answers._about
+
+    def reordering(key: object, fingerprint: str, problem: object) -> bool:
+        cache._answers.move_to_end(keys[0])  # as another thread's get() does, meanwhile
+        return about(key, fingerprint, problem)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(answers, "_about", reordering)
+    cache.invalidate("fp", problems[1])
+    assert cache.get(keys[1]) is None and cache.get(keys[0]) == "old"

@@ -279,3 +279,32 @@ def test_fits_unused_for_long_are_swept_and_a_load_renews_one(db_url: str,
     assert time.time() - ours.stat().st_mtime < 60  # the load renewed it
     model_files._sweep(models)  # what the next save does first
     assert sorted(p.name for p in models.iterdir()) == sorted([ours.name, recent.name])
+
+
+
+def test_a_load_renews_its_file_where_utime_takes_no_descriptor(
+        db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug (the review of the session's changes): os.utime(fd) raises TypeError on Windows,
+    # which the load took for an unreadable file: every process fitted again.
+    import os
+    import time
+
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    models = tmp_path / "models"
+    ModelCache(store, directory=models).model("cpu")
+    (saved,) = models.iterdir()
+    old = time.time() - 1000
+    os.utime(saved, (old, old))
+    monkeypatch.setattr(model_files.os, "supports_fd", os.supports_fd - {os.utime})
+    real = os.utime
+
+    def by_name_only(path: object, *args: object, **kwargs: object) -> None:
+        if isinstance(path, int):
+            raise TypeError("utime: fd not supported here")
+        real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(model_files.os, "utime", by_name_only)
+    later = ModelCache(store, directory=models)
+    assert later.model("cpu") is not None and later.loads == 1
+    assert time.time() - saved.stat().st_mtime < 60

@@ -378,29 +378,34 @@ def test_the_direct_path_can_be_turned_off(
         assert runtime.asked == [] and runtime.made == []
 
 
-def test_a_thread_s_scratch_is_cut_after_many_small_needs() -> None:
+def test_a_thread_s_scratch_is_cut_after_a_while_of_small_needs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # Bug (a review of resource lifetimes): one large call kept its scratch for the
-    # thread's life (each of a server's worker threads its own largest).
+    # thread's life (each of a server's worker threads its own largest); then (a review of
+    # the session's changes) cut after 256 small calls, a deep model's pass of 300 small
+    # calls cut and grew it at every pass.
     import threading
 
     from algorithms.cpu import runtime as cpu_runtime
 
+    now = [1000.0]
+    monkeypatch.setattr(cpu_runtime.time, "monotonic", lambda: now[0])
     seen: list[int] = []
 
     def work() -> None:
         runtime = cpu_runtime.CpuRuntime()
         big = runtime.scratch(1 << 22).ctypes.data
-        for _ in range(cpu_runtime.SHRINK_AFTER - 1):
-            assert runtime.scratch(1024).ctypes.data == big  # kept so far
-        runtime.scratch(1 << 21)  # half of it: a model's next-largest layer keeps it
-        for _ in range(cpu_runtime.SHRINK_AFTER - 1):
-            runtime.scratch(1024)
-        assert runtime.scratch(1 << 21).ctypes.data == big
-        for _ in range(cpu_runtime.SHRINK_AFTER):
-            runtime.scratch(1024)
+        for _ in range(1000):  # a pass of many small calls, quickly: kept
+            assert runtime.scratch(1024).ctypes.data == big
+        now[0] += cpu_runtime.SHRINK_AFTER_S / 2
+        assert runtime.scratch(1 << 21).ctypes.data == big  # a quarter or more: renews it
+        now[0] += cpu_runtime.SHRINK_AFTER_S * 0.9
+        assert runtime.scratch(1024).ctypes.data == big
+        now[0] += cpu_runtime.SHRINK_AFTER_S * 0.2
+        seen.append(runtime.scratch(1024).nbytes)
         seen.append(cpu_runtime._SCRATCH.buffer.nbytes)
 
     thread = threading.Thread(target=work)
     thread.start()
     thread.join()
-    assert seen == [1024]
+    assert seen == [1024, 1024]

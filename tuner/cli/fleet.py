@@ -96,20 +96,26 @@ def write_whole(path: Path, text: str) -> None:
 
 
 def _refuse_planted_link(path: Path) -> None:
-    """OSError if `path` is a symlink another user made in a sticky, world-writable directory
-    (/tmp): Linux's fs.protected_symlinks rule, which writing to the link's resolved path
-    would sidestep (a review of security, 2026-11-30: `export -o /tmp/x.bundle` through a
-    link another user planted there overwrote the file it named)."""
-    try:
-        link = path.lstat()
-        folder = path.parent.stat()
-    except OSError:
-        return  # no such link: nothing followed
-    shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
-    if (stat.S_ISLNK(link.st_mode) and shared and hasattr(os, "geteuid")
-            and link.st_uid not in (os.geteuid(), folder.st_uid)):
-        raise OSError(f"cannot write {path}: it is another user's symlink in a shared "
-                      "directory; remove it or write elsewhere")
+    """OSError if `path` passes through a symlink another user made in a sticky,
+    world-writable directory (/tmp): Linux's fs.protected_symlinks rule, which writing to the
+    link's resolved path would sidestep (a review of security, 2026-11-30: `export -o
+    /tmp/x.bundle` through a link another user planted there overwrote the file it named).
+    Every component is checked, the file's own and its folders' (a planted link to a
+    folder of the other user's served as well)."""
+    if not hasattr(os, "geteuid"):
+        return
+    absolute = Path(os.path.abspath(path))
+    for part in (*reversed(absolute.parents[:-1]), absolute):
+        try:
+            link = part.lstat()  # the folders before it followed, as the kernel will
+            folder = part.parent.stat()
+        except OSError:
+            return  # no such component: nothing beyond it is followed
+        shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+        if (stat.S_ISLNK(link.st_mode) and shared
+                and link.st_uid not in (os.geteuid(), folder.st_uid)):
+            raise OSError(f"cannot write {path}: {part} is another user's symlink in a shared "
+                          "directory; remove it or write elsewhere")
 
 
 def _summary(counts: dict[str, Any]) -> str:

@@ -69,12 +69,18 @@ def _check_listen(host: str, port: int) -> None:
 def _loopback(host: str) -> bool:
     """Whether `host` is reachable from this machine only (a name other than localhost is
     taken as reachable from others: it is not resolved here)."""
-    if host == "localhost":
+    name = host.lower().rstrip(".")
+    if name == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(name)
     except ValueError:
-        return False
+        try:  # IPv4's short forms as the socket layer reads them ("127.1")
+            address = ipaddress.IPv4Address(socket.inet_aton(name))
+        except OSError:
+            return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def _check_writes_guarded(host: str, allow_open: bool) -> None:
