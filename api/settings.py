@@ -9,7 +9,7 @@ from tuner.devices import parse_device
 from tuner.env import env_number, timing_policy
 from tuner.racing import RacePolicy
 from tuner.service import check_url, default_url
-from tuner.signing import fleet_key
+from tuner.signing import ENV_PULL_KEY, fleet_key
 
 MIB = 1024 * 1024
 
@@ -34,6 +34,9 @@ class Settings:
     #: Fleet key ($CONVTUNE_FLEET_KEY): when set, pushed bundles must carry its HMAC
     #: signature (tuner.signing) and exported bundles are signed with it.
     fleet_key: str | None = None
+    #: Pull key ($CONVTUNE_PULL_KEY): when set, exported bundles are signed with it instead
+    #: of the fleet key, so that consumers checking them need not hold the key of pushes.
+    pull_key: str | None = None
     #: Largest request body accepted, in bytes ($CONVTUNE_MAX_BODY_BYTES).
     max_body_bytes: int = 64 * MIB
     #: Largest tensor (input, filter or output) of any problem, in elements
@@ -60,6 +63,7 @@ class Settings:
             api_token=os.environ.get("CONVTUNE_API_TOKEN") or None,
             read_token=os.environ.get("CONVTUNE_READ_TOKEN") or None,
             fleet_key=fleet_key(),
+            pull_key=os.environ.get(ENV_PULL_KEY) or None,
             max_body_bytes=_int("CONVTUNE_MAX_BODY_BYTES", base.max_body_bytes),
             max_tensor_elements=_int("CONVTUNE_MAX_TENSOR_ELEMENTS", base.max_tensor_elements),
             max_problem_flops=_int("CONVTUNE_MAX_PROBLEM_FLOPS", base.max_problem_flops),

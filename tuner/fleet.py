@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from tuner.bundles import MEDIA_TYPE
-from tuner.signing import SIGNATURE_HEADER, fleet_key, sign, signature_refusal
+from tuner.signing import SIGNATURE_HEADER, fleet_key, pull_key, sign, signature_refusal
 
 ENV_TOKEN = "CONVTUNE_API_TOKEN"
 #: The read scope's token: a server that sets it answers GETs to it or the write token.
@@ -92,7 +92,8 @@ def pull_bundle(
     client: httpx.Client | None = None,
 ) -> str:
     """GET a bundle from a convtune server (only devices whose fingerprint starts with
-    `device`, when given); with $CONVTUNE_FLEET_KEY set, its signature must match.
+    `device`, when given); with $CONVTUNE_PULL_KEY or $CONVTUNE_FLEET_KEY set, its
+    signature must match (tuner.signing.pull_key).
 
     The token (`token`, else $CONVTUNE_READ_TOKEN, else $CONVTUNE_API_TOKEN) goes in
     `Authorization: Bearer`: a server that sets a read token answers no GET without it.
@@ -101,10 +102,10 @@ def pull_bundle(
     params = {"device": device} if device else {}
     url = _url(server)
     response = _send(client, "GET", url, params=params, headers=_bearer(token))
-    key = fleet_key()
+    key = pull_key()
     if key:
         refusal = signature_refusal(response.content, response.headers.get(SIGNATURE_HEADER),
-                                    key)
+                                    key, pulled=True)
         if refusal is not None:
             raise RuntimeError(f"GET {url}: {refusal}")
     return response.text

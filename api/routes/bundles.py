@@ -88,10 +88,11 @@ def export_bundle_route(
     ] = None,
 ) -> Response:
     """The server's measurements (or one device's) as a bundle for `convtune import`,
-    signed with the fleet key when the server has one."""
+    signed with the pull key, else the fleet key, when the server has one."""
     try:
         data = facade.export_bundle(device=device).encode()
     except ValueError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-    headers = {SIGNATURE_HEADER: sign(data, settings.fleet_key)} if settings.fleet_key else None
+    key = settings.pull_key or settings.fleet_key
+    headers = {SIGNATURE_HEADER: sign(data, key)} if key else None
     return Response(data, media_type=MEDIA_TYPE, headers=headers)

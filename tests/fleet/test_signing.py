@@ -14,7 +14,7 @@ from tests.fleet.helpers import gpu, row, seed, stored
 from tests.tuner.fakes import small_problem
 from tuner.bundles import export_bundle
 from tuner.fleet import pull_bundle, push_bundle
-from tuner.signing import ENV_FLEET_KEY, SIGNATURE_HEADER, sign
+from tuner.signing import ENV_FLEET_KEY, ENV_PULL_KEY, SIGNATURE_HEADER, sign
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -47,7 +47,7 @@ def test_pushes_need_the_fleet_key_signature(
         # Exports are signed too, and a pull with the key checks the signature.
         assert pull_bundle("http://testserver", client=client).startswith('{"created_at"')
         monkeypatch.setenv(ENV_FLEET_KEY, "other-key")
-        with pytest.raises(RuntimeError, match="not signed with this fleet key"):
+        with pytest.raises(RuntimeError, match=r"not signed with the pull key \(\$CONVTUNE_P"):
             pull_bundle("http://testserver", client=client)
 
 
@@ -76,3 +76,30 @@ def test_a_pull_sends_the_read_token(db_url: str, tmp_path: Path,
         monkeypatch.setenv("CONVTUNE_READ_TOKEN", "reader")
         monkeypatch.setenv("CONVTUNE_API_TOKEN", "wrong")
         assert pull_bundle("http://testserver", client=client)
+
+
+def test_a_pull_key_checks_pulls_but_signs_no_push(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Bug (a review of security): one shared key both authorised pushes and checked pulls,
+    # so every consumer that checked what it pulled could sign pushes. A server's pull key
+    # now signs what it serves, and consumers hold only that.
+    seed(open_store(db_url), gpu(), small_problem(), [row("direct", 1.0)])
+    text = export_bundle(open_store(db_url))
+    settings = Settings(db_url=f"sqlite:///{tmp_path / 's.db'}", fleet_key=KEY,
+                        pull_key="pull-key-1")
+    monkeypatch.delenv(ENV_FLEET_KEY, raising=False)
+    with TestClient(create_app(settings)) as client:
+        monkeypatch.setenv(ENV_FLEET_KEY, KEY)  # a tuning host
+        assert push_bundle("http://testserver", text, client=client)["added"] == 1
+        with pytest.raises(RuntimeError, match="not signed with the pull key"):
+            pull_bundle("http://testserver", client=client)  # served under the pull key
+        monkeypatch.delenv(ENV_FLEET_KEY)
+        monkeypatch.setenv(ENV_PULL_KEY, "pull-key-1")  # a consumer
+        assert pull_bundle("http://testserver", client=client).startswith('{"created_at"')
+        monkeypatch.setenv(ENV_FLEET_KEY, "pull-key-1")  # what it could sign: refused
+        with pytest.raises(RuntimeError, match=r"401.*invalid"):
+            push_bundle("http://testserver", text, client=client)
+        monkeypatch.setenv(ENV_PULL_KEY, "other")
+        with pytest.raises(RuntimeError, match="not signed with the pull key"):
+            pull_bundle("http://testserver", client=client)
