@@ -20,7 +20,7 @@ or "fp32"; on the CPU every algorithm is FP32-accurate, so it is "fp32".
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,7 @@ from tuner.api import convolve, convolve_backward_data, convolve_backward_filter
 from tuner.calls import execute
 from tuner.candidates import validate_workspace_limit
 from tuner.errors import NoUsableAlgorithm
+from tuner.service import describe_url
 
 
 def _limit(workspace_limit: int) -> int | None:
@@ -44,6 +45,11 @@ def _convolve(
     groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """The forward convolution itself (the body of `conv2d`)."""
+    if x.numel() == 0 or w.numel() == 0:
+        # Nothing to tune; a graph recorded on a batch (export with a dynamic batch, a
+        # trace) called the operator with an empty one and failed (a review of the torch
+        # ecosystem, 2026-11-30).
+        return _fallback(x, w, stride, padding, dilation, groups)
     try:
         # Tuples: lists would leave the call nothing to keep its plan under (tuner.calls).
         return convolve(  # type: ignore[no-any-return]
@@ -57,8 +63,10 @@ def _convolve(
 def _fallback(x: Tensor, w: Tensor, stride: Sequence[int], padding: Sequence[int],
               dilation: Sequence[int], groups: int) -> Tensor:
     """PyTorch's own convolution, where no algorithm of ours serves the problem: a model
-    keeps working, as its gradients do through torch.nn.grad (`_gradients`)."""
-    return F.conv2d(x, w, None, tuple(stride), tuple(padding), tuple(dilation), groups)
+    keeps working, as its gradients do through torch.nn.grad (`_gradients`). Contiguous, as
+    the operator's fake says: a channels_last result failed inductor's stride check."""
+    return F.conv2d(x, w, None, tuple(stride), tuple(padding), tuple(dilation),
+                    groups).contiguous()
 
 
 def _backward_data(
@@ -67,6 +75,8 @@ def _backward_data(
 ) -> Tensor:
     """dx from dy (the body of `conv2d_backward_data`); PyTorch's where none of ours serves
     (in the body, not its caller, as a compiled backward graph calls the operator itself)."""
+    if dy.numel() == 0 or w.numel() == 0:
+        return _torch_data(dy, w, list(x_shape), stride, padding, dilation, groups)
     try:
         return convolve_backward_data(  # type: ignore[no-any-return]
             dy.contiguous(), w, tuple(x_shape), tuple(stride), tuple(padding),
@@ -82,6 +92,8 @@ def _backward_filter(
 ) -> Tensor:
     """dw from dy (the body of `conv2d_backward_filter`); PyTorch's where none of ours
     serves."""
+    if x.numel() == 0 or dy.numel() == 0:
+        return _torch_filter(x, dy, list(w_shape), stride, padding, dilation, groups)
     try:
         return convolve_backward_filter(  # type: ignore[no-any-return]
             x, dy.contiguous(), tuple(w_shape), tuple(stride), tuple(padding),
@@ -222,15 +234,19 @@ class _EagerConv2d(torch.autograd.Function):
 def _torch_data(grad: Tensor, w: Tensor, x_shape: list[int], stride: Sequence[int],
                 padding: Sequence[int], dilation: Sequence[int], groups: int,
                 *_rest: Any) -> Tensor:
-    """dx by PyTorch (`_backward_data`'s arguments), differentiable in w and grad."""
-    return torch.nn.grad.conv2d_input(x_shape, w, grad, stride, padding, dilation, groups)
+    """dx by PyTorch (`_backward_data`'s arguments), differentiable in w and grad;
+    contiguous, as the operator's fake says."""
+    return torch.nn.grad.conv2d_input(x_shape, w, grad, stride, padding, dilation,
+                                      groups).contiguous()
 
 
 def _torch_filter(x: Tensor, grad: Tensor, w_shape: list[int], stride: Sequence[int],
                   padding: Sequence[int], dilation: Sequence[int], groups: int,
                   *_rest: Any) -> Tensor:
-    """dw by PyTorch (`_backward_filter`'s arguments), differentiable in x and grad."""
-    return torch.nn.grad.conv2d_weight(x, w_shape, grad, stride, padding, dilation, groups)
+    """dw by PyTorch (`_backward_filter`'s arguments), differentiable in x and grad;
+    contiguous, as the operator's fake says."""
+    return torch.nn.grad.conv2d_weight(x, w_shape, grad, stride, padding, dilation,
+                                       groups).contiguous()
 
 
 _PLAIN = (Tensor, nn.Parameter)
@@ -259,6 +275,11 @@ def _autocast(t: Tensor, dtype: torch.dtype) -> Tensor:
     return t.to(dtype) if t.is_floating_point() and t.dtype != torch.float64 else t
 
 
+def _channels_last(t: Tensor) -> bool:
+    """Whether `t` is laid out channels_last (and not also plainly contiguous)."""
+    return not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+
+
 def _math(x: Tensor) -> str:
     if x.is_cuda and x.dtype == torch.float32 and torch.backends.cudnn.allow_tf32:
         return "tf32"
@@ -272,10 +293,30 @@ class Conv2d(nn.Conv2d):
     (the store's URL; None: the default) as keywords.
     """
 
-    def __init__(self, *args: Any, workspace_limit: int | None = None, db: str | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    # nn.Conv2d's parameters spelled out (not *args): torch.nn.utils.skip_init and other
+    # tools read them from the signature (a review of the torch ecosystem, 2026-11-30).
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
+                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: Literal["zeros", "reflect", "replicate", "circular"] = "zeros",
+                 device: Any = None, dtype: Any = None, *,
+                 workspace_limit: int | None = None, db: str | None = None) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device, dtype)
         self._use(workspace_limit, db)
+
+    def extra_repr(self) -> str:
+        """nn.Conv2d's, with the workspace limit and the store where set (no password)."""
+        text = super().extra_repr()
+        if self.workspace_limit is not None:
+            text += f", workspace_limit={self.workspace_limit}"
+        if self.db is not None:
+            text += f", db={describe_url(self.db)!r}"
+        return text
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """Refused, saying what works instead (TorchScript cannot compile this forward)."""
+        raise RuntimeError("convtune's Conv2d cannot be compiled by torch.jit.script: use "
+                           "torch.compile, torch.export or torch.jit.trace")
 
     def _use(self, workspace_limit: int | None, db: str | None) -> None:
         """Set what this module adds to nn.Conv2d, checked (also for a converted one)."""
@@ -299,8 +340,21 @@ class Conv2d(nn.Conv2d):
             return x, before
         return x, self.padding  # type: ignore[return-value]  # nn.Conv2d's pair of ints
 
+    def _symbolic(self, input: Any) -> Any:
+        """forward as torch.fx.symbolic_trace records it: the operator as one node, with no
+        branch on the input (a Proxy there: `if` on it failed the trace; a review of the
+        torch ecosystem, 2026-11-30); FP32-accurate math (the graph may run on either
+        device) and a batched input."""
+        x, padding = self._padded(input)
+        limit = -1 if self.workspace_limit is None else self.workspace_limit
+        y = conv2d(x, self.weight, list(self.stride), list(padding), list(self.dilation),
+                   self.groups, "fp32", limit, self.db)
+        return y if self.bias is None else y + self.bias.view(1, -1, 1, 1)
+
     def forward(self, input: Tensor) -> Tensor:
         """Convolution (and bias) through convtune, and so are the gradients."""
+        if isinstance(input, torch.fx.Proxy):
+            return self._symbolic(input)  # type: ignore[no-any-return]
         if input.dim() == 3:  # unbatched (c, h, w), which nn.Conv2d takes too
             return self.forward(input.unsqueeze(0)).squeeze(0)
         w, bias = self.weight, self.bias
@@ -311,12 +365,13 @@ class Conv2d(nn.Conv2d):
             dtype = torch.get_autocast_dtype(kind)
             input, w = _autocast(input, dtype), _autocast(w, dtype)
             bias = None if bias is None else _autocast(bias, dtype)
-        if (input.shape[0] == 0 or torch._C._are_functorch_transforms_active()
+        if (input.numel() == 0 or w.numel() == 0 or torch._C._are_functorch_transforms_active()
                 or forward_ad._current_level >= 0):
-            # Nothing to tune in an empty batch; torch.func's transforms (vmap, grad, jvp) and
-            # forward-mode AD's dual tensors need an operator they can transform or carry
-            # tangents through, which ours is not: PyTorch's own (a dual level's Python
-            # global is read here, as asking each input for a tangent costs more).
+            # Nothing to tune in an empty batch (or channels); torch.func's transforms (vmap,
+            # grad, jvp) and forward-mode AD's dual tensors need an operator they can
+            # transform or carry tangents through, which ours is not: PyTorch's own (a dual
+            # level's Python global is read here, as asking each input for a tangent costs
+            # more).
             return self._conv_forward(input, w, bias)
         x, padding = self._padded(input)
         math = _math(x)
@@ -339,8 +394,9 @@ class Conv2d(nn.Conv2d):
                 y = _fallback(x, w, self.stride, padding, self.dilation, self.groups)
         if bias is not None:
             y = y + bias.view(1, -1, 1, 1)
-        if not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):
-            # nn.Conv2d answers channels_last with channels_last; ours compute NCHW.
+        if _channels_last(input) or _channels_last(w):
+            # nn.Conv2d answers channels_last (input or weight) with channels_last; ours
+            # compute NCHW.
             y = y.contiguous(memory_format=torch.channels_last)
         return y
 

@@ -1,0 +1,119 @@
+"""What framework developers do with a converted model beyond eager calls (export, trace,
+FX, compile, introspection): the faults a review of the torch ecosystem found on
+2026-11-30 (CPU; nn.Conv2d the oracle, float64 where numbers are compared)."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from tuner.nn import (  # noqa: E402
+    Conv2d,
+    conv2d,
+    conv2d_backward_data,
+    conv2d_backward_filter,
+    convert,
+)
+
+GEOMETRY = ([1, 1], [1, 1], [1, 1], 1)
+
+
+def _model(db_url: str) -> tuple[Any, Any]:
+    reference = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+                              nn.Conv2d(4, 5, 3, padding=1, padding_mode="reflect")).double()
+    return reference, convert(copy.deepcopy(reference), db=db_url)
+
+
+# Bug: a bfloat16 problem no algorithm of ours serves (workspace_limit=0) ran PyTorch's
+# convolution, whose channels_last result broke the operator's fake (contiguous): inductor
+# failed its stride check, and torch.library.opcheck its fake-tensor test.
+@pytest.mark.parametrize("operand", ["x", "w"])
+def test_fallbacks_answer_as_the_operators_fakes_say(db_url: str, operand: str) -> None:
+    cl = torch.channels_last
+    x = torch.randn(2, 3, 8, 8).bfloat16()
+    w = torch.randn(4, 3, 3, 3).bfloat16()
+    x, w = (x.contiguous(memory_format=cl), w) if operand == "x" else (
+        x, w.contiguous(memory_format=cl))
+    dy = torch.randn(2, 4, 8, 8).bfloat16()
+    limited = ("fp32", 0, db_url)
+    torch.library.opcheck(conv2d, (x, w, *GEOMETRY, *limited),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(conv2d_backward_data, (dy, w, list(x.shape), *GEOMETRY, *limited),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(conv2d_backward_filter, (x, dy, list(w.shape), *GEOMETRY, *limited),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+# Bug: only the module's eager path sent an empty batch (or no channels) to PyTorch; an
+# exported program with a dynamic batch, or a trace, called the operator with n=0:
+# "n must be positive". nn.Conv2d gives an empty output.
+def test_empty_operands_through_the_operators(db_url: str) -> None:
+    reference, ours = _model(db_url)
+    exported = torch.export.export(ours, (torch.randn(2, 3, 8, 8, dtype=torch.float64),),
+                                   dynamic_shapes=({0: torch.export.Dim("batch")},))
+    empty = torch.randn(0, 3, 8, 8, dtype=torch.float64)
+    assert exported.module()(empty).shape == reference(empty).shape == (0, 5, 8, 8)
+    traced = torch.jit.trace(ours, torch.randn(2, 3, 8, 8, dtype=torch.float64),
+                             check_trace=False)
+    assert traced(empty).shape == (0, 5, 8, 8)
+    no_channels = nn.Conv2d(0, 4, 3, padding=1).double()
+    ours_none = convert(copy.deepcopy(no_channels), db=db_url)
+    x = torch.randn(2, 0, 8, 8, dtype=torch.float64)
+    assert ours_none(x).shape == no_channels(x).shape
+    dy = torch.randn(0, 4, 8, 8, dtype=torch.float64)
+    w = torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    assert conv2d_backward_data(dy, w, [0, 3, 8, 8], *GEOMETRY, "fp32", -1, db_url).shape == (
+        0, 3, 8, 8)
+    dw = conv2d_backward_filter(empty, dy, [4, 3, 3, 3], *GEOMETRY, "fp32", -1, db_url)
+    assert dw.shape == (4, 3, 3, 3) and not dw.any()
+
+
+# Bug: torch.fx.symbolic_trace failed on a converted model (the forward branched on the
+# input, a Proxy under FX), so FX tools (quantization, feature extractors) could not run.
+def test_fx_symbolic_trace_records_the_operator(db_url: str) -> None:
+    reference, ours = _model(db_url)
+    graph = torch.fx.symbolic_trace(ours)
+    targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
+    assert targets.count(torch.ops.convtune.conv2d.default) == 2
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(graph(x), reference(x), rtol=1e-9, atol=1e-9)
+    graph(x).sum().backward()
+    assert x.grad is not None
+
+
+# Bug: the constructor took *args, so tools reading nn.Conv2d's signature failed:
+# torch.nn.utils.skip_init ("Module must support a 'device' arg").
+def test_the_constructor_is_nn_conv2d_s(db_url: str) -> None:
+    ours = torch.nn.utils.skip_init(Conv2d, 3, 4, 3, padding=1, db=db_url)
+    assert ours.weight.shape == (4, 3, 3, 3)
+    plain = list(inspect.signature(nn.Conv2d).parameters)
+    assert list(inspect.signature(Conv2d).parameters)[:len(plain)] == plain
+
+
+# Bug: nn.Conv2d answers channels_last weights (an NCHW input) in channels_last; ours
+# answered NCHW.
+def test_channels_last_weights_give_channels_last(db_url: str) -> None:
+    reference = nn.Conv2d(3, 4, 3, padding=1).double().to(memory_format=torch.channels_last)
+    ours = convert(copy.deepcopy(reference), db=db_url)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    expected = reference(x)
+    got = ours(x)
+    assert got.is_contiguous(memory_format=torch.channels_last) == expected.is_contiguous(
+        memory_format=torch.channels_last)
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+
+
+# Bug: repr showed nothing of what convert set, and torch.jit.script failed with "try blocks
+# aren't supported" pointing into tuner/nn.py.
+def test_repr_and_script_say_what_this_is() -> None:
+    ours = Conv2d(3, 4, 3, workspace_limit=0, db="postgresql://u:s3cret@h/x?password=s3cret")
+    text = repr(ours)
+    assert "workspace_limit=0" in text and "db=" in text and "s3cret" not in text
+    with pytest.raises(RuntimeError, match=r"cannot be compiled by torch\.jit\.script: use"):
+        torch.jit.script(ours)
