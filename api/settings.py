@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 
@@ -32,7 +33,8 @@ class Settings:
     #: are open; set, reads need it or the write token ($CONVTUNE_API_TOKEN).
     read_token: str | None = None
     #: Fleet key ($CONVTUNE_FLEET_KEY): when set, pushed bundles must carry its HMAC
-    #: signature (tuner.signing) and exported bundles are signed with it.
+    #: signature (tuner.signing), and exported bundles are signed with it unless a pull key
+    #: is set.
     fleet_key: str | None = None
     #: Pull key ($CONVTUNE_PULL_KEY): when set, exported bundles are signed with it instead
     #: of the fleet key, so that consumers checking them need not hold the key of pushes.
@@ -76,6 +78,9 @@ class Settings:
         )
 
 
+log = logging.getLogger(__name__)
+
+
 def check_config(settings: Settings) -> None:
     """ValueError, one line naming the setting, for a configuration the server cannot run."""
     # Each of these was first read inside a request, where the ValueError it raised became
@@ -85,6 +90,12 @@ def check_config(settings: Settings) -> None:
         # Reads closed and writes open: surely not meant (a review of security, 2026-11-30).
         raise ValueError("$CONVTUNE_READ_TOKEN is set but $CONVTUNE_API_TOKEN is not: anyone "
                          "could tune, convolve and push bundles; set $CONVTUNE_API_TOKEN too")
+    if settings.pull_key and settings.pull_key == settings.fleet_key:
+        log.warning("convtune: $CONVTUNE_PULL_KEY is $CONVTUNE_FLEET_KEY: a host that checks "
+                    "its pulls can sign pushes; give them different secrets")
+    elif settings.pull_key and not settings.fleet_key:
+        log.warning("convtune: $CONVTUNE_PULL_KEY is set without $CONVTUNE_FLEET_KEY: pushed "
+                    "bundles need no signature (the write token alone guards them)")
     if settings.device is not None:
         try:
             parse_device(settings.device)

@@ -63,10 +63,8 @@ def _convolve(
 def _fallback(x: Tensor, w: Tensor, stride: Sequence[int], padding: Sequence[int],
               dilation: Sequence[int], groups: int) -> Tensor:
     """PyTorch's own convolution, where no algorithm of ours serves the problem: a model
-    keeps working, as its gradients do through torch.nn.grad (`_gradients`). Contiguous, as
-    the operator's fake says: a channels_last result failed inductor's stride check."""
-    return F.conv2d(x, w, None, tuple(stride), tuple(padding), tuple(dilation),
-                    groups).contiguous()
+    keeps working, as its gradients do through torch.nn.grad (`_gradients`)."""
+    return F.conv2d(x, w, None, tuple(stride), tuple(padding), tuple(dilation), groups)
 
 
 def _backward_data(
@@ -109,7 +107,11 @@ def conv2d(
     groups: int, math: str, workspace_limit: int, db: str | None,
 ) -> Tensor:
     """Cross-correlate x (n, c, h, w) with w (k, c/groups, r, s); workspace_limit -1: none."""
-    return _convolve(x, w, stride, padding, dilation, groups, math, workspace_limit, db)
+    # Contiguous, as the fake says: PyTorch's convolution standing in for ours answers a
+    # channels_last operand in channels_last, which failed inductor's stride check (a review
+    # of the torch ecosystem, 2026-11-30). The eager paths skip this copy.
+    return _convolve(x, w, stride, padding, dilation, groups, math, workspace_limit,
+                     db).contiguous()
 
 
 @conv2d.register_fake
@@ -133,7 +135,7 @@ def conv2d_backward_data(
 ) -> Tensor:
     """dx of conv2d from its output gradient dy (convtune's tuned backward-data)."""
     return _backward_data(dy, w, x_shape, stride, padding, dilation, groups, math,
-                          workspace_limit, db)
+                          workspace_limit, db).contiguous()  # as the fake says (conv2d)
 
 
 @conv2d_backward_data.register_fake
@@ -151,7 +153,7 @@ def conv2d_backward_filter(
 ) -> Tensor:
     """dw of conv2d from its output gradient dy, summed over the batch (tuned)."""
     return _backward_filter(x, dy, w_shape, stride, padding, dilation, groups, math,
-                            workspace_limit, db)
+                            workspace_limit, db).contiguous()  # as the fake says (conv2d)
 
 
 @conv2d_backward_filter.register_fake
@@ -234,19 +236,15 @@ class _EagerConv2d(torch.autograd.Function):
 def _torch_data(grad: Tensor, w: Tensor, x_shape: list[int], stride: Sequence[int],
                 padding: Sequence[int], dilation: Sequence[int], groups: int,
                 *_rest: Any) -> Tensor:
-    """dx by PyTorch (`_backward_data`'s arguments), differentiable in w and grad;
-    contiguous, as the operator's fake says."""
-    return torch.nn.grad.conv2d_input(x_shape, w, grad, stride, padding, dilation,
-                                      groups).contiguous()
+    """dx by PyTorch (`_backward_data`'s arguments), differentiable in w and grad."""
+    return torch.nn.grad.conv2d_input(x_shape, w, grad, stride, padding, dilation, groups)
 
 
 def _torch_filter(x: Tensor, grad: Tensor, w_shape: list[int], stride: Sequence[int],
                   padding: Sequence[int], dilation: Sequence[int], groups: int,
                   *_rest: Any) -> Tensor:
-    """dw by PyTorch (`_backward_filter`'s arguments), differentiable in x and grad;
-    contiguous, as the operator's fake says."""
-    return torch.nn.grad.conv2d_weight(x, w_shape, grad, stride, padding, dilation,
-                                       groups).contiguous()
+    """dw by PyTorch (`_backward_filter`'s arguments), differentiable in x and grad."""
+    return torch.nn.grad.conv2d_weight(x, w_shape, grad, stride, padding, dilation, groups)
 
 
 _PLAIN = (Tensor, nn.Parameter)
@@ -276,8 +274,11 @@ def _autocast(t: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def _channels_last(t: Tensor) -> bool:
-    """Whether `t` is laid out channels_last (and not also plainly contiguous)."""
-    return not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+    """Whether PyTorch takes `t` for channels_last: so laid out, and either not plainly
+    contiguous or channels before columns (a 1x1 weight is both; the review of the
+    session's changes: a channels_last 1x1 weight gave NCHW, where nn.Conv2d's is not)."""
+    return t.is_contiguous(memory_format=torch.channels_last) and (
+        not t.is_contiguous() or t.stride(1) < t.stride(3))
 
 
 def _math(x: Tensor) -> str:
@@ -343,8 +344,9 @@ class Conv2d(nn.Conv2d):
     def _symbolic(self, input: Any) -> Any:
         """forward as torch.fx.symbolic_trace records it: the operator as one node, with no
         branch on the input (a Proxy there: `if` on it failed the trace; a review of the
-        torch ecosystem, 2026-11-30); FP32-accurate math (the graph may run on either
-        device) and a batched input."""
+        torch ecosystem, 2026-11-30). What the eager forward decides from the input at run
+        time is fixed here instead (README): FP32-accurate math (the graph may run on either
+        device), a batched input, no autocast, an NCHW result."""
         x, padding = self._padded(input)
         limit = -1 if self.workspace_limit is None else self.workspace_limit
         y = conv2d(x, self.weight, list(self.stride), list(padding), list(self.dilation),

@@ -42,8 +42,13 @@ def signature_refusal(data: bytes, signature: str | None, key: str,
                       pulled: bool = False) -> str | None:
     """Why `signature` does not vouch for `data` under `key` (one line), or None; `pulled`:
     a bundle a server served, checked with the pull key."""
-    which = f"the pull key (${ENV_PULL_KEY}, else ${ENV_FLEET_KEY})" if pulled else (
-        "this fleet key")
+    if pulled:  # name the key this host checked with: a tuning host may hold only one
+        used = ENV_PULL_KEY if os.environ.get(ENV_PULL_KEY) else (
+            f"{ENV_FLEET_KEY}, as no ${ENV_PULL_KEY} is set here; the server may sign with "
+            "its pull key")
+        which = f"the key checked here (${used})"
+    else:
+        which = "this fleet key"
     if not signature:
         if pulled:
             return f"missing {SIGNATURE_HEADER}: the server signed nothing, {which} is set here"

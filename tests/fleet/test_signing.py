@@ -47,7 +47,8 @@ def test_pushes_need_the_fleet_key_signature(
         # Exports are signed too, and a pull with the key checks the signature.
         assert pull_bundle("http://testserver", client=client).startswith('{"created_at"')
         monkeypatch.setenv(ENV_FLEET_KEY, "other-key")
-        with pytest.raises(RuntimeError, match=r"not signed with the pull key \(\$CONVTUNE_P"):
+        with pytest.raises(RuntimeError,
+                           match=r"not signed with the key checked here \(\$CONVTUNE_F"):
             pull_bundle("http://testserver", client=client)
 
 
@@ -92,7 +93,7 @@ def test_a_pull_key_checks_pulls_but_signs_no_push(
     with TestClient(create_app(settings)) as client:
         monkeypatch.setenv(ENV_FLEET_KEY, KEY)  # a tuning host
         assert push_bundle("http://testserver", text, client=client)["added"] == 1
-        with pytest.raises(RuntimeError, match="not signed with the pull key"):
+        with pytest.raises(RuntimeError, match="not signed with the key checked here"):
             pull_bundle("http://testserver", client=client)  # served under the pull key
         monkeypatch.delenv(ENV_FLEET_KEY)
         monkeypatch.setenv(ENV_PULL_KEY, "pull-key-1")  # a consumer
@@ -101,5 +102,26 @@ def test_a_pull_key_checks_pulls_but_signs_no_push(
         with pytest.raises(RuntimeError, match=r"401.*invalid"):
             push_bundle("http://testserver", text, client=client)
         monkeypatch.setenv(ENV_PULL_KEY, "other")
-        with pytest.raises(RuntimeError, match="not signed with the pull key"):
+        with pytest.raises(RuntimeError, match="not signed with the key checked here"):
             pull_bundle("http://testserver", client=client)
+
+
+def test_a_pull_refusal_names_the_key_checked_and_the_server_warns(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The review of the session's changes: a tuning host holding only the fleet key was
+    # told its pull failed the pull key, and a server with a pull key but no fleet key, or
+    # the same secret twice, took that silently.
+    seed(open_store(db_url), gpu(), small_problem(), [row("direct", 1.0)])
+    settings = Settings(db_url=db_url, fleet_key=KEY, pull_key="pull-key-1")
+    monkeypatch.delenv(ENV_PULL_KEY, raising=False)
+    monkeypatch.setenv(ENV_FLEET_KEY, KEY)
+    says = r"checked here \(\$CONVTUNE_FLEET_KEY, as no \$CONVTUNE_PULL_KEY is set here"
+    with TestClient(create_app(settings)) as client, pytest.raises(RuntimeError, match=says):
+        pull_bundle("http://testserver", client=client)
+    assert "PULL_KEY" not in caplog.text
+    create_app(Settings(db_url=db_url, pull_key="pull-key-1"))
+    assert "pushed bundles need no signature" in caplog.text
+    create_app(Settings(db_url=db_url, fleet_key=KEY, pull_key=KEY))
+    assert "give them different secrets" in caplog.text

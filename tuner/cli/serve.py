@@ -117,7 +117,8 @@ def serve(
 ) -> None:
     """Serve the HTTP API (POST /v1/find, /v1/convolve, /v1/jobs; GET /v1/results, ...).
 
-    Settings come from $CONVTUNE_* (CONVTUNE_API_TOKEN, CONVTUNE_MAX_BODY_BYTES,
+    Settings come from $CONVTUNE_* (CONVTUNE_API_TOKEN, CONVTUNE_READ_TOKEN,
+    CONVTUNE_FLEET_KEY, CONVTUNE_PULL_KEY, CONVTUNE_MAX_BODY_BYTES,
     CONVTUNE_HEADER_TIMEOUT_S, CONVTUNE_BODY_TIMEOUT_S, ...);
     --db and --device override CONVTUNE_DB_URL and CONVTUNE_DEVICE.
     """
