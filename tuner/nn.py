@@ -396,9 +396,10 @@ class Conv2d(nn.Conv2d):
                 y = _fallback(x, w, self.stride, padding, self.dilation, self.groups)
         if bias is not None:
             y = y + bias.view(1, -1, 1, 1)
-        if _channels_last(input) or _channels_last(w):
-            # nn.Conv2d answers channels_last (input or weight) with channels_last; ours
-            # compute NCHW.
+        # nn.Conv2d answers channels_last (input or weight) with channels_last; ours compute
+        # NCHW. With a padding mode other than zeros it convolves the padded copy F.pad made
+        # (and its layout decides: a review of the torch ecosystem, 2026-11-30).
+        if _channels_last(input if self.padding_mode == "zeros" else x) or _channels_last(w):
             y = y.contiguous(memory_format=torch.channels_last)
         return y
 

@@ -119,3 +119,19 @@ def test_repr_and_script_say_what_this_is() -> None:
     assert "workspace_limit=0" in text and "db=" in text and "s3cret" not in text
     with pytest.raises(RuntimeError, match=r"cannot be compiled by torch\.jit\.script: use"):
         torch.jit.script(ours)
+
+
+
+# Bug (older, found by the review of the session's changes): with a padding mode other than
+# zeros nn.Conv2d convolves F.pad's copy, whose layout decides; ours answered a
+# channels_last input in channels_last there.
+@pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
+def test_the_output_layout_follows_nn_conv2d_in_every_padding_mode(db_url: str,
+                                                                    mode: str) -> None:
+    reference = nn.Conv2d(3, 4, 3, padding=1, padding_mode=mode).double()
+    ours = convert(copy.deepcopy(reference), db=db_url)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64).contiguous(
+        memory_format=torch.channels_last)
+    expected, got = reference(x), ours(x)
+    assert got.stride() == expected.stride()
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
