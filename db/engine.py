@@ -301,8 +301,13 @@ def check_url(url: str) -> URL:
         raise ValueError(f"invalid database URL {describe_url(url)!r}: {exc}") from None
     try:
         parsed.get_dialect().import_dbapi()  # the driver too: a missing one is unsupported
-    except (NoSuchModuleError, ImportError) as exc:
+    except NoSuchModuleError as exc:
         raise ValueError(f"unsupported database URL {describe_url(url)!r}: {exc}") from None
+    except ImportError as exc:  # a known backend whose driver is not installed
+        extra = " (pip install 'convtune[postgres]')" if parsed.get_backend_name() == (
+            "postgresql") else ""
+        raise ValueError(f"the driver of database URL {describe_url(url)!r} is not installed: "
+                         f"{exc}{extra}") from None
     return parsed
 
 

@@ -22,7 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as exc:  # said with the extra that brings it (a review of packaging)
+    raise ModuleNotFoundError("tuner.nn needs PyTorch: pip install 'convtune[torch]'",
+                              name="torch") from exc
 import torch.nn.functional as F
 import torch.nn.grad
 from torch import Tensor, nn

@@ -43,7 +43,9 @@ def cuda_available() -> tuple[bool, str]:
     """Whether CuPy imports and sees at least one GPU, and why not."""
     try:
         import cupy
-    except Exception as exc:  # ImportError, or a CUDA install CuPy cannot load
+    except ModuleNotFoundError as exc:  # not installed: say which extra brings it
+        return False, f"CuPy is not installed ({exc}): pip install 'convtune[cuda]'"
+    except Exception as exc:  # a CUDA install CuPy cannot load
         return False, f"CuPy is not importable: {exc}"
     try:
         count = int(cupy.cuda.runtime.getDeviceCount())
