@@ -15,7 +15,7 @@ from algorithms.reference import tolerance
 from algorithms.registry import ALGORITHM_NAMES
 from db.rows import DEVICE_TEXT_LIMITS, INT32_MAX, INT64_MAX, MeasurementRow, utcnow
 from tuner.devices import fingerprint_of
-from tuner.results import STATUSES
+from tuner.results import STATUSES, within
 
 _DEVICE_FIELDS = {"kind": str, "name": str, "arch": str, "units": int}
 _OPTIONAL_FLOATS = ("time_ms", "spread_ms", "min_ms", "max_error", "rel_error")
@@ -238,8 +238,7 @@ def check_verdict(row: MeasurementRow, key: dict[str, Any], number: int) -> None
         raise BundleError(f"bundle line {number} ({row.algorithm}/{row.config}): status "
                           f"{row.status} without the relative error that decided it")
     limit = tolerance(key["dtype"], row.algorithm, key["math"])
-    within = math.isfinite(row.rel_error) and row.rel_error <= limit
-    if within != (row.status == "ok"):
+    if within(row.rel_error, limit) != (row.status == "ok"):
         raise BundleError(
             f"bundle line {number} ({row.algorithm}/{row.config}): status {row.status} with a "
             f"relative error of {row.rel_error:.3g}, where the tolerance is {limit:g}"

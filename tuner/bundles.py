@@ -166,7 +166,7 @@ def read_bundle(data: str | bytes) -> Bundle:
     if hashlib.sha256(body.encode()).hexdigest() != last.get("sha256"):
         raise BundleError("bundle checksum mismatch: the file is corrupt or was edited")
     bundle = Bundle(header=header)
-    wanted: list[tuple[int, str, int]] = []
+    numbers: list[int] = []  # each measurement's line, in bundle.measurements' order
     for number, text in enumerate(lines[1:-1], start=2):
         record = json_record(text, number)
         kind = record.get("type")
@@ -181,11 +181,11 @@ def read_bundle(data: str | bytes) -> Bundle:
         elif kind == "measurement":
             fp, pid, row = measurement_record(record, number)
             bundle.measurements.append((fp, pid, row))
-            wanted.append((number, fp, pid))
+            numbers.append(number)
         else:
             raise BundleError(f"bundle line {number}: unknown record type {kind!r}")
     hashes = _current_hashes({info["kind"] for info in bundle.devices.values()})
-    for (number, fp, pid), (_, _, row) in zip(wanted, bundle.measurements, strict=True):
+    for number, (fp, pid, row) in zip(numbers, bundle.measurements, strict=True):
         if fp not in bundle.devices:
             raise BundleError(f"bundle line {number}: measurement of unknown device {fp!r}")
         if pid not in bundle.problems:

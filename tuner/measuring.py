@@ -183,7 +183,7 @@ class Measurer:
             row["max_error"] = max_error
             row["rel_error"] = rel
             limit = tolerance(problem.dtype, algorithm.name, problem.math)
-            if not np.isfinite(rel) or rel > limit:
+            if not R.within(rel, limit):
                 row["status"] = R.WRONG_RESULT
                 row["error"] = f"relative error {rel:.3g} exceeds {limit:g}"
         except Exception as exc:

@@ -107,7 +107,10 @@ def path_for(directory: Path, url: str, kind: str) -> Path:
 
 
 def _ours(st: os.stat_result) -> bool:
-    """Whether a file or directory of `st` is this user's and nobody else may write it."""
+    """Whether a file or directory of `st` is this user's and nobody else may write it
+    (always, where there are no such owners and modes to check: Windows)."""
+    if not hasattr(os, "geteuid"):
+        return True
     return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
@@ -119,8 +122,6 @@ def trusted(directory: Path) -> bool:
     user's and writable by nobody else (a review of security, 2026-11-30: a pickle planted
     in a shared CONVTUNE_MODEL_DIR ran its code in a server at an anonymous heuristic find).
     A directory that does not exist yet is, since `save` makes it this user's alone."""
-    if not hasattr(os, "geteuid"):  # Windows: no such owners and modes to check
-        return True
     try:
         ok = _ours(directory.stat())
     except FileNotFoundError:
@@ -141,7 +142,7 @@ def load(directory: Path, url: str, kind: str) -> SavedModel | None:
         return None
     try:
         with path_for(directory, url, kind).open("rb") as f:
-            if hasattr(os, "geteuid") and not _ours(os.fstat(f.fileno())):
+            if not _ours(os.fstat(f.fileno())):
                 return None  # checked on the file opened, not on its name: no swap between
             saved = pickle.load(f)  # our own file: see the module docstring
             # Used: not swept as unused (a read-only cache keeps its times; nothing sweeps

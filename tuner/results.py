@@ -3,6 +3,7 @@ how results rank."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -16,6 +17,12 @@ OVER_WORKSPACE_LIMIT = "over_workspace_limit"
 FAILED = "failed"
 WRONG_RESULT = "wrong_result"
 STATUSES = (OK, UNSUPPORTED, OVER_WORKSPACE_LIMIT, FAILED, WRONG_RESULT)
+
+
+def within(rel_error: float, limit: float) -> bool:
+    """Whether a verified run's relative error passes `limit` (its tolerance): OK, else
+    WRONG_RESULT (tuner.measuring decides so, tuner.bundle_records checks imports by it)."""
+    return math.isfinite(rel_error) and rel_error <= limit
 
 # Where a result came from.
 FRESH = "fresh"  # measured by this call

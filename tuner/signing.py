@@ -28,9 +28,15 @@ def fleet_key() -> str | None:
     return os.environ.get(ENV_FLEET_KEY) or None
 
 
+def _pull_source() -> str:
+    """The variable served bundles are checked with here: $CONVTUNE_PULL_KEY where set, else
+    $CONVTUNE_FLEET_KEY."""
+    return ENV_PULL_KEY if os.environ.get(ENV_PULL_KEY) else ENV_FLEET_KEY
+
+
 def pull_key() -> str | None:
     """The key served bundles are checked with: $CONVTUNE_PULL_KEY, else the fleet key."""
-    return os.environ.get(ENV_PULL_KEY) or fleet_key()
+    return os.environ.get(_pull_source()) or None
 
 
 def sign(data: bytes, key: str) -> str:
@@ -43,9 +49,9 @@ def signature_refusal(data: bytes, signature: str | None, key: str,
     """Why `signature` does not vouch for `data` under `key` (one line), or None; `pulled`:
     a bundle a server served, checked with the pull key."""
     if pulled:  # name the key this host checked with: a tuning host may hold only one
-        used = ENV_PULL_KEY if os.environ.get(ENV_PULL_KEY) else (
-            f"{ENV_FLEET_KEY}, as no ${ENV_PULL_KEY} is set here; the server may sign with "
-            "its pull key")
+        used = _pull_source()
+        if used == ENV_FLEET_KEY:
+            used += f", as no ${ENV_PULL_KEY} is set here; the server may sign with its pull key"
         which = f"the key checked here (${used})"
     else:
         which = "this fleet key"

@@ -74,7 +74,10 @@ class _KeyLocks:
     @contextmanager
     def __call__(self, key: object) -> Iterator[None]:
         with self._guard:
-            lock, users = self._table.setdefault(key, (threading.Lock(), [0]))
+            entry = self._table.get(key)
+            if entry is None:  # not setdefault: that made a lock at every call
+                entry = self._table[key] = (threading.Lock(), [0])
+            lock, users = entry
             users[0] += 1
         try:
             with lock:

@@ -83,14 +83,14 @@ def _loopback(host: str) -> bool:
     return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
-def _check_writes_guarded(host: str, allow_open: bool) -> None:
+def _check_writes_guarded(host: str, allow_open: bool, token: str | None) -> None:
     """ValueError (one line) for a server others could reach whose writes need no token.
 
     A review of security (2026-11-30): `serve --host 0.0.0.0` without $CONVTUNE_API_TOKEN
     started silently, and anyone who could reach it could tune for an hour a request or
     push bundles that every host pulling from it then served.
     """
-    if not (_loopback(host) or allow_open or os.environ.get("CONVTUNE_API_TOKEN")):
+    if not (_loopback(host) or allow_open or token):
         raise ValueError(f"--host {host} can be reached from other machines and "
                          "$CONVTUNE_API_TOKEN is not set, so anyone could tune, convolve and "
                          "push bundles: set it, or pass --allow-open-writes")
@@ -134,7 +134,7 @@ def serve(
     # (with several workers), so its metrics must not be kept in that directory.
     served = _build_app()
     _check_listen(host, port)
-    _check_writes_guarded(host, allow_open_writes)
+    _check_writes_guarded(host, allow_open_writes, served.state.settings.api_token)
     print(f"convtune: database {describe_url(os.environ.get('CONVTUNE_DB_URL') or default_url())}",
           file=sys.stderr)
     # Several workers are several processes: their metrics are summed through files in a
