@@ -53,7 +53,7 @@ WorkspaceLimit = Annotated[
     Strict(),
     Field(ge=0, le=MAX_WORKSPACE, description="Bytes of workspace allowed (0: none)."),
 ]
-#: Find modes (tuner.tuning.MODES): add, never rename.
+#: Find modes (tuner.modes.MODES): add, never rename.
 Mode = Literal["auto", "cached", "tune", "exhaustive", "fast", "heuristic"]
 
 

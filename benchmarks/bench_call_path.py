@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from algorithms.problem import ConvProblem  # noqa: E402
-from db.engine import adopt_database, default_url  # noqa: E402
+from db.location import adopt_database, default_url  # noqa: E402
 from tuner.api import convolve, convolve_backward_data, convolve_backward_filter, plan  # noqa: E402
 from tuner.nn import Conv2d  # noqa: E402
 from tuner.plans import Plan, untracked  # noqa: E402

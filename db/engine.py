@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import sqlite3
-import sys
 import threading
 import time
 import weakref
@@ -15,177 +12,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import unquote_plus
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
-    ArgumentError,
     DBAPIError,
     IntegrityError,
-    NoSuchModuleError,
     OperationalError,
     ProgrammingError,
 )
 from sqlalchemy.orm import Session, sessionmaker
 
+from db.errors import SQLITE_CORRUPT, SQLITE_NOTADB, StoreUnusable, refused_write, sqlite_code
+from db.location import default_url
 from db.migrations import upgrade
 from db.models import Meta
-
-ENV_URL = "CONVTUNE_DB_URL"
+from db.urls import check_url
 
 T = TypeVar("T")
 
 #: How long an SQLite writer waits for another process's lock (MIOpen uses 60 s too).
 SQLITE_BUSY_TIMEOUT_MS = 60_000
-
-
-DB_FILE = "convtune.db"
-
-
-#: The environment variables that place platformdirs' data and cache directories on this
-#: platform (the profile folders on Windows, the home directory on macOS, XDG elsewhere).
-_HOME_VARIABLES = {"win32": ("APPDATA", "LOCALAPPDATA", "USERPROFILE"),
-                   "darwin": ("HOME",)}.get(sys.platform,
-                                            ("XDG_DATA_HOME", "XDG_CACHE_HOME", "HOME"))
-
-
-def default_url() -> str:
-    """$CONVTUNE_DB_URL, else an SQLite file under the user's data directory.
-
-    Measurements are worth keeping (they take minutes to hours to redo), and cache
-    directories are what cleaners empty, so the default lives in the data directory;
-    a database left in the cache directory by convtune 0.1 is copied over once.
-
-    Every `convolve()` and module call without `db` asks: the answer is worked out (and the
-    old database adopted) once per process and value of the variables it depends on.
-    """
-    return _url_from(_read_environment())
-
-
-def _environment_reader(names: tuple[str, ...]) -> Callable[[], tuple[Any, ...]]:
-    """A function giving the values of `names` in os.environ, raw where that is cheaper."""
-    # os.environ.get costs about half a microsecond a variable, more when it is unset (a
-    # KeyError raised and caught inside), and default_url reads four on every call. CPython
-    # keeps os.environ's values in its dict `_data` under encoded keys: read them there when
-    # it does, and decode only what _url_from has not seen.
-    data = getattr(os.environ, "_data", None)
-    encode = getattr(os.environ, "encodekey", None)
-    if isinstance(data, dict) and callable(encode):
-        keys = tuple(encode(name) for name in names)
-        return lambda: tuple(map(data.get, keys))
-    return lambda: tuple(map(os.environ.get, names))
-
-
-_read_environment = _environment_reader((ENV_URL, *_HOME_VARIABLES))
-
-
-def _decoded(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return str(os.environ.decodevalue(value))  # type: ignore[attr-defined]
-
-
-@functools.lru_cache(maxsize=8)
-def _url_from(raw: tuple[Any, ...]) -> str:
-    url = _decoded(raw[0])
-    if url:
-        return url
-    # platformdirs, pathlib and two stat calls: 40-55 us on a CPU (bench_call_path.py's
-    # default-database rows), more than a whole cached convolve() call otherwise takes.
-    from platformdirs import user_cache_dir, user_data_dir
-
-    path = Path(user_data_dir("convtune")) / DB_FILE
-    adopt_database(Path(user_cache_dir("convtune")) / DB_FILE, path)
-    return f"sqlite:///{path}"
-
-
-def adopt_database(old: Path, new: Path) -> bool:
-    """Copy the SQLite database `old` to `new` unless `new` exists; True if copied.
-
-    sqlite3's backup API takes a consistent copy even while another process writes `old`
-    (its WAL included); the copy appears at `new` only when complete, and never replaces
-    a database another process adopted first. `old` stays, for older convtune versions.
-    """
-    if new.exists() or not old.is_file():
-        return False
-    new.parent.mkdir(parents=True, exist_ok=True)
-    partial = new.with_name(f"{new.name}.{os.getpid()}.{threading.get_ident()}.partial")
-    try:
-        source = sqlite3.connect(f"{old.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            target = sqlite3.connect(partial)
-            try:
-                source.backup(target)
-            finally:
-                target.close()
-        finally:
-            source.close()
-        _publish(partial, new)
-        return True
-    except FileExistsError:
-        return False
-    except sqlite3.DatabaseError as exc:
-        if _sqlite_code(exc) in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-            return False  # not a database: leave it where it is; a new one starts at `new`
-        # A full disk, a lock, an I/O error: going on would start an empty store at `new`,
-        # and `new` existing would then stop every later adoption, the measurements lost
-        # for good without a word (a review of the on-disk state, 2026-11-30).
-        raise StoreUnusable(f"cannot copy the measurements of {old} to {new}: {exc} "
-                            "(nothing was changed; free the space or set "
-                            f"${ENV_URL})") from None
-    finally:
-        partial.unlink(missing_ok=True)
-
-
-def _publish(partial: Path, new: Path) -> None:
-    """Put the complete copy `partial` at `new`, unless another process put one there."""
-    try:
-        os.link(partial, new)  # unlike a rename, fails if someone else got there first
-    except FileExistsError:
-        raise
-    except OSError:
-        # No hard links here (vfat, exFAT, many FUSE and SMB mounts): a rename, which may
-        # replace a copy another process published a moment ago (an equal copy of `old`).
-        if new.exists():
-            raise FileExistsError(new) from None
-        os.replace(partial, new)
-
-
-def _sqlite_code(exc: BaseException | None) -> int:
-    """SQLite's primary result code of an sqlite3 error (of its extended code); 0 if none."""
-    return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-
-
-class StoreReadOnly(RuntimeError):
-    """The store refuses writes (a read-only file, volume or role): it can answer what it
-    holds, but nothing can be measured, imported or recorded in it."""
-
-
-#: SQLite's primary result code for a write to a read-only database.
-_SQLITE_READONLY = 8
-#: PostgreSQL's SQLSTATEs for a write refused: a read-only transaction (a standby, or
-#: default_transaction_read_only) and a role without the privilege.
-_PG_REFUSED_WRITES = frozenset({"25006", "42501"})
-
-
-#: What a read-only store can still do, and what to do for the rest.
-_READ_ONLY_ADVICE = (
-    "it answers what it holds (mode 'cached' or 'heuristic', or a problem it has measured), "
-    "but cannot measure, import or record anything; give a writable store (db=, --db or "
-    "$CONVTUNE_DB_URL) for that")
-
-
-def refused_write(exc: DBAPIError, url: str,
-                  advice: str = _READ_ONLY_ADVICE) -> StoreReadOnly | None:
-    """StoreReadOnly, one line, if `exc` is the database refusing a write; else None."""
-    orig = exc.orig
-    if (_sqlite_code(orig) != _SQLITE_READONLY
-            and getattr(orig, "sqlstate", None) not in _PG_REFUSED_WRITES):
-        return None
-    where = describe_url(url)
-    reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-    return StoreReadOnly(f"the store {where} is read-only ({reason}): {advice}")
 
 
 class Store:
@@ -257,14 +103,6 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.close()
 
 
-class StoreUnusable(RuntimeError):
-    """The database at a URL cannot be used: another application's, or not a database."""
-
-
-#: SQLite's primary result codes that mean the file is not (or no longer) a database.
-_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
-
-
 def _check_sqlite_file(path: Path) -> None:
     """Refuse, before anything is written, a file that is not an SQLite database or is
     another application's (tables, but none of ours): opening it would add our tables and
@@ -282,7 +120,7 @@ def _check_sqlite_file(path: Path) -> None:
         # Only "not a database" and "malformed" say anything of the file itself. A full
         # disk, a read-only volume or missing permissions were reported the same way, and
         # a user told the store is unusable may delete hours of measurements.
-        if _sqlite_code(exc) in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        if sqlite_code(exc) in (SQLITE_CORRUPT, SQLITE_NOTADB):
             raise StoreUnusable(f"{path} is not a usable SQLite database: {exc}") from None
         raise StoreUnusable(f"cannot open the SQLite database {path}: {exc} (the file itself "
                             "may be fine: check free disk space and permissions)") from None
@@ -290,45 +128,6 @@ def _check_sqlite_file(path: Path) -> None:
         shown = ", ".join(sorted(tables)[:5])
         raise StoreUnusable(f"{path} is another application's database (tables: {shown}); "
                             "convtune will not modify it")
-
-
-def check_url(url: str) -> URL:
-    """`url` parsed, if it names a backend we can load; else ValueError, one line (nothing
-    is opened or created: a server checks its URL at start)."""
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
-        raise ValueError(f"invalid database URL {describe_url(url)!r}: {exc}") from None
-    try:
-        parsed.get_dialect().import_dbapi()  # the driver too: a missing one is unsupported
-    except NoSuchModuleError as exc:
-        raise ValueError(f"unsupported database URL {describe_url(url)!r}: {exc}") from None
-    except ImportError as exc:  # a known backend whose driver is not installed
-        extra = " (pip install 'convtune[postgres]')" if parsed.get_backend_name() == (
-            "postgresql") else ""
-        raise ValueError(f"the driver of database URL {describe_url(url)!r} is not installed: "
-                         f"{exc}{extra}") from None
-    return parsed
-
-
-#: A query parameter naming a secret (libpq's password=, sslpassword=, ...) and its value: a
-#: password given so printed in clear (a review of security, 2026-11-30).
-_PARAM = re.compile(r"([?&])([^=&]*)=([^&]*)")
-_SECRET_WORDS = ("pass", "secret", "token")
-
-
-def _masked_param(match: re.Match[str]) -> str:
-    # The name as SQLAlchemy reads it: p%61ssword is password (the review of the session's
-    # changes, 2026-11-30).
-    name = unquote_plus(match.group(2)).lower()
-    secret = any(word in name for word in _SECRET_WORDS)
-    return f"{match.group(1)}{match.group(2)}={'***' if secret else match.group(3)}"
-
-
-def describe_url(url: str) -> str:
-    """`url` fit to print: any password hidden, in the query too, by its shape (also where
-    the URL does not parse)."""
-    return _PARAM.sub(_masked_param, re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url))
 
 
 def _create_engine(url: str) -> Engine:

@@ -26,27 +26,21 @@ from algorithms.registry import (
 )
 from db import jobs as stored_jobs
 from db import reports
-from db.engine import (
-    Store,
-    StoreReadOnly,
-    StoreUnusable,
-    check_url,
-    default_url,
-    describe_url,
-    is_open,
-    open_store,
-    opened_store,
-)
+from db.engine import Store, is_open, open_store, opened_store
+from db.errors import StoreReadOnly, StoreUnusable
+from db.location import default_url
 from db.rows import MeasurementRow  # the fields of each listed result (api.schemas)
+from db.urls import check_url, describe_url
 from tuner import bundles
 from tuner import results as R
 from tuner.answers import AnswerCache
 from tuner.candidates import validate_workspace_limit, within_limit
 from tuner.devices import backend_of, cuda_available, get_runtime, identify, parse_device
 from tuner.errors import NotInDatabase
+from tuner.modes import MODES, check_mode
 from tuner.plans import Plan
-from tuner.results import AlgorithmResult
-from tuner.tuning import MODES, Tuner, best_of, check_mode, per_algorithm
+from tuner.results import AlgorithmResult, best_of, per_algorithm
+from tuner.tuning import Tuner
 
 #: Sources whose answer rests on rows of other problems or devices.
 BORROWED = frozenset({R.PREDICTED, R.SAME_MODEL, R.SAME_ARCHITECTURE})

@@ -8,9 +8,7 @@ per device and problem at a time), `measuring` (verify and time, the runtime pas
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -32,77 +30,23 @@ from tuner.claims import Claimer, ClaimPolicy, new_owner
 from tuner.devices import DeviceIdentity, backend_of, get_runtime, identify
 from tuner.env import env_number, timing_policy
 from tuner.errors import DeviceFault, NotInDatabase
+from tuner.key_locks import KeyLocks
 from tuner.lookup import fallback_order
 from tuner.measuring import Measurer, out_of_memory
+from tuner.modes import FAST_K, check_mode
 from tuner.predicting import not_measured, predict, second_round, top_candidates
 from tuner.results import AlgorithmResult, best_of, per_algorithm, rank
 
-#: The find modes (stored in no table, but part of every front end: add, never rename).
-#: auto: the store, then measure every missing candidate; exhaustive: the same (cuDNN's and
-#: MIOpen's name for it); tune: measure every candidate again; cached: never measure, borrow
-#: from other devices or predict; fast: the store, then measure only what
-#: tuner.predicting.fast_picks takes of the prediction (the top `fast_k`, the best of each
-#: of the `fast_k` best families, and of every other family of the algorithms so chosen),
-#: then the configurations predicted close to the best of each family that came within
-#: RUNNER_UP of the winner (predicting.round_two); heuristic: never measure, predict.
-MODES = ("cached", "tune", "auto", "exhaustive", "fast", "heuristic")
-#: Default number of candidates a fast find measures ($CONVTUNE_FAST_K).
-FAST_K = 4
-
-
-def check_mode(mode: object) -> str:
-    """A find mode, "exhaustive" read as its synonym "auto"; ValueError for anything else."""
-    if not isinstance(mode, str) or mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    return "auto" if mode == "exhaustive" else mode
-
 Stored = dict[tuple[str, str], AlgorithmResult]
-
-
-class _KeyLocks:
-    """`with locks(key):` holds one lock per key, kept only while a thread holds or waits for
-    it: one kept per (device, problem) ever asked for grew a process without bound (a review
-    of resource lifetimes, 2026-11-30: 10,000 problems, 10,001 locks)."""
-
-    def __init__(self) -> None:
-        self._table: dict[object, tuple[threading.Lock, list[int]]] = {}
-        self._guard = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._table)
-
-    @contextmanager
-    def __call__(self, key: object) -> Iterator[None]:
-        with self._guard:
-            entry = self._table.get(key)
-            if entry is None:  # not setdefault: that made a lock at every call
-                entry = self._table[key] = (threading.Lock(), [0])
-            lock, users = entry
-            users[0] += 1
-        try:
-            with lock:
-                yield
-        finally:
-            with self._guard:
-                users[0] -= 1
-                if not users[0]:
-                    del self._table[key]
 
 
 # One lock per (device, problem) in this process: two threads (two HTTP requests, say)
 # asking for the same problem never measure it at the same time; the second reads the
 # first one's results from the store.
-_lock_for = _KeyLocks()
-
-
-def _fresh_locks_in_child() -> None:
-    # A forked child has only the thread that forked: a lock another thread held at the fork
-    # would stay held in it for good (a review of the session's changes, 2026-11-30).
-    global _lock_for
-    _lock_for = _KeyLocks()
-
-
-os.register_at_fork(after_in_child=_fresh_locks_in_child)
+_lock_for = KeyLocks()
+# A forked child has only the thread that forked: a lock another thread held at the fork
+# would stay held in it for good (a review of the session's changes, 2026-11-30).
+os.register_at_fork(after_in_child=_lock_for.reset)
 
 
 class Tuner:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from db import engine
-from db.engine import adopt_database, default_url, open_store
+from db import location
+from db.engine import open_store
+from db.location import adopt_database, default_url
 from tests.fleet.helpers import gpu, row, seed, stored
 from tests.tuner.fakes import small_problem
 
@@ -94,10 +95,10 @@ def test_the_fast_environment_reader_agrees_with_os_environ(
     monkeypatch.setenv("CONVTUNE_TEST_SET", "sqlite:////tmp/a b.db")
     monkeypatch.delenv("CONVTUNE_TEST_UNSET", raising=False)
     monkeypatch.setenv("CONVTUNE_TEST_WIDE", "/tmp/d\u00e9j\u00e0/\u6570\u636e")
-    read = engine._environment_reader(names)
-    assert [engine._decoded(v) for v in read()] == [os.environ.get(n) for n in names]
+    read = location._environment_reader(names)
+    assert [location._decoded(v) for v in read()] == [os.environ.get(n) for n in names]
     monkeypatch.setenv("CONVTUNE_TEST_UNSET", "now set")  # read at each call, not once
-    assert engine._decoded(read()[1]) == "now set"
+    assert location._decoded(read()[1]) == "now set"
 
 
 def test_a_failed_copy_of_the_old_store_starts_no_empty_one(
@@ -117,12 +118,12 @@ def test_a_failed_copy_of_the_old_store_starts_no_empty_one(
             connection.execute("PRAGMA max_page_count = 1")  # the copy cannot fit
         return connection
 
-    monkeypatch.setattr(engine.sqlite3, "connect", full_disk)
-    engine._url_from.cache_clear()
-    with pytest.raises(engine.StoreUnusable, match="cannot copy the measurements"):
+    monkeypatch.setattr(location.sqlite3, "connect", full_disk)
+    location._url_from.cache_clear()
+    with pytest.raises(location.StoreUnusable, match="cannot copy the measurements"):
         default_url()
     assert not (data / "convtune.db").exists() and not list(data.glob("*.partial"))
-    monkeypatch.setattr(engine.sqlite3, "connect", real)
+    monkeypatch.setattr(location.sqlite3, "connect", real)
     assert stored(open_store(default_url())) != []
 
 
@@ -136,7 +137,7 @@ def test_adopting_where_there_are_no_hard_links(tmp_path: Path,
     def no_links(*_args: object) -> None:
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(engine.os, "link", no_links)
+    monkeypatch.setattr(location.os, "link", no_links)
     assert adopt_database(old, new) is True
     assert stored(open_store(f"sqlite:///{new}")) == stored(open_store(f"sqlite:///{old}"))
     assert not list(tmp_path.glob("*.partial"))

@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from db.engine import StoreReadOnly, close_stores, open_store
+from db.engine import close_stores, open_store
+from db.errors import StoreReadOnly
 from db.migrations import SCHEMA_VERSION
 from tests.tuner.fakes import small_problem
 from tuner import find_algorithms, find_best_algorithm

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-import tuner.nn as tnn  # noqa: E402
+from tuner import torch_ops  # noqa: E402
 from tuner.nn import convert  # noqa: E402
 
 
@@ -89,13 +89,13 @@ def test_a_compiled_backward_still_runs_our_backward_algorithms(
     # The fallbacks above must not send a compiled model's ordinary backward to PyTorch.
     calls: list[str] = []
     for name in ("convolve_backward_data", "convolve_backward_filter"):
-        real = getattr(tnn, name)
+        real = getattr(torch_ops, name)
 
         def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
             calls.append(_name)
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(tnn, name, counted)
+        monkeypatch.setattr(torch_ops, name, counted)
     reference, ours = _twins(db_url)
     compiled = torch.compile(ours, backend="aot_eager", fullgraph=True)
     x = torch.randn(2, 2, 6, 6, dtype=torch.float64, requires_grad=True)

@@ -1,0 +1,51 @@
+"""A store that cannot be used, or refuses writes: the errors, and how they are recognised."""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import DBAPIError
+
+from db.urls import describe_url
+
+
+def sqlite_code(exc: BaseException | None) -> int:
+    """SQLite's primary result code of an sqlite3 error (of its extended code); 0 if none."""
+    return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+
+
+class StoreReadOnly(RuntimeError):
+    """The store refuses writes (a read-only file, volume or role): it can answer what it
+    holds, but nothing can be measured, imported or recorded in it."""
+
+
+#: SQLite's primary result code for a write to a read-only database.
+_SQLITE_READONLY = 8
+#: PostgreSQL's SQLSTATEs for a write refused: a read-only transaction (a standby, or
+#: default_transaction_read_only) and a role without the privilege.
+_PG_REFUSED_WRITES = frozenset({"25006", "42501"})
+
+
+#: What a read-only store can still do, and what to do for the rest.
+_READ_ONLY_ADVICE = (
+    "it answers what it holds (mode 'cached' or 'heuristic', or a problem it has measured), "
+    "but cannot measure, import or record anything; give a writable store (db=, --db or "
+    "$CONVTUNE_DB_URL) for that")
+
+
+def refused_write(exc: DBAPIError, url: str,
+                  advice: str = _READ_ONLY_ADVICE) -> StoreReadOnly | None:
+    """StoreReadOnly, one line, if `exc` is the database refusing a write; else None."""
+    orig = exc.orig
+    if (sqlite_code(orig) != _SQLITE_READONLY
+            and getattr(orig, "sqlstate", None) not in _PG_REFUSED_WRITES):
+        return None
+    where = describe_url(url)
+    reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    return StoreReadOnly(f"the store {where} is read-only ({reason}): {advice}")
+
+
+class StoreUnusable(RuntimeError):
+    """The database at a URL cannot be used: another application's, or not a database."""
+
+
+#: SQLite's primary result codes that mean the file is not (or no longer) a database.
+SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
