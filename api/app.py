@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.admission import Slots
 from api.deps import read_tokens, token_refusal, write_tokens
 from api.jobs import JobManager
 from api.metrics import Metrics, MetricsMiddleware
@@ -296,6 +297,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.jobs = job_manager
+    app.state.slots = Slots(settings.max_running)
     for router in ROUTERS:
         app.include_router(router)
     _install_error_handlers(app)

@@ -7,11 +7,13 @@ thread, and those thread hops cost more than a cached find itself.
 from __future__ import annotations
 
 import hmac
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from api.admission import Slots
 from api.jobs import JobManager
 from api.metrics import Metrics
 from api.settings import Settings
@@ -51,6 +53,25 @@ async def get_metrics(request: Request) -> Metrics:
 
 
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+
+async def get_slots(request: Request) -> Slots:
+    """The app's slots for requests that measure or convolve."""
+    slots: Slots = request.app.state.slots
+    return slots
+
+
+SlotsDep = Annotated[Slots, Depends(get_slots)]
+
+
+async def running(slots: SlotsDep) -> AsyncIterator[None]:
+    """Hold one of the app's slots while the route runs (429 when none is free)."""
+    with slots.taken():
+        yield
+
+
+#: A route that does work (convolves) holds a slot while it runs.
+Running = Depends(running)
 
 bearer = HTTPBearer(
     auto_error=False,

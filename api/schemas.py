@@ -310,3 +310,7 @@ WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: _error("A measurement or write asked of a read-only store."),
     413: _error("A body over $CONVTUNE_MAX_BODY_BYTES, or a problem over the size limits."),
 }
+#: A route that measures or convolves, when $CONVTUNE_MAX_RUNNING such requests already run
+#: in the server process (api.admission; Retry-After says when to come back).
+BUSY: dict[str, Any] = _error("As many finds that may measure, and convolutions, as "
+                              "$CONVTUNE_MAX_RUNNING already run: retry later, or submit a job.")

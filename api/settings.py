@@ -50,6 +50,9 @@ class Settings:
     max_jobs: int = 16
     #: Problems in one job ($CONVTUNE_MAX_JOB_PROBLEMS).
     max_job_problems: int = 1000
+    #: Finds that may measure, and convolutions, running at once in one server process;
+    #: more are refused with 429 ($CONVTUNE_MAX_RUNNING; jobs are counted apart).
+    max_running: int = 4
     #: Threads that run jobs ($CONVTUNE_JOB_WORKERS).
     job_workers: int = 1
     #: Finished jobs kept for GET /v1/jobs/{id} ($CONVTUNE_JOBS_KEPT).
@@ -71,6 +74,8 @@ class Settings:
             max_problem_flops=_int("CONVTUNE_MAX_PROBLEM_FLOPS", base.max_problem_flops),
             max_jobs=_int("CONVTUNE_MAX_JOBS", base.max_jobs),
             max_job_problems=_int("CONVTUNE_MAX_JOB_PROBLEMS", base.max_job_problems),
+            max_running=env_number("CONVTUNE_MAX_RUNNING", base.max_running, int,
+                                   positive=True),
             job_workers=max(1, _int("CONVTUNE_JOB_WORKERS", base.job_workers)),
             # Positive: with none kept, each job was pruned by the write that finished it
             # and every client's poll found a 404 (a review of concurrency, 2026-11-30).

@@ -10,9 +10,10 @@ import numpy as np
 from fastapi import APIRouter, File, Form, HTTPException, Response, UploadFile, status
 
 from algorithms.problem import DTYPES, parse_pair
-from api.deps import RequireToken, ServiceDep, SettingsDep
+from api.deps import RequireToken, Running, ServiceDep, SettingsDep
 from api.routes.common import check_tensor_sizes, enforce_limits, request_device
 from api.schemas import (
+    BUSY,
     MAX_CHANNELS,
     MAX_DEVICE_LEN,
     MAX_DILATION,
@@ -98,7 +99,7 @@ _HEADERS = {
 @router.post(
     "/convolve",
     response_class=Response,
-    dependencies=[RequireToken],
+    dependencies=[RequireToken, Running],
     responses={
         200: {
             "content": {"application/octet-stream": {}},
@@ -110,6 +111,7 @@ _HEADERS = {
         409: {"model": ErrorOut, "description": "No usable algorithm for this problem."},
         413: {"model": ErrorOut, "description": "Upload or problem over the size limits."},
         422: {"model": ErrorOut, "description": "Wrong shapes, dtypes, fields or algorithm."},
+        429: BUSY,
     },
 )
 def convolve(

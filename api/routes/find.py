@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from functools import partial
 from typing import Annotated, Any
 
@@ -9,9 +10,9 @@ from fastapi import APIRouter, Depends
 from fastapi.security import HTTPAuthorizationCredentials
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import MetricsDep, ServiceDep, SettingsDep, bearer, require_token
+from api.deps import MetricsDep, ServiceDep, SettingsDep, SlotsDep, bearer, require_token
 from api.routes.common import enforce_limits, limited_problem, request_device
-from api.schemas import WRITE_RESPONSES, ErrorOut, FindRequest, FindResponse
+from api.schemas import BUSY, WRITE_RESPONSES, ErrorOut, FindRequest, FindResponse
 from tuner.errors import NotInDatabase
 
 router = APIRouter(prefix="/v1", tags=["find"])
@@ -29,11 +30,12 @@ READ_MODES = frozenset({"cached", "heuristic"})
               "is neither stored nor predictable."},
         413: {"model": ErrorOut, "description": "Problem over the size limits or memory."},
         422: {"model": ErrorOut, "description": "Invalid problem, device or mode."},
+        429: BUSY,
     },
 )
 async def find(
     body: FindRequest, settings: SettingsDep, metrics: MetricsDep, facade: ServiceDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    slots: SlotsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> dict[str, Any]:
     """Every algorithm once, fastest usable first; `best` is null when none is usable.
 
@@ -56,7 +58,9 @@ async def find(
     if results is None:
         call = partial(facade.find, problem, device, body.workspace_limit, mode=body.mode)
         try:
-            results = await run_in_threadpool(call)
+            # A find that may measure holds a slot (429 when none is free); a read does not.
+            with nullcontext() if reads else slots.taken():
+                results = await run_in_threadpool(call)
         except NotInDatabase:
             metrics.record_find(None)
             raise
