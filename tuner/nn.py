@@ -82,6 +82,13 @@ def _math(x: Tensor) -> str:
     return "fp32"
 
 
+class InputError(ValueError, RuntimeError):
+    """An input the module cannot convolve (wrong rank, channels, dtype or size): a
+    ValueError, as convtune raises, and a RuntimeError, as nn.Conv2d raises for it, so that
+    code written for nn.Conv2d catches it too (it raised a plain ValueError, which an
+    `except RuntimeError` let through: a review of the torch ecosystem, 2026-11-30)."""
+
+
 class Conv2d(nn.Conv2d):
     """`torch.nn.Conv2d` whose forward pass runs convtune's tuned plan.
 
@@ -150,10 +157,18 @@ class Conv2d(nn.Conv2d):
 
     def forward(self, input: Tensor) -> Tensor:
         """Convolution (and bias) through convtune, and so are the gradients."""
+        try:
+            return self._forward(input)
+        except ValueError as exc:
+            if isinstance(exc, RuntimeError):
+                raise
+            raise InputError(str(exc)) from None
+
+    def _forward(self, input: Tensor) -> Tensor:
         if isinstance(input, torch.fx.Proxy):
             return self._symbolic(input)  # type: ignore[no-any-return]
         if input.dim() == 3:  # unbatched (c, h, w), which nn.Conv2d takes too
-            return self.forward(input.unsqueeze(0)).squeeze(0)
+            return self._forward(input.unsqueeze(0)).squeeze(0)
         w, bias = self.weight, self.bias
         kind = input.device.type  # autocast knows no meta device: it raises for one
         if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
@@ -224,4 +239,5 @@ def convert(model: M, *, workspace_limit: int | None = None, db: str | None = No
     return model
 
 
-__all__ = ["Conv2d", "conv2d", "conv2d_backward_data", "conv2d_backward_filter", "convert"]
+__all__ = ["Conv2d", "InputError", "conv2d", "conv2d_backward_data", "conv2d_backward_filter",
+           "convert"]

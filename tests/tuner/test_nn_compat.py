@@ -174,3 +174,26 @@ def test_a_problem_no_algorithm_of_ours_serves_falls_back_to_pytorch(db_url: str
         torch.testing.assert_close(ours(x).double(), expected, rtol=2e-2, atol=2e-2)
     ours(x).sum().backward()
     assert x.grad is not None and ours.weight.grad is not None
+
+
+# Bug (a review of the torch ecosystem, 2026-11-30, left open then): the module raised a
+# plain ValueError where nn.Conv2d raises RuntimeError, so code written for nn.Conv2d
+# (`except RuntimeError`) let ours through.
+@pytest.mark.parametrize("shape, dtype, why", [
+    ((1, 3, 8, 8), torch.float32, "channels"),
+    ((1, 4, 2, 2), torch.float32, "larger than the padded input"),
+    ((1, 1, 4, 8, 8), torch.float32, "4-D"),
+    ((4, 8, 8), torch.float64, "float64"),
+])
+def test_a_bad_input_raises_what_nn_conv2d_raises_too(
+        db_url: str, shape: tuple[int, ...], dtype: Any, why: str) -> None:
+    reference = nn.Conv2d(4, 6, 3)
+    with pytest.raises(RuntimeError):
+        reference(torch.randn(shape, dtype=dtype))
+    ours = Conv2d(4, 6, 3, db=db_url)
+    for grad in (False, True):
+        x = torch.randn(shape, dtype=dtype, requires_grad=grad)
+        with pytest.raises(RuntimeError, match=why) as raised:
+            ours(x)
+        assert isinstance(raised.value, ValueError)
+        assert len(str(raised.value).splitlines()) == 1
