@@ -5,7 +5,8 @@
   store unusable or read-only;
 - `rows`: plain values (a measurement row, UTC times, column bounds);
 - `keys`: device and problem ids; `find`: the find path's reads and writes;
-- `reports`: listings; `claims`: who measures what; `bundles`: export and merge;
+- `reports`: listings; `prune`: deleting measurements; `claims`: who measures what;
+  `bundles`: export and merge;
 - `jobs`: the HTTP service's background jobs.
 """
 

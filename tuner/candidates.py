@@ -16,6 +16,12 @@ from tuner.devices import implementation_hash
 from tuner.results import AlgorithmResult
 
 
+def impl_hash_of(algorithm: Algorithm, backend: str) -> str:
+    """The implementation hash `algorithm`'s measurements are stored under: its own, else
+    its backend's."""
+    return getattr(algorithm, "impl_hash", None) or implementation_hash(backend)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One algorithm configuration, with its workspace for the problem at hand."""
@@ -59,7 +65,7 @@ def enumerate_candidates(
                 time_ms=None, workspace_bytes=0, error=support.reason,
             ))
             continue
-        digest = getattr(algorithm, "impl_hash", None) or implementation_hash(backend)
+        digest = impl_hash_of(algorithm, backend)
         for config in algorithm.configs(problem):
             candidates.append(Candidate(
                 algorithm, config, algorithm.workspace_bytes(problem, config), digest

@@ -29,9 +29,10 @@ from db import reports
 from db.engine import Store, is_open, open_store, opened_store
 from db.errors import StoreReadOnly, StoreUnusable
 from db.location import default_url
+from db.prune import Pruned
 from db.rows import MeasurementRow  # the fields of each listed result (api.schemas)
 from db.urls import check_url, describe_url
-from tuner import bundles
+from tuner import bundles, pruning
 from tuner import results as R
 from tuner.answers import AnswerCache
 from tuner.candidates import validate_workspace_limit, within_limit
@@ -269,6 +270,16 @@ class Service:
                 session=session, filters=filters, limit=limit, offset=offset
             )
 
+    def prune(self, *, device: str | None = None, older_than_days: float | None = None,
+              stale: bool = False, delete: bool = False) -> Pruned:
+        """The stored measurements matching every criterion given (tuner.pruning.prune),
+        deleted if `delete`, and the answers kept in memory with them."""
+        pruned = pruning.prune(self.store, device=device, older_than_days=older_than_days,
+                               stale=stale, delete=delete)
+        if delete and pruned.matched:
+            self.answers.clear()
+        return pruned
+
     def devices(self, default: str | None = None) -> dict[str, Any]:
         """Devices here (with fingerprints), CUDA availability, and devices in the store."""
         ok, why = cuda_available()
@@ -349,8 +360,8 @@ def _used(kept: OrderedDict[Any, Any], key: Hashable) -> None:
         pass
 
 __all__ = ["JOB_FINISHED", "JOB_STALE_AFTER_KEY", "MAX_PLANS", "MODES", "Answer",
-           "MeasurementRow", "Service", "StoreReadOnly", "StoreUnusable", "check_url",
-           "default_url", "describe_url", "service"]
+           "MeasurementRow", "Pruned", "Service", "StoreReadOnly", "StoreUnusable",
+           "check_url", "default_url", "describe_url", "service"]
 
 #: What a job's stored snapshot says, for the HTTP layer (which does not import db).
 JOB_FINISHED, JOB_STALE_AFTER_KEY = stored_jobs.FINISHED, stored_jobs.STALE_AFTER_KEY

@@ -1,4 +1,4 @@
-"""Core commands: find, tune, results, devices, algorithms."""
+"""Core commands: find, tune, results, prune, devices, algorithms."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
@@ -34,6 +35,7 @@ from tuner.cli.arguments import (
     usable_device,
 )
 from tuner.cli.tables import stored_results_table
+from tuner.pruning import current_hashes
 from tuner.quiet import periodic
 from tuner.results import AlgorithmResult
 from tuner.service import Service, service
@@ -242,6 +244,37 @@ def results(
         return
     console = stdout()
     console.print(stored_results_table(total, offset, page, console.width))
+
+
+@app.command()
+def prune(
+    stale: Annotated[bool, typer.Option(
+        "--stale", help="Measurements of older convtune code: this version never reads them "
+        "(hosts of other versions sharing the store do, and the cost model learns from them).",
+    )] = False,
+    older_than: Annotated[float | None, typer.Option(
+        "--older-than", min=0, help="Measured more than this many days ago.")] = None,
+    device: Annotated[str | None, typer.Option(
+        "--device", help="Of devices whose fingerprint starts with this.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Delete them (else only count them).")
+                   ] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete the stored measurements matching every criterion given (counted only, without
+    --yes)."""
+    pruned = service(stored_url(db)).prune(device=device, older_than_days=older_than,
+                                           stale=stale, delete=yes)
+    unjudged = current_hashes()[1] if stale else {}
+    for backend, why in unjudged.items():  # its rows are never called stale
+        print(f"convtune: note: the {backend} backend cannot load here ({why}): its "
+              "measurements were left alone", file=sys.stderr)
+    if as_json:
+        print(json.dumps(asdict(pruned)))
+        return
+    done = "deleted" if yes else "would delete"
+    hint = "; run again with --yes to delete them" if pruned.matched and not yes else ""
+    print(f"{done} {pruned.matched} of {pruned.total} measurements{hint}")
 
 
 @app.command()
