@@ -93,3 +93,26 @@ def test_fallback_order_is_pure() -> None:
     r = [row("direct", 1.0)]
     assert fallback_order({"kind": "cuda", "name": "Y", "arch": "9.0", "units": 90},
                           [(cpu, r), (dev, r), (dev, [])]) == [(SAME_ARCHITECTURE, dev, r)]
+
+
+def test_ties_go_to_the_most_recently_measured_device() -> None:
+    # Pins fallback_order's tie-breaks: of same-model devices agreeing on as many fields, and
+    # of same-architecture ones as near in units (above or below), the one whose newest
+    # measurement is the most recent comes first.
+    here = {"kind": "cuda", "name": "X", "arch": "9.0", "units": 100, "driver": "1"}
+
+    def device(name: str, units: int, fingerprint: str) -> dict[str, object]:
+        return {"kind": "cuda", "name": name, "arch": "9.0", "units": units,
+                "fingerprint": fingerprint, "info": {"driver": "2"}}
+
+    old_model, new_model = device("X", 100, "old"), device("X", 100, "new")
+    below, above = device("Y", 90, "below"), device("Y", 110, "above")
+    others = [
+        (old_model, [row("direct", 1.0, at=later(5)), row("fft", 1.0, at=later(6))]),
+        (new_model, [row("direct", 1.0), row("fft", 1.0, at=later(10))]),  # oldest, newest
+        (below, [row("direct", 1.0, at=later(1))]),
+        (above, [row("direct", 1.0, at=later(2))]),
+    ]
+    assert [(source, d) for source, d, _ in fallback_order(here, others)] == [
+        (SAME_MODEL, new_model), (SAME_MODEL, old_model),
+        (SAME_ARCHITECTURE, above), (SAME_ARCHITECTURE, below)]

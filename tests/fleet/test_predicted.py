@@ -72,3 +72,29 @@ def test_a_failure_message_with_a_nul_is_stored_as_data(store_url: str) -> None:
     stored = {r.algorithm: r for r in tuner(store_url, Fake("good"), RaisesWithNul("nul"))
               .find(small_problem(), "cpu", mode="cached")}
     assert stored["nul"].error == found["nul"].error and stored["good"].status == R.OK
+
+
+def test_no_prediction_across_directions_maths_or_channel_multipliers(db_url: str) -> None:
+    # Pins that a prediction's neighbour has the problem's direction, math and grouping: a
+    # backward pass, TF32 arithmetic, or a grouped convolution with a channel multiplier
+    # (k = 2c) is another kind of work than the forward FP32 dense or depthwise one measured.
+    algos = (Fake("a"),)
+    tuner(db_url, *algos).find(small_problem(n=2), "cpu")
+    tuner(db_url, *algos).find(small_problem(n=2, c=6, k=6, groups=6), "cpu")  # depthwise
+    assert tuner(db_url, *algos).find(small_problem(n=4), "cpu", mode="cached")
+    for other in (small_problem(n=4, direction="backward_data"),
+                  small_problem(n=4, direction="backward_filter"), small_problem(n=4, math="tf32"),
+                  small_problem(n=4, c=6, k=12, groups=6)):
+        with pytest.raises(NotInDatabase):
+            tuner(db_url, *algos).find(other, "cpu", mode="cached")
+
+
+def test_the_nearest_problem_is_nearest_in_every_size(db_url: str) -> None:
+    # Pins the distance over n, c, h, w and k alike: of two neighbours, one twice the batch
+    # away and one with four times the filters (k), the first is nearer.
+    algos = (Fake("a"),)
+    near = tuner(db_url, *algos).find(small_problem(n=2), "cpu")[0]
+    tuner(db_url, *algos).find(small_problem(n=4, k=24), "cpu")
+    got = tuner(db_url, *algos).find(small_problem(n=4), "cpu", mode="cached")[0]
+    assert got.source == R.PREDICTED and "n2 c4 9x7" in (got.note or "")
+    assert got.time_ms == pytest.approx(2 * near.time_ms)  # type: ignore[operator]

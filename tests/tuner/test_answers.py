@@ -9,11 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from db import find as store_find
 from db.engine import open_store
 from tests.tuner.fakes import small_problem
+from tuner import results as R
 from tuner.results import AlgorithmResult
 from tuner.service import Service
 
@@ -162,3 +164,77 @@ def test_an_invalidation_survives_gets_that_reorder_the_table(
     monkeypatch.setattr(answers, "_about", reordering)
     cache.invalidate("fp", problems[1])
     assert cache.get(keys[1]) is None and cache.get(keys[0]) == "old"
+
+
+def test_a_kept_prediction_is_dropped_when_its_neighbour_is_retuned(db_url: str) -> None:
+    # Pins that a prediction kept in the answer cache (a `broad` answer) is dropped by this
+    # process's write of another problem: it rests on the rows of the problem it was scaled
+    # from, so a re-tune of that one must show in the next cached find at once.
+    facade = Service(open_store(db_url), cache_check_s=3600)
+    near, wanted = small_problem(n=2), small_problem(n=4)  # twice the work, never measured
+    facade.find_candidates(near, "cpu")  # tunes
+    kept = facade.find_candidates(wanted, "cpu", mode="cached")  # predicted, then kept
+    assert {r.source for r in kept} == {R.PREDICTED, R.NOT_MEASURED}  # unsupported: not
+    assert facade.find_candidates(wanted, "cpu", mode="cached") == kept  # from memory
+    retuned = {(r.algorithm, r.config): r.time_ms
+               for r in facade.find_candidates(near, "cpu", mode="tune") if r.time_ms}
+    after = {(r.algorithm, r.config): r.time_ms
+             for r in facade.find_candidates(wanted, "cpu", mode="cached") if r.time_ms}
+    assert after and after == pytest.approx({k: 2 * ms for k, ms in retuned.items()})
+
+
+def test_an_answer_computed_across_an_invalidation_is_not_kept(db_url: str) -> None:
+    # Pins put()'s guard: an answer whose token was taken before a write of this process
+    # (another thread's re-tune or import committed meanwhile) was computed from the old
+    # rows, and is not kept; one taken after it is.
+    from tuner import answers
+
+    cache = answers.AnswerCache(open_store(db_url), check_s=3600)
+    problem = small_problem(h=int(np.random.default_rng().integers(5, 12)))
+    key = ("fp", problem, None, "auto")
+    for write in (lambda: cache.invalidate("fp", problem), cache.clear):
+        token = cache.token()
+        write()
+        cache.put(key, token, "stale")
+        assert cache.get(key) is None
+        cache.put(key, cache.token(), "fresh")
+        assert cache.get(key) == "fresh"
+        cache.clear()
+
+
+def test_a_new_answer_of_a_kept_key_evicts_nothing_and_counts_as_used(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pins put() on a full cache: a new answer of a kept key takes no other answer out, and
+    # makes that key the most recently used; a prediction (broad) taken out leaves no trace
+    # (the broad keys stay bounded by the cap, like the answers).
+    from tuner import answers
+
+    monkeypatch.setattr(answers, "MAX_ENTRIES", 3)
+    cache = answers.AnswerCache(open_store(db_url), check_s=3600)
+    for key in "abc":
+        cache.put(key, cache.token(), key.upper())
+    cache.put("b", cache.token(), "B2")  # full, but b is kept: nothing goes
+    assert len(cache) == 3
+    cache.put("a", cache.token(), "A2")  # the least recently used becomes the most
+    cache.put("d", cache.token(), "D")  # c goes, not a
+    assert [cache.get(k) for k in "abcd"] == ["A2", "B2", None, "D"]
+    for n in range(20):
+        cache.put(("broad", n), cache.token(), n, broad=True)
+    assert len(cache) == 3 and len(cache._broad) <= 3
+
+
+def test_own_write_generations_noted_between_checks_stay_bounded(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pins MAX_OWN: a process that writes without asking for answers (no check runs) notes
+    # at most MAX_OWN of its write generations, not one per write for good.
+    from tuner import answers
+
+    monkeypatch.setattr(answers, "MAX_OWN", 3)
+    cache = answers.AnswerCache(open_store(db_url), check_s=3600)
+    cache.current()  # one read of the store's counter: what later generations follow
+    seen = cache._seen or 0
+    for generation in range(seen + 1, seen + 20):
+        cache.invalidate("fp", small_problem(), generation)
+    assert 0 < len(cache._own) <= 3

@@ -197,3 +197,47 @@ def test_a_write_returns_the_generation_it_produced(db_url: str) -> None:
     assert save([]) is None  # nothing written, nothing counted
     with store.session() as session:
         assert store_find.generation(session=session) == start + 3
+
+
+def test_the_store_s_counter_is_read_once_per_check_interval(
+    db_url: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pins $CONVTUNE_CACHE_CHECK_S: answers read the store's counter at most once per
+    # interval (issue 9: a cached find that reads the database costs most of convolve()).
+    reads: list[int] = []
+    generation = store_find.generation
+
+    def counted(*, session: Any) -> int:
+        reads.append(1)
+        return generation(session=session)
+
+    monkeypatch.setattr(store_find, "generation", counted)
+    cache = answers_module.AnswerCache(open_store(db_url), check_s=CHECK_S)
+    for _ in range(5):
+        assert cache.get(("fp", P, None, "auto")) is None
+    assert len(reads) == 1
+    clock.due()
+    cache.get(("fp", P, None, "auto"))
+    assert len(reads) == 2
+
+
+def test_own_writes_noted_before_a_store_went_back_mask_no_foreign_write(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pins that a store whose counter went back (replaced) forgets the write numbers this
+    # process noted: kept, a number the new store reaches by another process's write was
+    # taken for ours, and that write's stale answer served.
+    counter = {"now": 6}
+    monkeypatch.setattr(store_find, "generation", lambda *, session: counter["now"])
+    cache = answers_module.AnswerCache(open_store(db_url), check_s=0)  # checks every time
+    key = ("fp", P, None, "auto")
+    cache.current()
+    cache.invalidate("fp", Q, generation=7)  # our write, reported before any check
+    counter["now"] = 5  # the store is replaced, its counter behind
+    cache.current()
+    counter["now"] = 6  # another process writes
+    cache.put(key, cache.token(), "answer")
+    assert cache.get(key) is None  # a check saw 6: not ours
+    cache.put(key, cache.token(), "answer")
+    counter["now"] = 7  # another process writes again: number 7 is not ours in this store
+    assert cache.get(key) is None

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from algorithms.runtime import TimingPolicy
 from db.engine import open_store
+from db.rows import MeasurementRow
+from tests.fleet.helpers import row
 from tests.tuner.fakes import small_problem
 from tests.tuner.test_timing import Clocked, Script, Scripted, steady, tuner_for
 from tuner import results as R
-from tuner.results import AlgorithmResult, per_algorithm, rank
+from tuner.errors import NoUsableAlgorithm
+from tuner.measuring import failure_text, out_of_memory
+from tuner.results import AlgorithmResult, best_of, per_algorithm, rank, within, within_noise
 from tuner.tuning import Tuner
 
 POLICY = TimingPolicy(warmup=1, budget_s=60.0, min_reps=3, max_reps=5, batch_below_ms=0)
@@ -81,6 +86,17 @@ def test_a_timer_s_bad_sample_fails_its_candidate_only(db_url: str, bad: float) 
     assert again[0].algorithm == "good"
 
 
+def test_a_zero_warm_up_probe_fails_nothing(db_url: str) -> None:
+    # Pins that a warm-up probe of 0 ms (a timer too coarse for one short run) is allowed:
+    # it sets no batch, and only a timed sample of 0 ms fails its candidate.
+    runtime = Scripted({"coarse": _then([0.0], 1.0), "other": steady(1.2)})
+    tuner = tuner_for(db_url, runtime, POLICY,
+                      *(Clocked(n, runtime) for n in ("coarse", "other")))
+    found = {r.algorithm: r for r in tuner.find_candidates(small_problem(), "cpu")}
+    assert (found["coarse"].status, found["coarse"].time_ms) == (R.OK, 1.0)
+    assert found["coarse"].error is None and found["other"].status == R.OK
+
+
 class _ByProblem(Scripted):
     """Times by problem height: each algorithm's speed differs between the two problems."""
 
@@ -142,6 +158,22 @@ def test_an_out_of_memory_failure_is_reported_not_stored(db_url: str) -> None:
     assert later.best(small_problem(), "cpu").algorithm == "best"
 
 
+def test_every_kind_of_out_of_memory_failure_is_told_apart() -> None:
+    # Pins out_of_memory's marks: NumPy's MemoryError says only "Unable to allocate", torch's
+    # OutOfMemoryError and the CUDA libraries' statuses say their own; other failures, and
+    # rows that did not fail, are stored.
+    size = int(np.random.default_rng().integers(1, 64))
+
+    def failed(exc: BaseException) -> MeasurementRow:
+        return row("a", None, status=R.FAILED, error=failure_text(exc))
+    for exc in (MemoryError(f"Unable to allocate {size}.0 GiB for an array"),
+                RuntimeError(f"CUBLAS_STATUS_ALLOC_FAILED after {size} calls"),
+                RuntimeError("cudaErrorMemoryAllocation: out of memory")):
+        assert out_of_memory(failed(exc)), exc
+    assert not out_of_memory(failed(RuntimeError(f"launch failed after {size} runs")))
+    assert not out_of_memory(row("a", 1.0, error="MemoryError: noted, not failed"))
+
+
 # Bug: racing stopped a candidate against the overall leader, and its few samples were
 # stored like a full measurement: tuned with no limit (the leader needing a large
 # workspace), a later find under workspace_limit=0 ranked two such short runs, one of which
@@ -162,3 +194,61 @@ def test_racing_never_decides_an_answer_under_a_workspace_limit(db_url: str) -> 
     limited = tuner_for(db_url, again, POLICY, *algos(again)).find_candidates(
         small_problem(), "cpu", workspace_limit=0)
     assert limited[0].algorithm == "C1" and not again.samples  # from the store
+
+
+def _unusable(name: str, config: str, status: str, ws: int = 0) -> AlgorithmResult:
+    return AlgorithmResult(algorithm=name, config=config, status=status, time_ms=None,
+                           workspace_bytes=ws, error=status)
+
+
+# Pins which configuration find() reports for each algorithm: a usable one over any other,
+# a measured failure (failed, wrong_result) over one over the workspace limit, the first
+# failure seen, and of over-limit ones the smallest workspace (the first of equals).
+def test_each_algorithm_is_represented_by_its_most_telling_configuration() -> None:
+    rng = np.random.default_rng()
+    a_ms, f_ms = (float(t) for t in rng.uniform(0.5, 2.0, size=2))
+    results = [
+        _unusable("A", "c1", R.FAILED), _result("A", "c2", a_ms, 64),
+        _unusable("B", "c1", R.OVER_WORKSPACE_LIMIT, 100),
+        _unusable("B", "c2", R.WRONG_RESULT, 500),
+        _unusable("C", "c1", R.WRONG_RESULT, 500),
+        _unusable("C", "c2", R.OVER_WORKSPACE_LIMIT, 100),
+        _unusable("D", "c1", R.OVER_WORKSPACE_LIMIT, 300),
+        _unusable("D", "c2", R.OVER_WORKSPACE_LIMIT, 200),
+        _unusable("D", "c3", R.OVER_WORKSPACE_LIMIT, 200),
+        _unusable("E", "c1", R.FAILED), _unusable("E", "c2", R.WRONG_RESULT),
+        _result("F", "c", f_ms, 0),
+    ]
+    chosen = per_algorithm(rank(results))
+    assert {r.algorithm: r.config for r in chosen} == {
+        "A": "c2", "B": "c2", "C": "c1", "D": "c2", "E": "c1", "F": "c"}
+    assert [r.usable for r in chosen] == [True, True] + [False] * 4
+
+
+# Pins that only a result with a time is usable: a model's "not predicted" entry (status
+# ok, no time) once sorted as 0 ms would rank first and be the best.
+def test_a_result_without_a_time_is_never_ranked_first_or_chosen() -> None:
+    timed = _result("timed", "c", float(np.random.default_rng().uniform(0.5, 2.0)), 0)
+    untimed = AlgorithmResult(algorithm="untimed", config="c", status=R.OK, time_ms=None,
+                              workspace_bytes=0, source=R.PREDICTED)
+    ranked = rank([untimed, timed])
+    assert [r.algorithm for r in ranked] == ["timed", "untimed"] and not untimed.usable
+    assert best_of(ranked, small_problem(), "cpu", None).algorithm == "timed"
+    with pytest.raises(NoUsableAlgorithm, match="untimed/c: ok"):
+        best_of(rank([untimed]), small_problem(), "cpu", None)
+
+
+# Pins the two boundaries of verdicts and ties: an error exactly at the tolerance is ok
+# (measuring and the bundle check agree by it), and a median exactly 1% above the fastest's
+# is a tie, 1% measured against the fastest (values exact in binary floating point).
+def test_tolerance_and_tie_bands_include_their_bound() -> None:
+    limit = float(np.random.default_rng().uniform(1e-6, 1e-2))
+    assert within(limit, limit) and not within(float(np.nextafter(limit, 1.0)), limit)
+    assert not within(float("nan"), limit) and not within(float("inf"), limit)
+    fast = _result("fast", "c", 100.0, 1 << 20)
+    assert within_noise(fast, _result("x", "c", 101.0, 0))  # 1.0 <= 0.01 x 100.0
+    assert not within_noise(fast, _result("x", "c", 101.005, 0))  # 1% of 101.005 is not it
+    assert rank([fast, _result("x", "c", 101.0, 0)])[0].algorithm == "x"
+    unmeasured = AlgorithmResult(algorithm="u", config="c", status=R.FAILED, time_ms=None,
+                                 workspace_bytes=0)
+    assert not within_noise(unmeasured, fast) and not within_noise(fast, unmeasured)

@@ -18,10 +18,11 @@ from algorithms.cpu.runtime import CpuRuntime
 from algorithms.problem import ConvProblem
 from algorithms.runtime import TimingPolicy, batch_size, time_runs, warm_until_stable
 from db.engine import open_store
-from tests.tuner.fakes import Fake, small_problem
+from tests.fleet.helpers import row
+from tests.tuner.fakes import Fake, Wrong, small_problem
 from tuner import claims, quiet
 from tuner import results as R
-from tuner.racing import RacePolicy
+from tuner.racing import RacePolicy, challengers, contenders
 from tuner.results import AlgorithmResult, rank, within_noise
 from tuner.tuning import Tuner
 
@@ -200,6 +201,39 @@ def test_a_failure_in_the_confirmation_round_is_stored_and_the_rest_kept(db_url:
     assert tuner.best(small_problem(), "cpu").algorithm == "b"
 
 
+# Pins that when a candidate fails in the confirmation round, the others keep their first
+# pass's times: the round's are not mixed in (b's round here runs slower than its pass).
+def test_a_failed_round_leaves_the_others_their_first_pass_times(db_url: str) -> None:
+    rt = Scripted({"flaky": steady(1.0), "b": lambda i: 1.1 if i < 1 + 3 else 1.3,
+                   "c": steady(1.2)})
+    policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
+    flaky = FailsFrom("flaky", rt, first=6)  # fails at its warm-up in the round
+    tuner = tuner_for(db_url, rt, policy, flaky, Clocked("b", rt), Clocked("c", rt))
+    results = by_name(tuner.find_candidates(small_problem(), "cpu"))
+    assert rt.samples["b"] > 1 + 3  # the round did time b
+    assert results["flaky"].status == R.FAILED
+    assert (results["b"].time_ms, results["c"].time_ms) == (1.1, 1.2)
+    assert tuner.best(small_problem(), "cpu").algorithm == "b"
+
+
+@pytest.mark.parametrize("beside", ["alone", "a wrong one"])
+def test_a_lone_verified_candidate_is_timed_in_full(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, beside: str
+) -> None:
+    # Pins that the first pass is final, and takes the policy's max_reps, when fewer than two
+    # candidates pass verification: no round follows, so screen_reps must not cap it.
+    monkeypatch.setenv("CONVTUNE_CONFIRM_TOP", "3")
+    monkeypatch.setenv("CONVTUNE_SCREEN_REPS", "3")
+    rt = Scripted({"only": steady(1.0)})
+    policy = TimingPolicy(warmup=1, budget_s=60.0, min_reps=2, max_reps=8, batch_below_ms=0)
+    others = [] if beside == "alone" else [Wrong("wrong")]  # fails verification: untimed
+    tuner = tuner_for(db_url, rt, policy, Clocked("only", rt), *others)
+    results = by_name(tuner.find_candidates(small_problem(), "cpu"))
+    assert results["only"].reps == 8 and rt.samples["only"] == 1 + 8
+    if others:
+        assert results["wrong"].status == R.WRONG_RESULT
+
+
 @pytest.mark.parametrize("factor", ["1.5", "100"])
 def test_racing_stops_a_hopeless_candidate_after_min_reps(
     db_url: str, monkeypatch: pytest.MonkeyPatch, factor: str
@@ -220,7 +254,26 @@ def test_racing_stops_a_hopeless_candidate_after_min_reps(
     assert rank(list(results.values()))[0].algorithm == "lead"
 
 
-@pytest.mark.parametrize(("confirm_top", "confirm_reps"), [("3", None), ("1", None), ("3", "8")])
+def test_racing_spares_a_candidate_exactly_at_the_factor_and_the_budget_stops_all(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pins the race's bound (a fastest run of exactly factor x the leader's median is not
+    # clearly worse: timed in full) and the budget (spent: every lane stops at min_reps).
+    monkeypatch.setenv("CONVTUNE_CONFIRM_TOP", "1")  # the first pass is final
+    monkeypatch.setenv("CONVTUNE_RACE_FACTOR", "1.5")
+    speeds = {"lead": 1.0, "edge": 1.5, "out": 1.5000001}
+    for budget_s, reps in ((60.0, {"lead": 8, "edge": 8, "out": 3}),
+                           (0.0, {"lead": 3, "edge": 3, "out": 3})):
+        rt = Scripted({name: steady(ms) for name, ms in speeds.items()})
+        policy = TimingPolicy(warmup=1, budget_s=budget_s, min_reps=3, max_reps=8,
+                              batch_below_ms=0)
+        tuner = tuner_for(db_url, rt, policy, *(Clocked(name, rt) for name in speeds))
+        found = by_name(tuner.find_candidates(small_problem(), "cpu", mode="tune"))
+        assert {name: found[name].reps for name in speeds} == reps
+
+
+@pytest.mark.parametrize(("confirm_top", "confirm_reps"),
+                         [("3", None), ("1", None), ("3", "8"), ("2", None)])
 def test_first_pass_screens_and_the_round_decides(
     db_url: str, monkeypatch: pytest.MonkeyPatch, confirm_top: str, confirm_reps: str | None
 ) -> None:
@@ -245,9 +298,12 @@ def test_first_pass_screens_and_the_round_decides(
         assert all(results[name].reps == 20 for name in speeds)
         assert dict(rt.samples) == {name: 1 + 20 for name in speeds}
         return
-    assert results["fourth"].reps == 5 and rt.samples["fourth"] == 1 + 5
+    # A round of two (the smallest) screens the first pass as well (pinned by "2").
+    confirmed = list(speeds)[: int(confirm_top)]
+    for name in speeds.keys() - confirmed:  # screened only
+        assert results[name].reps == 5 and rt.samples[name] == 1 + 5
     round_reps = int(confirm_reps or 20)
-    for name in ("lead", "close", "third"):  # confirmed: the round's samples
+    for name in confirmed:  # confirmed: the round's samples
         assert results[name].reps == round_reps
         assert rt.samples[name] == (1 + 5) + (1 + round_reps)  # each pass: a warm-up first
 
@@ -367,6 +423,35 @@ def test_bad_race_settings_are_one_line_errors(monkeypatch: pytest.MonkeyPatch) 
         with pytest.raises(ValueError, match=field):
             RacePolicy(**{field: 0})
         monkeypatch.delenv(variable)
+
+
+def test_who_enters_and_who_challenges_the_confirmation_round() -> None:
+    # Pins the round's entry rules: the leader by median, then the others whose fastest run
+    # is within the race factor of its median (the bound included), ordered by fastest run,
+    # not by median, up to confirm_top in all. After a round: the best confirmed row and the
+    # unconfirmed ones strictly faster than it, fastest first, up to confirm_top - 1 of them.
+    race = RacePolicy(factor=1.5, confirm_top=3)
+    first = [row("L", 1.0, min_ms=0.9), row("X", 1.3, min_ms=1.05), row("Y", 1.2, min_ms=1.15),
+             row("Z", 1.1, min_ms=1.2), row("edge", 2.0, min_ms=1.5),
+             row("out", 1.6, min_ms=1.51), row("F", None, status=R.FAILED)]
+    assert contenders(first, race) == [0, 1, 2]
+    assert contenders(first, RacePolicy(factor=1.5, confirm_top=9)) == [0, 1, 2, 3, 4]
+    after = [row("L", 1.0), row("X", 1.3), row("Y", 1.2), row("Z", 0.95), row("edge", 0.9),
+             row("W", 0.97), row("tie", 1.0), row("out", 1.2), row("F", None, status=R.FAILED)]
+    assert challengers(after, {0, 1, 2}, race) == [0, 4, 3]
+    tied = [row("A", 1.0), row("B", 1.0), row("C", 1.1)]
+    assert challengers(tied, {0}, race) == []  # a tie does not challenge
+
+
+def test_a_confirm_top_of_zero_means_no_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pins that confirm_top may be 0 (non-negative; fewer than 2: no round), from the
+    # environment too, and that the first pass is then final.
+    policy = TimingPolicy(warmup=1, budget_s=60.0, min_reps=3, max_reps=20, batch_below_ms=0)
+    monkeypatch.setenv("CONVTUNE_CONFIRM_TOP", "0")
+    race = RacePolicy.from_env()
+    assert race.confirm_top == 0 and race.first_pass(policy, 4) == policy
+    with pytest.raises(ValueError, match="non-negative"):
+        RacePolicy(confirm_top=-1)
 
 
 def test_a_waiting_chore_runs_before_the_next_timed_region() -> None:

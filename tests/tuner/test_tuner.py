@@ -5,14 +5,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 from algorithms.cpu.runtime import CpuRuntime
 from algorithms.problem import ConvProblem
+from algorithms.reference import reference_conv, tolerance
 from algorithms.runtime import TimingPolicy
 from db.engine import open_store
 from tests.tuner.fakes import Fake, Lazy, Raises, Refuses, Wrong, small_problem
+from tests.tuner.test_timing import Clocked, Scripted, steady, tuner_for
 from tuner import results as R
+from tuner.candidates import validate_workspace_limit
 from tuner.errors import DeviceFault, NotInDatabase, NoUsableAlgorithm
 from tuner.results import within_noise
 from tuner.tuning import Tuner
@@ -41,6 +45,30 @@ def test_every_algorithm_once_usable_first(db_url: str) -> None:
     assert by["d"].status == R.UNSUPPORTED and by["d"].error == "only 1x1 filters"
     assert by["e"].status == R.WRONG_RESULT  # unwritten (NaN-poisoned) outputs are caught
     assert all(r.source == R.FRESH for r in results if r.status != R.UNSUPPORTED)
+
+
+class _Off(Fake):
+    """Correct but for a relative error of `off` on every output."""
+
+    def __init__(self, name: str, off: float) -> None:
+        super().__init__(name)
+        self.off = off
+
+    def run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
+        self.runs += 1
+        y[...] = reference_conv(x, w, problem) * (1 + self.off)
+
+
+def test_the_verdict_is_the_dtype_s_own_tolerance(db_url: str) -> None:
+    # Pins measuring's verdict: a relative error a third of the tolerance (float32's 1e-5
+    # for these) is ok, three times it wrong_result, whatever the inputs.
+    limit = tolerance("float32", "near")
+    tuner = make(db_url, _Off("near", limit / 3), _Off("far", 3 * limit))
+    by = {r.algorithm: r for r in tuner.find(small_problem(), "cpu")}
+    assert by["near"].status == R.OK and by["far"].status == R.WRONG_RESULT
+    assert by["far"].rel_error == pytest.approx(3 * limit, rel=0.05)
 
 
 class _Direct(Fake):
@@ -136,6 +164,14 @@ def test_bad_workspace_limit_and_mode(db_url: str) -> None:
             tuner.find(small_problem(), "cpu", workspace_limit=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="mode"):
         tuner.find(small_problem(), "cpu", mode="quick")
+
+
+def test_a_numpy_integer_workspace_limit_becomes_an_int() -> None:
+    # Pins validate_workspace_limit's promise of a plain int: a limit worked out with NumPy
+    # goes on as an int (into the answer cache's keys and messages), not as np.int64.
+    limit = np.int64(np.random.default_rng().integers(0, 1 << 40))
+    validated = validate_workspace_limit(limit)
+    assert type(validated) is int and validated == limit
 
 
 def test_second_find_answers_from_database(db_url: str) -> None:
@@ -259,3 +295,49 @@ def test_device_fault_stops_tuning_and_a_new_process_skips_the_culprit(
     assert "illegal memory access" in (results["b"].error or "")
     assert results["a"].source == results["c"].source == R.FRESH
     assert results["a"].status == results["c"].status == R.OK
+
+
+class _FaultyScripted(Scripted):
+    """A scripted clock that can lose the device, as _FaultyRuntime does."""
+
+    lost: str | None = None
+
+    def fault(self) -> str | None:
+        return self.lost
+
+
+class _KillsFrom(Clocked):
+    """A correct candidate whose run number `on` kills the device."""
+
+    def __init__(self, name: str, runtime: _FaultyScripted, on: int) -> None:
+        super().__init__(name, runtime)
+        self.on = on
+
+    def run(
+        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
+    ) -> None:
+        if self.runs + 1 >= self.on:
+            self.runs += 1
+            self.runtime.lost = "CUDARuntimeError: cudaErrorIllegalAddress"  # type: ignore[attr-defined]
+            raise RuntimeError("an illegal memory access was encountered")
+        super().run(x, w, y, workspace, problem, config)
+
+
+def test_a_device_fault_in_the_confirmation_round_names_its_culprit(db_url: str) -> None:
+    # Pins that a candidate killing the device in the confirmation round is the one the
+    # fault names and stores as failed (the culprit comes last of the rows), not the row
+    # that happened to be last.
+    runtime = _FaultyScripted({"killer": steady(1.0), "b": steady(1.1), "c": steady(1.2)})
+    policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
+    # Runs: 1 verification, 2 warm-up, 3-5 the first pass, 6 the round's warm-up.
+    killer = _KillsFrom("killer", runtime, on=6)
+    tuner = tuner_for(db_url, runtime, policy, killer, Clocked("b", runtime),
+                      Clocked("c", runtime))
+    with pytest.raises(DeviceFault, match=r"after killer/default failed \(RuntimeError"):
+        tuner.find(small_problem(), "cpu")
+    runtime.lost = None
+    stored = {r.algorithm: r for r in tuner.find(small_problem(), "cpu", mode="cached")}
+    killed = stored["killer"]
+    assert killed.status == R.FAILED and "illegal memory" in (killed.error or "")
+    assert stored["b"].status == stored["c"].status == R.OK  # their first pass's times
+
