@@ -119,3 +119,32 @@ def test_a_read_token_without_a_write_token_is_refused(db_url: str) -> None:
     text = refusal(Settings(db_url=db_url, read_token="reader"))
     assert text.startswith("$CONVTUNE_READ_TOKEN is set but $CONVTUNE_API_TOKEN is not")
     create_app(Settings(db_url=db_url, api_token="writer", read_token="reader"))
+
+
+# The secrets of `convtune serve` come from its environment: the write and read tokens, the
+# fleet key that checks pushes and the pull key that signs what it serves (empty: unset).
+def test_tokens_and_keys_are_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {"CONVTUNE_API_TOKEN": "writer", "CONVTUNE_READ_TOKEN": "reader",
+               "CONVTUNE_FLEET_KEY": "fleet", "CONVTUNE_PULL_KEY": "pull"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings.from_env()
+    assert (settings.api_token, settings.read_token, settings.fleet_key,
+            settings.pull_key) == ("writer", "reader", "fleet", "pull")
+    for name in secrets:
+        monkeypatch.setenv(name, "")
+    settings = Settings.from_env()
+    assert (settings.api_token, settings.read_token, settings.fleet_key,
+            settings.pull_key) == (None, None, None, None)
+
+
+# CONVTUNE_JOB_WORKERS=0 runs one job thread: a pool of none could run no job.
+def test_at_least_one_job_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONVTUNE_JOB_WORKERS", "0")
+    assert Settings.from_env().job_workers == 1
+
+
+# The documented default body limit, 64 MiB: a bundle of a few MiB pushes without a setting.
+def test_the_default_body_limit_is_64_mib(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CONVTUNE_MAX_BODY_BYTES", raising=False)
+    assert Settings().max_body_bytes == Settings.from_env().max_body_bytes == 64 * 2**20

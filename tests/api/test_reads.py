@@ -141,3 +141,12 @@ def test_metrics_are_per_app(make_client: Any) -> None:
     first.get("/healthz")
     text = second.get("/metrics").text
     assert _metric(text, "convtune_http_requests_total", route="/healthz") == 0
+
+
+# GET /v1/bundles?device=...: a prefix no stored fingerprint starts with is a 404 naming it,
+# one longer than any fingerprint (64 characters) a 422.
+def test_bundle_export_of_an_unknown_device(client: TestClient) -> None:
+    missing = client.get("/v1/bundles", params={"device": "ffffffffffff"})
+    assert missing.status_code == 404 and "no device" in missing.json()["detail"]
+    assert client.get("/v1/bundles", params={"device": "f" * 65}).status_code == 422
+    assert client.get("/v1/bundles").status_code == 200

@@ -63,3 +63,16 @@ def test_without_a_read_token_reads_are_open(make_client: Callable[..., Any]) ->
     assert client.post("/v1/find", json={**body, "mode": "cached"}).status_code == 200
     assert client.get("/v1/results").status_code == 200
     assert client.post("/v1/find", json=body).status_code == 401
+
+
+# A token is accepted only whole: a prefix of it, or an empty bearer, is refused in both
+# scopes.
+def test_a_prefix_of_a_token_is_refused(make_client: Callable[..., Any]) -> None:
+    client = make_client(api_token=WRITE, read_token=READ)
+    for given in (WRITE[:-1], READ[:-1], WRITE[:1]):
+        assert client.get("/v1/results", headers=auth(given)).status_code == 401, given
+        assert client.post("/v1/bundles", content=b"{}",
+                           headers=auth(given)).status_code == 401, given
+    empty = {"Authorization": "Bearer "}
+    assert client.get("/v1/results", headers=empty).status_code == 401
+    assert client.post("/v1/bundles", content=b"{}", headers=empty).status_code == 401

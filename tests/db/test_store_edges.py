@@ -239,3 +239,24 @@ def test_closing_stores_survives_uses_that_reorder_the_table(
     for i in range(engine.MAX_STORES + 2):
         open_store(f"sqlite:///{tmp_path}/{i}.db")
     assert engine.is_open(open_store(hot))
+
+
+# Exports and merges read ids in chunks (IN lists of _CHUNK ids): every id of every chunk is
+# read, so a store with more devices or problems than one chunk round-trips whole.
+def test_ids_beyond_one_chunk_export_and_merge_whole(
+    store_url: str, other_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.bundles import import_bundle
+
+    monkeypatch.setattr(db_bundles, "_CHUNK", 2)
+    store = open_store(store_url)
+    for units in (100, 101, 102):
+        seed(store, gpu(units=units), small_problem(), [row("direct", 1.0)])
+    for n in (2, 3, 4):
+        seed(store, H100, small_problem(n=n), [row("direct", 2.0)])
+    text = export_bundle(store)
+    assert len(stored(store)) == 6
+    other = open_store(other_url)
+    assert import_bundle(other, text)["added"] == 6
+    assert stored(other) == stored(store)
+    assert import_bundle(other, text)["unchanged"] == 6

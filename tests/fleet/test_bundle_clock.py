@@ -91,6 +91,11 @@ IMPOSSIBLE = {
         set_field("measurement", measured_at=(utcnow() + timedelta(days=1)).isoformat()),
         "in the future",
     ),
+    # Counts are never negative (a forged -1 was stored as it came).
+    "negative reps": (set_field("measurement", reps=-1), "reps must be a non-negative"),
+    "negative workspace": (
+        set_field("measurement", workspace_bytes=-1), "workspace_bytes must be a non-negative"
+    ),
     "newer schema_version": (set_header(schema_version=SCHEMA_VERSION + 1), "newer"),
     "schema_version not an integer": (set_header(schema_version="5"), "schema_version"),
     "schema_version missing": (set_header(schema_version=None), "schema_version"),
@@ -152,3 +157,24 @@ def _recorded(store: Any) -> list[Any]:
 
     with store.session() as session:
         return list(session.scalars(select(Measurement.recorded_at)))
+
+
+# A row that ranks exactly as old as the stored one (measured when the store recorded a row
+# dated ahead) is "unchanged", not a replacement: only a later rank replaces.
+def test_an_equally_ranked_row_does_not_replace(store_url: str, tmp_path: Path) -> None:
+    from db.bundles import merge_records
+    from db.rows import as_utc
+
+    store = open_store(store_url)
+    ahead = bundle_of(f"sqlite:///{tmp_path / 'ahead.db'}",
+                      row("fft", 1.0, at=utcnow() + timedelta(minutes=4)))
+    assert import_bundle(store, ahead)["added"] == 1
+    [recorded] = _recorded(store)
+    with store.session() as session:
+        counts = merge_records(
+            session=session, devices={HERE.fingerprint: HERE.info},
+            problems={0: small_problem().key()},
+            measurements=[(HERE.fingerprint, 0, row("fft", 5.0, at=as_utc(recorded)))],
+        )
+    assert (counts["unchanged"], counts["replaced"]) == (1, 0)
+    assert [r["time_ms"] for r in stored(store)] == [1.0]

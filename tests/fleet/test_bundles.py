@@ -158,3 +158,31 @@ def test_problem_keys_survive(db_url: str, other_url: str) -> None:
     seed(open_store(db_url), H100, p, [row("direct", 1.0)])
     bundle = read_bundle(export_bundle(open_store(db_url)))
     assert [ConvProblem.from_key(k) for k in bundle.problems.values()] == [p]
+
+
+# A bundle holding one measurement twice (two exports joined by hand, say) merges the newer
+# of its two records, in whichever order they come.
+def test_the_newer_of_two_records_of_one_measurement_is_merged(store_url: str) -> None:
+    from db.bundles import merge_records
+
+    older, newer = row("fft", 2.0, at=later(1)), row("fft", 1.0, at=later(2))
+    store = open_store(store_url)
+    for n, records in ((1, [older, newer]), (2, [newer, older])):
+        with store.session() as session:
+            counts = merge_records(
+                session=session, devices={H100.fingerprint: H100.info},
+                problems={0: small_problem(n=n).key()},
+                measurements=[(H100.fingerprint, 0, r) for r in records],
+            )
+        assert counts["added"] == 1
+    assert [r["time_ms"] for r in stored(store)] == [1.0, 1.0]
+
+
+# Problems are numbered by their key, not by the ids a store happened to give them: two
+# stores holding the same measurements export the same records.
+def test_stores_with_the_same_data_export_the_same_records(db_url: str, other_url: str) -> None:
+    problems = [small_problem(n=3), small_problem(n=1), small_problem(n=2)]
+    for url, order in ((db_url, problems), (other_url, problems[::-1])):
+        for p in order:
+            seed(open_store(url), H100, p, [row("direct", float(p.n))])
+    assert body(export_bundle(open_store(db_url))) == body(export_bundle(open_store(other_url)))

@@ -9,7 +9,7 @@ import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 
 import pytest
@@ -241,3 +241,94 @@ def test_waiting_for_a_live_claim_says_who_holds_it(
     with pytest.raises(ClaimTimeout, match="gpu-host-7:4242"):
         find_best_algorithm(small_problem(), "cpu", db=db_url)
     assert "being measured by gpu-host-7:4242:cafe00000000 (claim until" in caplog.text
+
+
+# Renewing pushes the expiry ahead: a renewed claim whose first lease ran out is still
+# held, so a crashed tuner's lease is not what decides while its owner keeps renewing.
+def test_renewing_pushes_the_expiry_ahead(store_url: str) -> None:
+    args = {"fingerprint": "f" * 32, "problem": '{"n":1}'}
+    with open_store(store_url).session() as s:
+        assert claims.try_claim(session=s, owner="a", ttl_s=-5, **args)  # already run out
+        assert claims.renew_claim(session=s, owner="a", ttl_s=600, **args)
+    with open_store(store_url).session() as s:
+        holder = claims.claim_holder(session=s, **args)
+        assert holder is not None
+        assert holder["expires_at"] - claims.db_now(session=s) > timedelta(seconds=500)
+        assert not claims.try_claim(session=s, owner="b", ttl_s=60, **args)
+        assert claims.claim_holder(session=s, **args)["owner"] == "a"  # type: ignore[index]
+
+
+# A claim has expired at its expiry instant itself (expires_at <= now), not only after it.
+def test_a_claim_is_expired_at_its_expiry_instant(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = {"fingerprint": "f" * 32, "problem": '{"n":1}'}
+    with open_store(store_url).session() as s:
+        now = claims.db_now(session=s)
+    monkeypatch.setattr(claims, "db_now", lambda session: now)
+    with open_store(store_url).session() as s:
+        assert claims.try_claim(session=s, owner="a", ttl_s=0, **args)
+    with open_store(store_url).session() as s:
+        assert claims.try_claim(session=s, owner="b", ttl_s=60, **args)
+        assert claims.claim_holder(session=s, **args)["owner"] == "b"  # type: ignore[index]
+
+
+# On PostgreSQL the server's clock judges expiry: a tuner whose host clock runs a day ahead
+# must not take over a live claim of another host.
+@pytest.mark.postgres
+def test_a_skewed_host_clock_does_not_expire_claims_on_postgresql(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = {"fingerprint": "f" * 32, "problem": '{"n":1}'}
+    with open_store(pg_url).session() as s:
+        assert claims.try_claim(session=s, owner="a", ttl_s=600, **args)
+
+    class DayAhead(datetime):
+        @classmethod
+        def now(cls, tz: tzinfo | None = None) -> DayAhead:
+            return cls.fromtimestamp(time.time() + 86400, tz)
+
+    monkeypatch.setattr(claims, "datetime", DayAhead)
+    with open_store(pg_url).session() as s:
+        assert not claims.try_claim(session=s, owner="b", ttl_s=600, **args)
+        assert claims.claim_holder(session=s, **args)["owner"] == "a"  # type: ignore[index]
+
+
+# Claiming one problem sweeps only that problem's expired claim: another problem's expired
+# claim stays its owner's until someone claims that problem, so its owner can still renew it.
+def test_claiming_one_problem_leaves_another_problems_expired_claim(store_url: str) -> None:
+    fingerprint = "f" * 32
+    with open_store(store_url).session() as s:
+        assert claims.try_claim(session=s, fingerprint=fingerprint, problem='{"n":1}',
+                                owner="a", ttl_s=-5)
+        assert claims.try_claim(session=s, fingerprint=fingerprint, problem='{"n":2}',
+                                owner="b", ttl_s=60)
+        assert claims.renew_claim(session=s, fingerprint=fingerprint, problem='{"n":1}',
+                                  owner="a", ttl_s=60)
+        assert [c["owner"] for c in claims.list_claims(session=s)] == ["a", "b"]
+
+
+# list_claims answers oldest first, whatever order the rows were written in.
+def test_claims_are_listed_oldest_first(store_url: str) -> None:
+    with open_store(store_url).session() as s:
+        now = claims.db_now(session=s)
+        for owner, age_s in (("newer", 10), ("older", 3600)):
+            s.execute(insert(Claim).values(
+                device_fingerprint="f" * 32, problem=f'{{"owner":"{owner}"}}', owner=owner,
+                claimed_at=now - timedelta(seconds=age_s), expires_at=now + timedelta(hours=1),
+            ))
+    with open_store(store_url).session() as s:
+        assert [c["owner"] for c in claims.list_claims(session=s)] == ["older", "newer"]
+
+
+# claim_holder answers for the one problem asked about, not for the device's other claims.
+def test_claim_holder_is_per_problem(store_url: str) -> None:
+    fingerprint = "f" * 32
+    with open_store(store_url).session() as s:
+        for owner, problem in (("a", '{"n":1}'), ("b", '{"n":2}')):
+            assert claims.try_claim(session=s, fingerprint=fingerprint, problem=problem,
+                                    owner=owner, ttl_s=60)
+    with open_store(store_url).session() as s:
+        holder = claims.claim_holder(session=s, fingerprint=fingerprint, problem='{"n":2}')
+        assert holder is not None and holder["owner"] == "b"
+        assert claims.claim_holder(session=s, fingerprint=fingerprint, problem='{"n":3}') is None

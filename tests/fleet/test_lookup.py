@@ -116,3 +116,21 @@ def test_ties_go_to_the_most_recently_measured_device() -> None:
     assert [(source, d) for source, d, _ in fallback_order(here, others)] == [
         (SAME_MODEL, new_model), (SAME_MODEL, old_model),
         (SAME_ARCHITECTURE, above), (SAME_ARCHITECTURE, below)]
+
+
+# Of two stand-ins alike in all else, the one whose current-code rows are newest answers:
+# rows of older code (another impl_hash) neither answer nor count towards being recent.
+def test_rows_of_older_code_do_not_make_a_stand_in_recent(db_url: str) -> None:
+    store = open_store(db_url)
+    recent = gpu(driver="550.54.15")
+    stale = gpu(driver="560.35.03")
+    seed(store, recent, small_problem(), [row("direct", 1.0, at=later(5)),
+                                          row("fft", 2.0, at=later(5))])
+    seed(store, stale, small_problem(), [
+        row("direct", 3.0, at=later(1)), row("fft", 4.0, at=later(1)),
+        row("direct", 0.5, impl_hash="fake-v0", at=later(60)),
+        row("fft", 0.5, impl_hash="fake-v0", at=later(60)),
+    ])
+    got = answer(db_url)
+    assert got == {"direct": (1.0, SAME_MODEL, recent.fingerprint),
+                   "fft": (2.0, SAME_MODEL, recent.fingerprint)}

@@ -199,3 +199,20 @@ def test_an_upgrade_that_fails_midway_leaves_the_store_as_it_was(
         assert stored_version(conn) == SCHEMA_VERSION
     assert [(r["algorithm"], r["time_ms"]) for r in stored(store)] == [("direct", 1.0),
                                                                        ("fft", 2.0)]
+
+
+# SQLite rebuilds the problems table at version 4 with the same ids: a store whose problem
+# ids have gaps (rows deleted by hand, say) keeps every measurement on its own problem.
+def test_version_4_keeps_problem_ids_with_gaps(db_url: str) -> None:
+    make_version_1(db_url)
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE problems SET id = 7"))
+        conn.execute(text("UPDATE measurements SET problem_id = 7"))
+    engine.dispose()
+    store = open_store(db_url)
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT id FROM problems")).scalars().all() == [7]
+    assert [(r["algorithm"], r["problem"]) for r in stored(store)] == [
+        ("direct", PROBLEM.describe()), ("fft", PROBLEM.describe()),
+    ]

@@ -48,6 +48,16 @@ def test_prediction_needs_every_candidate_measured(db_url: str) -> None:
         tuner(db_url, Fake("a"), Fake("b")).find(small_problem(n=4), "cpu", mode="cached")
 
 
+# Only rows of the current implementations predict: a neighbour measured by older code (another
+# impl_hash) stands in for nothing, as it would not answer for its own problem either.
+def test_no_prediction_from_rows_of_older_code(db_url: str) -> None:
+    tuner(db_url, Fake("a")).find(small_problem(n=2), "cpu")
+    new = Fake("a")
+    new.impl_hash = "fake-v2"
+    with pytest.raises(NotInDatabase):
+        tuner(db_url, new).find(small_problem(n=4), "cpu", mode="cached")
+
+
 def test_auto_mode_measures_instead_of_predicting(db_url: str) -> None:
     a = Fake("a")
     tuner(db_url, a).find(small_problem(n=2), "cpu")

@@ -14,7 +14,13 @@ from tests.fleet.helpers import gpu, row, seed, stored
 from tests.tuner.fakes import small_problem
 from tuner.bundles import export_bundle
 from tuner.fleet import pull_bundle, push_bundle
-from tuner.signing import ENV_FLEET_KEY, ENV_PULL_KEY, SIGNATURE_HEADER, sign
+from tuner.signing import (
+    ENV_FLEET_KEY,
+    ENV_PULL_KEY,
+    SIGNATURE_HEADER,
+    sign,
+    signature_refusal,
+)
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -125,3 +131,25 @@ def test_a_pull_refusal_names_the_key_checked_and_the_server_warns(
     assert "pushed bundles need no signature" in caplog.text
     create_app(Settings(db_url=db_url, fleet_key=KEY, pull_key=KEY))
     assert "give them different secrets" in caplog.text
+
+
+# The signature is HMAC-SHA256 of the bundle bytes under the key, as lowercase hex after
+# "hmac-sha256=": a fleet's other tools compute it themselves (a published test vector); every
+# byte of the key counts.
+def test_the_signature_is_hmac_sha256_of_the_bytes() -> None:
+    data = b"The quick brown fox jumps over the lazy dog"
+    assert sign(data, "key") == (
+        "hmac-sha256=f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8")
+    assert signature_refusal(data, sign(data, "key"), "key") is None
+    assert sign(data, "fleet-key-1") != sign(data, "fleet-key-2")
+
+
+# Every digit of the signature counts: one that differs only in its last hex digit, or is
+# cut short, is refused.
+def test_a_signature_altered_in_its_last_digit_is_refused() -> None:
+    data = b"bundle bytes"
+    good = sign(data, KEY)
+    altered = good[:-1] + ("0" if good[-1] != "0" else "1")
+    for bad in (altered, good[:-1], good[:20]):
+        refusal = signature_refusal(data, bad, KEY)
+        assert refusal is not None and refusal.startswith("invalid")

@@ -266,3 +266,28 @@ def test_a_configuration_whose_newest_row_failed_teaches_no_time(store_url: str)
                 key=problem.key(), rows=[row]), row=row))
     assert M.samples_from_store(store, "cpu")[1] == []
     assert M.sample_count(store, "cpu")[1] == 0
+
+
+# Newness is counted per configuration: each configuration of one algorithm on one problem
+# is a sample of its own (only older rows of the same configuration are left out).
+def test_every_configuration_of_an_algorithm_is_a_sample(store_url: str) -> None:
+    from db import find as store_find
+    from db.rows import MeasurementRow, utcnow
+    from tuner import results as R
+    from tuner.devices import identify
+
+    store = open_store(store_url)
+    cpu = identify("cpu")
+    problem = small_problem(n=1, c=4, k=8, h=8, w=8)
+    rows = [MeasurementRow(algorithm="x", config=config, impl_hash="new", status=R.OK,
+                           time_ms=time_ms, spread_ms=0.0, min_ms=None, reps=3,
+                           workspace_bytes=0, max_error=0.0, rel_error=0.0, error=None,
+                           measured_at=utcnow(), tuner_version="t")
+            for config, time_ms in (("tile_a", 0.01), ("tile_b", 0.02))]
+    store.write(lambda s: store_find.save_measurements(
+        session=s, fingerprint=cpu.fingerprint, device_info=cpu.info, key=problem.key(),
+        rows=rows))
+    with store.session() as s:
+        timed = store_find.load_timed_measurements(session=s, kind="cpu")
+        assert sorted(row.config for _key, _units, row, _device in timed) == ["tile_a", "tile_b"]
+        assert store_find.count_timed_measurements(session=s, kind="cpu") == 2
