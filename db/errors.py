@@ -6,10 +6,25 @@ from sqlalchemy.exc import DBAPIError
 
 from db.urls import describe_url
 
+#: SQLite's own text (sqlite3_errstr) of the primary result codes told apart here, by code.
+_SQLITE_MESSAGES = {
+    8: "attempt to write a readonly database",
+    11: "database disk image is malformed",
+    26: "file is not a database",
+}
+
 
 def sqlite_code(exc: BaseException | None) -> int:
-    """SQLite's primary result code of an sqlite3 error (of its extended code); 0 if none."""
-    return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    """SQLite's primary result code of an sqlite3 error (of its extended code); 0 if none.
+
+    sqlite3 errors carry `sqlite_errorcode` from Python 3.11 on; before, only SQLite's
+    message tells the code, so the few codes callers test for are read from it.
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None and exc is not None:
+        text = str(exc)
+        code = next((c for c, message in _SQLITE_MESSAGES.items() if message in text), 0)
+    return (code or 0) & 0xFF
 
 
 class StoreReadOnly(RuntimeError):
