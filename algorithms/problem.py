@@ -10,6 +10,7 @@ from typing import Any, SupportsIndex
 # NumPy has no bfloat16; importing ml_dtypes registers one, so np.dtype("bfloat16") works
 # wherever a problem's dtype name is turned into an array dtype.
 import ml_dtypes  # noqa: F401
+import numpy as np
 
 #: Data types a problem may name, with their size in bytes. float16 and bfloat16 are
 #: storage types: every algorithm accumulates them in float32.
@@ -63,7 +64,9 @@ KEY_FIELDS: tuple[str, ...] = (
 
 def as_int(value: object) -> int | None:
     """`value` as a Python int when it is an integer (NumPy's included, bools not), else None."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    # np.bool_ by type: its name is "bool" since NumPy 2, and NumPy before 2.3 (the last for
+    # Python 3.10) still gives operator.index of one as 0 or 1, with a DeprecationWarning.
+    if isinstance(value, (bool, np.bool_)):
         return None
     try:
         return operator.index(value)  # type: ignore[arg-type]
