@@ -204,8 +204,9 @@ class _Planted:
     def __init__(self, marker: Path) -> None:
         self.marker = marker
 
-    def __reduce__(self) -> tuple[object, tuple[str]]:
-        return (Path.touch, (str(self.marker),))  # type: ignore[return-value]
+    def __reduce__(self) -> tuple[object, tuple[Path]]:
+        # The Path itself, not its str: Python 3.10's Path.touch needs a Path's _accessor.
+        return (Path.touch, (self.marker,))
 
 
 def _plant(directory: Path, marker: Path) -> Path:
