@@ -96,6 +96,7 @@ def test_each_threads_default_stream_is_a_lane_of_its_own() -> None:
 
 def test_the_runtime_gives_each_threads_default_stream_a_lane(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")  # count_plan_calls stands in for torch's CUDA tensors
     from benchmarks import count_plan_calls
 
     cupy = count_plan_calls._cupy()  # a stand-in CuPy on GPU 0

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+pytest.importorskip("torch")  # the bridge is torch's; most cases ask torch for its types
+
 from algorithms.cuda import _torch_bridge
 from algorithms.cuda._torch_bridge import TorchBridge, is_torch
 

@@ -78,3 +78,20 @@ def test_a_store_that_cannot_be_opened_is_not_called_unusable(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a usable" not in err
     assert f"cannot open the SQLite database {path}: {message}" in err
+
+
+# Bug: on Python 3.10 sqlite3's errors carry no sqlite_errorcode (3.11 added it), so every
+# code read as 0: a corrupt file or a read-only store was reported as something else (a
+# read-only store as a 503 over HTTP, not the 403 it is).
+@pytest.mark.parametrize("error, code", [
+    (sqlite3.DatabaseError("file is not a database"), 26),
+    (sqlite3.DatabaseError("database disk image is malformed"), 11),
+    (sqlite3.OperationalError("attempt to write a readonly database"), 8),
+    (sqlite3.OperationalError("disk I/O error"), 0),
+])
+def test_sqlite_codes_are_read_where_errors_carry_none(
+        error: sqlite3.Error, code: int) -> None:
+    from db.errors import sqlite_code
+
+    assert not hasattr(error, "sqlite_errorcode")  # as every sqlite3 error on Python 3.10
+    assert sqlite_code(error) == code
