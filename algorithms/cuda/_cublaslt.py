@@ -159,14 +159,15 @@ class Lt:
         """The Matmul of a Shape (its fields, in order) on `device`, worked out on first
         use. Looked up by a plain tuple: on every call, a dataclass's construction and hash
         cost more than the rest of our path."""
-        found = self._matmuls.get((device, *shape))
+        key = (device, *shape)
+        found = self._matmuls.get(key)
         if found is None:
             handle = self._handles.get(device)
             if handle is None:
                 handle = ctypes.c_void_p()
                 check_status(self._lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
                 self._handles[device] = handle
-            found = self._matmuls[(device, *shape)] = Matmul(
+            found = self._matmuls[key] = Matmul(
                 self._lib, handle, Shape(*shape), self._workspace_bytes)
         return found
 

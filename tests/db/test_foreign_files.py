@@ -70,7 +70,7 @@ def test_a_store_that_cannot_be_opened_is_not_called_unusable(
 
     def failing(*args: object, **kwargs: object) -> None:
         error = sqlite3.OperationalError(message)
-        error.sqlite_errorcode = code  # what sqlite3 sets on the errors it raises
+        error.sqlite_errorcode = code  # type: ignore[attr-defined]  # as sqlite3 (3.11+) sets
         raise error
 
     monkeypatch.setattr(engine.sqlite3, "connect", failing)
