@@ -16,6 +16,7 @@ from db import find as store_find
 from db.engine import open_store
 from tests.tuner.fakes import small_problem
 from tuner import results as R
+from tuner.answers import AnswerCache
 from tuner.results import AlgorithmResult
 from tuner.service import Service
 
@@ -87,17 +88,23 @@ def test_check_interval_comes_from_the_environment(
         Service(open_store(db_url))
 
 
-def test_the_answer_cache_drops_the_least_recently_used(
-    db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Bug (a review of resource lifetimes): 65,536 answers kept first in first out, about
-    # 0.5 GB on the CPU and an estimated 2 GB for GPU answers, fillable by anonymous finds.
+def _full_cache(db_url: str, monkeypatch: pytest.MonkeyPatch) -> AnswerCache:
+    """An answer cache of three entries holding "a", "b" and "c" (answers "A", "B", "C")."""
     from tuner import answers
 
     monkeypatch.setattr(answers, "MAX_ENTRIES", 3)
     cache = answers.AnswerCache(open_store(db_url), check_s=3600)
     for key in "abc":
         cache.put(key, cache.token(), key.upper())
+    return cache
+
+
+def test_the_answer_cache_drops_the_least_recently_used(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Bug (a review of resource lifetimes): 65,536 answers kept first in first out, about
+    # 0.5 GB on the CPU and an estimated 2 GB for GPU answers, fillable by anonymous finds.
+    cache = _full_cache(db_url, monkeypatch)
     assert cache.get("a") == "A"  # used: b is now the least recently used
     cache.put("d", cache.token(), "D")
     assert [cache.get(k) for k in "abcd"] == ["A", None, "C", "D"]
@@ -208,12 +215,7 @@ def test_a_new_answer_of_a_kept_key_evicts_nothing_and_counts_as_used(
     # Pins put() on a full cache: a new answer of a kept key takes no other answer out, and
     # makes that key the most recently used; a prediction (broad) taken out leaves no trace
     # (the broad keys stay bounded by the cap, like the answers).
-    from tuner import answers
-
-    monkeypatch.setattr(answers, "MAX_ENTRIES", 3)
-    cache = answers.AnswerCache(open_store(db_url), check_s=3600)
-    for key in "abc":
-        cache.put(key, cache.token(), key.upper())
+    cache = _full_cache(db_url, monkeypatch)
     cache.put("b", cache.token(), "B2")  # full, but b is kept: nothing goes
     assert len(cache) == 3
     cache.put("a", cache.token(), "A2")  # the least recently used becomes the most
