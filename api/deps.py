@@ -55,18 +55,17 @@ async def get_metrics(request: Request) -> Metrics:
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 
-async def get_slots(request: Request) -> Slots:
-    """The app's slots for requests that measure or convolve."""
-    slots: Slots = request.app.state.slots
-    return slots
+def slots(request: Request) -> Slots:
+    """The app's slots for requests that measure or convolve (a plain function, not a
+    dependency: a find takes one only when it misses the answers kept in memory, and a
+    dependency would cost every cached find its resolution)."""
+    kept: Slots = request.app.state.slots
+    return kept
 
 
-SlotsDep = Annotated[Slots, Depends(get_slots)]
-
-
-async def running(slots: SlotsDep) -> AsyncIterator[None]:
+async def running(request: Request) -> AsyncIterator[None]:
     """Hold one of the app's slots while the route runs (429 when none is free)."""
-    with slots.taken():
+    with slots(request).taken():
         yield
 
 

@@ -6,11 +6,14 @@ from sqlalchemy.exc import DBAPIError
 
 from db.urls import describe_url
 
-#: SQLite's own text (sqlite3_errstr) of the primary result codes told apart here, by code.
+#: SQLite's primary result codes told apart here: a write to a read-only database, and a
+#: file that is not (or no longer) a database.
+SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_NOTADB = 8, 11, 26
+#: SQLite's own text (sqlite3_errstr) of those codes.
 _SQLITE_MESSAGES = {
-    8: "attempt to write a readonly database",
-    11: "database disk image is malformed",
-    26: "file is not a database",
+    SQLITE_READONLY: "attempt to write a readonly database",
+    SQLITE_CORRUPT: "database disk image is malformed",
+    SQLITE_NOTADB: "file is not a database",
 }
 
 
@@ -32,8 +35,6 @@ class StoreReadOnly(RuntimeError):
     holds, but nothing can be measured, imported or recorded in it."""
 
 
-#: SQLite's primary result code for a write to a read-only database.
-_SQLITE_READONLY = 8
 #: PostgreSQL's SQLSTATEs for a write refused: a read-only transaction (a standby, or
 #: default_transaction_read_only) and a role without the privilege.
 _PG_REFUSED_WRITES = frozenset({"25006", "42501"})
@@ -50,7 +51,7 @@ def refused_write(exc: DBAPIError, url: str,
                   advice: str = _READ_ONLY_ADVICE) -> StoreReadOnly | None:
     """StoreReadOnly, one line, if `exc` is the database refusing a write; else None."""
     orig = exc.orig
-    if (sqlite_code(orig) != _SQLITE_READONLY
+    if (sqlite_code(orig) != SQLITE_READONLY
             and getattr(orig, "sqlstate", None) not in _PG_REFUSED_WRITES):
         return None
     where = describe_url(url)
@@ -60,7 +61,3 @@ def refused_write(exc: DBAPIError, url: str,
 
 class StoreUnusable(RuntimeError):
     """The database at a URL cannot be used: another application's, or not a database."""
-
-
-#: SQLite's primary result codes that mean the file is not (or no longer) a database.
-SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26

@@ -25,8 +25,9 @@ def current_hashes() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
 
 
 def prune(store: Store, *, device: str | None = None, older_than_days: float | None = None,
-          stale: bool = False, delete: bool = False) -> Pruned:
-    """The measurements matching every criterion given (at least one), deleted if `delete`.
+          stale: bool = False, delete: bool = False) -> tuple[Pruned, dict[str, str]]:
+    """The measurements matching every criterion given (at least one), deleted if `delete`,
+    and {backend: why} for the backends whose rows `stale` left alone (see current_hashes).
 
     `stale`: rows of older code (an implementation hash this convtune does not compute for
     their algorithm on their device's backend), which no find of this version reads, though
@@ -44,6 +45,7 @@ def prune(store: Store, *, device: str | None = None, older_than_days: float | N
             raise ValueError(f"older_than_days must be a non-negative number of days, got "
                              f"{older_than_days!r}")
         before = datetime.now(timezone.utc) - timedelta(days=older_than_days)
-    current = current_hashes()[0] if stale else None
+    current, unjudged = current_hashes() if stale else (None, {})
     return store.write(lambda session: prune_measurements(
-        session=session, device=device, before=before, current=current, delete_rows=delete))
+        session=session, device=device, before=before, current=current, delete_rows=delete),
+    ), unjudged

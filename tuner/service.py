@@ -271,14 +271,15 @@ class Service:
             )
 
     def prune(self, *, device: str | None = None, older_than_days: float | None = None,
-              stale: bool = False, delete: bool = False) -> Pruned:
-        """The stored measurements matching every criterion given (tuner.pruning.prune),
-        deleted if `delete`, and the answers kept in memory with them."""
-        pruned = pruning.prune(self.store, device=device, older_than_days=older_than_days,
-                               stale=stale, delete=delete)
+              stale: bool = False, delete: bool = False) -> tuple[Pruned, dict[str, str]]:
+        """The stored measurements matching every criterion given, deleted if `delete`, and
+        the answers kept in memory with them; with the backends left alone
+        (tuner.pruning.prune)."""
+        pruned, unjudged = pruning.prune(self.store, device=device, stale=stale,
+                                         older_than_days=older_than_days, delete=delete)
         if delete and pruned.matched:
             self.answers.clear()
-        return pruned
+        return pruned, unjudged
 
     def devices(self, default: str | None = None) -> dict[str, Any]:
         """Devices here (with fingerprints), CUDA availability, and devices in the store."""

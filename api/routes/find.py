@@ -6,11 +6,11 @@ from contextlib import nullcontext
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import MetricsDep, ServiceDep, SettingsDep, SlotsDep, bearer, require_token
+from api.deps import MetricsDep, ServiceDep, SettingsDep, bearer, require_token, slots
 from api.routes.common import enforce_limits, limited_problem, request_device
 from api.schemas import BUSY, WRITE_RESPONSES, ErrorOut, FindRequest, FindResponse
 from tuner.errors import NotInDatabase
@@ -35,7 +35,7 @@ READ_MODES = frozenset({"cached", "heuristic"})
 )
 async def find(
     body: FindRequest, settings: SettingsDep, metrics: MetricsDep, facade: ServiceDep,
-    slots: SlotsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> dict[str, Any]:
     """Every algorithm once, fastest usable first; `best` is null when none is usable.
 
@@ -59,7 +59,7 @@ async def find(
         call = partial(facade.find, problem, device, body.workspace_limit, mode=body.mode)
         try:
             # A find that may measure holds a slot (429 when none is free); a read does not.
-            with nullcontext() if reads else slots.taken():
+            with nullcontext() if reads else slots(request).taken():
                 results = await run_in_threadpool(call)
         except NotInDatabase:
             metrics.record_find(None)

@@ -83,7 +83,7 @@ def test_a_pruned_answer_is_not_served_from_memory(db_url: str) -> None:
     store = open_store(db_url)
     with store.session() as session:
         generation = store_find.generation(session=session)
-    pruned = facade.prune(device=identify("cpu").fingerprint, delete=True)
+    pruned, _ = facade.prune(device=identify("cpu").fingerprint, delete=True)
     assert pruned.deleted and pruned.matched == pruned.total > 0
     with store.session() as session:
         assert store_find.generation(session=session) > generation

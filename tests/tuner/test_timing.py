@@ -175,16 +175,22 @@ def test_each_sample_starts_from_its_own_caches(db_url: str) -> None:
 class FailsFrom(Clocked):
     """A correct candidate whose runs fail from run number `first` on."""
 
+    message = "launch failed on a later run"
+
     def __init__(self, name: str, runtime: Scripted, first: int) -> None:
         super().__init__(name, runtime)
         self.first = first
+
+    def failing(self) -> None:
+        """What a failing run does before it raises (nothing more here)."""
 
     def run(
         self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
     ) -> None:
         if self.runs + 1 >= self.first:
             self.runs += 1
-            raise RuntimeError("launch failed on a later run")
+            self.failing()
+            raise RuntimeError(self.message)
         super().run(x, w, y, workspace, problem, config)
 
 

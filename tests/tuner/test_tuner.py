@@ -14,7 +14,7 @@ from algorithms.reference import reference_conv, tolerance
 from algorithms.runtime import TimingPolicy
 from db.engine import open_store
 from tests.tuner.fakes import Fake, Lazy, Raises, Refuses, Wrong, small_problem
-from tests.tuner.test_timing import Clocked, Scripted, steady, tuner_for
+from tests.tuner.test_timing import Clocked, FailsFrom, Scripted, steady, tuner_for
 from tuner import results as R
 from tuner.candidates import validate_workspace_limit
 from tuner.errors import DeviceFault, NotInDatabase, NoUsableAlgorithm
@@ -306,21 +306,13 @@ class _FaultyScripted(Scripted):
         return self.lost
 
 
-class _KillsFrom(Clocked):
-    """A correct candidate whose run number `on` kills the device."""
+class _KillsFrom(FailsFrom):
+    """A correct candidate whose run number `first` kills the device."""
 
-    def __init__(self, name: str, runtime: _FaultyScripted, on: int) -> None:
-        super().__init__(name, runtime)
-        self.on = on
+    message = "an illegal memory access was encountered"
 
-    def run(
-        self, x: Any, w: Any, y: Any, workspace: Any, problem: ConvProblem, config: str
-    ) -> None:
-        if self.runs + 1 >= self.on:
-            self.runs += 1
-            self.runtime.lost = "CUDARuntimeError: cudaErrorIllegalAddress"  # type: ignore[attr-defined]
-            raise RuntimeError("an illegal memory access was encountered")
-        super().run(x, w, y, workspace, problem, config)
+    def failing(self) -> None:
+        self.runtime.lost = "CUDARuntimeError: cudaErrorIllegalAddress"  # type: ignore[attr-defined]
 
 
 def test_a_device_fault_in_the_confirmation_round_names_its_culprit(db_url: str) -> None:
@@ -330,7 +322,7 @@ def test_a_device_fault_in_the_confirmation_round_names_its_culprit(db_url: str)
     runtime = _FaultyScripted({"killer": steady(1.0), "b": steady(1.1), "c": steady(1.2)})
     policy = TimingPolicy(warmup=1, budget_s=0.0, min_reps=3, max_reps=3, batch_below_ms=0)
     # Runs: 1 verification, 2 warm-up, 3-5 the first pass, 6 the round's warm-up.
-    killer = _KillsFrom("killer", runtime, on=6)
+    killer = _KillsFrom("killer", runtime, first=6)
     tuner = tuner_for(db_url, runtime, policy, killer, Clocked("b", runtime),
                       Clocked("c", runtime))
     with pytest.raises(DeviceFault, match=r"after killer/default failed \(RuntimeError"):

@@ -35,7 +35,6 @@ from tuner.cli.arguments import (
     usable_device,
 )
 from tuner.cli.tables import stored_results_table
-from tuner.pruning import current_hashes
 from tuner.quiet import periodic
 from tuner.results import AlgorithmResult
 from tuner.service import Service, service
@@ -263,9 +262,8 @@ def prune(
 ) -> None:
     """Delete the stored measurements matching every criterion given (counted only, without
     --yes)."""
-    pruned = service(stored_url(db)).prune(device=device, older_than_days=older_than,
-                                           stale=stale, delete=yes)
-    unjudged = current_hashes()[1] if stale else {}
+    pruned, unjudged = service(stored_url(db)).prune(device=device, older_than_days=older_than,
+                                                     stale=stale, delete=yes)
     for backend, why in unjudged.items():  # its rows are never called stale
         print(f"convtune: note: the {backend} backend cannot load here ({why}): its "
               "measurements were left alone", file=sys.stderr)
