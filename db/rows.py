@@ -37,6 +37,9 @@ MEASUREMENT_TEXT_LIMITS: dict[str, int] = {
     name: _length(Measurement.__table__.c[name])
     for name in ("algorithm", "config", "impl_hash", "status", "tuner_version")
 }
+#: Longest failure text a measurement keeps: the column is unbounded (Text), so this is the
+#: tuner's own cut, which bundles are held to as well.
+ERROR_TEXT_LIMIT = 2000
 FINGERPRINT_LIMIT = _length(Device.__table__.c["fingerprint"])
 
 

@@ -13,7 +13,14 @@ from typing import Any, TypeGuard
 from algorithms.problem import KEY_DEFAULTS, KEY_FIELDS, ConvProblem
 from algorithms.reference import tolerance
 from algorithms.registry import ALGORITHM_NAMES
-from db.rows import DEVICE_TEXT_LIMITS, INT32_MAX, INT64_MAX, MeasurementRow, utcnow
+from db.rows import (
+    DEVICE_TEXT_LIMITS,
+    ERROR_TEXT_LIMIT,
+    INT32_MAX,
+    INT64_MAX,
+    MeasurementRow,
+    utcnow,
+)
 from tuner.devices import fingerprint_of
 from tuner.results import STATUSES, within
 
@@ -191,8 +198,12 @@ def measurement_record(record: dict[str, Any], number: int) -> tuple[str, int, M
         if value is not None and value < 0:
             raise BundleError(f"{where}: {name} {value!r} is negative")
     error = record.get("error")
-    if error is not None and (not isinstance(error, str) or "\x00" in error):
-        raise BundleError(f"{where}: error must be a string (without NUL) or null")
+    if error is not None and (not isinstance(error, str) or "\x00" in error
+                              or len(error) > ERROR_TEXT_LIMIT):
+        # The tuner never keeps more (measuring.failure_text): a longer text came from
+        # elsewhere, and a store would keep every byte of it, as long as a push body allows.
+        raise BundleError(f"{where}: error must be a string of at most {ERROR_TEXT_LIMIT} "
+                          "characters (without NUL) or null")
     try:
         measured_at = datetime.fromisoformat(str(record.get("measured_at")))
     except ValueError:

@@ -38,7 +38,7 @@ from algorithms.problem import ConvProblem
 from algorithms.reference import tolerance
 from algorithms.reference_gemm import fill_nan
 from algorithms.runtime import Runtime, Timing, TimingPolicy, batch_size, random_operands
-from db.rows import MeasurementRow, utcnow
+from db.rows import ERROR_TEXT_LIMIT, MeasurementRow, utcnow
 from tuner import results as R
 from tuner.candidates import Candidate
 from tuner.quiet import timed_region
@@ -359,4 +359,4 @@ def failure_text(exc: BaseException) -> str:
     any NUL spelled out (PostgreSQL refuses NUL in text: the whole tuning's save failed)."""
     last = traceback.extract_tb(exc.__traceback__)[-1:]
     where = f" at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno}" if last else ""
-    return f"{type(exc).__name__}: {exc}{where}".replace("\x00", "\\x00")[:2000]
+    return f"{type(exc).__name__}: {exc}{where}".replace("\x00", "\\x00")[:ERROR_TEXT_LIMIT]

@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 
 from db.engine import open_store
+from db.rows import ERROR_TEXT_LIMIT
 from tests.fleet.helpers import gpu, later, row, seed, stored
 from tests.tuner.fakes import small_problem
 from tuner.bundles import BundleError, export_bundle, import_bundle
 from tuner.devices import fingerprint_of
+from tuner.measuring import failure_text
 
 H100 = gpu()
 
@@ -74,6 +76,11 @@ BAD = {
     "problem reference is a bool": (set_field("measurement", problem=True), "problem"),
     "NUL in config": (set_field("measurement", config="a\x00b"), "config"),
     "NUL in error": (set_field("measurement", error="boom\x00"), "error"),
+    # Bug (a review of 2026-11-30, left open then): an error text was bounded only by the
+    # push body's limit, so one row could put megabytes into every store it reached.
+    "error longer than the tuner keeps": (
+        set_field("measurement", error="x" * (ERROR_TEXT_LIMIT + 1)), "at most 2000"
+    ),
     "reps beyond INTEGER": (set_field("measurement", reps=2**31), "reps"),
     "workspace beyond BIGINT": (set_field("measurement", workspace_bytes=2**63), "workspace"),
     "problem n beyond INTEGER": (set_key(n=2**31), "n must be at most"),
@@ -98,6 +105,23 @@ def test_unstorable_records_are_refused(
     with pytest.raises(BundleError, match=named):
         import_bundle(target, text)
     assert stored(target) == []
+
+
+def test_the_longest_failure_text_the_tuner_keeps_is_imported_whole(
+    store_url: str, other_url: str
+) -> None:
+    # The limit's boundary, from its producer: measuring.failure_text cuts a long message
+    # to ERROR_TEXT_LIMIT characters, and a bundle carrying that text enters whole.
+    message = "".join(chr(ord("a") + i % 26) for i in range(3 * ERROR_TEXT_LIMIT))
+    try:
+        raise RuntimeError(message)
+    except RuntimeError as exc:
+        text = failure_text(exc)
+    assert len(text) == ERROR_TEXT_LIMIT and text.startswith(f"RuntimeError: {message[:50]}")
+    target = open_store(store_url)
+    import_bundle(target, edited(source_bundle(other_url), set_field("measurement", error=text)))
+    exported = [json.loads(line) for line in export_bundle(target).splitlines()]
+    assert {r["error"] for r in measurements(exported)} == {text}
 
 
 def test_offsets_other_than_utc_merge_as_instants(store_url: str, other_url: str) -> None:
