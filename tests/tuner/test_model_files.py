@@ -309,3 +309,74 @@ def test_a_load_renews_its_file_where_utime_takes_no_descriptor(
     later = ModelCache(store, directory=models)
     assert later.model("cpu") is not None and later.loads == 1
     assert time.time() - saved.stat().st_mtime < 60
+
+
+# Mutation gap: only a directory or file writable by everyone (0o777, 0o666) was refused;
+# one writable by the group, which the README's "writable by nobody else" excludes as well,
+# could have been trusted unseen.
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX owners and modes")
+@pytest.mark.parametrize("where", ["directory", "file"])
+def test_a_model_file_the_group_could_write_is_not_loaded(tmp_path: Path, where: str) -> None:
+    directory, marker = tmp_path / "models", tmp_path / "ran"
+    path = _plant(directory, marker)
+    directory.chmod(0o770 if where == "directory" else 0o700)
+    path.chmod(0o664 if where == "file" else 0o644)
+    model_files._warned.add(directory)
+    assert model_files.load(directory, "sqlite:///x.db", "cpu") is None
+    assert not marker.exists()
+
+
+# Mutation gap: a fit saved by other model code was shown to be removed by the next save,
+# never to be refused by a load: a file name that left out the code's digest went unseen,
+# and a process of new code would serve the old code's fit.
+def test_a_fit_of_other_model_code_is_not_loaded(db_url: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    monkeypatch.setattr(model_files, "code_version", lambda: "old code")
+    ModelCache(store, directory=tmp_path).model("cpu")
+    monkeypatch.setattr(model_files, "code_version", lambda: "new code")
+    later = ModelCache(store, directory=tmp_path)
+    assert later.model("cpu") is not None and (later.fits, later.loads) == (1, 0)
+
+
+# Mutation gap: "$CONVTUNE_MODEL_DIR empty: off" (README) was never set empty by a test; read
+# as a path, "" is the working directory, and fits would be kept there.
+def test_an_empty_model_dir_turns_keeping_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(model_files.ENV_DIR, "")
+    assert model_files.model_dir() is None
+    monkeypatch.setenv(model_files.ENV_DIR, "/tmp/elsewhere")
+    assert model_files.model_dir() == Path("/tmp/elsewhere")
+
+
+# Mutation gap: a file that unpickles to something other than a SavedModel (another layout
+# of the file, or a planted tuple) was never loaded by a test; without the layout check the
+# cache read its fields and the find crashed instead of fitting anew.
+@pytest.mark.parametrize("planted", [("rows", 48, "digest"), {"rows": 48, "digest": "x"},
+                                     "SavedModel"])
+def test_a_file_of_another_layout_is_not_loaded(db_url: str, tmp_path: Path,
+                                                planted: object) -> None:
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    path = model_files.path_for(tmp_path, store.url, "cpu")
+    if planted == "SavedModel":  # the right class, fields of the wrong types
+        planted = model_files.SavedModel("48", 7, None)  # type: ignore[arg-type]
+    path.write_bytes(pickle.dumps(planted))
+    assert model_files.load(tmp_path, store.url, "cpu") is None
+    cache = ModelCache(store, directory=tmp_path)
+    assert cache.model("cpu") is not None and (cache.fits, cache.loads) == (1, 0)
+
+
+# Mutation gap: the sweep was checked only in multiples of UNUSED_S, so its age could shrink
+# (to a day, an hour) unseen: a fit last used a week ago is kept, one unused for 31 days not.
+def test_a_fit_used_last_week_is_kept_and_one_unused_for_a_month_swept(tmp_path: Path) -> None:
+    import os
+    import time
+
+    week, month = tmp_path / "model-aaaa-bbbb.pkl", tmp_path / "model-cccc-dddd.pkl"
+    for path, days in ((week, 7), (month, 31)):
+        path.write_bytes(b"a fit")
+        then = time.time() - days * 86400
+        os.utime(path, (then, then))
+    model_files._sweep(tmp_path)
+    assert week.exists() and not month.exists()

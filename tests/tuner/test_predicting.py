@@ -114,3 +114,29 @@ def test_winograd_tiles_are_families_of_their_own() -> None:
     assert ("winograd", "f2x2") in fast_picks(ranked, 3)  # one family each, not one for both
     predicted = {("winograd", "f4x4"): 1.0, ("winograd", "f2x2"): 1.05}
     assert band_picks(predicted, ("winograd", "f4x4")) == [("winograd", "f4x4")]
+
+
+# Mutation gap: only NHWC, merged and Winograd's tiles were shown to be families apart;
+# implicit_gemm_wgmma's "nchw" tiles and fft's two configurations (LAYOUTS and
+# EACH_CONFIG_APART say so) could have joined their algorithm's family unseen.
+def test_nchw_tiles_and_fft_configurations_are_families_of_their_own() -> None:
+    wgmma = "implicit_gemm_wgmma"
+    assert family((wgmma, "128x64x32-nchw")) != family((wgmma, "128x64x32"))
+    assert family((wgmma, "128x64x32-nchw")) != family((wgmma, "128x64x32-nhwc"))
+    assert family(("fft", "default")) != family(("fft", "fused"))
+    ranked = [(wgmma, "128x64x32"), ("fft", "fused"), (wgmma, "64x64x32"),
+              ("fft", "default"), (wgmma, "128x64x32-nchw")]
+    assert fast_picks(ranked, 1) == [(wgmma, "128x64x32"), (wgmma, "128x64x32-nchw")]
+    assert fast_picks(ranked, 2) == [(wgmma, "128x64x32"), ("fft", "fused"),
+                                     ("fft", "default"), (wgmma, "128x64x32-nchw")]
+
+
+# Mutation gap: the band and the runner-up rule were checked off their edges and with the
+# runner-up factor given: "within 1.3x" losing its edge, or RUNNER_UP (1.3) moved, unseen.
+def test_within_the_band_and_the_runner_up_factor_includes_their_edges() -> None:
+    predicted = {("tc", "64x64"): 2.0, ("tc", "128x64"): 2.6, ("tc", "128x128"): 2.61}
+    assert band_picks(predicted, ("tc", "128x64")) == [("tc", "64x64"), ("tc", "128x64")]
+    measured = {("tc", "64x64"): 2.0, ("wgmma", "128x128"): 2.5, ("im2col", "chunk=all"): 2.6,
+                ("direct", "8x8k16"): 2.7}
+    assert contenders(measured) == [("tc", "64x64"), ("wgmma", "128x128"),
+                                    ("im2col", "chunk=all")]
