@@ -197,3 +197,190 @@ def test_serve_beyond_loopback_needs_a_token_or_its_flag(
     for local in locals_:
         assert main(["serve", "--host", local, "--port", "0"]) == 0, local
     assert len(uvicorn_runs) == 2 + len(locals_)
+
+
+class _Failing:
+    """A stand-in store facade whose every read raises `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def results(self, *_args: Any, **_kwargs: Any) -> Any:
+        raise self.error
+
+
+def _failing_results(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    from tuner.cli import core
+
+    monkeypatch.setattr(core, "stored_url", lambda db: "sqlite://")
+    monkeypatch.setattr(core, "service", lambda url: _Failing(error))
+
+
+# Mutation gap: an error whose message has several lines was only ever met with one-line
+# messages, so printing all of its lines went unseen.
+def test_a_several_line_error_is_printed_as_its_first_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = f"store answer {os.urandom(4).hex()} is unusable"
+    _failing_results(monkeypatch, ValueError(f"{first}\n  detail line\nanother line"))
+    assert main(["results"]) == 1
+    assert _one_error_line(capsys.readouterr().err) == f"convtune: error: {first}"
+
+
+# Mutation gap: a raw SQLAlchemy error reaching the CLI (one the store does not translate)
+# was never tried, so dropping it from the errors main() catches left a traceback unseen.
+def test_a_database_error_is_one_line_and_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    why = f"database is locked {os.urandom(3).hex()}"
+    _failing_results(monkeypatch, OperationalError("SELECT 1", {}, Exception(why)))
+    assert main(["results"]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert why in line
+
+
+# Mutation gap: plain `convtune` (no arguments) shows the help and exits 0; its exit status
+# was never checked.
+def test_no_arguments_shows_the_help_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    captured = capsys.readouterr()
+    assert "Usage:" in captured.out + captured.err
+    assert "Traceback" not in captured.out + captured.err and "error" not in captured.err
+
+
+def _tiny_find(rng: Any) -> list[str]:
+    """`find` of a small random problem on the CPU (sizes drawn afresh, never zero)."""
+    c, k = (int(v) for v in rng.integers(1, 4, size=2))
+    h, w = (int(v) for v in rng.integers(4, 8, size=2))
+    return ["find", "--n", "1", "--c", str(c), "--h", str(h), "--w", str(w), "--k", str(k),
+            "--r", "3", "--s", "3", "--pad", "1", "--device", "cpu"]
+
+
+# Mutation gap: find --json's documented shape ({"problem", "device", "results"}) was read
+# for its problem and results only; the device it answered for could go missing.
+def test_find_json_names_the_device_and_the_direction(
+    rng: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = _tiny_find(rng)
+    assert main([*argv, "--direction", "backward_data", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"problem", "device", "results"} and data["device"] == "cpu"
+    # Mutation gap: --direction was never given to find, so ignoring it went unseen.
+    assert data["problem"]["direction"] == "backward_data"
+    assert {r["status"] for r in data["results"]} >= {"ok"}
+
+
+# Mutation gap: find --mode cached was only run where the answer was stored, so a find that
+# ignored --mode (and measured) passed; on an empty store it must refuse and store nothing.
+def test_find_cached_on_an_empty_store_is_one_line_and_measures_nothing(
+    rng: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert main([*_tiny_find(rng), "--mode", "cached", "--db", url]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith("convtune: database ") and len(lines) == 2
+    assert "has not been measured" in _one_error_line(lines[1])
+    assert main(["results", "--db", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == 0
+
+
+# Mutation gap: in-memory SQLite spelled sqlite:///:memory: (not only sqlite://) is no file
+# to look for; a read command given it must answer, not say "no database at :memory:".
+@pytest.mark.parametrize("argv", [["results", "--json"], ["devices", "--json"]])
+def test_reads_of_an_in_memory_store_answer(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--db", "sqlite:///:memory:"]) == 0, capsys.readouterr().err
+    json.loads(capsys.readouterr().out)
+
+
+class _Recording:
+    """A stand-in store facade: records what find and best were asked, answers one row."""
+
+    location = "sqlite:// (a stand-in)"
+
+    def __init__(self, time_ms: float) -> None:
+        self.asked: list[tuple[Any, ...]] = []
+        self.time_ms = time_ms
+
+    def _answer(self) -> Any:
+        from tuner.results import AlgorithmResult
+
+        return AlgorithmResult("direct", "default", "ok", self.time_ms, 0, source="fresh",
+                               device="cpu-stand-in")
+
+    def find(self, problem: Any, device: str, limit: int | None, *, mode: str) -> list[Any]:
+        self.asked.append((problem, device, limit, mode))
+        return [self._answer()]
+
+    def best(self, problem: Any, device: str, limit: int | None, *, mode: str) -> Any:
+        self.asked.append((problem, device, limit, mode))
+        return self._answer()
+
+
+# Mutation gap: tune's --workspace-limit and --mode were checked for their refusals only;
+# a tune that dropped either (tuning every layer unbounded, or measuring in mode cached)
+# passed. Also pins tune --json's shape: model, device, and per row batch and layer.
+def test_tune_passes_its_limit_and_mode_to_every_layer(
+    rng: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuner.cli import core
+    from tuner.networks import network_problems
+
+    facade = _Recording(float(rng.uniform(0.5, 5.0)))
+    monkeypatch.setattr(core, "service", lambda db: facade)
+    limit, batch = int(rng.integers(1, 2**20)), int(rng.integers(2, 9))
+    mode = str(rng.choice(["cached", "fast", "tune", "heuristic"]))
+    assert main(["tune", "--model", "alexnet", "--batch", str(batch), "--device", "cpu",
+                 "--workspace-limit", str(limit), "--mode", mode, "--json"]) == 0
+    layers = network_problems("alexnet", batch)
+    assert [(p, "cpu", limit, mode) for _, p in layers] == facade.asked
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"] == "alexnet" and data["device"] == "cpu"
+    assert [(r["batch"], r["layer"], r["time_ms"]) for r in data["results"]] == \
+        [(batch, layer.name, facade.time_ms) for layer, _ in layers]
+
+
+# Mutation gap: find's --mode and --workspace-limit reach the store facade as given (the
+# table test used limit 0 only, the read-only tests a mode whose answer was stored).
+def test_find_passes_its_limit_and_mode(
+    rng: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuner.cli import core
+
+    facade = _Recording(float(rng.uniform(0.5, 5.0)))
+    monkeypatch.setattr(core, "service", lambda db: facade)
+    limit = int(rng.integers(1, 2**30))
+    mode = str(rng.choice(["cached", "fast", "tune", "heuristic", "exhaustive"]))
+    assert main([*_tiny_find(rng), "--workspace-limit", str(limit), "--mode", mode,
+                 "--json"]) == 0
+    [(_problem, device, given, asked_mode)] = facade.asked
+    assert (device, given, asked_mode) == ("cpu", limit, mode)
+    assert json.loads(capsys.readouterr().out)["results"][0]["time_ms"] == facade.time_ms
+
+
+# Mutation gap: --batch's ASCII rule was only tried on empty items; digits of other scripts
+# (which int() reads) must be refused as well.
+# Arabic-Indic, Devanagari and fullwidth digits.
+@pytest.mark.parametrize("digit", ["\u0661", "\u0967", "\uff18"])
+def test_batch_of_other_scripts_digits_is_refused(
+    digit: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    batch = f"{int(os.urandom(1)[0]) % 9 + 1},{digit}"
+    assert main(["tune", "--model", "alexnet", "--batch", batch, "--device", "cpu"]) == 1
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"convtune: error: --batch must be positive ints separated by commas, got {batch!r}")
+
+
+# Mutation gap: the read-only store URL the README documents
+# ('sqlite:///file:PATH?mode=ro&uri=true') was never given to a command that only reads,
+# which must open it, not look for a file named "file:PATH...".
+def test_reads_take_an_sqlite_uri(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from db.engine import open_store
+
+    path = tmp_path / f"ro-{os.urandom(3).hex()}.db"
+    open_store(f"sqlite:///{path}")  # the schema, nothing stored
+    assert main(["results", "--json", "--db", f"sqlite:///file:{path}?mode=ro&uri=true"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from algorithms.problem import ConvProblem
@@ -42,3 +43,30 @@ def test_results_table_stays_readable(
 def test_human_bytes() -> None:
     assert [human_bytes(n) for n in (0, 512, 4096, 123_456_789, 2**40 * 1000)] == [
         "0 B", "512 B", "4 KiB", "118 MiB", "1000 TiB"]
+
+
+# Mutation gap: `results --json` was only read for its total on an empty or freshly tuned
+# store; its filters (--device, --status), --offset and the total over every page (not the
+# page's length) went unchecked.
+def test_results_json_filters_and_pages(
+    db_url: str, rng: np.random.Generator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    store = open_store(db_url)
+    ours, theirs = gpu(), gpu(name="NVIDIA A100-SXM4-80GB", arch="8.0", units=108)
+    times = [float(t) for t in rng.uniform(0.1, 50.0, size=4)]
+    seed(store, ours, PROBLEM, [row("implicit_gemm", times[0], config="a"),
+                                row("direct", times[1]),
+                                row("fft", None, status="over_workspace_limit")])
+    seed(store, theirs, PROBLEM, [row("direct", times[2]), row("fft", times[3])])
+    argv = ["results", "--db", db_url, "--json", "--device", ours.fingerprint[:12],
+            "--status", "ok"]
+    assert main([*argv, "--limit", "1"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--limit", "1", "--offset", "1"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert (first["total"], first["offset"], second["total"], second["offset"]) == (2, 0, 2, 1)
+    rows = first["results"] + second["results"]
+    assert sorted(r["time_ms"] for r in rows) == sorted(times[:2])
+    assert {r["device"] for r in rows} == {ours.fingerprint}
