@@ -148,3 +148,13 @@ def test_at_least_one_job_worker(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_default_body_limit_is_64_mib(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CONVTUNE_MAX_BODY_BYTES", raising=False)
     assert Settings().max_body_bytes == Settings.from_env().max_body_bytes == 64 * 2**20
+
+
+# Mutation gap: the README's other documented defaults (CONVTUNE_MAX_RUNNING 4,
+# CONVTUNE_MAX_JOB_PROBLEMS 1000, CONVTUNE_JOBS_KEPT 256) were never pinned.
+def test_the_documented_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CONVTUNE_MAX_RUNNING", "CONVTUNE_MAX_JOB_PROBLEMS", "CONVTUNE_JOBS_KEPT"):
+        monkeypatch.delenv(name, raising=False)
+    for settings in (Settings(), Settings.from_env()):
+        assert (settings.max_running, settings.max_job_problems, settings.jobs_kept) == \
+            (4, 1000, 256)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -321,3 +323,29 @@ def test_heuristic_is_a_read_that_measures_nothing(
     fast = client.post("/v1/find", json={"problem": TINY, "device": "cpu", "mode": "fast"},
                        headers={"Authorization": "Bearer reader"})
     assert fast.status_code == 401
+
+
+# Mutation gap: the limits were tried only well over them; a problem exactly at the FLOPs
+# and tensor-element limits is allowed (the limits are maxima), one unit under is not.
+def test_a_problem_exactly_at_the_limits_is_measured(make_client: Any) -> None:
+    from algorithms.problem import ConvProblem
+
+    rng = np.random.default_rng()
+    spec = {**TINY, "c": int(rng.integers(1, 4)), "k": int(rng.integers(1, 4))}
+    p = ConvProblem(**spec)
+    largest = max(math.prod(s) for s in (p.input_shape, p.filter_shape, p.output_shape))
+    for flops, elements, status in ((p.flops, largest, 200), (p.flops - 1, largest, 413),
+                                    (p.flops, largest - 1, 413)):
+        client = make_client(max_problem_flops=flops, max_tensor_elements=elements)
+        response = find(client, problem=spec, mode="tune")
+        assert response.status_code == status, (flops, elements, response.text)
+
+
+# Mutation gap: a find that never measures (cached, heuristic) is a read and has no size
+# limits: over the tensor limit it answers from the store (404 here), never 413.
+@pytest.mark.parametrize("mode", ["cached", "heuristic"])
+def test_a_read_find_over_the_size_limits_is_not_413(make_client: Any, mode: str) -> None:
+    client = make_client(max_tensor_elements=int(np.random.default_rng().integers(2, 20)),
+                         max_problem_flops=1)
+    response = find(client, mode=mode)
+    assert response.status_code == 404, response.text

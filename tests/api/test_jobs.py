@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -133,3 +134,28 @@ def test_queue_is_bounded(make_client: Any) -> None:
     wait_for(client, first.json()["id"])
     third = client.post("/v1/jobs", json={"problems": [TINY]})
     assert third.status_code == 202 or (second.status_code == 202 and third.status_code == 429)
+
+
+# Mutation gap: the job size limit was tried on lists of problems only; a network job that
+# expands to more layers than CONVTUNE_MAX_JOB_PROBLEMS is refused too, and nothing queued.
+def test_a_network_job_over_the_size_limit_is_413(make_client: Any, db_url: str) -> None:
+    client = make_client(max_job_problems=4)  # alexnet has 5 convolutions
+    batch = int(np.random.default_rng().integers(1, 9))
+    response = client.post("/v1/jobs", json={"network": "alexnet", "batches": [batch]})
+    assert response.status_code == 413, response.text
+    assert "the job has 5 problems, the limit is 4" in response.json()["detail"]
+
+
+# Mutation gap: every problem of a job is checked against the limits, not only the first:
+# a job whose last problem is over the FLOPs limit is refused and nothing runs.
+def test_every_problem_of_a_job_is_limit_checked(make_client: Any, db_url: str) -> None:
+    from algorithms.problem import ConvProblem
+
+    rng = np.random.default_rng()
+    big = {**TINY, "c": int(rng.integers(4, 9)), "k": int(rng.integers(4, 9))}
+    flops = ConvProblem(**big).flops
+    client = make_client(max_problem_flops=flops - 1)
+    response = client.post("/v1/jobs", json={"problems": [TINY, TINY, big], "device": "cpu"})
+    assert response.status_code == 413, response.text
+    assert "FLOPs" in response.json()["detail"]
+    assert stored_rows(db_url) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -150,3 +151,17 @@ def test_bundle_export_of_an_unknown_device(client: TestClient) -> None:
     assert missing.status_code == 404 and "no device" in missing.json()["detail"]
     assert client.get("/v1/bundles", params={"device": "f" * 65}).status_code == 422
     assert client.get("/v1/bundles").status_code == 200
+
+
+# Mutation gap: /v1/results' total was only read where every row fit on the page; it is
+# the count of every matching row, whatever the page's limit.
+def test_results_total_counts_beyond_the_page(client: TestClient, db_url: str) -> None:
+    from algorithms.problem import ConvProblem
+    from db.engine import open_store
+    from tests.fleet.helpers import gpu, row, seed
+
+    count = int(np.random.default_rng().integers(3, 7))
+    seed(open_store(db_url), gpu(), ConvProblem(**TINY),
+         [row("direct", float(i + 1), config=f"c{i}") for i in range(count)])
+    page = client.get("/v1/results", params={"limit": 2, "offset": 1}).json()
+    assert (page["total"], page["limit"], page["offset"], len(page["items"])) == (count, 2, 1, 2)

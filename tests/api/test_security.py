@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -159,3 +160,31 @@ def test_invented_methods_share_one_metrics_label(client: Any) -> None:
     assert not any(method in text for method in invented)
     assert 'requests_total{method="other",route="/healthz",status="405"} 3.0' in text
     assert 'method="GET"' in text
+
+
+# Mutation gap: the body limit was tried only well over it; a body of exactly
+# CONVTUNE_MAX_BODY_BYTES is allowed (Content-Length and streamed), one byte more is not.
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_body_of_exactly_the_limit_is_read(make_client: Any, streamed: bool) -> None:
+    pad = "x" * int(np.random.default_rng().integers(10, 200))
+    body = json.dumps({"problem": TINY, "device": "cpu", "mode": "cached", "pad": pad}).encode()
+    for limit, refused in ((len(body), False), (len(body) - 1, True)):
+        client = make_client(max_body_bytes=limit)
+        content: Any = iter([body[:7], body[7:]]) if streamed else body
+        response = client.post("/v1/find", content=content,
+                               headers={"Content-Type": "application/json"})
+        # Within the limit the body is parsed: a 422 for the unknown field "pad".
+        assert response.status_code == (413 if refused else 422), (limit, response.text)
+
+
+# Mutation gap: with a read token set, /metrics and the documentation must stay open (only
+# /healthz was tried), and the bearer scheme is case-insensitive (RFC 9110 11.1).
+def test_open_routes_and_a_lowercase_bearer_with_a_read_token(make_client: Any) -> None:
+    read = f"read-{np.random.default_rng().integers(1, 2**31)}"
+    client = make_client(api_token=TOKEN, read_token=read)
+    for path in ("/metrics", "/healthz", "/openapi.json", "/docs"):
+        assert client.get(path).status_code == 200, path
+    assert client.get("/v1/results", headers={"Authorization": f"bearer {read}"}
+                      ).status_code == 200
+    assert client.get("/v1/results", headers={"Authorization": f"BEARER {TOKEN}"}
+                      ).status_code == 200

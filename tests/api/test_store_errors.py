@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from api.app import create_app
 from api.settings import Settings
@@ -42,3 +43,24 @@ def test_a_read_only_store_answers_and_refuses_measurements_with_403(tmp_path: P
         assert new.status_code == 403
         assert new.json()["detail"].startswith("this server's store is read-only")
         assert str(tmp_path) not in new.text
+
+
+# Mutation gap: a database error raised as SQLAlchemy's own (not the store's translation)
+# must still be a one-line 503, never a 500 or a multi-line detail.
+def test_a_raw_database_error_is_a_one_line_503(db_url: str, monkeypatch: Any) -> None:
+    import os
+
+    from sqlalchemy.exc import OperationalError
+
+    from tuner.service import Service
+
+    why = f"disk I/O error {os.urandom(3).hex()}"
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise OperationalError("SELECT 1", {}, Exception(f"{why}\nsecond line\nthird"))
+
+    monkeypatch.setattr(Service, "results", broken)
+    with TestClient(create_app(replace(Settings.from_env(), db_url=db_url))) as client:
+        response = client.get("/v1/results")
+    assert response.status_code == 503, response.text
+    assert response.json()["detail"] == f"database error: {why}"
