@@ -61,7 +61,9 @@ def test_batch_lists_with_empty_items_are_refused(
 
 
 @pytest.mark.parametrize(
-    "argv", [["results"], ["devices"], ["export"], ["push", "--server", "http://127.0.0.1:9"]]
+    "argv", [["results"], ["devices"], ["export"], ["push", "--server", "http://127.0.0.1:9"],
+             # Mutation gap: prune (without --yes it only counts) was not among the reads.
+             ["prune", "--stale"]]
 )
 def test_commands_that_only_read_never_create_a_store(
     argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
