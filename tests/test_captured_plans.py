@@ -351,3 +351,33 @@ def test_a_plan_captured_on_a_stream_it_never_ran_on(streams: Streams, modes: li
     del plan
     gc.collect()
     assert kept() is not None
+
+
+class Free(Scratching):
+    """An algorithm that needs no workspace."""
+
+    def workspace_bytes(self, problem: ConvProblem, config: str) -> int:
+        return 0
+
+
+# Mutation gap: a plan without a workspace watched for captures like one with: it asked the
+# driver on every call and was kept for good after a capture, though it holds no memory a
+# graph could use.
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "checked"])
+def test_a_plan_without_a_workspace_is_not_kept_for_graphs(streams: Streams,
+                                                           direct: bool) -> None:
+    from algorithms.cuda.runtime import CudaRuntime
+
+    x, w, y = _operands()
+    choice = AlgorithmResult(algorithm="direct", config="c", status="ok", time_ms=1.0,
+                             workspace_bytes=0)
+    plan = Plan(PROBLEM, "cuda:0", choice, Free(), CudaRuntime(0), direct)  # type: ignore[arg-type]
+    streams.current.ptr = 0x500
+    streams.capturing.add(0x500)
+    streams.asked.clear()
+    plan(x, w, out=y)
+    assert streams.asked == []
+    gone = weakref.ref(plan)
+    del plan
+    gc.collect()
+    assert gone() is None
