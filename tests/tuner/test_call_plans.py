@@ -539,3 +539,91 @@ def test_a_kept_call_still_refuses_non_finite_input_when_asked(
     bad[1, 2, 0, 1] = np.nan
     with pytest.raises(ValueError, match=r"^w contains NaN or infinity"):
         convolve(wrap(x), wrap(bad), check_finite=True, **named)
+
+
+# Mutation gap: a call's checks took a strided torch `out` without a word: the problem was
+# tuned and stored, and only the plan then refused it.
+def test_a_strided_torch_out_is_refused_before_tuning(
+    db_url: str, rng: np.random.Generator
+) -> None:
+    x, w = _operands(rng)
+    n, k, h, wd = problem_for(x.shape, w.shape, padding=1).output_shape
+    out = torch.empty(n, k, wd, h).transpose(2, 3)  # the right shape, not C-contiguous
+    with pytest.raises(ValueError, match=r"^out must be C-contiguous$"):
+        convolve(torch.from_numpy(x), torch.from_numpy(w), padding=1, device="cpu",
+                 db=db_url, out=out)
+    assert stored_rows(db_url) == 0
+
+
+# Mutation gap: an `out` that has a dtype and shape but is neither NumPy, CuPy nor torch
+# passed the first check and ended in an AttributeError (its missing flags).
+def test_an_out_of_another_library_is_named(db_url: str, rng: np.random.Generator) -> None:
+    x, w = _operands(rng)
+    out = _Foreign(np.empty(problem_for(x.shape, w.shape, padding=1).output_shape,
+                            np.float32))
+    with pytest.raises(ValueError, match=r"^out must be a NumPy, CuPy or torch array, got "
+                                         r"_Foreign$"):
+        convolve(x, w, padding=1, device="cpu", db=db_url, out=out)
+    assert stored_rows(db_url) == 0
+
+
+# Mutation gap: a call without `device` took the machine's default device (the first GPU)
+# instead of where its operands live: on a machine with a GPU, NumPy operands were refused.
+def test_a_call_without_device_runs_where_its_operands_live(
+    db_url: str, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner import devices
+
+    monkeypatch.setattr(devices, "default_device", lambda: "cuda:0")  # a GPU machine
+    x, w = _operands(rng)
+    ran = run_convolution(x, w, padding=1, db=db_url, algorithm="direct")
+    assert ran.device == "cpu"
+    _close(ran.y, x, w, ran.problem, "direct")
+
+
+# Mutation gap: the Service of a store closed since (db.engine.MAX_STORES, close_stores) was
+# still handed out, with its kept answers and plans, once the store was open again.
+def test_a_store_opened_again_gets_a_new_service(db_url: str) -> None:
+    from db.engine import close_stores
+    from tuner.service import opened_service
+
+    before = service(db_url)
+    close_stores()
+    assert opened_service(db_url) is None
+    store = open_store(db_url)  # opened again, not through service()
+    assert opened_service(db_url) is None
+    again = service(db_url)
+    assert again is not before and again.store is store
+    assert opened_service(db_url) is again
+
+
+# Mutation gap: Service.best returned a first result that is not usable (a failed or
+# over-limit configuration) instead of raising NoUsableAlgorithm.
+def test_best_of_unusable_results_is_no_usable_algorithm(db_url: str) -> None:
+    from tuner.errors import NoUsableAlgorithm
+
+    facade = Service(open_store(db_url), cache_check_s=3600)
+    failed = AlgorithmResult(algorithm="direct", config="default", status="failed",
+                             time_ms=None, workspace_bytes=0, source=R.MEASURED_HERE,
+                             error="RuntimeError: broken")
+    facade.tuner.find_candidates = lambda *_a, **_k: [failed]  # type: ignore[method-assign]
+    for _ in range(2):  # the second from memory
+        with pytest.raises(NoUsableAlgorithm):
+            facade.best(small_problem(), "cpu")
+
+
+class _GpuOut(_Foreign):
+    """A CuPy-like `out` (it has flags) on a GPU."""
+
+    flags = type("Flags", (), {"c_contiguous": True, "writeable": True})()
+
+
+# Mutation gap: a call's checks took an `out` on another device than its operands' and
+# failed later on what the out could not give (no one-line error naming its place).
+def test_an_out_on_another_device_is_named(db_url: str, rng: np.random.Generator) -> None:
+    x, w = _operands(rng)
+    shape = problem_for(x.shape, w.shape, padding=1).output_shape
+    with pytest.raises(ValueError, match=r"^out is on cuda:0 but x is on cpu$"):
+        convolve(x, w, padding=1, device="cpu", db=db_url,
+                 out=_GpuOut(np.empty(shape, np.float32), 0))
+    assert stored_rows(db_url) == 0
