@@ -101,3 +101,22 @@ def test_no_slot_at_all_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONVTUNE_MAX_RUNNING", "0")
     with pytest.raises(ValueError, match=r"\$CONVTUNE_MAX_RUNNING must be positive"):
         Settings.from_env()
+
+
+# Mutation gap: `Slots.used` said 0 whatever was held (every test read it only once all
+# slots were back), so a leak or a count that never went down went unseen.
+def test_used_counts_the_slots_held_now() -> None:
+    from fastapi import HTTPException
+
+    from api.admission import Slots
+
+    slots = Slots(2)
+    with slots.taken():
+        assert slots.used == 1
+        with slots.taken():
+            assert slots.used == 2
+            with pytest.raises(HTTPException), slots.taken():
+                pass
+            assert slots.used == 2
+        assert slots.used == 1
+    assert slots.used == 0
