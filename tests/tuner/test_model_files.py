@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from db.engine import close_stores, open_store
+from db.engine import Store, close_stores, open_store
 from tests.tuner.fakes import small_problem
 from tests.tuner.test_model import SPEED, UNSEEN, seed, training_problems
 from tuner import model as M
@@ -164,14 +164,20 @@ def test_no_home_directory_turns_saving_off(monkeypatch: pytest.MonkeyPatch) -> 
     assert model_files.model_dir() is None
 
 
+def _fitted_by_old_code(db_url: str, directory: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+    """A seeded store whose fit "old code" saved in `directory`; code_version stays patched."""
+    store = open_store(db_url)
+    seed(store, SPEED, training_problems())
+    monkeypatch.setattr(model_files, "code_version", lambda: "old code")
+    ModelCache(store, directory=directory).model("cpu")
+    return store
+
+
 def test_a_save_removes_the_fits_of_other_model_code(db_url: str, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # Bug: every upgrade (or source edit) left one more file per store and kind, 0.2-2 MB,
     # which no process of the new code ever read or removed.
-    store = open_store(db_url)
-    seed(store, SPEED, training_problems())
-    monkeypatch.setattr(model_files, "code_version", lambda: "old code")
-    ModelCache(store, directory=tmp_path).model("cpu")
+    store = _fitted_by_old_code(db_url, tmp_path, monkeypatch)
     other_store = model_files.path_for(tmp_path, "sqlite:///elsewhere.db", "cpu")
     other_store.write_bytes(b"another store's fit")
     monkeypatch.setattr(model_files, "code_version", lambda: "new code")
@@ -331,10 +337,7 @@ def test_a_model_file_the_group_could_write_is_not_loaded(tmp_path: Path, where:
 # and a process of new code would serve the old code's fit.
 def test_a_fit_of_other_model_code_is_not_loaded(db_url: str, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    store = open_store(db_url)
-    seed(store, SPEED, training_problems())
-    monkeypatch.setattr(model_files, "code_version", lambda: "old code")
-    ModelCache(store, directory=tmp_path).model("cpu")
+    store = _fitted_by_old_code(db_url, tmp_path, monkeypatch)
     monkeypatch.setattr(model_files, "code_version", lambda: "new code")
     later = ModelCache(store, directory=tmp_path)
     assert later.model("cpu") is not None and (later.fits, later.loads) == (1, 0)
