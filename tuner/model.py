@@ -82,8 +82,11 @@ MIN_TREES, MAX_TREES = 100, 200
 SCALE_TREES = 50
 #: "Within 10% of the fastest", the closeness `confidence` counts.
 NEAR = 1.10
-#: Growth of a kind's samples since the last fit that triggers a refit.
-REFIT_GROWTH = 0.10
+#: Growth of a kind's samples since the last fit that triggers a refit. A fraction, not the
+#: float 0.1: in floats 50 * 1.1 is 55.00000000000001, so a store grown
+#: by exactly 10% (50 -> 55 rows; 112 of the 200 multiples of 10 up to 2,000 alike) kept its
+#: fit (found by mutation testing, 2026-12-01).
+REFIT_GROWTH = Fraction(1, 10)
 # ONE_THREAD: fits and predictions run on one thread. On a few thousand rows the per-tree
 # overhead dominates, and OpenMP's spinning workers on a busy host (a server, a shared CI
 # machine) made a 48-row fit take 18 s instead of 0.8 s.
@@ -364,11 +367,7 @@ def _fresh(rows_at_fit: int, rows_now: int) -> bool:
     """The refit rule: a fit on `rows_at_fit` samples serves until they grew by REFIT_GROWTH,
     or shrank (rows re-measured as failures, or removed: a fit on rows the store no longer
     holds was served for good; a review of the cost model, 2026-11-30)."""
-    # In exact fractions, REFIT_GROWTH read as the decimal it is written as: in floats
-    # 50 * 1.1 is 55.00000000000001, and a store grown by exactly 10% (50 -> 55 rows; 112 of
-    # the 200 multiples of 10 up to 2,000 alike) kept its fit (found by mutation testing).
-    growth = Fraction(REFIT_GROWTH).limit_denominator(1000)
-    return rows_at_fit <= rows_now < rows_at_fit * (1 + growth)
+    return rows_at_fit <= rows_now < rows_at_fit * (1 + REFIT_GROWTH)
 
 
 _CACHES: weakref.WeakKeyDictionary[Store, ModelCache] = weakref.WeakKeyDictionary()
