@@ -168,3 +168,19 @@ def test_output_over_limit_is_413(make_client: Any, db_url: str) -> None:
     assert response.status_code == 413
     assert "output tensor" in response.json()["detail"]
     assert stored_rows(db_url) == 0
+
+
+# Mutation gap: NoUsableAlgorithm on /v1/convolve was never raised by a test, so its 409
+# (declared in the OpenAPI entry and the README) could have become any other status.
+# float16 under workspace_limit=0 on the CPU: no algorithm of ours serves it.
+def test_no_usable_algorithm_is_a_one_line_409(
+    client: TestClient, rng: np.random.Generator
+) -> None:
+    c, k = (int(v) for v in rng.integers(1, 4, size=2))
+    x = rng.uniform(0.5, 2.0, (1, c, 6, 5)).astype(np.float16)
+    w = rng.uniform(0.5, 2.0, (k, c, 3, 3)).astype(np.float16)
+    response = convolve(client, x, w, padding=1, workspace_limit=0, device="cpu")
+    assert response.status_code == 409, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith("no usable algorithm for ") and "workspace_limit=0" in detail
+    assert "\n" not in detail

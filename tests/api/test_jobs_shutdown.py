@@ -81,3 +81,96 @@ def test_a_job_with_a_failing_problem_ends_failed(db_url: str) -> None:
     assert broken["state"] == "failed" and "the candidate broke" in broken["error"]
     assert unusable["state"] == "done" and unusable["best"] is None
     assert unusable["error"] == "no usable algorithm"
+
+
+# Mutation gap: only JobManager.shutdown() was called by hand; that the app's own lifespan
+# calls it when the server stops (so that a queued job is stored failed, not left "queued"
+# for a poll to find long after) went unchecked.
+def test_the_apps_shutdown_fails_its_queued_jobs(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+    from dataclasses import replace
+
+    import api.app
+    from api.app import create_app
+    from api.settings import Settings
+
+    started, release = threading.Event(), threading.Event()
+    ran: list[Any] = []
+
+    def slow_find(problem: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        ran.append(problem)
+        started.set()
+        release.wait(10)
+        return []
+
+    monkeypatch.setattr(api.app, "JobManager", functools.partial(JobManager, find=slow_find))
+    settings = replace(Settings.from_env(), db_url=db_url, job_workers=1)
+    rng = np.random.default_rng()
+    queued = [small_problem(n=int(n)) for n in rng.integers(1, 9, size=2)]
+    try:
+        with TestClient(create_app(settings)) as client:
+            manager = client.app.state.jobs  # type: ignore[attr-defined]
+            body = {"problems": [TINY], "device": "cpu"}
+            first = client.post("/v1/jobs", json=body).json()["id"]
+            assert started.wait(10)
+            second = manager.submit([JobItem(p) for p in queued], "cpu", None)["id"]
+            assert manager.get(second)["state"] == "queued"
+        # The client's exit ran the app's shutdown: no job of it is left unfinished.
+        waiting = manager.get(second)
+        assert waiting["state"] == "failed", waiting
+        assert waiting["error"] == "the server shut down before the job started"
+        running = manager.get(first)
+        assert running["state"] == "failed", running
+        assert running["error"] == "the server shut down before the job finished"
+    finally:
+        release.set()
+    assert len(ran) == 1  # only the running job's first problem was ever looked at
+
+
+# Mutation gap: a job that shutdown() failed while a worker thread had already taken it
+# from the pool's queue (waiting for the lock shutdown held) still ran afterwards: its
+# problems were tuned and its stored "failed" overwritten with "running". The worker is
+# held at its first lock by a stand-in lock until shutdown() is over.
+def test_a_job_failed_by_shutdown_before_it_began_never_runs(db_url: str) -> None:
+    class HeldLock:
+        """The manager's lock, except that a job thread's first take waits for `go`."""
+
+        def __init__(self) -> None:
+            self.real = threading.Lock()
+            self.waiting, self.go = threading.Event(), threading.Event()
+
+        def __enter__(self) -> None:
+            name = threading.current_thread().name
+            if name.startswith("convtune-job_") and not self.waiting.is_set():
+                self.waiting.set()
+                assert self.go.wait(10)
+            self.real.acquire()
+
+        def __exit__(self, *_exc: Any) -> None:
+            self.real.release()
+
+    ran: list[Any] = []
+    ms = float(np.random.default_rng().uniform(0.5, 9.0))
+
+    def find(problem: Any, *_args: Any, **_kwargs: Any) -> list[Any]:
+        from tuner.results import AlgorithmResult
+
+        ran.append(problem)
+        return [AlgorithmResult("direct", "default", "ok", ms, 0, source="fresh")]
+
+    manager = JobManager(db_url=db_url, metrics=Metrics(), workers=1, max_jobs=4, kept=8,
+                         find=find, heartbeat_s=3600)
+    lock = HeldLock()
+    manager._lock = lock  # type: ignore[assignment]
+    job = manager.submit([JobItem(small_problem())], "cpu", None)
+    assert lock.waiting.wait(10)  # the worker has the job and waits at the lock
+    manager.shutdown()
+    lock.go.set()
+    manager._pool.shutdown(wait=True)  # the worker's _run is over
+    assert ran == []
+    got = manager.get(job["id"])
+    assert got is not None and got["state"] == "failed", got
+    assert got["error"] == "the server shut down before the job started"
+    assert got["started_at"] is None and got["progress"]["done"] == 0

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import uvicorn
 
 from api.app import create_app
 from api.protocol import NoDelayH11Protocol
 from api.settings import Settings
+from tests.api.conftest import TINY
 from tuner.cli import main
 from tuner.env import BODY_TIMEOUT_ENV, HEADER_TIMEOUT_ENV
 
@@ -108,3 +111,62 @@ def test_malformed_timeouts_are_one_line_errors(
     assert main(["serve"]) != 0
     err = capsys.readouterr().err
     assert HEADER_TIMEOUT_ENV in err and len(err.strip().splitlines()) == 1
+
+
+def _find_request() -> tuple[bytes, bytes]:
+    """A cached find's request head (closing the connection after it) and its JSON body,
+    for a random small problem."""
+    import json
+
+    n = int(np.random.default_rng().integers(1, 9))
+    body = json.dumps({"problem": {**TINY, "n": n}, "device": "cpu",
+                       "mode": "cached"}).encode()
+    head = (b"POST /v1/find HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+    return head, body
+
+
+# The deadlines are read per connection (NoDelayH11Protocol.__init__), so a test can set
+# its own pair on the running server before it connects.
+SHORT_S, LONG_S, PAUSE_S = 0.25, 3.0, 0.5
+
+
+# Mutation gap: the header and body deadlines were only tested with the same value, so the
+# body could have run on the header deadline (or the reverse) unnoticed. A body that takes
+# longer than the header deadline, but not its own, is served.
+def test_a_body_slower_than_the_header_deadline_is_served(
+    port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(HEADER_TIMEOUT_ENV, str(SHORT_S))
+    monkeypatch.setenv(BODY_TIMEOUT_ENV, str(LONG_S))
+    head, body = _find_request()
+    got, _took = answer(port, head, body, pause_s=PAUSE_S)  # the body after 2 x the headers'
+    # Answered (a cached find of a problem never measured), not timed out.
+    assert got.startswith(b"HTTP/1.1 404 ") and b"has not been measured" in got, got
+
+
+# Mutation gap (as above), the other way round: headers slower than the body deadline are
+# still taken, and the body then gets its own, shorter, deadline, not the headers' longer
+# one.
+def test_a_body_gets_its_own_shorter_deadline(
+    port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(HEADER_TIMEOUT_ENV, str(LONG_S))
+    monkeypatch.setenv(BODY_TIMEOUT_ENV, str(SHORT_S))
+    head, body = _find_request()
+    cut = len(head) // 2
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(head[:cut])
+        time.sleep(PAUSE_S)  # twice the body deadline, within the headers' own
+        sock.setblocking(False)
+        with pytest.raises(BlockingIOError):  # nothing said, nothing closed
+            sock.recv(1)
+        sock.settimeout(5)
+        sock.sendall(head[cut:] + body[: len(body) // 2])  # all the headers, half the body
+        start, got = time.monotonic(), b""
+        with contextlib.suppress(ConnectionResetError):
+            while data := sock.recv(65536):
+                got += data
+        took = time.monotonic() - start
+    assert got.startswith(b"HTTP/1.1 408 "), got
+    assert took < SHORT_S + 1.0 < LONG_S, took  # the body's deadline, not the headers'

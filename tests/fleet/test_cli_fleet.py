@@ -192,3 +192,28 @@ def test_deeply_nested_bundle_line_is_a_400(db_url: str, tmp_path: Path) -> None
         assert refused.status_code == 400, refused.text
         assert "nested too deeply" in refused.json()["detail"]
         assert client.get("/healthz").status_code == 200  # the connection still serves
+
+
+# Mutation gap: `convtune import -` (the README's `cat fleet.bundle | convtune import -`)
+# was never given a bundle on stdin: it could have read a file named '-'.
+def test_import_dash_reads_the_bundle_from_stdin(
+    db_url: str, other_url: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import io
+    import sys
+
+    import numpy as np
+
+    rng = np.random.default_rng()
+    ms = [float(t) for t in rng.uniform(0.1, 40.0, size=3)]
+    seed(open_store(db_url), H100, small_problem(n=int(rng.integers(1, 9))),
+         [row("direct", ms[0]), row("fft", ms[1])])
+    seed(open_store(db_url), A100, small_problem(n=int(rng.integers(9, 17))),
+         [row("direct", ms[2])])
+    assert main(["export", "--db", db_url]) == 0
+    bundle = capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(bundle.encode())))
+    assert main(["import", "--db", other_url, "-"]) == 0
+    assert "3 measurements of 2 devices: 3 added" in capsys.readouterr().err
+    assert stored(open_store(other_url)) == stored(open_store(db_url))

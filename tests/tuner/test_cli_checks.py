@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.tuner.test_cli import FIND, ROOT
@@ -386,3 +387,46 @@ def test_reads_take_an_sqlite_uri(tmp_path: Path, capsys: pytest.CaptureFixture[
     open_store(f"sqlite:///{path}")  # the schema, nothing stored
     assert main(["results", "--json", "--db", f"sqlite:///file:{path}?mode=ro&uri=true"]) == 0
     assert json.loads(capsys.readouterr().out)["total"] == 0
+
+
+# Mutation gap: `serve --workers N` must keep a user's own $PROMETHEUS_MULTIPROC_DIR (the
+# README: "set it yourself to keep them elsewhere"), neither pointing the workers at a
+# fresh directory of its own nor unsetting or emptying the user's afterwards.
+def test_serve_with_workers_keeps_the_users_metrics_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uvicorn = pytest.importorskip("uvicorn")
+    from tuner.cli.serve import MULTIPROC_ENV
+
+    mine = tmp_path / f"metrics-{os.urandom(4).hex()}"
+    mine.mkdir()
+    (mine / "counter_1.db").write_bytes(os.urandom(64))  # a file of the user's own
+    monkeypatch.setenv(MULTIPROC_ENV, str(mine))
+    seen: list[tuple[str | None, dict[str, Any]]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: seen.append(
+        (os.environ.get(MULTIPROC_ENV), kwargs)))
+    workers = int(np.random.default_rng().integers(2, 9))
+    assert main(["serve", "--workers", str(workers), "--port", "0"]) == 0, \
+        capsys.readouterr().err
+    [(during, kwargs)] = seen
+    assert during == str(mine) and kwargs["workers"] == workers
+    assert os.environ.get(MULTIPROC_ENV) == str(mine)  # still set afterwards
+    assert [p.name for p in mine.iterdir()] == ["counter_1.db"]  # nothing removed
+
+
+def test_serve_with_workers_sets_and_removes_a_metrics_directory_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The other side of the test above: without the variable, the workers get a fresh
+    # directory, which is gone afterwards, and the variable with it.
+    uvicorn = pytest.importorskip("uvicorn")
+    from tuner.cli.serve import MULTIPROC_ENV
+
+    monkeypatch.delenv(MULTIPROC_ENV, raising=False)
+    seen: list[str | None] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: seen.append(
+        os.environ.get(MULTIPROC_ENV)))
+    assert main(["serve", "--workers", "2", "--port", "0"]) == 0
+    [during] = seen
+    assert during is not None and Path(during).name.startswith("convtune-metrics-")
+    assert MULTIPROC_ENV not in os.environ and not Path(during).exists()
