@@ -3,13 +3,16 @@ and the /v1/bundles route answers 400 (not 500) for bundles that cannot be store
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from db.engine import open_store
@@ -185,3 +188,75 @@ def test_export_refuses_another_users_link_in_a_shared_directory(
     os.lchown(planted, os.geteuid(), os.getegid())  # one's own link is followed, as before
     assert main(["export", "--db", db_url, "-o", str(planted)]) == 0
     assert read_bundle(victim.read_text()).counts()["measurements"] == 1
+
+
+def _seeded(db_url: str) -> str:
+    """Seed the store with random measurements; the bundle `export` writes of it."""
+    rng = np.random.default_rng()
+    ms = [float(t) for t in rng.uniform(0.1, 40.0, size=2)]
+    seed(open_store(db_url), gpu(), small_problem(n=int(rng.integers(1, 9))),
+         [row("direct", ms[0]), row("fft", ms[1])])
+    return export_bundle(open_store(db_url))
+
+
+# Mutation gap: `export -o` to something that is not a regular file (a FIFO here) must
+# write into it, not rename a new regular file over it (which left the reader waiting on a
+# FIFO that no longer had a name, and a stray file in its place).
+def test_export_to_a_fifo_writes_into_it(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = _seeded(db_url)
+    assert len(text.encode()) < 60_000  # the pipe's buffer takes it whole: no reader thread
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    fifo = out_dir / "bundle.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # so the export's open() returns
+    try:
+        assert main(["export", "--db", db_url, "-o", str(fifo)]) == 0
+        got = b""
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(reader, 65536):
+                got += data
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)  # still the FIFO
+    assert [p.name for p in out_dir.iterdir()] == [fifo.name]
+    assert read_bundle(got.decode()).counts() == read_bundle(text).counts()
+    assert capsys.readouterr().err == f"exported 2 measurements to {fifo}\n"
+
+
+# Bug (found writing the test above): `export -o /dev/stdout` (or /dev/fd/1) with stdout
+# redirected to a regular file (`>> log`, or `{ echo ...; convtune export ...; } > log`)
+# renamed a new file over the one the shell had open: what the file held before was lost,
+# and whatever the shell wrote to it afterwards went to the replaced, unlinked file. The
+# descriptor is now written through, where it stands.
+@pytest.mark.parametrize(("name", "flags"), [("/dev/stdout", os.O_APPEND), ("/dev/fd/1", 0)],
+                         ids=["stdout-appending", "fd1-positioned"])
+def test_export_to_a_redirected_stdout_writes_through_it(
+    name: str, flags: int, db_url: str, tmp_path: Path
+) -> None:
+    text = _seeded(db_url)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    log = out_dir / "log"
+    earlier, later = (f"{word} {os.urandom(8).hex()}\n" for word in ("earlier", "later"))
+    log.write_text(earlier)
+    inode = log.stat().st_ino
+    saved = os.dup(1)
+    opened = os.open(log, os.O_WRONLY | flags)  # as `>> log`, or `> log` after an echo
+    os.lseek(opened, 0, os.SEEK_END)
+    try:
+        os.dup2(opened, 1)
+        code = main(["export", "--db", db_url, "-o", name])
+        os.write(1, later.encode())  # the shell's next command, on the same descriptor
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(opened)
+    assert code == 0
+    assert log.stat().st_ino == inode  # the very file the shell opened
+    got = log.read_text()
+    assert got.startswith(earlier) and got.endswith(later), got[:200]
+    assert read_bundle(got[len(earlier):-len(later)]).counts() == read_bundle(text).counts()
+    assert [p.name for p in out_dir.iterdir()] == ["log"]

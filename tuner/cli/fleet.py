@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import stat
 import sys
@@ -50,7 +51,10 @@ def write_whole(path: Path, text: str) -> None:
     A regular file (or a new one) is written beside its final place and renamed over it:
     writing in place truncated the old file first, so a full disk left neither the old
     bundle nor a whole new one. Anything else (/dev/stdout, a pipe) is written to as it is,
-    since renaming over a device node would replace the node itself. OSError names `path`.
+    since renaming over a device node would replace the node itself. A descriptor of this
+    process (/dev/stdout, /dev/fd/N) is written through, where it stands, even when it has a
+    regular file open (`>> log`): it is the file the shell opened, with what it holds.
+    OSError names `path`.
     """
     data = text.encode("utf-8")
     _refuse_planted_link(path)
@@ -62,6 +66,16 @@ def write_whole(path: Path, text: str) -> None:
         mode = None
     except OSError as exc:
         raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
+    descriptor = None if mode is None else _own_descriptor(path)
+    if descriptor is not None:
+        try:
+            # A duplicate shares the descriptor's offset: the shell's next write (or the
+            # rest of a `{ ...; } > file`) comes after ours, as for anything on stdout.
+            with os.fdopen(os.dup(descriptor), "wb") as out:
+                out.write(data)
+        except OSError as exc:
+            raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return
     if mode is not None and not stat.S_ISREG(mode):
         try:
             with open(path, "wb") as out:
@@ -93,6 +107,27 @@ def write_whole(path: Path, text: str) -> None:
             raise
     except OSError as exc:
         raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+_DESCRIPTORS = re.compile(r"/proc/(\d+)(?:/task/\d+)?/fd")
+
+
+def _own_descriptor(path: Path) -> int | None:
+    """The descriptor of this process that `path` names (/dev/stdout, /dev/fd/1,
+    /proc/self/fd/1: 1), else None. Such a path names whatever the descriptor has open (a
+    shell's redirection): renaming a new file over that would leave the shell writing to
+    the replaced one, and opening it again would start a second offset. Each link is
+    followed by hand, since realpath goes on past the descriptor to the file's own path."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own bound on links followed
+        folder = _DESCRIPTORS.fullmatch(os.path.realpath(os.path.dirname(current)))
+        name = os.path.basename(current)
+        if folder and folder.group(1) == str(os.getpid()) and name.isdigit():
+            return int(name)
+        if not os.path.islink(current):
+            return None
+        current = os.path.join(os.path.dirname(current), os.readlink(current))
+    return None
 
 
 def _refuse_planted_link(path: Path) -> None:
