@@ -70,3 +70,28 @@ def test_results_json_filters_and_pages(
     rows = first["results"] + second["results"]
     assert sorted(r["time_ms"] for r in rows) == sorted(times[:2])
     assert {r["device"] for r in rows} == {ours.fingerprint}
+
+
+# Mutation gap: the title of an empty page ("showing 0-0") was never read: an empty store
+# could have said "showing 1-0". Bug (found writing it): a page past the end of a store
+# that holds some said "showing 0-<offset>", as if rows had been shown; every empty page
+# now says "showing 0-0", and a page of rows its first and last row.
+def test_results_table_title_names_the_rows_shown(
+    db_url: str, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("COLUMNS", "132")
+    open_store(db_url)  # an empty store, not a missing one
+    assert main(["results", "--db", db_url]) == 0
+    assert "0 measurements (showing 0-0)" in capsys.readouterr().out
+    count = int(rng.integers(3, 7))
+    times = [float(t) for t in rng.uniform(0.1, 50.0, size=count)]
+    seed(open_store(db_url), gpu(), PROBLEM,
+         [row("direct", t, config=f"c{i}") for i, t in enumerate(times)])
+    past = count + int(rng.integers(0, 5))
+    assert main(["results", "--db", db_url, "--offset", str(past)]) == 0
+    assert f"{count} measurements (showing 0-0)" in capsys.readouterr().out
+    offset = int(rng.integers(1, count - 1))
+    assert main(["results", "--db", db_url, "--offset", str(offset), "--limit", "1"]) == 0
+    assert f"{count} measurements (showing {offset + 1}-{offset + 1})" in \
+        capsys.readouterr().out

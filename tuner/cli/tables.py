@@ -37,8 +37,10 @@ def stored_results_table(
     algorithm over config; the status stands in for the time when it is not ok): five
     columns, text folded, numbers never wrapped, so every field stays whole at 80 columns.
     """
+    # An empty page (an empty store, or an offset past its end) shows no rows: 0-0.
+    shown = f"{offset + 1}-{offset + len(page)}" if page else "0-0"
     table = Table(
-        title=f"{total} measurements (showing {offset + 1 if page else 0}-{offset + len(page)})",
+        title=f"{total} measurements (showing {shown})",
         box=box.SIMPLE_HEAD, show_edge=False,
     )
     wide = width >= WIDE
