@@ -19,6 +19,9 @@ CASES: dict[str, dict[str, Any]] = {
     "valid_strided": dict(padding="valid", stride=2),
     "reflect_groups": dict(padding=2, padding_mode="reflect", stride=(2, 1), groups=2),
     "circular_asym": dict(padding=(1, 2), padding_mode="circular"),
+    # Mutation gap: "same" with an odd total padding in one dimension only (rows here), whose
+    # extra row goes after: square kernels hid a test of all dimensions, or rows for columns.
+    "same_one_odd_dim": dict(padding="same", kernel_size=(2, 3), dilation=(1, 2)),
 }
 
 
@@ -162,3 +165,81 @@ def test_inference_mode_runs_the_plan(db_url: str) -> None:
     with torch.inference_mode():
         y = ours(x)
     torch.testing.assert_close(y, reference(x), rtol=1e-9, atol=1e-9)
+
+
+# Mutation gap: the inference path (no graph: straight to the kept call) with every padding
+# kind; the padding left after F.pad, not the module's, must reach the call.
+@pytest.mark.parametrize("case", ["same_even_kernel", "reflect_groups", "same_one_odd_dim"])
+def test_inference_matches_nn_conv2d_with_every_padding_kind(case: str, db_url: str) -> None:
+    reference, model = _pair(case)
+    convert(model, db=db_url)
+    x = torch.randn(2, 4, 9, 8, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), reference(x), rtol=1e-9, atol=1e-9)
+
+
+# Mutation gap: what the module passes to convtune's calls besides the tensors: the math
+# _math chose (on every path, backward too), its own workspace limit (0 stays a limit of 0)
+# and its own store. A store of the module's own: the default one is db_url's.
+@pytest.mark.parametrize("limit", [0, 4096])
+def test_math_limit_and_store_reach_every_call(
+    limit: int, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tuner.nn as tnn
+    from tuner import torch_ops
+
+    seen: list[tuple[str, Any, Any, Any]] = []
+
+    def spy(name: str, real: Any, pick: Callable[[tuple[Any, ...], dict[str, Any]], Any]) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            seen.append((name, *pick(args, kwargs)))
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(torch_ops, "convolve", spy(
+        "forward", torch_ops.convolve, lambda a, k: (a[10], a[7], a[9])))
+    for name in ("convolve_backward_data", "convolve_backward_filter"):
+        monkeypatch.setattr(torch_ops, name, spy(name, getattr(torch_ops, name), lambda a, k: (
+            k["math"], k["workspace_limit"], k["db"])))
+    monkeypatch.setattr(tnn, "execute", spy(
+        "inference", tnn.execute, lambda a, k: (a[9], a[6], a[8])))
+    monkeypatch.setattr(tnn, "_math", lambda x: "tf32")  # as on a CUDA float32 tensor
+    own = f"sqlite:///{tmp_path / 'own.db'}"
+    conv = Conv2d(4, 6, 3, padding=1, workspace_limit=limit, db=own)
+    x = torch.randn(2, 4, 7, 7, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    conv(x).sum().backward()
+    with torch.no_grad():
+        conv(x)
+    assert sorted(name for name, *_ in seen) == [
+        "convolve_backward_data", "convolve_backward_filter", "forward", "inference"]
+    assert {tuple(rest) for _, *rest in seen} == {("tf32", limit, own)}
+    assert (tmp_path / "own.db").exists()
+
+
+# Mutation gap: TF32 is chosen on CUDA float32 tensors only, and by cuDNN's switch
+# (torch.backends.cudnn.allow_tf32), not by the matmul one.
+def test_math_is_tf32_only_for_cuda_float32_under_cudnn_s_switch(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from tuner.nn import _math
+
+    def tensor(cuda: bool, dtype: Any) -> Any:
+        return SimpleNamespace(is_cuda=cuda, dtype=dtype)
+
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    matmul = torch.backends.cuda.matmul  # a property on the module's class: set, then restored
+    before = matmul.allow_tf32
+    try:
+        for cudnn in (True, False):
+            torch.backends.cudnn.allow_tf32 = cudnn
+            matmul.allow_tf32 = not cudnn
+            assert _math(tensor(True, torch.float32)) == ("tf32" if cudnn else "fp32")
+            for dtype in (torch.float64, torch.float16, torch.bfloat16):
+                assert _math(tensor(True, dtype)) == "fp32"
+            assert _math(tensor(False, torch.float32)) == "fp32"
+            assert _math(torch.randn(1, 1, 2, 2)) == "fp32"
+    finally:
+        matmul.allow_tf32 = before

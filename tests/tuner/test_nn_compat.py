@@ -197,3 +197,53 @@ def test_a_bad_input_raises_what_nn_conv2d_raises_too(
             ours(x)
         assert isinstance(raised.value, ValueError)
         assert len(str(raised.value).splitlines()) == 1
+
+
+# Mutation gap: PyTorch's convolution standing in for ours (bfloat16 under a limit of 0)
+# and PyTorch's gradients behind it keep stride, dilation and groups, in training and in
+# inference.
+def test_the_fallback_keeps_the_whole_geometry(db_url: str) -> None:
+    reference, ours = _twins(db_url, torch.bfloat16, padding=2, dilation=2, groups=2, stride=2)
+    ours = convert(copy.deepcopy(reference), workspace_limit=0, db=db_url)
+    exact = copy.deepcopy(reference).double()
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 4, 9, 9, generator=g).bfloat16().requires_grad_()
+    with torch.no_grad():
+        expected = exact(x.double())
+        torch.testing.assert_close(ours(x).double(), expected, rtol=3e-2, atol=3e-2)
+    y = ours(x)
+    torch.testing.assert_close(y.double(), expected, rtol=3e-2, atol=3e-2)
+    grad = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    y.backward(grad.bfloat16())
+    x64 = x.detach().double().requires_grad_()
+    exact(x64).backward(grad)
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=5e-2, atol=5e-2)
+    torch.testing.assert_close(ours.weight.grad.double(), exact.weight.grad, rtol=5e-2,
+                               atol=1e-1)
+
+
+# Mutation gap: an empty batch under no_grad (inference) too, not only when training.
+def test_an_empty_batch_in_inference(db_url: str) -> None:
+    reference, ours = _twins(db_url, padding=1)
+    x = torch.randn(0, 4, 9, 9, dtype=torch.float64)
+    with torch.no_grad():
+        assert ours(x).shape == reference(x).shape == (0, 6, 9, 9)
+
+
+# Mutation gap: "in one line" holds for the printed traceback too: InputError stands alone
+# (from None), not chained to the ValueError it replaces.
+def test_an_input_error_is_not_chained(db_url: str) -> None:
+    ours = Conv2d(4, 6, 3, db=db_url)
+    with pytest.raises(RuntimeError) as raised:
+        ours(torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(1)))
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+
+
+# Mutation gap: a plainly contiguous 1x1 weight (also channels_last by strides) and an NCHW
+# input give an NCHW result, as nn.Conv2d's.
+def test_a_plain_1x1_weight_gives_nchw(db_url: str) -> None:
+    reference, ours = _twins(db_url, kernel_size=1)
+    x = torch.randn(2, 4, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    expected, got = reference(x), ours(x)
+    assert got.stride() == expected.stride() == (150, 25, 5, 1)
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)

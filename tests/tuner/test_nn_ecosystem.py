@@ -135,3 +135,63 @@ def test_the_output_layout_follows_nn_conv2d_in_every_padding_mode(db_url: str,
     expected, got = reference(x), ours(x)
     assert got.stride() == expected.stride()
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+
+
+# Mutation gap: a weight without data (made under FakeTensorMode: a model initialised
+# fake, as export and memory planners do) with a plain input must still go through the
+# operator's fake, not the eager path that reads the data.
+def test_a_fake_weight_with_a_real_input_goes_through_the_operator(db_url: str) -> None:
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    x = torch.randn(2, 4, 9, 8, generator=torch.Generator().manual_seed(2))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        conv = Conv2d(4, 6, 3, stride=2, padding=1, db=db_url)
+        assert isinstance(conv.weight, FakeTensor)
+        y = conv(x)
+    assert isinstance(y, FakeTensor) and tuple(y.shape) == (2, 6, 5, 4)
+
+
+# Mutation gap: the operator's fake (shape) function with dilation, asymmetric stride and
+# padding, checked against the real operator and nn.Conv2d's shape.
+def test_the_fake_shape_keeps_dilation_and_stride(db_url: str) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    args: dict[str, Any] = dict(stride=(2, 1), padding=(1, 2), dilation=(2, 3), groups=2)
+    reference = nn.Conv2d(4, 6, 3, **args)
+    x = torch.randn(2, 4, 11, 10, generator=torch.Generator().manual_seed(4))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        y = Conv2d(4, 6, 3, db=db_url, **args)(x)
+    assert tuple(y.shape) == tuple(reference(x).shape) == (2, 6, 5, 8)
+    torch.library.opcheck(conv2d, (x, reference.weight.detach(), [2, 1], [1, 2], [2, 3], 2,
+                                   "fp32", -1, db_url),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+# Mutation gap: torch.fx.symbolic_trace records the module's whole geometry (stride,
+# dilation, groups), no limit as -1, fp32 math and the module's store in the node.
+def test_fx_records_the_whole_geometry(db_url: str) -> None:
+    args: dict[str, Any] = dict(stride=(2, 1), padding=2, dilation=(2, 3), groups=2)
+    reference = nn.Conv2d(4, 6, 3, **args).double()
+    ours = convert(copy.deepcopy(reference), db=db_url)
+    graph = torch.fx.symbolic_trace(ours)
+    (node,) = [n for n in graph.graph.nodes if n.target == torch.ops.convtune.conv2d.default]
+    assert node.args[2:] == ([2, 1], [2, 2], [2, 3], 2, "fp32", -1, db_url)
+    x = torch.randn(2, 4, 11, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    torch.testing.assert_close(graph(x), reference(x), rtol=1e-9, atol=1e-9)
+
+
+# Mutation gap: the constructor's defaults are nn.Conv2d's (the names alone were checked).
+def test_the_constructor_s_defaults_are_nn_conv2d_s() -> None:
+    theirs = inspect.signature(nn.Conv2d).parameters
+    ours = inspect.signature(Conv2d).parameters
+    assert [(p.name, p.default) for p in theirs.values()] == [
+        (p.name, p.default) for p in list(ours.values())[:len(theirs)]]
+
+
+# Mutation gap: the backward-data operator with no input channels answers as
+# torch.nn.grad does (an empty dx), not with convtune's refusal of an empty problem.
+def test_backward_data_without_input_channels(db_url: str) -> None:
+    dy = torch.randn(2, 4, 8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
+    w = torch.randn(4, 0, 3, 3, dtype=torch.float64)
+    dx = conv2d_backward_data(dy, w, [2, 0, 8, 8], *GEOMETRY, "fp32", -1, db_url)
+    assert dx.shape == (2, 0, 8, 8)

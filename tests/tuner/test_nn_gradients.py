@@ -104,3 +104,71 @@ def test_a_compiled_backward_still_runs_our_backward_algorithms(
     x_ref = x.detach().clone().requires_grad_()
     reference(x_ref).sum().backward()
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-9, atol=1e-9)
+
+
+# Mutation gap: a frozen weight (fine-tuning) still needs the input's gradient, and only
+# the gradients asked for are computed: a frozen weight's filter gradient, or a first
+# layer's input gradient, is a whole backward algorithm's run for nothing.
+def test_only_the_gradients_needed_are_computed(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    for name in ("convolve_backward_data", "convolve_backward_filter"):
+        real = getattr(torch_ops, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(torch_ops, name, counted)
+    reference, ours = _twins(db_url, stride=2)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 2, 7, 7, dtype=torch.float64, generator=g)
+    grad = torch.randn(2, 3, 4, 4, dtype=torch.float64, generator=g)
+    ours.weight.requires_grad_(False)
+    xx = x.clone().requires_grad_()
+    (dx,) = torch.autograd.grad(ours(xx), xx, grad)
+    (expected,) = torch.autograd.grad(reference(xx), xx, grad)
+    torch.testing.assert_close(dx, expected, rtol=1e-9, atol=1e-9)
+    assert calls == ["convolve_backward_data"]
+    ours.weight.requires_grad_(True)
+    calls.clear()
+    ours(x).backward(grad)
+    reference(x).backward(grad)
+    torch.testing.assert_close(ours.weight.grad, reference.weight.grad, rtol=1e-9, atol=1e-9)
+    assert calls == ["convolve_backward_filter"]
+
+
+# Mutation gap: PyTorch's differentiable gradient functions (create_graph=True) must keep
+# dilation and groups, which the second-derivative tests above leave at 1.
+def test_second_derivatives_keep_dilation_and_groups(db_url: str) -> None:
+    reference, ours = _twins(db_url, in_channels=4, out_channels=6, padding=2, dilation=2,
+                             groups=2, stride=2)
+    x = torch.randn(2, 4, 9, 9, dtype=torch.float64, requires_grad=True,
+                    generator=torch.Generator().manual_seed(5))
+    penalties = []
+    for conv in (ours, reference):
+        dx, dw = torch.autograd.grad(conv(x).square().sum(), (x, conv.weight),
+                                     create_graph=True)
+        penalties.append(torch.autograd.grad(dx.square().sum() + dw.square().sum(),
+                                             [conv.weight, x]))
+    for got, expected in zip(*penalties, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+
+
+# Mutation gap: torch.func.vmap over the backward of a graph recorded outside it (per-sample
+# cotangents) must reach PyTorch's gradient functions: ours cannot be batched by vmap.
+def test_vmap_over_a_recorded_backward_matches_nn_conv2d(db_url: str) -> None:
+    from torch.func import vmap
+
+    reference, ours = _twins(db_url)
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    cotangents = torch.randn(3, 1, 3, 5, 5, dtype=torch.float64, generator=g)
+    results = []
+    for conv in (ours, reference):
+        y = conv(x)
+        results.append(vmap(lambda v, y=y, conv=conv: torch.autograd.grad(
+            y, (x, conv.weight), v, retain_graph=True))(cotangents))
+    for got, expected in zip(*results, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
