@@ -181,7 +181,7 @@ def test_inference_matches_nn_conv2d_with_every_padding_kind(case: str, db_url: 
 
 # Mutation gap: what the module passes to convtune's calls besides the tensors: the math
 # _math chose (on every path, backward too), its own workspace limit (0 stays a limit of 0)
-# and its own store. A store of the module's own: the default one is db_url's.
+# and its own store, as convert set them (the default store is db_url's: not this one).
 @pytest.mark.parametrize("limit", [0, 4096])
 def test_math_limit_and_store_reach_every_call(
     limit: int, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
@@ -206,7 +206,7 @@ def test_math_limit_and_store_reach_every_call(
         "inference", tnn.execute, lambda a, k: (a[9], a[6], a[8])))
     monkeypatch.setattr(tnn, "_math", lambda x: "tf32")  # as on a CUDA float32 tensor
     own = f"sqlite:///{tmp_path / 'own.db'}"
-    conv = Conv2d(4, 6, 3, padding=1, workspace_limit=limit, db=own)
+    conv = convert(nn.Conv2d(4, 6, 3, padding=1), workspace_limit=limit, db=own)
     x = torch.randn(2, 4, 7, 7, generator=torch.Generator().manual_seed(3), requires_grad=True)
     conv(x).sum().backward()
     with torch.no_grad():
