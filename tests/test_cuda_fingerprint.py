@@ -52,3 +52,41 @@ def test_library_versions_come_from_where_cupy_keeps_them(
     monkeypatch.delitem(sys.modules, "cupy.cuda.cufft")
     del cuda.cufft
     assert runtime._libraries() == {"cublas": 120805, "cufft": None, "nvrtc": "12.8"}
+
+
+# Mutation gap: the CUDA fingerprint names the GPU model, its architecture (major.minor), SMs,
+# memory, L2, the driver, runtime, CuPy and library versions and the GEMM path: each one
+# changes measured times, so a change of any gives another fingerprint.
+def test_every_field_that_changes_gpu_timings_is_in_the_fingerprint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tuner.devices import fingerprint_of
+
+    driver = {"version": 12080}
+    runtime_api = _module("cupy.cuda.runtime", driverGetVersion=lambda: driver["version"],
+                          runtimeGetVersion=lambda: 12060)
+    cupy = _module("cupy", cuda=_module("cupy.cuda", runtime=runtime_api), __version__="13.3.0")
+    runtime = CudaRuntime.__new__(CudaRuntime)
+    runtime._cupy = cupy
+    runtime._props = {"name": b"NVIDIA H100 80GB HBM3", "major": 9, "minor": 0,
+                      "multiProcessorCount": 132, "totalGlobalMem": 85 << 30,
+                      "l2CacheSize": 50 << 20}
+    libraries = {"cublas": 120805, "cufft": 11303, "nvrtc": "12.8"}
+    monkeypatch.setattr(CudaRuntime, "_libraries", lambda self: dict(libraries))
+    monkeypatch.delenv("CONVTUNE_CUBLASLT", raising=False)
+    info = runtime.fingerprint()
+    assert info == {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "arch": "9.0",
+                    "units": 132, "memory_bytes": 85 << 30, "l2_bytes": 50 << 20,
+                    "driver": 12080, "runtime": 12060, "cupy": "13.3.0", **libraries,
+                    "gemm": "cublas"}
+    seen = {fingerprint_of(info)}
+    changes = [("props", "minor", 9), ("props", "multiProcessorCount", 114),
+               ("props", "l2CacheSize", 60 << 20), ("driver", "version", 12090),
+               ("libraries", "cufft", 11304), ("libraries", "nvrtc", "12.9")]
+    for where, key, value in changes:
+        table = {"props": runtime._props, "driver": driver, "libraries": libraries}[where]
+        table[key] = value
+        seen.add(fingerprint_of(runtime.fingerprint()))
+    monkeypatch.setenv("CONVTUNE_CUBLASLT", "1")
+    seen.add(fingerprint_of(runtime.fingerprint()))
+    assert len(seen) == len(changes) + 2

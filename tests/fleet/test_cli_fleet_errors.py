@@ -260,3 +260,31 @@ def test_export_to_a_redirected_stdout_writes_through_it(
     assert got.startswith(earlier) and got.endswith(later), got[:200]
     assert read_bundle(got[len(earlier):-len(later)]).counts() == read_bundle(text).counts()
     assert [p.name for p in out_dir.iterdir()] == ["log"]
+
+
+# Mutation gap: https servers are accepted and a trailing slash dropped; a refusal (any
+# status from 400) names the status and the server's "detail", cut to 200 characters; no
+# token sends no Authorization header, and $CONVTUNE_API_TOKEN is a push's default token.
+def test_push_urls_refusals_and_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.fleet import _url
+
+    assert _url(" https://hub.example:8443/ ") == "https://hub.example:8443/v1/bundles"
+    seen: list[httpx.Request] = []
+    answers = [httpx.Response(400, json={"detail": "bundle line 1: bad " + "x" * 300}),
+               httpx.Response(200, json={"added": 2})]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answers.pop(0)
+
+    monkeypatch.delenv("CONVTUNE_API_TOKEN", raising=False)
+    monkeypatch.delenv("CONVTUNE_FLEET_KEY", raising=False)
+    with httpx.Client(transport=httpx.MockTransport(answer)) as client:
+        with pytest.raises(RuntimeError) as refused:
+            push_bundle("http://hub:8000", "bundle", client=client)
+        assert str(refused.value) == ("POST http://hub:8000/v1/bundles failed: HTTP 400: "
+                                      "bundle line 1: bad " + "x" * 181)
+        assert "authorization" not in seen[0].headers
+        monkeypatch.setenv("CONVTUNE_API_TOKEN", "s3cret")
+        assert push_bundle("http://hub:8000", "bundle", client=client) == {"added": 2}
+        assert seen[1].headers["authorization"] == "Bearer s3cret"

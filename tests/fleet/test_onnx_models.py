@@ -196,3 +196,121 @@ def test_weights_are_never_read_and_an_empty_file_is_not_a_model(tmp_path: Path)
     (tmp_path / "empty.onnx").write_bytes(b"")
     with pytest.raises(ValueError, match="is not an ONNX model"):
         onnx_problems(tmp_path / "empty.onnx", 1)
+
+
+def _inferred_and_torch(path: Path, problem: ConvProblem, out: str) -> tuple[Any, Any]:
+    """The output shape of tensor `out` by ONNX's shape inference, and torch's for
+    `problem` (an independent oracle for what the node computes)."""
+    torch = pytest.importorskip("torch")
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
+    found = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+             for v in (*model.graph.value_info, *model.graph.output)}
+    x = torch.empty(1, problem.c, problem.h, problem.w, device="meta")
+    w = torch.empty(problem.k, problem.c // problem.groups, problem.r, problem.s, device="meta")
+    y = torch.nn.functional.conv2d(x, w, None, problem.stride, problem.pad, problem.dilation,
+                                   problem.groups)
+    return tuple(found[out][1:]), tuple(y.shape[1:])
+
+
+# Mutation gap: nothing is square here (input, filter, pads, strides, dilations), so a height
+# read as a width anywhere shows; the problem computes what ONNX and torch compute.
+def test_height_and_width_are_never_swapped(tmp_path: Path) -> None:
+    path = _save(tmp_path / "m.onnx", [
+        _conv("x", "w", "y", "c0", kernel_shape=[3, 5], strides=[2, 1], dilations=[1, 2],
+              pads=[1, 4, 1, 4], group=2)],
+        [_x([1, 4, 20, 13])], _weights(w=(6, 2, 3, 5)))
+    problem = _by_name(path, 3)["c0"]
+    assert problem == ConvProblem(n=3, c=4, h=20, w=13, k=6, r=3, s=5, pad=(1, 4),
+                                  stride=(2, 1), dilation=(1, 2), groups=2)
+    assert isinstance(problem, ConvProblem)
+    inferred, torch_shape = _inferred_and_torch(path, problem, "y")
+    assert problem.output_shape[1:] == inferred == torch_shape == (6, 10, 13)
+
+
+# Mutation gap: SAME_UPPER / SAME_LOWER pads per axis from ceil(size / stride), the axis's
+# filter, stride and dilation (never below zero); VALID pads nothing; each matches the
+# output shape ONNX infers and torch computes.
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_same_padding_per_axis(auto_pad: str, tmp_path: Path) -> None:
+    path = _save(tmp_path / "m.onnx", [
+        _conv("x", "w", "y", "same", auto_pad=auto_pad, strides=[2, 1], dilations=[1, 2]),
+        _conv("x", "p", "z", "pointwise", auto_pad=auto_pad, strides=[2, 2]),
+        _conv("x", "w", "v", "valid", auto_pad="VALID", strides=[2, 1]),
+    ], [_x([1, 3, 15, 10])], _weights(w=(4, 3, 3, 5), p=(2, 3, 1, 1)),
+        outputs=[helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "yzv"])
+    found = _by_name(path, 2)
+    assert found == {
+        "same": ConvProblem(n=2, c=3, h=15, w=10, k=4, r=3, s=5, pad=(1, 4), stride=(2, 1),
+                            dilation=(1, 2)),
+        "pointwise": ConvProblem(n=2, c=3, h=15, w=10, k=2, r=1, s=1, stride=2),
+        "valid": ConvProblem(n=2, c=3, h=15, w=10, k=4, r=3, s=5, stride=(2, 1)),
+    }
+    for out, name in zip("yzv", found, strict=True):
+        problem = found[name]
+        assert isinstance(problem, ConvProblem)
+        inferred, torch_shape = _inferred_and_torch(path, problem, out)
+        assert problem.output_shape[1:] == inferred == torch_shape
+
+
+# Mutation gap: float16 and float64 models are tuned in their own dtype; a 1-D or 3-D
+# convolution and an input with an unknown height are named, not guessed at.
+def test_dtypes_ranks_and_unknown_sizes(tmp_path: Path) -> None:
+    for elem, dtype, np_type in ((TensorProto.FLOAT16, "float16", np.float16),
+                                 (TensorProto.DOUBLE, "float64", np.float64)):
+        path = _save(tmp_path / f"{dtype}.onnx", [_conv("x", "w", "y", "c0", pads=[1, 1, 1, 1])],
+                     [_x([1, 3, 8, 6], elem)],
+                     [numpy_helper.from_array(np.ones((4, 3, 3, 3), np_type), "w")], elem=elem)
+        assert _by_name(path, 2) == {"c0": ConvProblem(n=2, c=3, h=8, w=6, k=4, r=3, s=3,
+                                                       pad=1, dtype=dtype)}
+    path = _save(tmp_path / "ranks.onnx", [
+        _conv("x1", "w1", "y1", "conv1d"), _conv("x3", "w3", "y3", "conv3d"),
+        _conv("xh", "w", "yh", "unknown_h")],
+        [_x([1, 3, 8], name="x1"), _x([1, 3, 4, 8, 8], name="x3"), _x(["N", 3, "H", 8], name="xh")],
+        _weights(w1=(4, 3, 3), w3=(4, 3, 3, 3, 3), w=(4, 3, 3, 3)),
+        outputs=[helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                 for n in ("y1", "y3", "yh")])
+    assert _by_name(path, 2) == {
+        "conv1d": "1-D convolution (only 2-D is supported)",
+        "conv3d": "3-D convolution (only 2-D is supported)",
+        "unknown_h": "input shape [2, 3, None, 8] is not fully known"}
+
+
+# Mutation gap: a rank-1 input (a per-element scale) is no data input, even where its size
+# is the export's batch; a batch below 1 is refused.
+def test_a_rank_one_input_keeps_its_size(tmp_path: Path) -> None:
+    path = _save(tmp_path / "m.onnx", [
+        helper.make_node("Mul", ["x", "scale"], ["a"]), _conv("a", "w", "y", "c0")],
+        [_x([1, 3, 8, 1]), _x([1], name="scale")], _weights(w=(4, 3, 3, 1)))
+    assert _by_name(path, 2) == {"c0": ConvProblem(n=2, c=3, h=8, w=1, k=4, r=3, s=1)}
+    with pytest.raises(ValueError, match="batch must be positive, got 0"):
+        onnx_convs(path, 0)
+
+
+# Mutation gap: ONNX's own domain is "" or "ai.onnx"; a custom domain's ConvTranspose is
+# another operator, not listed; a group that is not an int is named; exactly SKIPS_SHOWN
+# skipped nodes are all listed, with no "0 more".
+def test_domains_malformed_groups_and_the_skip_list(tmp_path: Path) -> None:
+    graph = helper.make_graph([
+        helper.make_node("Conv", ["x", "w"], ["a"], name="onnx_domain", domain="ai.onnx"),
+        helper.make_node("ConvTranspose", ["x", "w"], ["t"], name="custom",
+                         domain="com.example"),
+        _conv("x", "w", "g", "float_group", group=1.0),
+    ], "g", [_x([1, 3, 8, 8])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "atg"],
+        _weights(w=(4, 3, 3, 3)))
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid(domain, version)
+        for domain, version in (("", 17), ("ai.onnx", 17), ("com.example", 1))]), str(path))
+    assert _by_name(path, 2) == {
+        "onnx_domain": ConvProblem(n=2, c=3, h=8, w=8, k=4, r=3, s=3),
+        "float_group": "attribute group=1.0 is not an int"}
+    three = _save(tmp_path / "three.onnx",
+                  [_conv("x", "w", f"y{i}", f"c{i}", pads=[1, 0, 0, 0]) for i in range(3)],
+                  [_x([1, 3, 8, 8])], _weights(w=(4, 3, 3, 3)),
+                  outputs=[helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None)
+                           for i in range(3)])
+    with pytest.raises(ValueError, match=r"\(3 skipped: 'c0': .*'c2': asymmetric padding "
+                       r"\[1, 0, 0, 0\] \(\[top, left, bottom, right\]; auto_pad=NOTSET\) "
+                       r"has no symmetric-pad problem\)$"):
+        onnx_problems(three, 1)

@@ -177,3 +177,159 @@ def test_a_model_with_nothing_to_tune_says_why(tmp_path: Path) -> None:
                        r"'c2': asymmetric padding .*; 2 more\)$") as refused:
         onnx_problems(path, 1)
     assert "'c3'" not in str(refused.value) and "\n" not in str(refused.value)
+
+
+# --- the networks against torch's own shape arithmetic --------------------------------------
+def _convs_torch_runs(layers: list[Any], hw: int = 224) -> list[tuple[int, ...]]:
+    """(c, h, w, k, r, s, pad, stride, groups) of every Conv2d `layers` run, from torch
+    running them on a meta tensor (shapes only, no arithmetic), sorted. An entry of `layers`
+    is a module; a list of branches (lists of modules) run on one input and concatenated
+    along the channels (an inception module); or a tuple of modules run on the input for
+    their convolutions alone, their output dropped (a projection shortcut)."""
+    torch = pytest.importorskip("torch")
+    runs: list[tuple[int, ...]] = []
+
+    def run(modules: Any, x: Any) -> Any:
+        for module in modules:
+            if isinstance(module, tuple):
+                run(module, x)
+            elif isinstance(module, list):
+                x = torch.cat([run(branch, x) for branch in module], dim=1)
+            else:
+                if isinstance(module, torch.nn.Conv2d):
+                    assert module.padding[0] == module.padding[1]
+                    assert module.stride[0] == module.stride[1]
+                    runs.append((x.shape[1], x.shape[2], x.shape[3], module.out_channels,
+                                 *module.kernel_size, module.padding[0], module.stride[0],
+                                 module.groups))
+                x = module(x)
+        return x
+
+    run(layers, torch.empty(1, 3, hw, hw, device="meta"))
+    return sorted(runs)
+
+
+def _conv(c: int, k: int, rs: int, stride: int = 1, pad: int = 0, groups: int = 1) -> Any:
+    import torch
+
+    return torch.nn.Conv2d(c, k, rs, stride, pad, groups=groups, bias=False, device="meta")
+
+
+def _pool(size: int, stride: int, pad: int = 0, ceil: bool = False) -> Any:
+    import torch
+
+    return torch.nn.MaxPool2d(size, stride, pad, ceil_mode=ceil)
+
+
+def _ours(name: str) -> list[tuple[int, ...]]:
+    return sorted((layer.c, layer.h, layer.w, layer.k, layer.r, layer.s, layer.pad,
+                   layer.stride, layer.groups)
+                  for layer in network_layers(name) for _ in range(layer.count))
+
+
+def _resnet50_v1() -> list[Any]:
+    """torchvision's resnet50 with the stride on each stage's first 1x1 (v1, as our
+    docstring says; torchvision's v1.5 strides the 3x3)."""
+    layers: list[Any] = [_conv(3, 64, 7, 2, 3), _pool(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for block in range(blocks):
+            s = stride if block == 0 else 1
+            if block == 0:
+                layers.append((_conv(cin, width * 4, 1, s),))  # the projection shortcut
+            layers += [_conv(cin, width, 1, s), _conv(width, width, 3, 1, 1),
+                       _conv(width, width * 4, 1)]
+            cin = width * 4
+    return layers
+
+
+def _vgg16() -> list[Any]:
+    layers: list[Any] = []
+    cin = 3
+    for k in (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
+              512, 512, 512, "M"):
+        if k == "M":
+            layers.append(_pool(2, 2))
+        else:
+            layers.append(_conv(cin, int(k), 3, 1, 1))
+            cin = int(k)
+    return layers
+
+
+def _alexnet() -> list[Any]:
+    return [_conv(3, 64, 11, 4, 2), _pool(3, 2), _conv(64, 192, 5, 1, 2), _pool(3, 2),
+            _conv(192, 384, 3, 1, 1), _conv(384, 256, 3, 1, 1), _conv(256, 256, 3, 1, 1)]
+
+
+def _googlenet() -> list[Any]:
+    """Table 1 of the paper (5x5 branches: torchvision's has 3x3 there), with torchvision's
+    ceil-mode pools."""
+    def inception(cin: int, c1: int, r3: int, c3: int, r5: int, c5: int, proj: int) -> Any:
+        return [[_conv(cin, c1, 1)], [_conv(cin, r3, 1), _conv(r3, c3, 3, 1, 1)],
+                [_conv(cin, r5, 1), _conv(r5, c5, 5, 1, 2)],
+                [_pool(3, 1, 1, ceil=True), _conv(cin, proj, 1)]]
+
+    return [_conv(3, 64, 7, 2, 3), _pool(3, 2, ceil=True), _conv(64, 64, 1),
+            _conv(64, 192, 3, 1, 1), _pool(3, 2, ceil=True),
+            inception(192, 64, 96, 128, 16, 32, 32), inception(256, 128, 128, 192, 32, 96, 64),
+            _pool(3, 2, ceil=True),
+            inception(480, 192, 96, 208, 16, 48, 64), inception(512, 160, 112, 224, 24, 64, 64),
+            inception(512, 128, 128, 256, 24, 64, 64), inception(512, 112, 144, 288, 32, 64, 64),
+            inception(528, 256, 160, 320, 32, 128, 128), _pool(2, 2, ceil=True),
+            inception(832, 256, 160, 320, 32, 128, 128),
+            inception(832, 384, 192, 384, 48, 128, 128)]
+
+
+def _mobilenet_v2() -> list[Any]:
+    layers: list[Any] = [_conv(3, 32, 3, 2, 1)]
+    cin = 32
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(n):
+            hidden = round(cin * t)
+            if t != 1:
+                layers.append(_conv(cin, hidden, 1))
+            layers += [_conv(hidden, hidden, 3, s if i == 0 else 1, 1, groups=hidden),
+                       _conv(hidden, c, 1)]
+            cin = c
+    return [*layers, _conv(cin, 1280, 1)]
+
+
+# Mutation gap: each built-in network's convolutions, with repeats, are those torchvision's
+# architecture runs at 224x224 (channels, sizes, filters, pads, strides, groups), the sizes
+# computed by torch's own convolution and pooling layers: the FLOP bounds above miss a stride
+# moved within a stage, a layer of AlexNet, or a channel count off in one inception module.
+@pytest.mark.parametrize(("name", "build"), [
+    ("resnet50", _resnet50_v1), ("vgg16", _vgg16), ("alexnet", _alexnet),
+    ("googlenet", _googlenet), ("mobilenet_v2", _mobilenet_v2)])
+def test_network_layers_are_the_architectures_convolutions(name: str, build: Any) -> None:
+    assert _ours(name) == _convs_torch_runs(build())
+
+
+# Mutation gap: a layer's problem carries its groups, pad, stride and the math asked for; a
+# network's name is case-blind.
+def test_a_layers_problem_carries_every_field() -> None:
+    dw = next(layer for layer in network_layers("MobileNet_V2") if layer.stride == 2
+              and layer.groups > 1)
+    problem = dw.problem(4, "float16", "fp32")
+    assert (problem.groups, problem.pad, problem.stride, problem.n, problem.dtype) == \
+        (dw.groups, (1, 1), (2, 2), 4, "float16")
+    assert network_layers("ResNet50") is network_layers("resnet50")
+    assert {p.math for _, p in network_problems("alexnet", 2, "float32", "tf32")} == {"tf32"}
+
+
+# Mutation gap: the sweep is the same list in every process and every release (stored
+# results are keyed by its shapes, and it decides what the cost model learns from): its
+# length and a digest of its shapes are pinned.
+def test_the_sweep_is_pinned() -> None:
+    import hashlib
+
+    from tuner.networks import SWEEP
+
+    shapes = [(layer.name, layer.c, layer.h, layer.k, layer.r, layer.pad, layer.stride,
+               layer.groups, layer.count) for layer in SWEEP]
+    assert len(SWEEP) == SWEEP_LENGTH
+    assert hashlib.sha256(repr(shapes).encode()).hexdigest()[:16] == SWEEP_DIGEST
+
+
+SWEEP_LENGTH, SWEEP_DIGEST = 124, "e22eb406966c4a13"

@@ -92,3 +92,56 @@ def test_python_is_named_by_its_minor_version() -> None:
     from algorithms.cpu.runtime import CpuRuntime
 
     assert CpuRuntime().fingerprint()["python"] == ".".join(platform.python_version_tuple()[:2])
+
+
+# Mutation gap: every field that changes CPU timings is in the fingerprint, none dropped (a
+# dropped one merges devices; an added one splits every store: both are pinned here), and
+# the library versions are the ones loaded.
+def test_the_cpu_fingerprint_has_every_field_and_the_library_versions() -> None:
+    import numpy as np
+
+    from algorithms.cpu import runtime
+
+    info = runtime.CpuRuntime().fingerprint()
+    assert set(info) == {"kind", "name", "model_id", "arch", "units", "blas_threads",
+                         "cpus_allowed", "cpu_quota", "memory_bytes", "numpy", "blas",
+                         "python"}
+    assert info["numpy"] == np.__version__
+    assert info["model_id"] == runtime._processor_id(runtime._cpuinfo())
+    assert info["units"] == (os.cpu_count() or 1)
+    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]  # type: ignore[call-arg]
+    assert info["blas"] == f"{blas['name']} {blas['version']}"
+
+
+MILAN = {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "1", "stepping": "1",
+         "model name": "AMD EPYC", "flags": "fpu sse avx avx2 fma"}
+GENOA = {**MILAN, "model": "17", "flags": "fpu sse avx avx2 fma avx512f avx512_bf16"}
+GRAVITON2 = {"CPU implementer": "0x41", "CPU part": "0xd0c", "CPU variant": "0x3",
+             "CPU revision": "1", "Features": "fp asimd"}
+GRAVITON3 = {**GRAVITON2, "CPU part": "0xd40", "CPU variant": "0x1",
+             "Features": "fp asimd sve bf16 i8mm"}
+
+
+# Mutation gap: the processor id names x86 vendor, family, model and stepping, or ARM's
+# implementer, part, variant and revision, then its ISA extensions (AVX-512 on x86, SVE on
+# ARM's "Features"): devices a hypervisor names alike get different ids.
+def test_the_processor_id_tells_processors_of_one_name_apart() -> None:
+    from algorithms.cpu.runtime import _processor_id, _processor_model
+
+    assert _processor_id(MILAN) == "AuthenticAMD 25 1 1 avx avx2 fma"
+    assert _processor_id(GENOA) == "AuthenticAMD 25 17 1 avx avx2 fma avx512f avx512_bf16"
+    assert _processor_id({**MILAN, "stepping": "2"}) != _processor_id(MILAN)
+    assert _processor_id({**GENOA, "model": "1"}) != _processor_id(MILAN)  # AVX-512 alone
+    assert _processor_id(GRAVITON2) == "0x41 0xd0c 0x3 1 asimd"
+    assert _processor_id(GRAVITON3) == "0x41 0xd40 0x1 1 asimd sve bf16 i8mm"
+    assert _processor_model(MILAN) == "AMD EPYC"
+
+
+# Mutation gap: a cgroup v2 period of 0 (a broken file) is "unknown", not a crash of every
+# command that identifies the device.
+def test_a_zero_cgroup_period_is_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from algorithms.cpu import runtime
+
+    (tmp_path / "cpu.max").write_text("200000 0\n")
+    monkeypatch.setattr(runtime, "CPU_MAX", tmp_path / "cpu.max")
+    assert runtime._cpu_quota() is None
