@@ -271,6 +271,7 @@ def test_push_urls_refusals_and_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _url(" https://hub.example:8443/ ") == "https://hub.example:8443/v1/bundles"
     seen: list[httpx.Request] = []
     answers = [httpx.Response(400, json={"detail": "bundle line 1: bad " + "x" * 300}),
+               httpx.Response(502, text="<html>" + "y" * 300),
                httpx.Response(200, json={"added": 2})]
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -285,6 +286,9 @@ def test_push_urls_refusals_and_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
         assert str(refused.value) == ("POST http://hub:8000/v1/bundles failed: HTTP 400: "
                                       "bundle line 1: bad " + "x" * 181)
         assert "authorization" not in seen[0].headers
+        with pytest.raises(RuntimeError) as refused:  # not JSON: the text, cut the same
+            push_bundle("http://hub:8000", "bundle", client=client)
+        assert str(refused.value).endswith("HTTP 502: <html>" + "y" * 194)
         monkeypatch.setenv("CONVTUNE_API_TOKEN", "s3cret")
         assert push_bundle("http://hub:8000", "bundle", client=client) == {"added": 2}
-        assert seen[1].headers["authorization"] == "Bearer s3cret"
+        assert seen[2].headers["authorization"] == "Bearer s3cret"

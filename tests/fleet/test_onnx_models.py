@@ -314,3 +314,11 @@ def test_domains_malformed_groups_and_the_skip_list(tmp_path: Path) -> None:
                        r"\[1, 0, 0, 0\] \(\[top, left, bottom, right\]; auto_pad=NOTSET\) "
                        r"has no symmetric-pad problem\)$"):
         onnx_problems(three, 1)
+
+
+# Mutation gap: an auto_pad ONNX does not define (TensorFlow's "SAME", a typo) is named, never
+# read as NOTSET (which would tune the unpadded problem in silence).
+def test_an_unknown_auto_pad_is_named(tmp_path: Path) -> None:
+    path = _save(tmp_path / "m.onnx", [_conv("x", "w", "y", "c0", auto_pad="SAME")],
+                 [_x([1, 3, 8, 8])], _weights(w=(4, 3, 3, 3)))
+    assert _by_name(path, 2) == {"c0": "unknown auto_pad 'SAME'"}
