@@ -122,3 +122,35 @@ def test_corrupt_schema_version_names_the_setting(
     err = capsys.readouterr().err
     assert err.startswith("convtune: error: convtune_meta.schema_version is ")
     assert err.count("\n") == 1 and "corrupt or not a convtune store" in err
+
+
+# Mutation gap: results come newest first (a tie in measured_at: the later written first),
+# paged exactly, filtered on every kind of field with the total counting the filtered rows;
+# devices come in the order first seen, one without measurements listed with 0.
+def test_results_and_devices_are_ordered_paged_and_filtered_exactly(store_url: str) -> None:
+    from db.keys import ensure_device
+    from tests.fleet.helpers import gpu, later, row, seed
+
+    a, b, idle = gpu(driver="1"), gpu("NVIDIA A100-SXM4-80GB", "8.0", 108), gpu(driver="3")
+    store = open_store(store_url)
+    seed(store, a, small_problem(), [row("direct", 1.0, at=later(0)),
+                                     row("fft", 2.0, at=later(2), status="failed")])
+    seed(store, a, small_problem(), [row("fft", 3.0, config="x", at=later(1))])
+    seed(store, b, small_problem(n=1), [row("direct", 4.0, at=later(2))])
+    with store.session() as session:
+        ensure_device(session=session, fingerprint=idle.fingerprint, info=idle.info)
+    with store.session() as session:
+        def times(**kw: object) -> tuple[int, list[float]]:
+            total, page = reports.list_results(session=session, **kw)  # type: ignore[arg-type]
+            return total, [r["time_ms"] for r in page]
+
+        assert times() == (4, [4.0, 2.0, 3.0, 1.0])
+        assert times(limit=2, offset=1) == (4, [2.0, 3.0])
+        assert times(filters={"algorithm": "fft", "n": None}) == (2, [2.0, 3.0])
+        assert times(filters={"n": 1}) == (1, [4.0])
+        assert times(filters={"status": "ok", "device": a.fingerprint[:6]}) == (2, [3.0, 1.0])
+        assert [r["device_name"] for r in reports.list_results(session=session)[1]][:2] == [
+            b.info["name"], a.info["name"]]
+        assert [(d["fingerprint"], d["measurements"])
+                for d in reports.list_devices(session=session)] == [
+            (a.fingerprint, 3), (b.fingerprint, 1), (idle.fingerprint, 0)]

@@ -47,6 +47,30 @@ def test_device_too_large_for_a_column_is_a_value_error(store_url: str) -> None:
         keys.ensure_device(session=s, fingerprint="f" * 32, info=info)
 
 
+
+# Mutation gap: the column bounds are exact (both ends of INTEGER fit, one past does not;
+# units below 0 are refused, memory_bytes up to BIGINT's end fits), a device's fields are
+# stored as given, and problems differing only in direction or math are rows of their own.
+def test_column_bounds_are_exact_and_every_key_field_counts(store_url: str) -> None:
+    assert keys.out_of_range({"n": 2**31 - 1, "pad_h": -(2**31)}) is None
+    assert keys.out_of_range({"pad_h": -(2**31) - 1}) == "pad_h"
+    store = open_store(store_url)
+    base = small_problem().key() | {"n": 2**31 - 1}  # a key: ConvProblem caps n lower
+    twins = [base, base | {"math": "tf32"}, base | {"direction": "backward_data"}]
+    with store.session() as s:
+        ids = [keys.ensure_problem(session=s, key=key) for key in twins]
+        assert len(set(ids)) == 3
+        assert [keys.find_problem_id(session=s, key=key) for key in twins] == ids
+        keys.ensure_device(session=s, fingerprint="b" * 32,
+                           info=dict(H100.info, memory_bytes=2**63 - 1))
+    with pytest.raises(ValueError, match="units"), store.session() as s:
+        keys.ensure_device(session=s, fingerprint="c" * 32, info=dict(H100.info, units=-1))
+    with store.session() as s:
+        [device] = reports.list_devices(session=s)
+    assert (device["kind"], device["name"], device["arch"], device["units"],
+            device["memory_bytes"]) == ("cuda", H100.info["name"], "9.0", 132, 2**63 - 1)
+
+
 def test_measured_at_is_stored_and_read_as_utc(store_url: str) -> None:
     # Written with a +05:30 offset: the same instant comes back, in UTC, on both dialects.
     url = store_url

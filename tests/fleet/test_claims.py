@@ -332,3 +332,34 @@ def test_claim_holder_is_per_problem(store_url: str) -> None:
         holder = claims.claim_holder(session=s, fingerprint=fingerprint, problem='{"n":2}')
         assert holder is not None and holder["owner"] == "b"
         assert claims.claim_holder(session=s, fingerprint=fingerprint, problem='{"n":3}') is None
+
+
+# Mutation gap: a claim lasts its whole ttl from the store's clock (not a moment less), and
+# claiming, sweeping and releasing touch only the one (device, problem): one owner's other
+# claims, on another problem or another device, stay held and renewable.
+def test_a_claim_lasts_its_ttl_and_touches_only_its_device_and_problem(
+        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with open_store(store_url).session() as s:
+        start = claims.db_now(session=s)
+    clock = [start]
+    monkeypatch.setattr(claims, "db_now", lambda session: clock[0])
+    one, two = {"fingerprint": "f" * 32, "problem": '{"n":1}'}, {"fingerprint": "f" * 32,
+                                                                 "problem": '{"n":2}'}
+    gone = {"fingerprint": "e" * 32, "problem": '{"n":1}'}
+    with open_store(store_url).session() as s:
+        for args in (one, two):
+            assert claims.try_claim(session=s, owner="a", ttl_s=60, **args)
+        assert claims.try_claim(session=s, owner="a", ttl_s=-5, **gone)  # expired already
+        holder = claims.claim_holder(session=s, **one)
+        assert holder is not None and holder["claimed_at"] == start
+        assert holder["expires_at"] == start + timedelta(seconds=60)
+    clock[0] = start + timedelta(seconds=59.999)
+    with open_store(store_url).session() as s:
+        assert not claims.try_claim(session=s, owner="b", ttl_s=60, **one)
+        claims.release_claim(session=s, owner="a", **one)
+        assert claims.try_claim(session=s, owner="b", ttl_s=60, **one)  # sweeps nothing else
+    with open_store(store_url).session() as s:
+        assert claims.renew_claim(session=s, owner="a", ttl_s=60, **gone)
+        assert claims.claim_holder(session=s, **two)["owner"] == "a"  # type: ignore[index]
+        assert not claims.try_claim(session=s, owner="b", ttl_s=60, **two)
+        assert claims.claim_holder(session=s, fingerprint="e" * 32, problem='{"n":2}') is None

@@ -216,3 +216,47 @@ def test_version_4_keeps_problem_ids_with_gaps(db_url: str) -> None:
     assert [(r["algorithm"], r["problem"]) for r in stored(store)] == [
         ("direct", PROBLEM.describe()), ("fft", PROBLEM.describe()),
     ]
+
+
+# Mutation gap: a store of each older version (not only 1) upgrades from its own version,
+# each step once: it keeps its write generation, its claims and its tf32 problems.
+@pytest.mark.parametrize("version", range(2, SCHEMA_VERSION))
+def test_every_older_version_upgrades_from_where_it_is(store_url: str, version: int) -> None:
+    from db.claims import list_claims
+    from db.find import generation, lock_for_write
+    from db.migrations import upgrade
+    from db.models import Claim
+    from db.models import Problem as ProblemModel
+
+    make_version_1(store_url)
+    tf32 = replace(PROBLEM, math="tf32")
+    engine = create_engine(store_url)
+    with engine.begin() as conn:
+        upgrade(conn, target=version)
+        conn.execute(insert(Claim.__table__).values(  # type: ignore[arg-type]
+            device_fingerprint=gpu().fingerprint, problem="{}", owner="host:1:a",
+            claimed_at=AT, expires_at=AT + timedelta(days=3650)))
+        if version >= 3:
+            conn.execute(text("UPDATE convtune_meta SET value = '41' WHERE key = :k"),
+                         {"k": GENERATION_KEY})
+        if version >= 4:
+            problem_id = conn.execute(insert(ProblemModel.__table__).returning(  # type: ignore[arg-type]
+                ProblemModel.__table__.c.id).values(layout="NCHW", **tf32.key())).scalar_one()
+            conn.execute(insert(MEASUREMENTS).values(
+                device_id=1, problem_id=problem_id, algorithm="direct", config="default",
+                impl_hash="fake-v1", status="ok", time_ms=0.5, spread_ms=0.01, min_ms=0.5,
+                reps=5, workspace_bytes=0, max_error=1e-6, rel_error=1e-7, error=None,
+                measured_at=AT, tuner_version="0.1.0"))
+    engine.dispose()
+    store = open_store(store_url)
+    with store.engine.connect() as conn:
+        assert stored_version(conn) == SCHEMA_VERSION
+    with store.session() as s:
+        assert generation(session=s) == (41 if version >= 3 else 0)
+        assert [c["owner"] for c in list_claims(session=s)] == ["host:1:a"]
+    # The counter row is there to move (generation() reads 0 where it is missing).
+    assert store.write(lambda s: lock_for_write(session=s)) == (42 if version >= 3 else 1)
+    expected = [("direct", PROBLEM.describe()), ("fft", PROBLEM.describe())]
+    if version >= 4:
+        expected.append(("direct", tf32.describe()))
+    assert sorted((r["algorithm"], r["problem"]) for r in stored(store)) == sorted(expected)

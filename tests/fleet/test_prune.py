@@ -119,3 +119,42 @@ def test_prune_usage_errors_are_one_line_and_delete_nothing(
 def test_prune_refuses_bad_criteria(db_url: str, kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         service(db_url).prune(delete=True, **kwargs)
+
+
+# Mutation gap: at the store's interface every criterion narrows (a fingerprint prefix taken
+# literally, measured strictly before the date, stale only on the kinds named, each kind by
+# its own hashes); counting writes nothing, deleting moves the generation.
+def test_prune_measurements_matches_exactly_what_every_criterion_says(store_url: str) -> None:
+    from db.prune import prune_measurements
+    from tests.fleet.helpers import T0, later
+
+    store = open_store(store_url)
+    cuda, cpu = gpu(), gpu(kind="cpu", driver="0")
+    seed(store, cuda, PROBLEM, [row("direct", 1.0, impl_hash="new", at=T0),
+                                row("fft", 2.0, impl_hash="old", at=T0),
+                                row("fft", 3.0, config="x", impl_hash="old", at=later(1))])
+    seed(store, cpu, PROBLEM, [row("direct", 4.0, impl_hash="cpu-old", at=T0),
+                               row("fft", 5.0, impl_hash="cpu-new", at=T0)])
+
+    def matched(**kw: Any) -> int:
+        with store.session() as s:
+            return prune_measurements(session=s, **kw).matched
+
+    with store.session() as s:
+        start = store_find.generation(session=s)
+    assert matched(current={"cuda": {"direct": "new"}}) == 2
+    assert matched(current={"cuda": {"direct": "new", "fft": "old"},
+                            "cpu": {"fft": "cpu-new"}}) == 1
+    assert matched(before=later(1)) == 4
+    assert matched(device="%") == 0 and matched(device=cuda.fingerprint[:5]) == 3
+    assert matched(device=cuda.fingerprint[:5], before=later(1),
+                   current={"cuda": {"direct": "new"}}) == 1
+    with store.session() as s:
+        assert store_find.generation(session=s) == start
+    with store.session() as s:
+        pruned = prune_measurements(session=s, current={"cpu": {"fft": "cpu-new"}},
+                                    delete_rows=True)
+    assert (pruned.matched, pruned.total, pruned.deleted) == (1, 5, True)
+    with store.session() as s:
+        assert store_find.generation(session=s) == start + 1
+    assert len(stored(store)) == 4
