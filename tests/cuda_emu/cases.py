@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import functools
 import json
+import queue
 import subprocess
 import sys
+import tempfile
+import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -262,36 +265,78 @@ def _report(stderr: str) -> str:
     return "\n".join(lines[-30:])
 
 
-def _run_chain(cases: list[dict[str, Any]], timeout: float) -> dict[str, dict[str, Any]]:
+#: How long one case may go without a verdict (the first also counts the process's start and
+#: its kernels' compiles) before its process is taken for hung: an emulated kernel that waits
+#: forever. Per case, not per chain: a whole chain's bound of 1200 s was passed on a loaded
+#: 2-core machine by chains of a few hundred healthy cases (624 errors in one run, 2026-12-01).
+CASE_TIMEOUT_S = 900.0
+#: The emulation process: `main` below, under the sanitizers (tests give a stand-in).
+CHILD = (sys.executable, "-m", "tests.cuda_emu.cases")
+
+
+def _run_chain(cases: list[dict[str, Any]], timeout: float,
+               command: tuple[str, ...] = CHILD) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     remaining = list(cases)
     while remaining:
-        done = subprocess.run(
-            [sys.executable, "-m", "tests.cuda_emu.cases"], input=json.dumps(remaining),
-            capture_output=True, text=True, cwd=ROOT, env=sanitizer_env(), timeout=timeout,
-        )
-        started = None
-        for line in done.stdout.splitlines():
+        started, returncode, stderr, hung = _run_process(command, remaining, timeout, results)
+        if started is None:  # died before its first case: the harness itself is broken
+            if returncode != 0:
+                why = f"no case began within {timeout:g} s" if hung else _report(stderr)
+                raise RuntimeError(f"emulation process failed:\n{why}")
+            break
+        if started not in results:  # a sanitizer or emulator check aborted this case
+            results[started] = {"status": "failed", "message": (
+                f"no verdict within {timeout:g} s: the case was taken for hung" if hung else
+                f"process aborted (exit {returncode}):\n{_report(stderr)}")}
+        remaining = remaining[[c["id"] for c in remaining].index(started) + 1:]
+    return results
+
+
+def _run_process(command: tuple[str, ...], cases: list[dict[str, Any]], timeout: float,
+                 results: dict[str, dict[str, Any]]) -> tuple[str | None, int, str, bool]:
+    """One emulation process (`command`) over `cases`, its verdicts put in `results`: (the
+    case it began last, its exit status, its stderr, whether it was killed for `timeout` s
+    without a line)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+    with tempfile.TemporaryFile("w+") as errors:  # a file: a full pipe would stall the child
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=errors, text=True, cwd=ROOT, env=sanitizer_env())
+        assert process.stdin is not None and process.stdout is not None
+        output = process.stdout
+
+        def read() -> None:
+            for line in output:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        process.stdin.write(json.dumps(cases))
+        process.stdin.close()
+        started, hung = None, False
+        while True:
+            try:
+                line = lines.get(timeout=timeout)
+            except queue.Empty:
+                process.kill()
+                hung = True
+                break
+            if line is None:
+                break
             record = json.loads(line)
             if "start" in record:
                 started = record["start"]
             else:
                 results[record["id"]] = record
-        if started is None:  # died before its first case: the harness itself is broken
-            if done.returncode != 0:
-                raise RuntimeError(f"emulation process failed:\n{_report(done.stderr)}")
-            break
-        if started not in results:  # a sanitizer or emulator check aborted this case
-            results[started] = {"status": "failed",
-                                "message": f"process aborted (exit {done.returncode}):\n"
-                                           f"{_report(done.stderr)}"}
-        remaining = remaining[[c["id"] for c in remaining].index(started) + 1:]
-    return results
+        returncode = process.wait()
+        errors.seek(0)
+        return started, returncode, errors.read(), hung
 
 
 def run_cases(cases: list[dict[str, Any]], workers: int = 2,
-              timeout: float = 1200) -> dict[str, dict[str, Any]]:
-    """Case id -> verdict, running the cases in `workers` parallel process chains."""
+              timeout: float = CASE_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+    """Case id -> verdict, running the cases in `workers` parallel process chains; a case
+    with no verdict after `timeout` seconds fails as hung, and the chain goes on after it."""
     chains = [cases[i::workers] for i in range(workers)]
     results: dict[str, dict[str, Any]] = {}
     with ThreadPoolExecutor(workers) as pool:
