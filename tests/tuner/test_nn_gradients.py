@@ -83,10 +83,8 @@ def test_a_compiled_backward_that_no_algorithm_serves_falls_back(db_url: str) ->
     torch.testing.assert_close(ours.weight.grad.double(), expected, rtol=2e-2, atol=2e-1)
 
 
-def test_a_compiled_backward_still_runs_our_backward_algorithms(
-    db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The fallbacks above must not send a compiled model's ordinary backward to PyTorch.
+def _count_backward_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the backward algorithms the operators call from now on, in order."""
     calls: list[str] = []
     for name in ("convolve_backward_data", "convolve_backward_filter"):
         real = getattr(torch_ops, name)
@@ -96,6 +94,14 @@ def test_a_compiled_backward_still_runs_our_backward_algorithms(
             return _real(*args, **kwargs)
 
         monkeypatch.setattr(torch_ops, name, counted)
+    return calls
+
+
+def test_a_compiled_backward_still_runs_our_backward_algorithms(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fallbacks above must not send a compiled model's ordinary backward to PyTorch.
+    calls = _count_backward_calls(monkeypatch)
     reference, ours = _twins(db_url)
     compiled = torch.compile(ours, backend="aot_eager", fullgraph=True)
     x = torch.randn(2, 2, 6, 6, dtype=torch.float64, requires_grad=True)
@@ -112,15 +118,7 @@ def test_a_compiled_backward_still_runs_our_backward_algorithms(
 def test_only_the_gradients_needed_are_computed(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[str] = []
-    for name in ("convolve_backward_data", "convolve_backward_filter"):
-        real = getattr(torch_ops, name)
-
-        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
-            calls.append(_name)
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(torch_ops, name, counted)
+    calls = _count_backward_calls(monkeypatch)
     reference, ours = _twins(db_url, stride=2)
     g = torch.Generator().manual_seed(11)
     x = torch.randn(2, 2, 7, 7, dtype=torch.float64, generator=g)
