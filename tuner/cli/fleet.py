@@ -67,18 +67,13 @@ def write_whole(path: Path, text: str) -> None:
     except OSError as exc:
         raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
     descriptor = None if mode is None else _own_descriptor(path)
-    if descriptor is not None:
+    if descriptor is not None or (mode is not None and not stat.S_ISREG(mode)):
         try:
-            # A duplicate shares the descriptor's offset: the shell's next write (or the
-            # rest of a `{ ...; } > file`) comes after ours, as for anything on stdout.
-            with os.fdopen(os.dup(descriptor), "wb") as out:
-                out.write(data)
-        except OSError as exc:
-            raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
-        return
-    if mode is not None and not stat.S_ISREG(mode):
-        try:
-            with open(path, "wb") as out:
+            # A descriptor of ours through a duplicate, which shares its offset: the shell's
+            # next write (or the rest of a `{ ...; } > file`) comes after ours, as for
+            # anything on stdout. Anything else that is no regular file, opened as it is.
+            with (open(path, "wb") if descriptor is None
+                  else os.fdopen(os.dup(descriptor), "wb")) as out:
                 out.write(data)
         except OSError as exc:
             raise OSError(f"cannot write {path}: {exc.strerror or exc}") from None
