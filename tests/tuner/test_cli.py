@@ -261,3 +261,18 @@ def test_warm_builds_each_convolutions_candidates_once(
                         "convtune: warning: not built: k0.cu x: RuntimeError: no",
                         "convtune: warning: not built: k1.cu x: RuntimeError: no"]
     assert err[6] == "convtune: warning: 10 more not built" and len(err) == 7
+
+
+def test_ctrl_c_says_aborted_and_exits_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Bug: with typer 0.29, Ctrl-C during a command exited 130 without a word (typer turned
+    # the KeyboardInterrupt into Exit(130), which main got back as a plain return value).
+    from tuner.service import Service
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Service, "find", interrupted)
+    assert main(FIND) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "convtune: aborted"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import click
 import typer
@@ -12,7 +12,22 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from tuner.version import TUNER_VERSION
 
+
+class _Commands(typer.core.TyperGroup):
+    """Typer's group, with Ctrl-C during a command raised as an Abort: typer 0.29 turns a
+    KeyboardInterrupt into Exit(130), which `main`, not being standalone, got back as a
+    plain 130 and so exited without a word."""
+
+    # Any: the context is click's before typer 0.29 and typer's vendored copy's since.
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise typer.Abort() from exc
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="convtune",
     help="Auto-tune convolution algorithms and keep the results.",
     no_args_is_help=True,
