@@ -218,6 +218,9 @@ class Runtime(Protocol):
     shares_scratch: bool
     #: Whether work here can be captured into a CUDA graph (`capturing` asks per lane).
     captures: bool
+    #: The most elements an operand may have for the algorithms here (None: no limit); a
+    #: plan runs a larger problem in batch chunks (tuner.batch_chunks).
+    max_operand_elements: int | None
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any: ...
 

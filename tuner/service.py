@@ -35,6 +35,7 @@ from db.urls import check_url, describe_url
 from tuner import bundles, pruning
 from tuner import results as R
 from tuner.answers import AnswerCache
+from tuner.batch_chunks import chunk_sizes, chunked_plan
 from tuner.candidates import validate_workspace_limit, within_limit
 from tuner.devices import backend_of, cuda_available, get_runtime, identify, parse_device
 from tuner.errors import NotInDatabase
@@ -185,11 +186,18 @@ class Service:
         """A runnable plan of the best (or the named) algorithm, tuning first if needed.
 
         Plans are kept per (device, problem, limit, algorithm), at most MAX_PLANS of them,
-        and rebuilt when a re-tune or another process's results change the choice.
+        and rebuilt when a re-tune or another process's results change the choice. A problem
+        with an operand too large for the device's kernels is planned in batch chunks
+        (tuner.batch_chunks).
         `measure=False` (a call inside a CUDA graph capture, where timing cannot run):
         this device's stored measurements only, else a ValueError saying to run the call
         once before capturing.
         """
+        runtime = get_runtime(device)
+        sizes = chunk_sizes(problem, runtime.max_operand_elements)
+        if sizes is not None:  # too large for the kernels whole: each chunk planned alone
+            return chunked_plan(problem, device, runtime, sizes, lambda part: self.plan(
+                part, device, workspace_limit, algorithm=algorithm, measure=measure))
         if algorithm is None and not measure:
             choice = self._measured_best(problem, device, workspace_limit)
         elif algorithm is None:
@@ -204,7 +212,7 @@ class Service:
             _used(self._plans, key)
             return found
         built = Plan(problem, device, choice, get_algorithm(backend_of(device), choice.algorithm),
-                     get_runtime(device))
+                     runtime)
         with self._plan_lock:
             self._plans[key] = built
             while len(self._plans) > MAX_PLANS:

@@ -145,6 +145,7 @@ class CpuRuntime:
     #: runs one plan at a time, so no two runs overlap in it.
     shares_scratch = True
     captures = False
+    max_operand_elements: int | None = None  # NumPy indexes in 64 bits
     #: Whether work for torch tensors runs its GEMMs on torch's threads (caller_stream).
     routes_gemms = True
 

@@ -22,6 +22,7 @@ from algorithms.cuda._lanes import (
     stream_captures,
     stream_of,
 )
+from algorithms.cuda._loader import INT32_LIMIT
 from algorithms.cuda._torch_bridge import TorchBridge
 from algorithms.cuda.event_timing import EventTiming
 from algorithms.problem import ConvProblem
@@ -64,6 +65,8 @@ class CudaRuntime(EventTiming):
     #: a replay may run beside later work: so each plan keeps its own, per stream.
     shares_scratch = False
     captures = True
+    #: Our kernels index in 32 bits: each algorithm refuses a larger operand.
+    max_operand_elements: int | None = INT32_LIMIT
 
     def __init__(self, index: int) -> None:
         import cupy
