@@ -215,3 +215,22 @@ def test_fast_mode_does_not_measure_what_failed_on_the_nearest_problem(db_url: s
                                                                       "cpu", mode="fast")}
     assert (algos["a"].runs > 0, algos["b"].runs) == (True, 0)
     assert got["a"].source == R.FRESH and got["b"].source == R.NOT_MEASURED
+
+
+# Mutation gap: "exhaustive" was shown to measure as "auto" does, never to be the same find:
+# check_mode handing it on as itself went unseen, and with it an exhaustive find keeping an
+# answer of its own in the service's cache, missing the one an auto find had left there.
+def test_exhaustive_is_the_same_find_as_auto_in_the_answer_cache(db_url: str) -> None:
+    from tuner.modes import MODES, check_mode
+
+    assert {mode: check_mode(mode) for mode in MODES} == {
+        "cached": "cached", "tune": "tune", "auto": "auto", "exhaustive": "auto",
+        "fast": "fast", "heuristic": "heuristic"}
+    store = open_store(db_url)
+    facade = Service(store, tuner=tuner(store, fakes()))
+    assert facade.cached_find(UNSEEN, "cpu", mode="exhaustive") is None
+    found = facade.find(UNSEEN, "cpu", mode="auto")
+    cached = facade.cached_find(UNSEEN, "cpu", mode="exhaustive")
+    assert cached is not None  # the auto find's answer, as the store now holds it
+    assert [(r.algorithm, r.config, r.time_ms) for r in cached] == [
+        (r.algorithm, r.config, r.time_ms) for r in found]
