@@ -72,28 +72,6 @@ def test_a_model_asked_only_about_algorithms_it_never_saw_answers_without_a_time
     assert all("no measurement of" in (r.note or "") for r in got)
 
 
-# Mutation gap: the bootstrap was seen only through its members differing: one that never
-# drew the last problem, or drew another number of problems, went unseen.
-def test_a_bootstrap_draws_as_many_whole_problems_as_there_are_and_each_can_come() -> None:
-    rng = np.random.default_rng()
-    problems = 3
-    of_row = np.concatenate([np.arange(problems), rng.integers(0, problems, 20)])
-    rng.shuffle(of_row)
-    drawn: set[int] = set()
-    for _ in range(100):
-        rows = M._bootstrap(of_row, problems, rng)
-        counts = np.bincount(rows, minlength=len(of_row))
-        # Each row repeats as often as its problem was drawn: alike within a problem.
-        draws = []
-        for p in range(problems):
-            (times,) = set(counts[of_row == p].tolist())
-            draws.append(times)
-            if times:
-                drawn.add(p)
-        assert sum(draws) == problems
-    assert drawn == set(range(problems))
-
-
 # Mutation gap: the cache's fit_s (the seconds its fits took, which benchmarks report) was
 # never read: left at zero, or added on a read that fitted nothing, unseen.
 def test_the_cache_adds_up_the_seconds_its_fits_took(db_url: str,
