@@ -3,6 +3,8 @@ configuration fields the cost model reads (tuner.features): pure functions, no s
 
 from __future__ import annotations
 
+import numpy as np
+
 from tuner.features import CONFIG_COLUMNS, config_numbers
 from tuner.predicting import band_picks, contenders, family, fast_picks, round_two
 
@@ -140,3 +142,44 @@ def test_within_the_band_and_the_runner_up_factor_includes_their_edges() -> None
                 ("direct", "8x8k16"): 2.7}
     assert contenders(measured) == [("tc", "64x64"), ("wgmma", "128x128"),
                                     ("im2col", "chunk=all")]
+
+
+# Mutation gap: every configuration with a layout word in tests ended with it ("-nhwc",
+# "-merged"); real tiles carry more after it ("128x128x32-nhwc-s3", "64x64-nhwc-k2"), and a
+# family read from the name's end only put them with their algorithm's NCHW tiles unseen.
+def test_a_layout_word_inside_a_config_name_makes_its_family() -> None:
+    tc = "implicit_gemm_tc"
+    assert family((tc, "128x128x32-nhwc-s3")) == family((tc, "64x64-nhwc")) == (tc, "nhwc")
+    assert family((tc, "128x128x32-nhwc-s3")) != family((tc, "128x128x32-s3"))
+    assert family(("implicit_gemm_wgmma", "128x64x32-nchw-s4-f1")) == (
+        "implicit_gemm_wgmma", "nchw")
+    assert family(("im2col_gemm", "chunk=4-merged-x2")) == ("im2col_gemm", "merged")
+
+
+# Mutation gap: the second round's contenders were shown to be chosen from usable rows only
+# through fast finds whose failures carried no time: a measured row with a time but a wrong
+# result (or a failure that kept its time) could win the first round unseen, and its family
+# be measured again.
+def test_a_wrong_result_with_a_time_is_no_contender() -> None:
+    from tests.tuner.fakes import Fake
+    from tuner import results as R
+    from tuner.candidates import Candidate
+    from tuner.predicting import second_round
+    from tuner.results import AlgorithmResult
+
+    rng = np.random.default_rng()
+    fastest = float(rng.uniform(0.5, 2.0))
+    keys = [("a", "1"), ("a", "2"), ("b", "1"), ("b", "2")]
+    allowed = [Candidate(Fake(a), c, 0, Fake.impl_hash) for a, c in keys]  # type: ignore[arg-type]
+
+    def result(key: tuple[str, str], status: str, time_ms: float) -> AlgorithmResult:
+        return AlgorithmResult(key[0], key[1], status, time_ms, 0, source=R.FRESH)
+
+    # "a 1" ran fastest but gave a wrong result; "b 1", the usable winner, and "b 2",
+    # predicted close to it, make the round; "a 2" (the wrong one's family) does not.
+    measured = {("a", "1"): result(("a", "1"), R.WRONG_RESULT, fastest / 2),
+                ("b", "1"): result(("b", "1"), R.OK, fastest)}
+    predicted = [result(key, R.OK, fastest * factor) for key, factor in
+                 zip(keys, (0.5, 0.55, 1.0, 1.1), strict=True)]
+    got = second_round(predicted, measured, allowed)
+    assert [c.key for c in got] == [("b", "1"), ("b", "2")]
