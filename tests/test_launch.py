@@ -107,3 +107,62 @@ def test_without_libcuda_the_driver_says_nothing() -> None:
         pytest.skip("libcuda is loadable here")
     assert _launch.driver_parameter_sizes(0x99) is None
 
+
+
+def _args() -> tuple[Any, ...]:
+    return (POINTER, POINTER, _shape(), INT32, np.uint32(1), np.float32(1))
+
+
+def test_a_launch_pads_a_short_grid_and_block_with_ones() -> None:
+    # Mutation gap: the y and z a 1-D grid or block is padded with were unpinned (a zero
+    # there is an invalid launch on a GPU; the tests launched 2-D grids only).
+    kernel = Recorder()
+    launch = prepare(kernel, (7,), (128,), _args())
+    assert launch is not None
+    launch(0, 1, 2, 3)
+    assert kernel.calls[0][1:3] == ((7, 1, 1), (128, 1, 1))
+
+
+class OptingRecorder(Recorder):
+    """A Recorder that, as CuPy's RawKernel, takes the opt-in to more shared memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opt_ins: list[int] = []
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return self.opt_ins[-1] if self.opt_ins else 48 * 1024
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, nbytes: int) -> None:
+        self.opt_ins.append(nbytes)
+
+
+def test_a_bound_launch_opts_its_kernel_in_to_its_shared_memory_once() -> None:
+    # Mutation gap: bind() without the opt-in survived: a prepared launch of a "-sS" tile
+    # (80-90 KiB) then fails on a GPU, since the kernel's own call (which opts in) is not
+    # taken.
+    kernel = OptingRecorder()
+    launch = _launch.KernelLaunch("f.cu", "k", (2,), (64,), _args(), 80 * 1024)
+    for _ in range(3):
+        bound = launch.bind(lambda file, name: kernel)
+        assert bound is not None
+        bound(0, 1, 2, 3)
+    assert kernel.opt_ins == [80 * 1024]
+    assert [call[3] for call in kernel.calls] == [80 * 1024] * 3
+
+
+def test_a_launch_prepared_for_one_kernel_is_not_bound_to_another_of_the_same_id() -> None:
+    # Mutation gap: bind()'s check that the cached entry holds this very kernel (ids are
+    # reused once a kernel is gone, e.g. per device or after a test swaps kernels) was
+    # unpinned: another kernel's parameter buffer would be launched.
+    old, new = Recorder(), Recorder()
+    new.ptr = 0x5678
+    launch = _launch.KernelLaunch("f.cu", "k", (1,), (1,), _args())
+    stale = prepare(old, (1,), (1,), _args())
+    launch.prepared[id(new)] = (old, stale)  # as if `old` had lived at new's address
+    bound = launch.bind(lambda file, name: new)
+    assert bound is not None and bound is not stale
+    bound(0, 1, 2, 3)
+    assert new.calls and new.calls[0][0] == 0x5678 and not old.calls
