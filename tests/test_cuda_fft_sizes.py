@@ -6,8 +6,15 @@ bound. A wrong answer is a circular wrap-around, a region overrun or a launch a 
 
 from __future__ import annotations
 
-from algorithms.cuda import fft
+from typing import Any
+
+import numpy as np
+import pytest
+
+from algorithms.cuda import _cublas, fft
 from algorithms.problem import ConvProblem
+from tests.cuda_emu.host import dev
+from tests.cuda_kernel_standins import Sized, checked_gemm
 
 ALG = fft.FftCuda()
 
@@ -77,3 +84,37 @@ def test_fused_is_offered_up_to_eight_gemm_calls() -> None:
     assert fft.FUSED not in configs(9)
     single = ConvProblem(n=1, c=16, h=8, w=8, k=16, r=3, s=3, pad=1, groups=16)
     assert fft.gemm_calls(single) == 1 and fft.FUSED in ALG.configs(single)
+
+
+class _NullPlan:
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def fft(self, a: Any, out: Any, direction: int) -> None:
+        pass
+
+
+def test_each_transpose_puts_columns_on_grid_x_and_rows_on_grid_y(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Mutation gap: the transposes' grid orientation was unpinned (kernels/fft_helpers.cu
+    # fft_transpose tiles columns by blockIdx.x and rows by blockIdx.y): swapped, most tiles
+    # were never moved.
+    grids: list[tuple[tuple[int, ...], int, int]] = []
+
+    def get_kernel(file: str, name: str) -> Any:
+        def kernel(grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...],
+                   shared_mem: int = 0) -> None:
+            if name.startswith("fft_transpose"):
+                grids.append((grid, int(args[2]), int(args[3])))
+        return kernel
+
+    monkeypatch.setattr(fft, "get_kernel", get_kernel)
+    monkeypatch.setattr(_cublas, "_gemm", checked_gemm)
+    monkeypatch.setattr(fft, "_plan", _NullPlan)
+    problem = ConvProblem(n=3, c=2, h=30, w=30, k=5, r=3, s=3)  # 30 x 30: 30 x 16 frequencies
+    ws = ALG.workspace_bytes(problem, "default")
+    ALG.run(Sized(1), Sized(1), Sized(1), dev(np.zeros(ws, np.uint8)), problem, "default")
+    f = 30 * 16
+    assert [(rows, cols) for _, rows, cols in grids] == [(6, f), (10, f), (f, 15)]
+    for grid, rows, cols in grids:
+        assert grid == (-(-cols // 32), -(-rows // 32))
