@@ -157,3 +157,70 @@ def test_the_cached_hash_stays_out_of_pickles() -> None:
     assert restored == problem and {problem: 1}[restored] == 1
     assert dataclasses.replace(problem, k=7) != problem
     assert hash(dataclasses.replace(problem, k=6)) == hash(problem)
+
+
+# Mutation gap: Python bools (True == 1 to operator.index) were accepted as sizes and pairs.
+@pytest.mark.parametrize("kwargs", [dict(n=True), dict(groups=False), dict(pad=True),
+                                    dict(stride=(1, True))])
+def test_python_bools_are_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="must be an int"):
+        ConvProblem(**{**BASE, **kwargs})
+
+
+# Mutation gap: the message for a pair with a non-integer element (it must show the pair
+# given, not a None from inside it).
+def test_a_pair_with_a_bad_element_is_named_whole() -> None:
+    with pytest.raises(ValueError, match=r"pad must be an int or an \(h, w\) pair of ints, "
+                                         r"got \(1, 1\.5\)"):
+        ConvProblem(**BASE, pad=(1, 1.5))  # type: ignore[arg-type]
+
+
+# Mutation gap: the bounds in LIMITS are inclusive; only values far above them were tried.
+_AT_LIMIT: dict[str, dict[str, Any]] = {
+    "n": dict(n=2**24), "c": dict(c=2**24, k=1), "h": dict(h=2**24), "w": dict(w=2**24),
+    "k": dict(k=2**24), "groups": dict(c=2**24, k=2**24, groups=2**24),
+    "r": dict(h=2**16, r=2**16), "s": dict(w=2**16, s=2**16), "pad": dict(pad=2**16),
+    "stride": dict(stride=2**16), "dilation": dict(h=2**17 + 1, w=2**17 + 1, dilation=2**16),
+}
+
+
+@pytest.mark.parametrize("field", sorted(_AT_LIMIT))
+def test_limits_are_inclusive(field: str) -> None:
+    from algorithms.problem import LIMITS
+
+    at_limit = {**BASE, **_AT_LIMIT[field]}
+    p = ConvProblem(**at_limit)
+    value = getattr(p, field)
+    assert value in (LIMITS[field], (LIMITS[field],) * 2)
+    over = {**at_limit, field: LIMITS[field] + 1}  # groups: bounded before divisibility
+    with pytest.raises(ValueError, match=f"{field} must be at most {LIMITS[field]}"):
+        ConvProblem(**over)
+    assert sorted(_AT_LIMIT) == sorted(LIMITS)
+
+
+# Mutation gap: 2**40 elements is the largest tensor allowed (inclusive), and the filter and
+# output tensors are bounded too, not only the input.
+@pytest.mark.parametrize(("kwargs", "tensor"), [
+    (dict(n=2**16 + 1, c=2**24, h=1, w=1, k=1), "input"),
+    (dict(n=1, c=2**24, h=1, w=1, k=2**17), "filter"),
+    (dict(n=2**17, c=1, h=1, w=1, k=2**24), "output"),
+])
+def test_every_tensor_is_bounded_at_2_to_the_40(kwargs: dict[str, Any], tensor: str) -> None:
+    exact = ConvProblem(n=2**16, c=2**24, h=1, w=1, k=1, r=1, s=1)
+    assert int(np.prod(exact.input_shape)) == 2**40
+    with pytest.raises(ValueError, match=f"the {tensor} tensor .* more than 2\\*\\*40"):
+        ConvProblem(**kwargs, r=1, s=1)
+
+
+# Mutation gap: "tf32" on bfloat16 and float64, an unknown direction, and an output empty in
+# width only were accepted by mutants without a failing test (the last only by a random one).
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(math="tf32", dtype="bfloat16"), "applies to float32 only"),
+    (dict(math="tf32", dtype="float64"), "applies to float32 only"),
+    (dict(direction="sideways"), "direction must be one of"),
+    (dict(direction=None), "direction must be one of"),
+    (dict(w=5, s=9), r"empty output \(6x-3\)"),
+])
+def test_more_invalid_fields_are_value_errors(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ConvProblem(**{**BASE, **kwargs})
