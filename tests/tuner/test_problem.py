@@ -224,3 +224,40 @@ def test_every_tensor_is_bounded_at_2_to_the_40(kwargs: dict[str, Any], tensor: 
 def test_more_invalid_fields_are_value_errors(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ConvProblem(**{**BASE, **kwargs})
+
+
+# Mutation gap: operand_names and buffer_bytes had no test.
+def test_operand_names_and_buffer_bytes() -> None:
+    names = {d: ConvProblem(**BASE, direction=d).operand_names
+             for d in ("forward", "backward_data", "backward_filter")}
+    assert names == {"forward": ("x", "w", "y"), "backward_data": ("dy", "w", "dx"),
+                     "backward_filter": ("x", "dy", "dw")}
+    p = ConvProblem(n=2, c=4, h=5, w=6, k=6, r=3, s=3, pad=1, groups=2, dtype="float16")
+    # x 2*4*5*6 = 240, w 6*2*3*3 = 108, y 2*6*5*6 = 360 elements of 2 bytes.
+    assert p.buffer_bytes == (240 + 108 + 360) * 2
+
+
+# Mutation gap: keys without "direction" (older bundles) mean forward; the key's field
+# order is KEY_FIELDS (the database's column order); dilation_w round-trips.
+def test_old_keys_and_key_order() -> None:
+    from algorithms.problem import KEY_FIELDS
+
+    p = ConvProblem(**BASE, pad=(2, 1), dilation=(1, 2), direction="backward_filter",
+                    math="tf32")
+    assert tuple(p.key()) == KEY_FIELDS
+    assert ConvProblem.from_key(p.key()) == p
+    forward = ConvProblem(**BASE, dilation=(1, 2))
+    old = {f: v for f, v in forward.key().items() if f not in ("math", "direction")}
+    assert ConvProblem.from_key(old) == forward
+
+
+# Mutation gap: describe() (tables, logs) had no test of its pairs, dilation, groups or
+# direction.
+def test_describe_names_every_non_default_field() -> None:
+    p = ConvProblem(n=2, c=8, h=9, w=11, k=4, r=3, s=1, pad=(1, 0), stride=(2, 1),
+                    dilation=(1, 2), groups=2, dtype="float16", direction="backward_data")
+    assert p.describe() == "n2 c8 9x11 -> k4 3x1 p1x0 s2x1 d1x2 g2 float16 backward_data"
+    assert ConvProblem(**BASE).describe() == "n1 c4 8x8 -> k4 3x3 p0 s1 float32"
+    assert ConvProblem(**BASE, dilation=3, stride=2).describe() == (
+        "n1 c4 8x8 -> k4 3x3 p0 s2 d3 float32")
+
