@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from algorithms.base import DEFAULT_CONFIG, AlgorithmBase
+from algorithms.base import DEFAULT_CONFIG, AlgorithmBase, Work
 from algorithms.by_forward import forward_problem
 from algorithms.cpu.winograd import images_per_pass
 from algorithms.problem import ConvProblem
@@ -156,3 +156,29 @@ def test_backward_workspace_is_the_rearranged_operands_plus_the_forward_one(name
                        direction="backward_filter")
     check(filt, _al(3 * 2 * 9 * 8 * 4) + _al(4 * 2 * 16 * 4) + _al(3 * 4 * 3 * 2 * 4),
           ConvProblem(n=3, c=2, h=9, w=8, k=4, r=4, s=4, dilation=2))
+
+
+# Mutation gap: the work counts the cost model reads (Python-level steps on the CPU).
+def test_cpu_work_counts() -> None:
+    def launches(name: str, config: str = DEFAULT_CONFIG, **kw: Any) -> int:
+        return _base(name).work(ConvProblem(**kw), config).launches
+
+    geometry: dict[str, Any] = dict(n=3, c=4, h=6, w=7, k=5, r=3, s=2, pad=1)
+    # direct: one step per tap and image; backward_filter sums the batch in each step.
+    assert launches("direct", **geometry) == 3 * 6
+    assert launches("direct", **geometry, direction="backward_data") == 3 * 6
+    assert launches("direct", **geometry, direction="backward_filter") == 6
+    # im2col_gemm: per image, a copy per tap and one GEMM.
+    assert launches("im2col_gemm", **geometry) == 3 * (6 + 1)
+    # implicit_gemm: 1600 pixels an image over BN = 1024: 2 tiles an image, 2 images,
+    # 2 groups, one K-step (K = 27 <= BK = 63).
+    big = dict(n=2, c=6, h=40, w=40, k=4, r=3, s=3, pad=1, groups=2)
+    assert launches("implicit_gemm", "bn1024_bk64", **big) == 2 * 2 * 2 * 1
+    # By the forward algorithm: its run plus a launch per copy (2 without a copy back).
+    implicit = _base("implicit_gemm")
+    for direction, copies in (("backward_data", 2), ("backward_filter", 3)):
+        problem = ConvProblem(**geometry, direction=direction)
+        for config in implicit.configs(problem):
+            inner = implicit.work(forward_problem(problem), config)
+            assert implicit.work(problem, config) == Work(inner.blocks, inner.fill,
+                                                          inner.launches + copies)
