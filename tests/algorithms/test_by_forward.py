@@ -189,3 +189,54 @@ def test_an_invalid_rearranged_problem_is_refused_with_a_reason(name: str) -> No
                           direction="backward_data")  # dy spread to 2**24 + 2 rows
     support = get_algorithm("cuda", name).supports(problem)
     assert not support and "rearranged forward problem is invalid" in support.reason
+
+
+def _backward(name: str, problem: ConvProblem) -> tuple[np.ndarray, np.ndarray]:
+    """(result, float64 reference) of the CPU algorithm `name` on fresh operands, every
+    config, on a NaN-poisoned result and a 0xFF workspace of exactly the size asked."""
+    algorithm = get_algorithm("cpu", name)
+    support = algorithm.supports(problem)
+    assert support, support.reason
+    rng = np.random.default_rng()
+    a_shape, b_shape, out_shape = problem.operand_shapes
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    ref = reference(a, b, problem)
+    for config in algorithm.configs(problem):
+        out = np.full(out_shape, np.nan, np.float32)
+        nbytes = algorithm.workspace_bytes(problem, config)
+        algorithm.run(a, b, out, np.full(nbytes, 0xFF, np.uint8), problem, config)
+        assert relative_error(out, ref) <= tolerance("float32", name), config
+    return out, ref
+
+
+# Mutation gap: a strided backward_data whose rows all fall in phases without taps (one
+# padded row under a 1x1 filter at stride 2) while its columns do not: no phases apply
+# (the forward problem would be empty), and dx is exactly 0.
+@pytest.mark.parametrize("name", ["implicit_gemm", "fft"])
+def test_backward_data_with_one_axis_in_tapless_phases(name: str) -> None:
+    problem = ConvProblem(n=2, c=3, h=1, w=7, k=4, r=1, s=1, pad=(1, 0), stride=2,
+                          direction="backward_data")
+    assert phases(problem) is None
+    out, ref = _backward(name, problem)
+    assert not ref.any() and not out.any()
+
+
+# Mutation gap: strided backward_data dilated along one axis only keeps the spread (phases
+# need dilation 1 on both axes).
+@pytest.mark.parametrize("name", ["implicit_gemm", "fft"])
+@pytest.mark.parametrize("dilation", [(1, 2), (2, 1)])
+def test_strided_backward_data_dilated_on_one_axis(name: str, dilation: tuple[int, int]) -> None:
+    problem = ConvProblem(n=2, c=3, h=9, w=10, k=4, r=3, s=3, pad=2, stride=2,
+                          dilation=dilation, direction="backward_data")
+    assert phases(problem) is None
+    _backward(name, problem)
+
+
+# Mutation gap: J = ceil(R / S) sub-taps exactly: a 2x2 stride-2 backward_data (a UNet's
+# transposed convolution) is four 1x1 phases over dy itself, not 2x2 ones with a zero tap.
+def test_a_filter_as_tall_as_the_stride_has_one_sub_tap() -> None:
+    problem = ConvProblem(n=2, c=3, h=8, w=6, k=4, r=2, s=2, stride=2,
+                          direction="backward_data")
+    assert forward_problem(problem) == ConvProblem(n=2, c=4, h=4, w=3, k=4 * 3, r=1, s=1)
+    _backward("implicit_gemm", problem)
