@@ -240,3 +240,43 @@ def test_a_filter_as_tall_as_the_stride_has_one_sub_tap() -> None:
                           direction="backward_data")
     assert forward_problem(problem) == ConvProblem(n=2, c=4, h=4, w=3, k=4 * 3, r=1, s=1)
     _backward("implicit_gemm", problem)
+
+
+# Mutation gap: the rearranged forward problem keeps the caller's math and dtype (a tf32
+# backward call may use TF32 tensor cores in its forward run; an fp32 one may not).
+@pytest.mark.parametrize("geometry", [dict(stride=2), dict(dilation=(1, 2)), dict()],
+                         ids=["phases", "spread", "filter"])
+def test_rearranged_problems_keep_math_and_dtype(geometry: dict[str, Any]) -> None:
+    direction = "backward_data" if geometry else "backward_filter"
+    problem = ConvProblem(n=2, c=4, h=9, w=9, k=6, r=3, s=3, pad=1, math="tf32",
+                          direction=direction, **geometry)
+    inner = forward_problem(problem)
+    assert (inner.math, inner.dtype, inner.direction) == ("tf32", "float32", "forward")
+    half = ConvProblem(n=2, c=4, h=9, w=9, k=6, r=3, s=3, pad=1, dtype="bfloat16",
+                       direction=direction, **geometry)
+    assert (forward_problem(half).math, forward_problem(half).dtype) == ("fp32", "bfloat16")
+
+
+# Mutation gap: when the forward algorithm refuses the rearranged problem, the reason says
+# which direction was rearranged (no CPU algorithm refuses one, so a stand-in does).
+def test_a_refused_rearranged_problem_names_the_direction() -> None:
+    from algorithms.base import SUPPORTED, Support, unsupported
+    from algorithms.cpu._common import CpuAlgorithm
+
+    class Short(CpuAlgorithm):
+        name: ClassVar[str] = "implicit_gemm"
+
+        def _limits(self, problem: ConvProblem) -> Support:
+            return unsupported(f"r={problem.r} is too tall") if problem.r > 2 else SUPPORTED
+
+    class ShortBackward(CpuByForward, Short):
+        pass
+
+    algorithm = ShortBackward()
+    for direction in ("backward_data", "backward_filter"):
+        problem = ConvProblem(n=2, c=3, h=3, w=6, k=4, r=3, s=1, direction=direction)
+        r = forward_problem(problem).r  # 3 going back to the data, out_h = 1 for the filter
+        support = algorithm.supports(problem)
+        assert bool(support) is (r <= 2)
+        if r > 2:
+            assert support.reason == f"{direction} as a forward problem: r={r} is too tall"
