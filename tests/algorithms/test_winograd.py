@@ -181,3 +181,19 @@ def test_the_shared_transforms_are_in_every_backend_hash(backend: str) -> None:
     # algorithm_sources, editing a matrix would keep serving stale stored measurements.
     package = Path(importlib.import_module(f"algorithms.{backend}").__file__ or "").parent
     assert Path(winograd.__file__).resolve() in algorithm_sources(package)
+
+
+# Mutation gap: each limit on both axes: a stride, dilation or filter size other than 1, 1
+# and 3 along either axis alone must be refused (the tests above varied w's axis or both).
+@pytest.mark.parametrize(("change", "word"), [
+    (dict(stride=(2, 1)), "stride"),
+    (dict(dilation=(1, 2), pad=2), "dilation"),
+    (dict(dilation=(2, 1), pad=2), "dilation"),
+    (dict(r=1, s=3), "1x3"),
+    (dict(r=5, s=3, pad=2), "5x3"),
+])
+def test_refuses_a_limit_broken_on_one_axis(change: dict[str, Any], word: str) -> None:
+    args: dict[str, Any] = dict(n=1, c=4, h=9, w=9, k=6, r=3, s=3, pad=1)
+    support = ALGORITHM.supports(ConvProblem(**{**args, **change}))
+    assert not support
+    assert word in support.reason
