@@ -341,3 +341,20 @@ def test_fft_sizes_are_scipys_real_fast_lengths() -> None:
     assert [next_fast_len(n) for n in range(1, 5000)] == [scipys(n, real=True)
                                                         for n in range(1, 5000)]
     assert next_fast_len(1_000_003) == scipys(1_000_003, real=True)
+
+
+# Mutation gap: the GPU-only entries' run() must fail loudly (it left y unwritten), and
+# their reasons must say why and what the CPU offers instead.
+@pytest.mark.parametrize(("name", "hardware"), [("implicit_gemm_tc", "mma.sync"),
+                                                ("implicit_gemm_wgmma", "wgmma")])
+def test_gpu_only_entries_refuse_and_do_not_run(name: str, hardware: str) -> None:
+    algorithm = get_algorithm("cpu", name)
+    problem = _problem("basic_3x3_pad1", "float32")
+    support = algorithm.supports(problem)
+    assert not support
+    assert f"{name} is GPU-only" in support.reason and hardware in support.reason
+    assert support.reason.endswith("on the CPU use implicit_gemm")
+    x, w = _inputs(problem)
+    y = np.full(problem.output_shape, np.nan, np.float32)
+    with pytest.raises(RuntimeError, match="GPU-only"):
+        algorithm.run(x, w, y, None, problem, DEFAULT_CONFIG)
