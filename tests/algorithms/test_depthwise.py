@@ -111,3 +111,14 @@ def test_tuner_lists_depthwise_for_a_mobilenet_layer(db_url: str) -> None:
     dense = ConvProblem(n=2, c=16, h=28, w=28, k=16, r=3, s=3, pad=1)
     refused = {r.algorithm: r for r in find_algorithms(dense, device="cpu", db=db_url)}
     assert not refused["depthwise"].usable
+
+
+# Mutation gap: a phase can hold more rows than the last tap reaches: an even filter at
+# stride 2 over an odd padded height (7 rows: phases of 4 and 3 rows, a 2-tap reach of 3).
+# Every phase row must fit in the flat buffer, not only the taps' slices.
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_phases_longer_than_the_taps_reach(direction: str) -> None:
+    problem = ConvProblem(n=2, c=3, h=7, w=9, k=6, r=2, s=2, stride=2, groups=3,
+                          direction=direction)
+    assert DEPTHWISE.supports(problem)
+    assert _check(problem) <= tolerance("float32", "depthwise")
