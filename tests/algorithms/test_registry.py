@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -23,29 +22,22 @@ from algorithms.registry import (
 )
 
 
-class _FakeDirect(AlgorithmBase):
-    name: ClassVar[str] = "direct"
-    backend: ClassVar[str] = "fake"
+def _fake(name: str) -> type[AlgorithmBase]:
+    """A class of its own for an algorithm `name` on the backend "fake"."""
+    return type(f"Fake_{name}", (AlgorithmBase,), {"name": name, "backend": "fake"})
 
 
-class _OtherDirect(AlgorithmBase):
-    name: ClassVar[str] = "direct"
-    backend: ClassVar[str] = "fake"
-
-
-class _FakeFft(AlgorithmBase):
-    name: ClassVar[str] = "fft"
-    backend: ClassVar[str] = "fake"
-
-
-class _Unnamed(AlgorithmBase):
-    name: ClassVar[str] = "no_such_algorithm"
-    backend: ClassVar[str] = "fake"
+# Two classes of one name: registering the second is a double registration.
+_FakeDirect, _OtherDirect = _fake("direct"), _fake("direct")
+_FakeFft, _Unnamed = _fake("fft"), _fake("no_such_algorithm")
 
 
 @pytest.fixture
 def fake_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     """A backend "fake" (backed by the CPU package's module) with an empty table of its own."""
+    # The CPU package imported first: imported under the empty table, it would register its
+    # algorithms there and never again, and the restored table would lack them.
+    algorithms_for("cpu")
     monkeypatch.setattr(registry, "_IMPLEMENTATIONS", {})
     monkeypatch.setitem(registry.BACKEND_MODULES, "fake", "algorithms.cpu")
 
