@@ -69,11 +69,24 @@ def _autocast(t: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def _channels_last(t: Tensor) -> bool:
-    """Whether PyTorch takes `t` for channels_last: so laid out, and either not plainly
-    contiguous or channels before columns (a 1x1 weight is both; the review of the
-    session's changes: a channels_last 1x1 weight gave NCHW, where nn.Conv2d's is not)."""
-    return t.is_contiguous(memory_format=torch.channels_last) and (
-        not t.is_contiguous() or t.stride(1) < t.stride(3))
+    """Whether PyTorch's convolution takes `t` for channels_last: whether its strides are
+    like channels_last's, by Tensor.suggest_memory_format's rule (ambiguous ones are NCHW).
+    Strides, not contiguity: a crop of a channels_last tensor is channels_last to PyTorch,
+    and a tensor one column wide with channels first in memory, channels_last-contiguous,
+    is not (a mutation review, 2026-12-01; before it, the review of the session's changes:
+    a channels_last 1x1 weight, plainly contiguous too, gave NCHW)."""
+    if t.is_contiguous() and not t.is_contiguous(memory_format=torch.channels_last):
+        return False  # plain NCHW, the common case, decided in C++ (no such tensor is like
+        # channels_last: checked over all shapes up to 4 per side, size-1 strides free)
+    sizes, strides = t.shape, t.stride()
+    if strides[1] == 0:
+        return False
+    low = 0
+    for d in (1, 3, 2, 0):  # channels, columns, rows, batch: innermost first
+        if sizes[d] == 0 or strides[d] < low or (d == 0 and low == strides[1]):
+            return False
+        low = strides[d] * sizes[d]
+    return True
 
 
 def _math(x: Tensor) -> str:
