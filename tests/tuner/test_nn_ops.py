@@ -69,3 +69,20 @@ def test_the_operator_with_no_output_channels_raises_f_conv2d_s_error(db_url: st
     with pytest.raises(RuntimeError) as raised:
         conv2d(x, w, *GEOMETRY, "fp32", -1, db_url)
     assert str(raised.value) == str(theirs.value)
+
+
+# Mutation gap: the backward-filter operator (what a compiled backward calls) with no input
+# channels answers as torch.nn.grad does (an empty dw), and with no output channels raises
+# its error: neither reaches convtune, which refuses a problem with nothing in it.
+def test_backward_filter_without_channels_answers_as_torch_nn_grad(db_url: str) -> None:
+    plain = ([1, 1], [1, 1], [1, 1], 1)
+    x = torch.randn(2, 0, 7, 6, dtype=torch.float64)
+    dy = torch.randn(2, 4, 7, 6, dtype=torch.float64)
+    dw = conv2d_backward_filter(x, dy, [4, 0, 3, 3], *plain, "fp32", -1, db_url)
+    assert dw.shape == torch.nn.grad.conv2d_weight(x, (4, 0, 3, 3), dy, padding=1).shape
+    x, dy = torch.randn(2, 4, 7, 6, dtype=torch.float64), dy[:, :0]
+    with pytest.raises(RuntimeError) as theirs:
+        torch.nn.grad.conv2d_weight(x, (0, 4, 3, 3), dy, padding=1)
+    with pytest.raises(RuntimeError) as raised:
+        conv2d_backward_filter(x, dy, [0, 4, 3, 3], *plain, "fp32", -1, db_url)
+    assert str(raised.value) == str(theirs.value)
