@@ -51,6 +51,18 @@ def test_convert_refuses_a_bad_limit_with_nothing_to_swap(limit: Any, db_url: st
         convert(model, workspace_limit=limit, db=db_url)
 
 
+# Mutation gap: the constructor passes dtype on to nn.Conv2d (only device was checked):
+# a float64 module made so is float64 and exact.
+def test_the_constructor_makes_parameters_of_the_dtype_asked(db_url: str) -> None:
+    ours = Conv2d(4, 6, 3, padding=1, dtype=torch.float64, db=db_url)
+    assert ours.bias is not None
+    assert ours.weight.dtype == ours.bias.dtype == torch.float64
+    reference = nn.Conv2d(4, 6, 3, padding=1, dtype=torch.float64)
+    reference.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 4, 7, 6, dtype=torch.float64)
+    torch.testing.assert_close(ours(x), reference(x), rtol=1e-9, atol=1e-9)
+
+
 # Mutation gap: a layer with no output channels (a weight with no elements, which
 # nn.Conv2d builds but refuses to run) raises PyTorch's own error, as nn.Conv2d does, in
 # inference and in training; not convtune's refusal of a problem with no filters.
