@@ -17,6 +17,7 @@ with the reason): only a plan, and so `convolve` and the torch module, runs it i
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ def chunk_sizes(problem: ConvProblem, max_elements: int | None) -> tuple[int, ..
     limit, or one image alone, or the filter, is already too large)."""
     if max_elements is None:
         return None
-    elements = [_count(shape) for shape in problem.operand_shapes]
+    elements = [math.prod(shape) for shape in problem.operand_shapes]
     if max(elements) <= max_elements:
         return None
     # The filter (w, or dw going backward_filter) has no batch: no split makes it smaller.
@@ -46,13 +47,6 @@ def chunk_sizes(problem: ConvProblem, max_elements: int | None) -> tuple[int, ..
     count = -(-problem.n // largest)  # the fewest chunks of at most `largest` images
     size, extra = divmod(problem.n, count)
     return (size + 1,) * extra + (size,) * (count - extra)
-
-
-def _count(shape: tuple[int, ...]) -> int:
-    total = 1
-    for dim in shape:
-        total *= dim
-    return total
 
 
 class ChunkedPlan(Plan):
@@ -117,23 +111,14 @@ class ChunkedPlan(Plan):
 
     def _sum_chunks(self, x: Any, dy: Any, dw: Any) -> None:
         """dw = the sum over chunks of each chunk's dw (x and dy both batched)."""
-        part: Any = None
-        for index, (start, end, plan) in enumerate(self.chunks):
-            if index == 0:
-                plan.enqueue(x[start:end], dy[start:end], dw)
-                continue
-            if part is None:  # the caller's kind, so that the sum runs where it ordered dw
-                part = dw.clone() if is_torch(dw) else dw.copy()
+        (start, end, plan), *rest = self.chunks
+        plan.enqueue(x[start:end], dy[start:end], dw)
+        # The caller's kind, so that the sum runs where the caller ordered dw.
+        part = dw.clone() if is_torch(dw) else dw.copy()
+        for start, end, plan in rest:
             plan.enqueue(x[start:end], dy[start:end], part)
             with self._runtime.caller_stream(x):
                 dw += part
-
-    def timed(self, x: Any, w: Any, out: Any = None) -> tuple[Any, float]:
-        """Run every chunk once and wait: (backend array, milliseconds all of them took)."""
-        result: list[Any] = []
-        with self._runtime.caller_stream(x):
-            elapsed = self._runtime.elapsed_ms(lambda: result.append(self.enqueue(x, w, out)))
-        return result[0], elapsed
 
 
 def chunked_plan(problem: ConvProblem, device: str, runtime: Runtime, sizes: Sequence[int],
